@@ -1,0 +1,238 @@
+"""The changelog record format, shared by the processor, the query service and readers.
+
+Standard library only (no heavy imports), so the Spark reader and Faust integrations can use
+it anywhere. The value of an upsert record is the Avro binary encoding of
+``schemas/changelog_envelope.avsc``, written and read here by hand for speed; tests check
+it byte for byte against fastavro.
+
+Record kinds in a changelog topic partition (key, value, headers):
+
+* upsert: key = SowKey, value = envelope.
+* delete: key = SowKey, value = None (a tombstone), headers ``sow.reason`` (``deleted``)
+  and ``sow.position`` (``topic/partition/offset`` of the command).
+* control records, key starting with NUL, never a SowKey:
+  ``PROGRESS_KEY`` (value: JSON ``{"log": [[topic, partition, next_offset], ...]}``, the
+  processor's input progress as of the end of a transaction) and ``RESET_KEY`` (the
+  partition's state restarts empty from here, written when a transient topic rebuilds).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+ENVELOPE_VERSION = 1
+CONTROL_PREFIX = b"\x00"
+PROGRESS_KEY = b"\x00sow:progress"
+RESET_KEY = b"\x00sow:reset"
+REASON_HEADER = "sow.reason"
+POSITION_HEADER = "sow.position"
+
+
+class EnvelopeError(ValueError):
+    """A changelog value is not a valid envelope."""
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One decoded changelog value (see the schema for each field's contract)."""
+
+    topic: str
+    message_type: str
+    log_topic: str
+    log_partition: int
+    log_offset: int
+    sow_key: str
+    data: bytes
+    publish_time_ms: int
+    apply_time_ms: int
+    expiration_ms: int | None = None
+    correlation_id: str | None = None
+    version: int = ENVELOPE_VERSION
+
+
+def _long(n: int) -> bytes:
+    """Avro zig-zag varint of a 64-bit signed integer."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return _long(len(raw)) + raw
+
+
+def _bytes(raw: bytes) -> bytes:
+    return _long(len(raw)) + raw
+
+
+class EnvelopeWriter:
+    """Encodes envelopes for one (SOW topic, message type, log topic, log partition).
+
+    The fields that never change for a partition are encoded once; ``encode`` writes the
+    rest. Not thread-safe only in the sense that it holds no state: it is safe to share.
+    """
+
+    __slots__ = ("_prefix",)
+
+    def __init__(self, topic: str, message_type: str, log_topic: str, log_partition: int):
+        self._prefix = (
+            _long(ENVELOPE_VERSION)
+            + _string(topic)
+            + _string(message_type)
+            + _string(log_topic)
+            + _long(log_partition)
+        )
+
+    def encode(
+        self,
+        log_offset: int,
+        sow_key: bytes,
+        data: bytes,
+        publish_time_ms: int,
+        apply_time_ms: int,
+        expiration_ms: int | None = None,
+        correlation_id: str | None = None,
+    ) -> bytes:
+        """The envelope bytes; ``sow_key`` is the UTF-8 SowKey."""
+        tail = (
+            b"\x00" if expiration_ms is None else b"\x02" + _long(expiration_ms)
+        ) + (b"\x00" if correlation_id is None else b"\x02" + _string(correlation_id))
+        return b"".join(
+            (
+                self._prefix,
+                _long(log_offset),
+                _long(len(sow_key)),
+                sow_key,
+                _long(len(data)),
+                data,
+                _long(publish_time_ms),
+                _long(apply_time_ms),
+                tail,
+            )
+        )
+
+
+def encode(envelope: Envelope) -> bytes:
+    """Encode one envelope (convenience over EnvelopeWriter)."""
+    writer = EnvelopeWriter(
+        envelope.topic, envelope.message_type, envelope.log_topic, envelope.log_partition
+    )
+    return writer.encode(
+        envelope.log_offset,
+        envelope.sow_key.encode(),
+        envelope.data,
+        envelope.publish_time_ms,
+        envelope.apply_time_ms,
+        envelope.expiration_ms,
+        envelope.correlation_id,
+    )
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def long(self) -> int:
+        buf, pos = self.buf, self.pos
+        shift = 0
+        result = 0
+        try:
+            while True:
+                byte = buf[pos]
+                pos += 1
+                result |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise EnvelopeError("varint longer than 10 bytes")
+        except IndexError:
+            raise EnvelopeError("envelope ends inside a number") from None
+        self.pos = pos
+        return (result >> 1) ^ -(result & 1)
+
+    def raw(self) -> bytes:
+        size = self.long()
+        end = self.pos + size
+        if size < 0 or end > len(self.buf):
+            raise EnvelopeError("envelope ends inside a string or bytes field")
+        value = self.buf[self.pos : end]
+        self.pos = end
+        return value
+
+    def string(self) -> str:
+        try:
+            return self.raw().decode()
+        except UnicodeDecodeError as exc:
+            raise EnvelopeError(f"string field is not UTF-8: {exc}") from exc
+
+    def optional(self) -> bool:
+        branch = self.long()
+        if branch not in (0, 1):
+            raise EnvelopeError(f"union branch {branch} out of range")
+        return branch == 1
+
+
+def decode(value: bytes) -> Envelope:
+    """Decode an envelope; raise EnvelopeError if it is not one."""
+    r = _Reader(value)
+    version = r.long()
+    if version != ENVELOPE_VERSION:
+        raise EnvelopeError(f"envelope version {version} is not supported (expected 1)")
+    topic = r.string()
+    message_type = r.string()
+    log_topic = r.string()
+    log_partition = r.long()
+    log_offset = r.long()
+    sow_key = r.string()
+    data = r.raw()
+    publish_time_ms = r.long()
+    apply_time_ms = r.long()
+    expiration_ms = r.long() if r.optional() else None
+    correlation_id = r.string() if r.optional() else None
+    if r.pos != len(value):
+        raise EnvelopeError(f"{len(value) - r.pos} bytes left over after the envelope")
+    return Envelope(
+        topic,
+        message_type,
+        log_topic,
+        log_partition,
+        log_offset,
+        sow_key,
+        data,
+        publish_time_ms,
+        apply_time_ms,
+        expiration_ms,
+        correlation_id,
+        version,
+    )
+
+
+def encode_progress(positions: list[tuple[str, int, int]]) -> bytes:
+    """Value of a PROGRESS_KEY record: (log topic, partition, next offset) triples."""
+    return json.dumps({"log": [list(p) for p in positions]}, separators=(",", ":")).encode()
+
+
+def decode_progress(value: bytes) -> list[tuple[str, int, int]]:
+    """Inverse of :func:`encode_progress`."""
+    return [(str(t), int(p), int(o)) for t, p, o in json.loads(value)["log"]]
+
+
+def format_position(topic: str, partition: int, offset: int) -> bytes:
+    """The ``sow.position`` header value."""
+    return f"{topic}/{partition}/{offset}".encode()
+
+
+def parse_position(value: bytes) -> tuple[str, int, int]:
+    """Inverse of :func:`format_position`."""
+    topic, partition, offset = value.decode().rsplit("/", 2)
+    return topic, int(partition), int(offset)

@@ -1,0 +1,203 @@
+"""Applying log commands to partition state: the processor's hot path.
+
+Commands on the log (ARCHITECTURE.md: nothing else writes state):
+
+* publish: a record with a value. The message replaces the whole record of its SowKey
+  (insert or full replacement). Optional headers: ``sow.expiration`` (seconds; 0 never
+  expires) and ``sow.correlation_id``.
+* sow_delete by SowKey: a record with a null value whose Kafka key is the SowKey.
+
+A record whose Kafka key is not its SowKey (or that sits on another partition than its
+SowKey's) is re-keyed through the topic's repartition topic and applied when it comes back.
+A record that cannot be applied (undecodable, missing a Key field, bad SowKey) goes to the
+dead-letter topic with the reason in its headers; the batch goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from processor.changelog import POSITION_HEADER, REASON_HEADER, format_position
+from processor.engine.partition import PartitionState
+from processor.errors import InvalidSowKeyError, MessageError
+from processor.keys import partition_for, validate_user_key
+from processor.log import Headers, Record, TopicPartitionKey
+
+log = logging.getLogger(__name__)
+
+EXPIRATION_HEADER = "sow.expiration"
+CORRELATION_HEADER = "sow.correlation_id"
+ERROR_HEADERS = ("sow.error.reason", "sow.error.message")
+DELETED = b"deleted"
+
+Produce = Callable[..., None]
+
+
+class Route:
+    """Where records of one (log topic, partition) go."""
+
+    __slots__ = ("changelog", "from_input", "partitions", "state")
+
+    def __init__(self, state: PartitionState, from_input: bool) -> None:
+        self.state = state
+        self.from_input = from_input
+        self.changelog = state.topic.changelog_topic
+        self.partitions = state.topic.partitions
+
+
+class Applier:
+    """Applies batches of records to the partitions they belong to.
+
+    ``routes`` maps (log topic, partition) to its Route; the processor keeps it current as
+    partitions are assigned and revoked. ``produce`` is the transactional producer's
+    ``produce(topic, value, key, partition, headers=...)``.
+    """
+
+    def __init__(self, produce: Produce, dead_letter_topic: str) -> None:
+        self.produce = produce
+        self.dead_letter_topic = dead_letter_topic
+        self.routes: dict[TopicPartitionKey, Route] = {}
+        self.dead_lettered = 0
+        self.repartitioned = 0
+
+    def apply(
+        self, records: Sequence[Record], now_ms: int
+    ) -> tuple[dict[TopicPartitionKey, int], set[PartitionState]]:
+        """Apply records in offset order; return next offsets and the partitions touched."""
+        produce = self.produce
+        routes = self.routes
+        offsets: dict[TopicPartitionKey, int] = {}
+        touched: set[PartitionState] = set()
+        for record in records:
+            if record.error() is not None:
+                log.warning("consumer reported %s; skipping", record.error())
+                continue
+            log_topic = record.topic()
+            partition = record.partition()
+            offset = record.offset()
+            route = routes.get((log_topic, partition))
+            if route is None:  # revoked during this batch's rebalance
+                continue
+            offsets[(log_topic, partition)] = offset + 1
+            state = route.state
+            touched.add(state)
+            state.progress[log_topic] = offset + 1
+            value = record.value()
+            key = record.key()
+            try:
+                if value is None:
+                    sow_key = self._delete_key(state, key)
+                else:
+                    function = state.key_function
+                    decoded = state.codec.decode(value)
+                    if function is None:
+                        sow_key = validate_user_key(key).encode()
+                    else:
+                        sow_key = function(decoded).encode()
+                    expiration_ms, correlation_id = _options(record.headers(), state, now_ms)
+            except MessageError as exc:
+                self._dead_letter(record, exc)
+                continue
+            if route.from_input and (
+                key != sow_key
+                or (route.partitions > 1 and partition_for(sow_key, route.partitions) != partition)
+            ):
+                self._repartition(record, state, sow_key)
+                continue
+            if value is None:
+                if state.lookup(sow_key) is not None:
+                    state.pending[sow_key] = None
+                    produce(
+                        route.changelog,
+                        None,
+                        sow_key,
+                        partition,
+                        headers=[
+                            (REASON_HEADER, DELETED),
+                            (POSITION_HEADER, format_position(log_topic, partition, offset)),
+                        ],
+                    )
+                continue
+            envelope = state.writers[log_topic].encode(
+                offset,
+                sow_key,
+                value,
+                record.timestamp()[1],
+                now_ms,
+                expiration_ms,
+                correlation_id,
+            )
+            state.pending[sow_key] = envelope
+            produce(route.changelog, envelope, sow_key, partition)
+        return offsets, touched
+
+    def _delete_key(self, state: PartitionState, key: bytes | None) -> bytes:
+        if state.key_function is None:
+            return validate_user_key(key).encode()
+        if not key:
+            raise InvalidSowKeyError(
+                "a delete (a record with a null value) needs the SowKey as its Kafka key"
+            )
+        return key
+
+    def _repartition(self, record: Record, state: PartitionState, sow_key: bytes) -> None:
+        topic = state.topic
+        self.produce(
+            topic.repartition_topic,
+            record.value(),
+            sow_key,
+            partition_for(sow_key, topic.partitions),
+            headers=record.headers(),
+        )
+        self.repartitioned += 1
+
+    def _dead_letter(self, record: Record, error: MessageError) -> None:
+        headers: Headers = list(record.headers() or [])
+        headers += [
+            (ERROR_HEADERS[0], error.reason_code.encode()),
+            (ERROR_HEADERS[1], str(error).encode()),
+            ("sow.source.topic", record.topic().encode()),
+            ("sow.source.partition", str(record.partition()).encode()),
+            ("sow.source.offset", str(record.offset()).encode()),
+        ]
+        self.produce(self.dead_letter_topic, record.value(), record.key(), -1, headers=headers)
+        self.dead_lettered += 1
+        log.warning(
+            "dead-lettered %s[%d]@%d: %s",
+            record.topic(),
+            record.partition(),
+            record.offset(),
+            error,
+        )
+
+
+def _options(
+    headers: Headers | None, state: PartitionState, now_ms: int
+) -> tuple[int | None, str | None]:
+    """Expiration instant and correlation id from a publish's headers and the topic."""
+    default_s = state.topic.expiration_s
+    expiration_ms = None if not default_s else now_ms + int(default_s * 1000)
+    correlation_id = None
+    if headers:
+        for name, raw in headers:
+            if name == EXPIRATION_HEADER and default_s is not None and raw:
+                try:
+                    seconds = float(raw)
+                except ValueError:
+                    raise MessageError(
+                        f"header {EXPIRATION_HEADER}={raw[:32]!r} is not a number of seconds"
+                    ) from None
+                expiration_ms = None if seconds == 0 else now_ms + int(seconds * 1000)
+            elif name == CORRELATION_HEADER and raw is not None:
+                correlation_id = raw.decode(errors="replace")
+    return expiration_ms, correlation_id
+
+
+def merged_offsets(
+    into: dict[TopicPartitionKey, int], more: Mapping[TopicPartitionKey, int]
+) -> None:
+    """Keep the highest next offset per partition."""
+    for key, offset in more.items():
+        if offset > into.get(key, -1):
+            into[key] = offset

@@ -1,0 +1,99 @@
+"""The commit protocol: the one place where a batch becomes durable, exactly once."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+
+from processor.changelog import PROGRESS_KEY, RESET_KEY, encode_progress
+from processor.engine.partition import PartitionState
+from processor.engine.transaction import Transaction, TransactionStatus
+from processor.log import TopicPartitionKey, TransactionalLog
+from processor.state import CHANGELOG_OFFSET, offset_bytes
+
+log = logging.getLogger(__name__)
+
+#: Test hook: ``SOW_CRASH_AT=step:n`` kills the process (exit 86) the n-th time ``step``
+#: is reached, so tests can crash the processor between any two commit steps.
+CRASH_ENV = "SOW_CRASH_AT"
+STEPS = ("produced", "offsets-sent", "committed", "stored")
+
+CrashHook = Callable[[str], None]
+
+
+def crash_hook_from_env() -> CrashHook | None:
+    """The crash hook configured by ``SOW_CRASH_AT``, or None."""
+    spec = os.environ.get(CRASH_ENV)
+    if not spec:
+        return None
+    step, _, count = spec.partition(":")
+    if step not in STEPS:
+        raise ValueError(f"{CRASH_ENV}={spec!r}: step must be one of {', '.join(STEPS)}")
+    remaining = [int(count or "1")]
+
+    def hook(reached: str) -> None:
+        if reached == step:
+            remaining[0] -= 1
+            if remaining[0] <= 0:
+                log.error("%s: crashing at step %s as asked", CRASH_ENV, step)
+                os._exit(86)
+
+    return hook
+
+
+def commit(
+    transaction: Transaction,
+    producer: TransactionalLog,
+    touched: Iterable[PartitionState],
+    offsets: Mapping[TopicPartitionKey, int],
+    group: object,
+    crash: CrashHook | None = None,
+) -> None:
+    """Make one applied batch durable.
+
+    The changelog records of the batch were produced while it was applied. Then:
+
+    1. Produce one PROGRESS control record per touched partition (and a RESET record first
+       for a transient partition that is rebuilding); their offsets come back with step 3.
+    2. Send the consumer offsets (next offset per input partition) to the transaction.
+    3. Commit the Kafka transaction: changelog records and offsets become visible at once.
+    4. Write each touched store's batch: its data and the changelog offset it now reflects,
+       in one atomic RocksDB write.
+
+    A crash before 3 leaves an aborted transaction (Kafka drops it; stores untouched; the
+    batch is re-read from the committed offsets). A crash between 3 and 4 leaves stores
+    behind their changelog, which recovery replays. On any error the transaction is marked
+    FAILED and the caller must discard pending state and re-read from committed offsets.
+    """
+    partitions = list(touched)
+    try:
+        for state in partitions:
+            changelog = state.topic.changelog_topic
+            if state.reset_pending:
+                producer.produce(changelog, b"reset", RESET_KEY, state.partition)
+            positions = [(topic, state.partition, nxt) for topic, nxt in state.progress.items()]
+            producer.produce_tracked(
+                changelog, encode_progress(positions), PROGRESS_KEY, state.partition
+            )
+        transaction.advance(TransactionStatus.STARTED, TransactionStatus.PREPARED)
+        if crash:
+            crash("produced")
+        producer.send_offsets(offsets, group)
+        if crash:
+            crash("offsets-sent")
+        ends = producer.commit()
+        if crash:
+            crash("committed")
+        for state in partitions:
+            state.reset_pending = False
+            end = ends[(state.topic.changelog_topic, state.partition)]
+            state.store.write(state.pending, {CHANGELOG_OFFSET: offset_bytes(end + 1)})
+            state.pending.clear()
+            state.progress.clear()
+        if crash:
+            crash("stored")
+        transaction.advance(TransactionStatus.PREPARED, TransactionStatus.COMPLETE)
+    except BaseException:
+        transaction.fail()
+        raise

@@ -1,0 +1,60 @@
+"""The state of one SOW topic partition inside the processor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from processor.changelog import EnvelopeWriter
+from processor.keys import KeyFunction
+from processor.messages import Codec
+from processor.state import Store
+from processor.topology.model import Durability, SowTopic
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """A store partition: the store, its uncommitted changes and where its inputs stand.
+
+    ``pending`` holds the current transaction's writes (SowKey -> envelope, None for a
+    delete); reads during a batch check it before the store. ``progress`` holds the next
+    input offset per log topic reached in the current transaction.
+    """
+
+    topic: SowTopic
+    partition: int
+    store: Store
+    codec: Codec
+    key_function: KeyFunction | None
+    writers: dict[str, EnvelopeWriter]
+    pending: dict[bytes, bytes | None] = field(default_factory=dict)
+    progress: dict[str, int] = field(default_factory=dict)
+    #: A transient partition writes a RESET control record in its first transaction.
+    reset_pending: bool = False
+
+    @property
+    def transient(self) -> bool:
+        return self.topic.durability is Durability.TRANSIENT
+
+    def lookup(self, sow_key: bytes) -> bytes | None:
+        """The current envelope of a SowKey, including this transaction's writes."""
+        if sow_key in self.pending:
+            return self.pending[sow_key]
+        return self.store.get(sow_key)
+
+    def discard(self) -> None:
+        """Forget the current transaction's changes (after a failed transaction)."""
+        self.pending.clear()
+        self.progress.clear()
+
+
+def make_writers(topic: SowTopic, partition: int) -> dict[str, EnvelopeWriter]:
+    """Envelope writers for the partition's two log topics (input and repartition)."""
+    return {
+        log_topic: EnvelopeWriter(topic.name, topic.message_type, log_topic, partition)
+        for log_topic in (topic.kafka_topic, topic.repartition_topic)
+    }
+
+
+def is_persistent(topic: SowTopic) -> bool:
+    """True for topics whose state survives restarts."""
+    return topic.durability is Durability.PERSISTENT

@@ -1,0 +1,191 @@
+"""The SOW processor: consume the transaction log, apply it, commit exactly once.
+
+One processor is one consumer-group member. It owns the store partitions of the input
+partitions Kafka assigns it (input topic partition p and repartition topic partition p
+belong to store partition p of the SOW topic; the range assignor keeps them together).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from processor.engine.apply import Applier, Route
+from processor.engine.commit import CrashHook, commit
+from processor.engine.partition import PartitionState, make_writers
+from processor.engine.recovery import restore_from_changelog, transient_start_offset
+from processor.engine.transaction import Transaction
+from processor.errors import BrokerError, FencedError
+from processor.keys import key_function
+from processor.log import InputLog, PartitionReader, TopicPartitionKey, TransactionalLog
+from processor.messages import codec_for
+from processor.state import Store
+from processor.topology.model import SowTopic, Topology
+
+log = logging.getLogger(__name__)
+
+StoreOpener = Callable[[SowTopic, int], Store]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorConnections:
+    """Factories for the processor's log clients (built by :mod:`processor.app`)."""
+
+    input_log: Callable[[], InputLog]
+    transactional_log: Callable[[], TransactionalLog]
+    reader: Callable[[], PartitionReader]
+
+
+class Processor:
+    """Applies every SOW topic of a topology from the log into state stores.
+
+    ``run`` blocks until ``stop`` is called (from any thread). A failed transaction tears
+    the pipeline down and starts it again from the committed offsets (stores replay their
+    changelog); a fenced processor stops with FencedError.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        connections: ProcessorConnections,
+        open_store: StoreOpener,
+        dead_letter_topic: str,
+        max_batch: int = 10000,
+        crash_hook: CrashHook | None = None,
+    ) -> None:
+        self.topology = topology
+        self._connections = connections
+        self._open_store = open_store
+        self._dead_letter_topic = dead_letter_topic
+        self._max_batch = max_batch
+        self._crash = crash_hook
+        self._stop = threading.Event()
+        self._by_log_topic: dict[str, tuple[SowTopic, bool]] = {}
+        for topic in topology.topics.values():
+            self._by_log_topic[topic.kafka_topic] = (topic, True)
+            self._by_log_topic[topic.repartition_topic] = (topic, False)
+        self._states: dict[tuple[str, int], PartitionState] = {}
+        self._applier: Applier | None = None
+        self._reader: PartitionReader | None = None
+        self.transactions = 0
+        self.records = 0
+        self.ready = threading.Event()
+
+    @property
+    def dead_lettered(self) -> int:
+        """Records sent to the dead-letter topic since start."""
+        return 0 if self._applier is None else self._applier.dead_lettered
+
+    def stop(self) -> None:
+        """Ask ``run`` to return after the current batch; thread-safe."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Process until stopped; restarts the pipeline after a failed transaction."""
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                self._run_pipeline()
+                return
+            except FencedError:
+                raise
+            except BrokerError as exc:
+                log.error("processing failed (%s); restarting from committed offsets", exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _run_pipeline(self) -> None:
+        producer = self._connections.transactional_log()
+        consumer = self._connections.input_log()
+        self._reader = self._connections.reader()
+        applier = self._applier = Applier(producer.produce, self._dead_letter_topic)
+        try:
+            consumer.subscribe(
+                sorted(self._by_log_topic), self._on_assign, self._on_revoke
+            )
+            log.info("processor joining its consumer group for %s", ", ".join(
+                sorted(self.topology.topics)))
+            while not self._stop.is_set():
+                records = consumer.consume(self._max_batch, 0.2)
+                if not records:
+                    continue
+                # A failure anywhere below raises out of the pipeline, which drops every
+                # partition's pending state and restarts from the committed offsets.
+                transaction = Transaction(self.transactions)
+                producer.begin()
+                offsets, touched = applier.apply(records, int(time.time() * 1000))
+                if offsets:
+                    commit(
+                        transaction,
+                        producer,
+                        touched,
+                        offsets,
+                        consumer.group_metadata(),
+                        self._crash,
+                    )
+                else:
+                    producer.abort()
+                self.transactions += 1
+                self.records += len(records)
+        finally:
+            self._close_states(list(self._states))
+            consumer.close()
+            producer.close()
+            self._reader.close()
+
+    def _on_assign(self, partitions: Sequence[TopicPartitionKey]) -> Mapping[TopicPartitionKey, int]:
+        assert self._applier is not None and self._reader is not None
+        starts: dict[TopicPartitionKey, int] = {}
+        for log_topic, partition in sorted(partitions):
+            topic, from_input = self._by_log_topic[log_topic]
+            key = (topic.name, partition)
+            state = self._states.get(key)
+            if state is None:
+                state = self._open(topic, partition)
+                self._states[key] = state
+            self._applier.routes[(log_topic, partition)] = Route(state, from_input)
+            if state.transient:
+                starts[(log_topic, partition)] = transient_start_offset(
+                    topic, log_topic, partition, self._reader
+                )
+        log.info("assigned %s", ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)))
+        self.ready.set()
+        return starts
+
+    def _open(self, topic: SowTopic, partition: int) -> PartitionState:
+        assert self._reader is not None
+        store = self._open_store(topic, partition)
+        state = PartitionState(
+            topic=topic,
+            partition=partition,
+            store=store,
+            codec=codec_for(topic),
+            key_function=key_function(topic),
+            writers=make_writers(topic, partition),
+        )
+        if state.transient:
+            state.reset_pending = True
+        else:
+            restore_from_changelog(store, topic, partition, self._reader)
+        return state
+
+    def _on_revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        assert self._applier is not None
+        revoked: set[tuple[str, int]] = set()
+        for log_topic, partition in partitions:
+            self._applier.routes.pop((log_topic, partition), None)
+            topic, _ = self._by_log_topic[log_topic]
+            revoked.add((topic.name, partition))
+        # A store partition closes once neither of its log topics is assigned.
+        still = {(r.state.topic.name, r.state.partition) for r in self._applier.routes.values()}
+        self._close_states([k for k in revoked if k not in still])
+        log.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)))
+
+    def _close_states(self, keys: list[tuple[str, int]]) -> None:
+        for key in keys:
+            state = self._states.pop(key, None)
+            if state is not None:
+                state.store.close()

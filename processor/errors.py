@@ -1,0 +1,83 @@
+"""The one exception tree of kafka-sow.
+
+Every error the package raises derives from :class:`SowError`. Foreign exceptions
+(confluent-kafka, rocksdict, fastavro, orjson, grpc) are translated at the adapter that
+calls the foreign library, with ``raise ... from exc``. A message states what was
+expected, what arrived, and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class SowError(Exception):
+    """Root of every kafka-sow error."""
+
+
+class ConfigurationError(SowError):
+    """Settings, command-line options or environment variables are invalid."""
+
+
+class TopologyError(ConfigurationError):
+    """A topology (YAML or AMPS XML) is invalid.
+
+    ``source`` names the file, ``where`` the element or field; both are part of the message.
+    """
+
+    def __init__(self, message: str, *, source: str = "<topology>", where: str = "") -> None:
+        self.source = source
+        self.where = where
+        location = f"{source}: {where}: " if where else f"{source}: "
+        super().__init__(location + message)
+
+
+class MessageError(SowError):
+    """A message cannot be processed; the processor sends it to the dead-letter topic."""
+
+    #: Short machine-readable reason, written to the dead-letter record's headers.
+    reason_code = "invalid-message"
+
+
+class DecodeError(MessageError):
+    """The payload is not valid for the topic's message type."""
+
+    reason_code = "undecodable"
+
+
+class MissingKeyError(MessageError):
+    """A Key field configured for the topic is absent (or NULL) in the message."""
+
+    reason_code = "missing-key-field"
+
+
+class InvalidSowKeyError(MessageError):
+    """A publisher-provided SowKey is missing or contains non-Base64 characters."""
+
+    reason_code = "invalid-sow-key"
+
+
+class UnknownTopicError(SowError):
+    """A command names a topic that has no SOW in the topology."""
+
+
+class InvalidRequestError(SowError):
+    """A query or command carries an invalid argument (for example BatchSize above 10000)."""
+
+
+class PositionTimeoutError(SowError):
+    """A read asked for a minimum log position the service did not reach in time."""
+
+
+class BrokerError(SowError):
+    """The Kafka-protocol broker cannot be started, reached or used."""
+
+
+class StoreError(SowError):
+    """A state store cannot be opened, read or written."""
+
+
+class StoreCorruptedError(StoreError):
+    """A state store exists but cannot be opened; it will be rebuilt from the changelog."""
+
+
+class FencedError(SowError):
+    """Another processor instance took over this processor's transactional identity."""

@@ -1,0 +1,305 @@
+"""confluent-kafka adapters: the only module that talks to Kafka.
+
+Client settings tolerate the Tansu broker's quirks (ARCHITECTURE.md), which are also legal
+behaviours of real clusters: short session timeouts so group joins take seconds, the
+classic consumer protocol, and "caught up" decided from fetched positions (partition EOF)
+rather than ListOffsets, which may under-report the end of a partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from processor.errors import BrokerError, FencedError
+from processor.log import Headers, OnAssign, OnRevoke, Record, TopicPartitionKey, TopicSpec
+
+log = logging.getLogger(__name__)
+
+#: Settings every client gets; quiet librdkafka's connection chatter to errors only.
+BASE = {"log_level": 3, "socket.keepalive.enable": True}
+
+
+def consumer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    """Consumer settings that join groups quickly and read only committed data."""
+    settings: dict[str, Any] = {
+        **BASE,
+        "bootstrap.servers": bootstrap,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+        "group.protocol": "classic",
+        # range co-partitions topics with equal partition counts (input + repartition).
+        "partition.assignment.strategy": "range",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 50,
+        "queued.min.messages": 200000,
+    }
+    settings.update(extra)
+    return settings
+
+
+def producer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    """Producer settings for batched, idempotent writes."""
+    settings: dict[str, Any] = {
+        **BASE,
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "batch.num.messages": 10000,
+        "queue.buffering.max.messages": 1000000,
+        "queue.buffering.max.kbytes": 1048576,
+    }
+    settings.update(extra)
+    return settings
+
+
+def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> None:
+    """Create missing topics; check existing ones have the partition count asked for."""
+    admin = AdminClient({**BASE, "bootstrap.servers": bootstrap})
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise BrokerError(f"cannot list topics at {bootstrap}: {exc}") from exc
+    missing = []
+    for spec in specs:
+        found = existing.get(spec.name)
+        if found is None or found.error is not None:
+            missing.append(spec)
+        elif len(found.partitions) != spec.partitions:
+            raise BrokerError(
+                f"topic {spec.name} has {len(found.partitions)} partitions but the topology "
+                f"asks for {spec.partitions}; change the topology or recreate the topic"
+            )
+    if not missing:
+        return
+    futures = admin.create_topics(
+        [NewTopic(s.name, s.partitions, 1, config=dict(s.config)) for s in missing],
+        operation_timeout=timeout_s,
+    )
+    for name, future in futures.items():
+        try:
+            future.result(timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise BrokerError(f"cannot create topic {name}: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+    names = {s.name for s in missing}
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        if all(n in topics and topics[n].error is None for n in names):
+            return
+        time.sleep(0.1)
+    raise BrokerError(f"topics {sorted(names)} did not appear within {timeout_s:.0f}s")
+
+
+def _raise_for(exc: KafkaException, what: str) -> None:
+    error = exc.args[0]
+    if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or error.fatal():
+        raise FencedError(f"{what}: {error}; another processor took over") from exc
+    raise BrokerError(f"{what}: {error}") from exc
+
+
+class KafkaInputLog:
+    """The processor's consumer-group member (:class:`processor.log.InputLog`)."""
+
+    def __init__(self, bootstrap: str, group_id: str, **extra: Any) -> None:
+        self._consumer = Consumer(consumer_settings(bootstrap, **{"group.id": group_id, **extra}))
+
+    def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
+        def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            starts = on_assign([(tp.topic, tp.partition) for tp in partitions])
+            for tp in partitions:
+                start = starts.get((tp.topic, tp.partition))
+                if start is not None:
+                    tp.offset = start
+            consumer.assign(partitions)
+
+        def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            on_revoke([(tp.topic, tp.partition) for tp in partitions])
+            consumer.unassign()
+
+        self._consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked)
+
+    def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
+        records: list[Record] = self._consumer.consume(max_records, timeout_s)
+        return records
+
+    def group_metadata(self) -> object:
+        return self._consumer.consumer_group_metadata()
+
+    def committed(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The group's committed offsets (-1 when none)."""
+        found = self._consumer.committed([TopicPartition(t, p) for t, p in partitions], 10)
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except RuntimeError:
+            pass  # already closed
+
+
+class KafkaTransactionalLog:
+    """Transactional producer (:class:`processor.log.TransactionalLog`)."""
+
+    def __init__(self, bootstrap: str, transactional_id: str, **extra: Any) -> None:
+        self._producer = Producer(
+            producer_settings(
+                bootstrap,
+                **{"transactional.id": transactional_id, "transaction.timeout.ms": 60000},
+                **extra,
+            )
+        )
+        self._tracked: dict[TopicPartitionKey, int] = {}
+        self._errors: list[KafkaError] = []
+        try:
+            self._producer.init_transactions(30)
+        except KafkaException as exc:
+            _raise_for(exc, f"cannot initialise transactions for {transactional_id}")
+        self.produce_raw = self._producer.produce
+
+    def begin(self) -> None:
+        self._tracked.clear()
+        self._errors.clear()
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            _raise_for(exc, "cannot begin a transaction")
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        headers: Headers | None = None,
+    ) -> None:
+        self._produce(topic, value, key, partition, headers, None)
+
+    def _on_delivery(self, error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            self._errors.append(error)
+        else:
+            self._tracked[(message.topic(), message.partition())] = message.offset()
+
+    def produce_tracked(self, topic: str, value: bytes | None, key: bytes, partition: int) -> None:
+        self._produce(topic, value, key, partition, None, self._on_delivery)
+
+    def _produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        headers: Headers | None,
+        callback: Any,
+    ) -> None:
+        while True:
+            try:
+                if callback is None:
+                    self._producer.produce(topic, value, key, partition, headers=headers)
+                else:
+                    self._producer.produce(
+                        topic, value, key, partition, on_delivery=callback, headers=headers
+                    )
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                _raise_for(exc, f"cannot produce to {topic}")
+
+    def send_offsets(self, offsets: Mapping[TopicPartitionKey, int], group: object) -> None:
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        try:
+            self._producer.send_offsets_to_transaction(tps, group, 30)
+        except KafkaException as exc:
+            _raise_for(exc, "cannot add consumer offsets to the transaction")
+
+    def commit(self) -> dict[TopicPartitionKey, int]:
+        try:
+            self._producer.commit_transaction(60)
+        except KafkaException as exc:
+            _raise_for(exc, "cannot commit the transaction")
+        self._producer.poll(0)
+        if self._errors:
+            raise BrokerError(f"a record of the transaction was not delivered: {self._errors[0]}")
+        return dict(self._tracked)
+
+    def abort(self) -> None:
+        try:
+            self._producer.abort_transaction(30)
+        except KafkaException as exc:
+            _raise_for(exc, "cannot abort the transaction")
+
+    def close(self) -> None:
+        self._producer.flush(5)
+
+
+class KafkaPartitionReader:
+    """Reads partitions to their end with a group-less consumer (restores, replays)."""
+
+    def __init__(self, bootstrap: str, **extra: Any) -> None:
+        self._consumer = Consumer(
+            consumer_settings(
+                bootstrap,
+                **{"group.id": "sow-reader-unused", "enable.partition.eof": True, **extra},
+            )
+        )
+        self.last_end_offset = -1
+
+    def read_to_end(self, topic: str, partition: int, start: int) -> Iterator[Sequence[Record]]:
+        tp = TopicPartition(topic, partition, start)
+        self._consumer.assign([tp])
+        try:
+            while True:
+                batch = self._consumer.consume(5000, 1.0)
+                records: list[Record] = []
+                done = False
+                for message in batch:
+                    error = message.error()
+                    if error is None:
+                        records.append(message)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        self.last_end_offset = int(message.offset())
+                        done = True
+                    else:
+                        raise BrokerError(f"cannot read {topic}[{partition}]: {error}")
+                if records:
+                    yield records
+                if done:
+                    return
+        finally:
+            self._consumer.unassign()
+
+    def end_offset_estimate(self, topic: str, partition: int) -> int | None:
+        try:
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), 5)
+        except KafkaException:
+            return None
+        return int(high)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        found = self._consumer.offsets_for_times([TopicPartition(topic, partition, timestamp_ms)], 10)
+        offset = found[0].offset
+        return OFFSET_END if offset < 0 else int(offset)
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except RuntimeError:
+            pass

@@ -1,0 +1,48 @@
+"""Message types: one codec module per type, chosen by a topic's ``message_type``.
+
+A codec turns payload bytes into the value that Key paths and (later) filters are evaluated
+on, and raises :class:`~processor.errors.DecodeError` with a precise reason when it cannot.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from processor.errors import ConfigurationError
+from processor.topology.model import SowTopic
+
+
+class Codec(Protocol):
+    """Decodes and encodes one message type. Implementations are thread-safe."""
+
+    name: str
+
+    def decode(self, data: bytes) -> Any:
+        """The decoded message (a dict for json and avro, the bytes for binary)."""
+        ...
+
+    def encode_json(self, value: Any) -> bytes:
+        """Encode a JSON-like value (as a user types it on the command line) to payload bytes."""
+        ...
+
+
+def codec_for(topic: SowTopic) -> Codec:
+    """The codec for a topic's message type."""
+    if topic.message_type == "json":
+        from processor.messages.json import JsonCodec
+
+        return JsonCodec()
+    if topic.message_type == "avro":
+        from processor.messages.avro import AvroCodec
+
+        if topic.schema is None:
+            raise ConfigurationError(f"topic {topic.name} is avro but names no schema file")
+        return AvroCodec.from_file(topic.schema)
+    if topic.message_type == "binary":
+        from processor.messages.binary import BinaryCodec
+
+        return BinaryCodec()
+    raise ConfigurationError(
+        f"topic {topic.name} has message type {topic.message_type!r}; "
+        "supported types are json, avro and binary"
+    )

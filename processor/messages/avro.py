@@ -1,0 +1,63 @@
+"""The avro message type: schemaless Avro binary (fastavro), schema from an .avsc file."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from processor.errors import ConfigurationError, DecodeError
+
+
+class AvroCodec:
+    """Avro records written without a container header, one record per message.
+
+    A payload decodes only if it is one whole record of the schema: bytes left over after
+    the record are a DecodeError too (a common sign of a payload written with another schema).
+    """
+
+    name = "avro"
+
+    def __init__(self, schema: dict[str, Any], source: str = "<schema>") -> None:
+        try:
+            self._schema = fastavro.parse_schema(schema)
+        except Exception as exc:
+            raise ConfigurationError(f"{source}: not a valid Avro schema: {exc}") from exc
+        self.source = source
+
+    @classmethod
+    def from_file(cls, path: str) -> AvroCodec:
+        """Load the schema from an .avsc file."""
+        try:
+            schema = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"cannot read Avro schema {path}: {exc}") from exc
+        return cls(schema, source=path)
+
+    def decode(self, data: bytes) -> Any:
+        buffer = io.BytesIO(data)
+        try:
+            value = fastavro.schemaless_reader(buffer, self._schema, None)
+        except Exception as exc:
+            raise DecodeError(
+                f"the payload is not an Avro record of schema {self.source}: {exc!r}"
+            ) from exc
+        if buffer.tell() != len(data):
+            raise DecodeError(
+                f"the payload has {len(data) - buffer.tell()} bytes left over after one Avro "
+                f"record of schema {self.source}; it was probably written with another schema"
+            )
+        return value
+
+    def encode_json(self, value: Any) -> bytes:
+        buffer = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(buffer, self._schema, value)
+        except Exception as exc:
+            raise DecodeError(
+                f"the value does not fit Avro schema {self.source}: {exc}"
+            ) from exc
+        return buffer.getvalue()

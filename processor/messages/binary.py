@@ -1,0 +1,27 @@
+"""The binary message type: payloads are opaque; the publisher provides the SowKey."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from processor.errors import DecodeError
+
+
+class BinaryCodec:
+    """Opaque bytes. On the command line a binary payload is given as Base64 text."""
+
+    name = "binary"
+
+    def decode(self, data: bytes) -> Any:
+        return data
+
+    def encode_json(self, value: Any) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except ValueError as exc:
+                raise DecodeError(f"a binary payload is given as Base64 text: {exc}") from exc
+        raise DecodeError("a binary payload is given as Base64 text")

@@ -1,0 +1,59 @@
+"""State stores: one per SOW topic partition, bytes in and bytes out.
+
+The records column holds ``SowKey -> changelog envelope``; the meta column holds the
+offsets the data reflects. ``write`` applies record changes and meta in one atomic batch,
+so a store never holds data without the offsets it came from (or the reverse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+#: Meta key: the next changelog offset the store has not applied yet.
+CHANGELOG_OFFSET = b"changelog-offset"
+#: Meta key: the store's layout version.
+FORMAT_VERSION = b"format-version"
+STORE_FORMAT = b"1"
+
+
+class Store(Protocol):
+    """A key-value store of one SOW topic partition."""
+
+    def get(self, sow_key: bytes) -> bytes | None:
+        """The envelope stored for a SowKey, or None."""
+        ...
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (SowKey, envelope), in key order for RocksDB, insertion order in memory."""
+        ...
+
+    def count(self) -> int:
+        """How many records the store holds (exact)."""
+        ...
+
+    def get_meta(self, key: bytes) -> bytes | None:
+        """A metadata value, or None."""
+        ...
+
+    def write(self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes]) -> None:
+        """Atomically put/delete (None) records and put meta values."""
+        ...
+
+    def clear(self, meta: Mapping[bytes, bytes]) -> None:
+        """Atomically drop every record and set meta values."""
+        ...
+
+    def close(self) -> None:
+        """Release the store; idempotent."""
+        ...
+
+
+def offset_bytes(offset: int) -> bytes:
+    """Encode an offset for the meta column."""
+    return offset.to_bytes(8, "big", signed=True)
+
+
+def offset_from(value: bytes | None, default: int = 0) -> int:
+    """Decode an offset from the meta column."""
+    return default if value is None else int.from_bytes(value, "big", signed=True)

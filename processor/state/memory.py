@@ -1,0 +1,41 @@
+"""In-memory store: transient SOW topics and the query service's read replica."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+
+class MemoryStore:
+    """A dict-backed :class:`~processor.state.Store`. Not thread-safe; callers lock."""
+
+    def __init__(self) -> None:
+        self._records: dict[bytes, bytes] = {}
+        self._meta: dict[bytes, bytes] = {}
+
+    def get(self, sow_key: bytes) -> bytes | None:
+        return self._records.get(sow_key)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(list(self._records.items()))
+
+    def count(self) -> int:
+        return len(self._records)
+
+    def get_meta(self, key: bytes) -> bytes | None:
+        return self._meta.get(key)
+
+    def write(self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes]) -> None:
+        target = self._records
+        for key, value in records.items():
+            if value is None:
+                target.pop(key, None)
+            else:
+                target[key] = value
+        self._meta.update(meta)
+
+    def clear(self, meta: Mapping[bytes, bytes]) -> None:
+        self._records.clear()
+        self._meta.update(meta)
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,115 @@
+"""RocksDB store (rocksdict, raw bytes mode): the persistent SOW state of one partition.
+
+Layout: one RocksDB database per SOW topic partition with column families ``records``
+(SowKey -> changelog envelope) and ``meta`` (changelog offset, format version). Later
+features add their own column families (hash indexes, expiration, history) to the same
+database so that their updates join the same atomic batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from rocksdict import Options, Rdict, WriteBatch
+
+from processor.errors import StoreCorruptedError, StoreError
+from processor.state import FORMAT_VERSION, STORE_FORMAT
+
+log = logging.getLogger(__name__)
+
+COLUMN_FAMILIES = ("records", "meta")
+
+
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    options.set_max_background_jobs(2)
+    return options
+
+
+class RocksDBStore:
+    """A :class:`~processor.state.Store` in a RocksDB directory.
+
+    ``open`` raises StoreCorruptedError when the directory exists but is not a readable
+    store of this format; :func:`quarantine` moves such a directory aside for rebuilding.
+    Single-writer; readers in other threads see whole batches only.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = Rdict(
+                str(path),
+                _options(),
+                column_families={name: Options(raw_mode=True) for name in COLUMN_FAMILIES},
+            )
+            self._records = self._db.get_column_family_handle("records")
+            self._meta = self._db.get_column_family_handle("meta")
+            self._records_view = self._db.get_column_family("records")
+            self._meta_view = self._db.get_column_family("meta")
+        except Exception as exc:
+            raise StoreCorruptedError(f"cannot open the RocksDB store at {path}: {exc}") from exc
+        self._closed = False
+        version = self._meta_view.get(FORMAT_VERSION)
+        if version is None:
+            self.write({}, {FORMAT_VERSION: STORE_FORMAT})
+        elif version != STORE_FORMAT:
+            self.close()
+            raise StoreCorruptedError(
+                f"the store at {path} has format {version!r}, this release reads {STORE_FORMAT!r}"
+            )
+
+    def get(self, sow_key: bytes) -> bytes | None:
+        value = self._records_view.get(sow_key)
+        return None if value is None else bytes(value)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(self._records_view.items())
+
+    def count(self) -> int:
+        return sum(1 for _ in self._records_view.keys())
+
+    def get_meta(self, key: bytes) -> bytes | None:
+        return self._meta_view.get(key)
+
+    def write(self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        handle = self._records
+        for key, value in records.items():
+            if value is None:
+                batch.delete(key, handle)
+            else:
+                batch.put(key, value, handle)
+        for key, value in meta.items():
+            batch.put(key, value, self._meta)
+        try:
+            self._db.write(batch)
+        except Exception as exc:
+            raise StoreError(f"cannot write to the RocksDB store at {self.path}: {exc}") from exc
+
+    def clear(self, meta: Mapping[bytes, bytes]) -> None:
+        keys = list(self._records_view.keys())
+        self.write(dict.fromkeys(keys), meta)
+
+    def close(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._records_view = self._meta_view = None  # type: ignore[assignment]
+        self._db.close()
+
+
+def quarantine(path: Path) -> Path | None:
+    """Move a damaged store directory aside (kept for inspection); return where it went."""
+    if not path.exists():
+        return None
+    target = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+    shutil.move(str(path), str(target))
+    log.warning("moved the damaged store %s aside to %s; rebuilding it", path, target)
+    return target

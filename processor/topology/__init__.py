@@ -1,0 +1,23 @@
+"""SOW topology: the model and its loaders (YAML and AMPS XML configuration)."""
+
+from processor.topology.model import (
+    MESSAGE_TYPES,
+    Durability,
+    HashIndexSpec,
+    KeyGeneratorSpec,
+    RecoveryKind,
+    RecoveryPoint,
+    SowTopic,
+    Topology,
+)
+
+__all__ = [
+    "MESSAGE_TYPES",
+    "Durability",
+    "HashIndexSpec",
+    "KeyGeneratorSpec",
+    "RecoveryKind",
+    "RecoveryPoint",
+    "SowTopic",
+    "Topology",
+]

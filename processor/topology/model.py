@@ -1,0 +1,138 @@
+"""The topology model: frozen descriptions of SOW topics, shared by every loader.
+
+A :class:`Topology` is what the YAML loader and the AMPS-configuration loader both
+produce; nothing downstream knows which format it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+MESSAGE_TYPES = ("json", "avro", "binary")
+
+#: Kafka topic names: legal characters and length (Kafka's own rule).
+KAFKA_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+class Durability(Enum):
+    """Whether a SOW topic's state survives a restart of its processor."""
+
+    PERSISTENT = "persistent"
+    TRANSIENT = "transient"
+
+
+class RecoveryKind(Enum):
+    """Where a transient topic starts reading the transaction log when it rebuilds."""
+
+    EPOCH = "epoch"
+    NOW = "now"
+    TIMESTAMP = "timestamp"
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPoint:
+    """AMPS ``RecoveryPoint``: epoch (whole log), now (only new publishes) or a timestamp."""
+
+    kind: RecoveryKind = RecoveryKind.EPOCH
+    timestamp: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind is RecoveryKind.TIMESTAMP) != (self.timestamp is not None):
+            raise ValueError("a timestamp RecoveryPoint needs a timestamp, and only it has one")
+
+    @property
+    def timestamp_ms(self) -> int | None:
+        """Milliseconds since the epoch of a timestamp recovery point, else None."""
+        return None if self.timestamp is None else int(self.timestamp.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGeneratorSpec:
+    """A custom SowKey generator: a dotted Python path to a factory, and its options.
+
+    The factory is called once as ``factory(topic_definition, options)`` and returns a
+    callable that maps a decoded message to its SowKey string.
+    """
+
+    factory: str
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class HashIndexSpec:
+    """A configured hash index: exact-match and IN lookups over exactly these fields."""
+
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SowTopic:
+    """One SOW topic.
+
+    ``keys`` are the Key paths (``/a/b``); empty means publishers provide the SowKey,
+    unless ``key_generator`` is set. ``key_domain`` defaults to the topic name.
+    ``kafka_topic`` is the input topic (the transaction log) the topic is read from.
+    """
+
+    name: str
+    message_type: str = "json"
+    keys: tuple[str, ...] = ()
+    key_domain: str | None = None
+    key_generator: KeyGeneratorSpec | None = None
+    durability: Durability = Durability.PERSISTENT
+    recovery_point: RecoveryPoint = field(default_factory=RecoveryPoint)
+    kafka_topic: str = ""
+    partitions: int = 1
+    #: Path of the Avro schema (.avsc) for ``message_type == "avro"``.
+    schema: str | None = None
+    #: Default lifetime of a record in seconds; None means expiration is disabled,
+    #: 0 means enabled for per-message expiration only.
+    expiration_s: float | None = None
+    hash_indexes: tuple[HashIndexSpec, ...] = ()
+    indexes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.kafka_topic:
+            object.__setattr__(self, "kafka_topic", self.name)
+
+    @property
+    def domain(self) -> str:
+        """The KeyDomain used for SowKey generation (the topic name unless configured)."""
+        return self.key_domain if self.key_domain is not None else self.name
+
+    @property
+    def user_keyed(self) -> bool:
+        """True when publishers must provide the SowKey (no Key and no KeyGenerator)."""
+        return not self.keys and self.key_generator is None
+
+    @property
+    def changelog_topic(self) -> str:
+        """The compacted changelog topic holding this SOW topic's state."""
+        return f"{self.kafka_topic}.sow-changelog"
+
+    @property
+    def repartition_topic(self) -> str:
+        """Where records whose Kafka key is not their SowKey are re-keyed."""
+        return f"{self.kafka_topic}.sow-repartition"
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Every SOW topic the product serves, by name, plus where it was loaded from."""
+
+    topics: Mapping[str, SowTopic]
+    sources: tuple[str, ...] = ()
+
+    def topic(self, name: str) -> SowTopic:
+        """The SOW topic called ``name``; raises KeyError when there is none."""
+        return self.topics[name]
+
+    def by_kafka_topic(self) -> dict[str, SowTopic]:
+        """SOW topics indexed by their input Kafka topic."""
+        return {t.kafka_topic: t for t in self.topics.values()}
