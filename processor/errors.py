@@ -63,6 +63,10 @@ class InvalidRequestError(SowError):
     """A query or command carries an invalid argument (for example BatchSize above 10000)."""
 
 
+class UnsupportedError(SowError):
+    """A request asks for something this release does not implement yet."""
+
+
 class PositionTimeoutError(SowError):
     """A read asked for a minimum log position the service did not reach in time."""
 

@@ -11,7 +11,7 @@ from processor.state import Store
 from processor.topology.model import Durability, SowTopic
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class PartitionState:
     """A store partition: the store, its uncommitted changes and where its inputs stand.
 

@@ -115,3 +115,38 @@ class PartitionReader(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class ChangelogTail(Protocol):
+    """Follows changelog partitions continuously (the query service's read replica)."""
+
+    def assign(self, partitions: Sequence[tuple[str, int, int]]) -> None:
+        """Read these (topic, partition, start offset) from now on."""
+        ...
+
+    def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]: ...
+
+    def close(self) -> None: ...
+
+
+class LogWriter(Protocol):
+    """Writes single commands to the log and reports where they landed (the gateway)."""
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        headers: Headers | None = None,
+    ) -> tuple[str, int, int]:
+        """Produce one record and wait for its (topic, partition, offset)."""
+        ...
+
+    def send_many(
+        self, records: Sequence[tuple[str, bytes | None, bytes | None, int, Headers | None]]
+    ) -> list[tuple[str, int, int]]:
+        """Produce records (topic, key, value, partition, headers); wait for all positions."""
+        ...
+
+    def close(self) -> None: ...

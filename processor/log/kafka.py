@@ -303,3 +303,82 @@ class KafkaPartitionReader:
             self._consumer.close()
         except RuntimeError:
             pass
+
+
+class KafkaChangelogTail:
+    """A group-less consumer following changelog partitions (read_committed)."""
+
+    def __init__(self, bootstrap: str, **extra: Any) -> None:
+        self._consumer = Consumer(
+            consumer_settings(bootstrap, **{"group.id": "sow-replica-unused", **extra})
+        )
+
+    def assign(self, partitions: Sequence[tuple[str, int, int]]) -> None:
+        self._consumer.assign([TopicPartition(t, p, o) for t, p, o in partitions])
+
+    def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
+        records: list[Record] = self._consumer.consume(max_records, timeout_s)
+        return records
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except RuntimeError:
+            pass
+
+
+class KafkaLogWriter:
+    """Idempotent producer for single commands (:class:`processor.log.LogWriter`)."""
+
+    def __init__(self, bootstrap: str, **extra: Any) -> None:
+        self._producer = Producer(producer_settings(bootstrap, **{"linger.ms": 1, **extra}))
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        headers: Headers | None = None,
+    ) -> tuple[str, int, int]:
+        return self.send_many([(topic, key, value, partition, headers)])[0]
+
+    def send_many(
+        self, records: Sequence[tuple[str, bytes | None, bytes | None, int, Headers | None]]
+    ) -> list[tuple[str, int, int]]:
+        results: list[tuple[str, int, int] | KafkaError | None] = [None] * len(records)
+
+        def delivered(index: int) -> Any:
+            def callback(error: KafkaError | None, message: Any) -> None:
+                results[index] = (
+                    error
+                    if error is not None
+                    else (message.topic(), message.partition(), message.offset())
+                )
+
+            return callback
+
+        for index, (topic, key, value, partition, headers) in enumerate(records):
+            while True:
+                try:
+                    self._producer.produce(
+                        topic, value, key, partition, on_delivery=delivered(index),
+                        headers=headers,
+                    )
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+                except KafkaException as exc:
+                    raise BrokerError(f"cannot publish to {topic}: {exc}") from exc
+        remaining = self._producer.flush(30)
+        if remaining:
+            raise BrokerError(f"{remaining} records were not delivered within 30s")
+        positions: list[tuple[str, int, int]] = []
+        for result in results:
+            if not isinstance(result, tuple):
+                raise BrokerError(f"the broker did not accept a record: {result}")
+            positions.append(result)
+        return positions
+
+    def close(self) -> None:
+        self._producer.flush(5)

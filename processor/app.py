@@ -1,0 +1,161 @@
+"""Assembly: the one place where concrete adapters (Kafka, RocksDB, gRPC) are built."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from processor.broker import Broker, start_broker
+from processor.config import Settings
+from processor.engine.commit import crash_hook_from_env
+from processor.engine.processor import Processor, ProcessorConnections
+from processor.errors import StoreCorruptedError
+from processor.log import TopicSpec
+from processor.log.kafka import (
+    KafkaChangelogTail,
+    KafkaInputLog,
+    KafkaLogWriter,
+    KafkaPartitionReader,
+    KafkaTransactionalLog,
+    ensure_topics,
+)
+from processor.query.replica import Replica
+from processor.query.sow import Gateway, QueryEngine
+from processor.state import Store
+from processor.state.memory import MemoryStore
+from processor.state.rocksdb import RocksDBStore, quarantine
+from processor.topology import Topology
+
+from processor.topology.model import Durability, SowTopic
+
+log = logging.getLogger(__name__)
+
+
+def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
+    """Every Kafka topic the topology needs: input, repartition, changelog, dead letter."""
+    specs = [TopicSpec(dead_letter_topic, 1, {})]
+    for topic in topology.topics.values():
+        specs.append(TopicSpec(topic.kafka_topic, topic.partitions, {}))
+        specs.append(TopicSpec(topic.repartition_topic, topic.partitions, {}))
+        specs.append(
+            TopicSpec(topic.changelog_topic, topic.partitions, {"cleanup.policy": "compact"})
+        )
+    return specs
+
+
+def store_path(state_dir: Path, topic: SowTopic, partition: int) -> Path:
+    """Where a persistent store partition lives."""
+    return state_dir / topic.name / str(partition)
+
+
+def store_opener(state_dir: Path) -> Callable[[SowTopic, int], Store]:
+    """Opens stores: RocksDB for persistent topics (a damaged one is moved aside and
+    rebuilt from the changelog), memory for transient ones."""
+
+    def open_store(topic: SowTopic, partition: int) -> Store:
+        if topic.durability is Durability.TRANSIENT:
+            return MemoryStore()
+        path = store_path(state_dir, topic, partition)
+        try:
+            return RocksDBStore(path)
+        except StoreCorruptedError as exc:
+            log.warning("%s", exc)
+            quarantine(path)
+            return RocksDBStore(path)
+
+    return open_store
+
+
+def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> Processor:
+    """A processor wired to Kafka and RocksDB per the settings."""
+    connections = ProcessorConnections(
+        input_log=lambda: KafkaInputLog(bootstrap, settings.group_id),
+        transactional_log=lambda: KafkaTransactionalLog(bootstrap, settings.transactional_id),
+        reader=lambda: KafkaPartitionReader(bootstrap),
+    )
+    return Processor(
+        topology,
+        connections,
+        store_opener(settings.state_dir),
+        settings.dead_letter_topic,
+        max_batch=settings.max_batch,
+        crash_hook=crash_hook_from_env(),
+    )
+
+
+@dataclass
+class Application:
+    """A running kafka-sow process: any of processor, read replica and gRPC service."""
+
+    settings: Settings
+    broker: Broker
+    topology: Topology
+    processor: Processor | None = None
+    replica: Replica | None = None
+    grpc_server: Any = None
+    grpc_address: str = ""
+    threads: list[threading.Thread] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                log.exception("%s stopped with an error", name)
+                self.errors.append(exc)
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop everything this application started, in reverse order."""
+        if self.grpc_server is not None:
+            self.grpc_server.stop(grace=1).wait()
+        if self.replica is not None:
+            self.replica.stop()
+        if self.processor is not None:
+            self.processor.stop()
+        for thread in self.threads:
+            thread.join(timeout=30)
+        self.broker.stop()
+
+
+def start(
+    settings: Settings,
+    *,
+    processor: bool = True,
+    service: bool = True,
+    allow_docker: bool = True,
+) -> Application:
+    """Start the broker (or use the configured one), create topics, and start components."""
+    from processor.topology.loader import load_topology
+
+    topology = load_topology(settings.topology)
+    broker = start_broker(settings.bootstrap_servers, allow_docker=allow_docker)
+    app = Application(settings, broker, topology)
+    try:
+        bootstrap = broker.bootstrap_servers
+        ensure_topics(bootstrap, topic_specs(topology, settings.dead_letter_topic))
+        if processor:
+            app.processor = build_processor(settings, bootstrap, topology)
+            app._spawn("sow-processor", app.processor.run)
+        if service:
+            from processor.service.server import start_server
+
+            app.replica = Replica(topology, lambda: KafkaChangelogTail(bootstrap))
+            app._spawn("sow-replica", app.replica.run)
+            gateway = Gateway(topology, KafkaLogWriter(bootstrap), app.replica)
+            engine = QueryEngine(topology, app.replica)
+            app.grpc_server, app.grpc_address = start_server(
+                engine, gateway, settings.grpc_address
+            )
+    except BaseException:
+        app.stop()
+        raise
+    return app

@@ -1,0 +1,305 @@
+"""The ``sow`` command: argument parsing only; the work happens in app, service and query.
+
+Output is JSON lines on stdout; progress and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from processor.config import DEFAULT_GRPC_ADDRESS, Settings
+from processor.errors import SowError
+
+log = logging.getLogger("sow")
+
+EPILOG = """\
+environment: KAFKA_BOOTSTRAP_SERVERS (use this Kafka instead of the embedded broker),
+SOW_TOPOLOGY, SOW_STATE_DIR, SOW_GRPC_ADDRESS, SOW_GROUP_ID, SOW_INSTANCE_ID.
+"""
+
+
+def _common_server(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--server",
+        default=None,
+        help=f"address of a running 'sow serve' (default: $SOW_GRPC_ADDRESS or "
+        f"{DEFAULT_GRPC_ADDRESS})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="sow",
+        description="kafka-sow: a State of the World database on Kafka.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def runner(name: str, text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=text, description=text, epilog=EPILOG)
+        p.add_argument(
+            "--topology",
+            type=Path,
+            default=None,
+            help="topology file or directory (YAML or AMPS XML; default: topologies)",
+        )
+        p.add_argument(
+            "--bootstrap-servers",
+            default=None,
+            help="Kafka bootstrap servers; without it the embedded broker is started",
+        )
+        p.add_argument(
+            "--state-dir", type=Path, default=None, help="where RocksDB stores live (default: sow-state)"
+        )
+        p.add_argument("--group-id", default=None, help="processor consumer group (default: sow-processor)")
+        p.add_argument(
+            "--instance-id",
+            default=None,
+            help="this processor replica's id, unique within the group (default: 0)",
+        )
+        return p
+
+    serve = runner(
+        "serve",
+        "Run the broker (embedded unless one is configured), the processor and the gRPC "
+        "query service in one process.",
+    )
+    serve.add_argument(
+        "--grpc-address", default=None, help=f"where to serve gRPC (default: {DEFAULT_GRPC_ADDRESS})"
+    )
+    serve.add_argument(
+        "--no-docker",
+        action="store_true",
+        help="never try Kafka in Docker, even when a Docker engine answers",
+    )
+    process = runner("process", "Run only the processor against a configured Kafka.")
+    process.add_argument("--max-batch", type=int, default=None, help="records per transaction")
+
+    publish = sub.add_parser(
+        "publish",
+        help="Publish messages to a SOW topic.",
+        description="Publish one message (DATA) or, without DATA, one message per line of "
+        "standard input. Prints the SowKey and log position of each as JSON lines.",
+    )
+    publish.add_argument("topic", help="SOW topic name")
+    publish.add_argument("data", nargs="?", help="the message (JSON; Base64 for binary topics)")
+    publish.add_argument("--sow-key", default="", help="SowKey, for topics whose publishers provide it")
+    publish.add_argument("--expiration", type=float, default=0.0, help="lifetime in seconds")
+    publish.add_argument("--correlation-id", default="", help="passed through untouched")
+    _common_server(publish)
+
+    query = sub.add_parser(
+        "query",
+        help="Query a SOW topic.",
+        description="Print the records of a SOW topic as JSON lines: one per record, then a "
+        "group_end line with the counts.",
+    )
+    query.add_argument("topic", help="SOW topic name")
+    query.add_argument("--sow-keys", default="", help="comma-separated SowKeys to restrict to")
+    query.add_argument("--batch-size", type=int, default=0, help="records per batch, 1..10000")
+    query.add_argument("--query-id", default="", help="echoed back in group_begin/group_end")
+    query.add_argument(
+        "--min-position",
+        action="append",
+        default=[],
+        metavar="TOPIC/PARTITION/OFFSET",
+        help="wait until the SOW reflects this log position (from publish); repeatable",
+    )
+    _common_server(query)
+
+    delete = sub.add_parser(
+        "delete",
+        help="Delete records from a SOW topic by SowKey.",
+        description="sow_delete by SowKeys; prints how many records were deleted.",
+    )
+    delete.add_argument("topic", help="SOW topic name")
+    delete.add_argument("--sow-keys", required=True, help="comma-separated SowKeys")
+    _common_server(delete)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        topology=getattr(args, "topology", None),
+        bootstrap_servers=getattr(args, "bootstrap_servers", None),
+        state_dir=getattr(args, "state_dir", None),
+        grpc_address=getattr(args, "grpc_address", None),
+        group_id=getattr(args, "group_id", None),
+        instance_id=getattr(args, "instance_id", None),
+        max_batch=getattr(args, "max_batch", None),
+    )
+
+
+def _out(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.flush()
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+
+
+def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool = True) -> int:
+    from processor.app import start
+
+    settings = _settings(args)
+    app = start(
+        settings,
+        processor=processor,
+        service=service,
+        allow_docker=not getattr(args, "no_docker", False),
+    )
+    lines = [
+        "kafka-sow is running",
+        f"  broker:     {app.broker.description}",
+        f"  topology:   {settings.topology} ({', '.join(sorted(app.topology.topics))})",
+        f"  state:      {settings.state_dir.resolve()}",
+    ]
+    if service:
+        lines.append(f"  gRPC:       {app.grpc_address}  (try: sow query ORDERS --server {app.grpc_address})")
+    lines.append("  stop with Ctrl-C")
+    sys.stderr.write("\n".join(lines) + "\n")
+    try:
+        _wait_for_signal()
+    finally:
+        sys.stderr.write("stopping...\n")
+        app.stop()
+    return 1 if app.errors else 0
+
+
+def _address(args: argparse.Namespace) -> str:
+    return args.server or Settings.from_env().grpc_address
+
+
+def _record_json(record: Any) -> dict[str, Any]:
+    if record.message_type == "json":
+        data: Any = orjson.loads(record.data)
+    else:
+        data = base64.b64encode(record.data).decode()
+    out: dict[str, Any] = {
+        "sow_key": record.sow_key,
+        "data": data,
+        "position": f"{record.position.topic}/{record.position.partition}/{record.position.offset}",
+    }
+    if record.correlation_id:
+        out["correlation_id"] = record.correlation_id
+    if record.expiration_ms:
+        out["expiration_ms"] = record.expiration_ms
+    return out
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from processor.service.client import SowClient
+
+    lines = [args.data] if args.data is not None else [line for line in sys.stdin if line.strip()]
+    with SowClient(_address(args)) as client:
+        for line in lines:
+            reply = client.publish(
+                args.topic,
+                line.strip().encode(),
+                sow_key=args.sow_key,
+                expiration=args.expiration,
+                correlation_id=args.correlation_id,
+            )
+            p = reply.position
+            _out({"sow_key": reply.sow_key, "position": f"{p.topic}/{p.partition}/{p.offset}"})
+    return 0
+
+
+def _parse_position(text: str) -> Any:
+    from processor.service._generated import sow_pb2
+
+    try:
+        topic, partition, offset = text.rsplit("/", 2)
+        return sow_pb2.Position(topic=topic, partition=int(partition), offset=int(offset))
+    except ValueError:
+        raise SowError(
+            f"--min-position {text!r} is not TOPIC/PARTITION/OFFSET (as printed by sow publish)"
+        ) from None
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from processor.service.client import SowClient
+
+    keys = [k for k in args.sow_keys.split(",") if k]
+    positions = [_parse_position(p) for p in args.min_position]
+    with SowClient(_address(args)) as client:
+        for reply in client.query_stream(
+            args.topic,
+            sow_keys=keys,
+            query_id=args.query_id,
+            batch_size=args.batch_size,
+            min_position=positions,
+        ):
+            part = reply.WhichOneof("part")
+            if part == "batch":
+                for record in reply.batch.records:
+                    _out(_record_json(record))
+            elif part == "group_end":
+                end = reply.group_end
+                _out(
+                    {
+                        "group_end": {
+                            "query_id": end.query_id,
+                            "matches": end.matches,
+                            "records_returned": end.records_returned,
+                            "elapsed_us": end.elapsed_us,
+                        }
+                    }
+                )
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from processor.service.client import SowClient
+
+    keys = [k for k in args.sow_keys.split(",") if k]
+    with SowClient(_address(args)) as client:
+        reply = client.delete(args.topic, keys)
+    _out({"records_deleted": reply.records_deleted})
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``sow`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    handlers = {
+        "serve": cmd_serve,
+        "process": lambda a: cmd_serve(a, service=False),
+        "publish": cmd_publish,
+        "query": cmd_query,
+        "delete": cmd_delete,
+    }
+    try:
+        return int(handlers[args.command](args))
+    except SowError as exc:
+        sys.stderr.write(f"sow {args.command}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

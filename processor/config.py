@@ -1,0 +1,87 @@
+"""Settings: one typed model, filled from defaults, environment variables and the CLI.
+
+| setting | environment variable | default |
+| --- | --- | --- |
+| bootstrap_servers | KAFKA_BOOTSTRAP_SERVERS | none: start the embedded broker |
+| topology | SOW_TOPOLOGY | ``topologies`` (a file or a directory) |
+| state_dir | SOW_STATE_DIR | ``sow-state`` |
+| grpc_address | SOW_GRPC_ADDRESS | ``127.0.0.1:50051`` |
+| group_id | SOW_GROUP_ID | ``sow-processor`` |
+| instance_id | SOW_INSTANCE_ID | ``0`` (part of the transactional id; unique per replica) |
+| dead_letter_topic | SOW_DEAD_LETTER_TOPIC | ``sow.dead-letter`` |
+| max_batch | SOW_MAX_BATCH | ``10000`` records per transaction |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from processor.errors import ConfigurationError
+
+DEFAULT_GRPC_ADDRESS = "127.0.0.1:50051"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a kafka-sow process needs to know; immutable once built."""
+
+    bootstrap_servers: str | None = None
+    topology: Path = Path("topologies")
+    state_dir: Path = Path("sow-state")
+    grpc_address: str = DEFAULT_GRPC_ADDRESS
+    group_id: str = "sow-processor"
+    instance_id: str = "0"
+    dead_letter_topic: str = "sow.dead-letter"
+    max_batch: int = 10000
+
+    @property
+    def transactional_id(self) -> str:
+        """Stable per processor replica, so a restarted replica fences its predecessor."""
+        return f"{self.group_id}-{self.instance_id}"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then environment variables, then non-None ``overrides``."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        names = {
+            "bootstrap_servers": "KAFKA_BOOTSTRAP_SERVERS",
+            "topology": "SOW_TOPOLOGY",
+            "state_dir": "SOW_STATE_DIR",
+            "grpc_address": "SOW_GRPC_ADDRESS",
+            "group_id": "SOW_GROUP_ID",
+            "instance_id": "SOW_INSTANCE_ID",
+            "dead_letter_topic": "SOW_DEAD_LETTER_TOPIC",
+            "max_batch": "SOW_MAX_BATCH",
+        }
+        for field_name, variable in names.items():
+            raw = env.get(variable, "").strip()
+            if raw:
+                values[field_name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls()._with(values)
+
+    def _with(self, values: dict[str, Any]) -> Settings:
+        known = {f.name for f in fields(self)}
+        unknown = set(values) - known
+        if unknown:
+            raise ConfigurationError(f"unknown settings {sorted(unknown)}; known: {sorted(known)}")
+        converted: dict[str, Any] = {}
+        for name, value in values.items():
+            if name in ("topology", "state_dir"):
+                converted[name] = Path(value)
+            elif name == "max_batch":
+                try:
+                    converted[name] = int(value)
+                except ValueError:
+                    raise ConfigurationError(
+                        f"max_batch must be a whole number of records, got {value!r}"
+                    ) from None
+                if converted[name] < 1:
+                    raise ConfigurationError(f"max_batch must be at least 1, got {value!r}")
+            else:
+                converted[name] = str(value)
+        return replace(self, **converted)

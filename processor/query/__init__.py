@@ -1,0 +1,1 @@
+"""Queries: the read replica, query execution and the publish gateway (transport-free)."""

@@ -1,0 +1,143 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Position(_message.Message):
+    __slots__ = ("topic", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class PublishRequest(_message.Message):
+    __slots__ = ("topic", "data", "sow_key", "expiration", "correlation_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SOW_KEY_FIELD_NUMBER: _ClassVar[int]
+    EXPIRATION_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    data: bytes
+    sow_key: str
+    expiration: float
+    correlation_id: str
+    def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+
+class PublishReply(_message.Message):
+    __slots__ = ("position", "sow_key")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    SOW_KEY_FIELD_NUMBER: _ClassVar[int]
+    position: Position
+    sow_key: str
+    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ...) -> None: ...
+
+class SowQueryRequest(_message.Message):
+    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MIN_POSITION_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_FIELD_NUMBER: _ClassVar[int]
+    SKIP_N_FIELD_NUMBER: _ClassVar[int]
+    ORDER_BY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    sow_keys: _containers.RepeatedScalarFieldContainer[str]
+    query_id: str
+    batch_size: int
+    min_position: _containers.RepeatedCompositeFieldContainer[Position]
+    timeout_seconds: float
+    filter: str
+    top_n: int
+    skip_n: int
+    order_by: str
+    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ...) -> None: ...
+
+class SowRecord(_message.Message):
+    __slots__ = ("sow_key", "data", "topic", "message_type", "position", "publish_time_ms", "apply_time_ms", "expiration_ms", "correlation_id")
+    SOW_KEY_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    APPLY_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRATION_MS_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    sow_key: str
+    data: bytes
+    topic: str
+    message_type: str
+    position: Position
+    publish_time_ms: int
+    apply_time_ms: int
+    expiration_ms: int
+    correlation_id: str
+    def __init__(self, sow_key: _Optional[str] = ..., data: _Optional[bytes] = ..., topic: _Optional[str] = ..., message_type: _Optional[str] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., publish_time_ms: _Optional[int] = ..., apply_time_ms: _Optional[int] = ..., expiration_ms: _Optional[int] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+
+class GroupBegin(_message.Message):
+    __slots__ = ("query_id", "topic", "snapshot")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    topic: str
+    snapshot: _containers.RepeatedCompositeFieldContainer[Position]
+    def __init__(self, query_id: _Optional[str] = ..., topic: _Optional[str] = ..., snapshot: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
+
+class Batch(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[SowRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[SowRecord, _Mapping]]] = ...) -> None: ...
+
+class GroupEnd(_message.Message):
+    __slots__ = ("query_id", "topic_matches", "matches", "records_returned", "elapsed_us")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_MATCHES_FIELD_NUMBER: _ClassVar[int]
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_RETURNED_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_US_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    topic_matches: int
+    matches: int
+    records_returned: int
+    elapsed_us: int
+    def __init__(self, query_id: _Optional[str] = ..., topic_matches: _Optional[int] = ..., matches: _Optional[int] = ..., records_returned: _Optional[int] = ..., elapsed_us: _Optional[int] = ...) -> None: ...
+
+class SowQueryReply(_message.Message):
+    __slots__ = ("group_begin", "batch", "group_end")
+    GROUP_BEGIN_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    GROUP_END_FIELD_NUMBER: _ClassVar[int]
+    group_begin: GroupBegin
+    batch: Batch
+    group_end: GroupEnd
+    def __init__(self, group_begin: _Optional[_Union[GroupBegin, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., group_end: _Optional[_Union[GroupEnd, _Mapping]] = ...) -> None: ...
+
+class SowDeleteRequest(_message.Message):
+    __slots__ = ("topic", "sow_keys", "timeout_seconds")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    sow_keys: _containers.RepeatedScalarFieldContainer[str]
+    timeout_seconds: float
+    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class SowDeleteReply(_message.Message):
+    __slots__ = ("records_deleted", "positions")
+    RECORDS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    records_deleted: int
+    positions: _containers.RepeatedCompositeFieldContainer[Position]
+    def __init__(self, records_deleted: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,156 @@
+"""gRPC service: Publish, SowQuery (streamed group begin / batches / group end), SowDelete.
+
+The one table mapping failure reasons to gRPC status codes is :data:`STATUS_FOR`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from processor import errors
+from processor.changelog import Envelope
+from processor.query.replica import LogPosition
+from processor.query.sow import Gateway, QueryEngine, SowQuery
+from processor.service._generated import sow_pb2, sow_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+#: Failure reason -> gRPC status code. Order matters: the first matching class wins.
+STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
+    (errors.UnknownTopicError, grpc.StatusCode.NOT_FOUND),
+    (errors.UnsupportedError, grpc.StatusCode.UNIMPLEMENTED),
+    (errors.InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.MessageError, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.PositionTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.BrokerError, grpc.StatusCode.UNAVAILABLE),
+    (errors.SowError, grpc.StatusCode.INTERNAL),
+)
+
+
+def status_for(error: errors.SowError) -> grpc.StatusCode:
+    """The gRPC status code of a failure."""
+    for kind, code in STATUS_FOR:
+        if isinstance(error, kind):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def _position(position: LogPosition) -> sow_pb2.Position:
+    topic, partition, offset = position
+    return sow_pb2.Position(topic=topic, partition=partition, offset=offset)
+
+
+def _record(envelope: Envelope) -> sow_pb2.SowRecord:
+    return sow_pb2.SowRecord(
+        sow_key=envelope.sow_key,
+        data=envelope.data,
+        topic=envelope.topic,
+        message_type=envelope.message_type,
+        position=sow_pb2.Position(
+            topic=envelope.log_topic,
+            partition=envelope.log_partition,
+            offset=envelope.log_offset,
+        ),
+        publish_time_ms=envelope.publish_time_ms,
+        apply_time_ms=envelope.apply_time_ms,
+        expiration_ms=envelope.expiration_ms or 0,
+        correlation_id=envelope.correlation_id or "",
+    )
+
+
+class SowServicer(sow_pb2_grpc.SowServicer):  # type: ignore[misc]
+    """Translates gRPC requests to the query engine and gateway, and errors to statuses."""
+
+    def __init__(self, engine: QueryEngine, gateway: Gateway) -> None:
+        self._engine = engine
+        self._gateway = gateway
+
+    @staticmethod
+    def _abort(context: Any, error: errors.SowError) -> None:
+        context.abort(status_for(error), str(error))
+
+    def Publish(self, request: Any, context: Any) -> Any:
+        try:
+            published = self._gateway.publish(
+                request.topic,
+                request.data,
+                request.sow_key,
+                request.expiration,
+                request.correlation_id,
+            )
+        except errors.SowError as exc:
+            self._abort(context, exc)
+        return sow_pb2.PublishReply(
+            position=_position(published.position), sow_key=published.sow_key
+        )
+
+    def SowQuery(self, request: Any, context: Any) -> Iterator[Any]:
+        query = SowQuery(
+            topic=request.topic,
+            sow_keys=tuple(request.sow_keys),
+            query_id=request.query_id,
+            batch_size=request.batch_size,
+            min_position=tuple((p.topic, p.partition, p.offset) for p in request.min_position),
+            timeout_s=request.timeout_seconds,
+            filter=request.filter,
+            top_n=request.top_n,
+            skip_n=request.skip_n,
+            order_by=request.order_by,
+        )
+        try:
+            result = self._engine.run(query)
+        except errors.SowError as exc:
+            self._abort(context, exc)
+        yield sow_pb2.SowQueryReply(
+            group_begin=sow_pb2.GroupBegin(
+                query_id=result.query_id,
+                topic=result.topic,
+                snapshot=[_position(p) for p in result.snapshot],
+            )
+        )
+        for batch in result.batches:
+            yield sow_pb2.SowQueryReply(
+                batch=sow_pb2.Batch(records=[_record(e) for e in batch])
+            )
+        stats = result.stats
+        assert stats is not None
+        yield sow_pb2.SowQueryReply(
+            group_end=sow_pb2.GroupEnd(
+                query_id=result.query_id,
+                topic_matches=stats.topic_matches,
+                matches=stats.matches,
+                records_returned=stats.records_returned,
+                elapsed_us=stats.elapsed_us,
+            )
+        )
+
+    def SowDelete(self, request: Any, context: Any) -> Any:
+        try:
+            deleted, positions = self._gateway.delete(
+                request.topic, list(request.sow_keys), request.timeout_seconds
+            )
+        except errors.SowError as exc:
+            self._abort(context, exc)
+        return sow_pb2.SowDeleteReply(
+            records_deleted=deleted, positions=[_position(p) for p in positions]
+        )
+
+
+def start_server(engine: QueryEngine, gateway: Gateway, address: str) -> tuple[Any, str]:
+    """Start the gRPC server on ``address``; return it and the address it bound."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway), server)
+    host, _, port = address.rpartition(":")
+    bound = server.add_insecure_port(address)
+    if bound == 0:
+        raise errors.ConfigurationError(
+            f"cannot listen for gRPC on {address}: the port is taken or the address is not "
+            "local; pick another with --grpc-address or SOW_GRPC_ADDRESS"
+        )
+    server.start()
+    return server, f"{host}:{bound}"
