@@ -62,6 +62,15 @@ def _long(n: int) -> bytes:
     return bytes(out)
 
 
+#: Encodings of 0 .. 2**14-1: lengths and small numbers take one lookup, not a loop.
+_SMALL = tuple(_long(n) for n in range(1 << 14))
+
+
+def _ulong(n: int) -> bytes:
+    """``_long`` for a non-negative number, fast for small ones."""
+    return _SMALL[n] if n < 16384 else _long(n)
+
+
 def _string(text: str) -> bytes:
     raw = text.encode()
     return _long(len(raw)) + raw
@@ -78,7 +87,7 @@ class EnvelopeWriter:
     rest. Not thread-safe only in the sense that it holds no state: it is safe to share.
     """
 
-    __slots__ = ("_prefix",)
+    __slots__ = ("_prefix", "_time", "_time_bytes")
 
     def __init__(self, topic: str, message_type: str, log_topic: str, log_partition: int):
         self._prefix = (
@@ -88,6 +97,8 @@ class EnvelopeWriter:
             + _string(log_topic)
             + _long(log_partition)
         )
+        self._time = -1
+        self._time_bytes = b""
 
     def encode(
         self,
@@ -99,20 +110,34 @@ class EnvelopeWriter:
         expiration_ms: int | None = None,
         correlation_id: str | None = None,
     ) -> bytes:
-        """The envelope bytes; ``sow_key`` is the UTF-8 SowKey."""
-        tail = (
-            b"\x00" if expiration_ms is None else b"\x02" + _long(expiration_ms)
-        ) + (b"\x00" if correlation_id is None else b"\x02" + _string(correlation_id))
+        """The envelope bytes; ``sow_key`` is the UTF-8 SowKey.
+
+        Times repeat from record to record within a batch, so the last one's encoding is
+        kept; numbers are non-negative here except in hand-built envelopes.
+        """
+        if publish_time_ms == self._time:
+            publish = self._time_bytes
+        else:
+            publish = _long(publish_time_ms)
+            self._time, self._time_bytes = publish_time_ms, publish
+        apply = publish if apply_time_ms == publish_time_ms else _long(apply_time_ms)
+        if expiration_ms is None and correlation_id is None:
+            tail = b"\x00\x00"
+        else:
+            tail = (
+                b"\x00" if expiration_ms is None else b"\x02" + _long(expiration_ms)
+            ) + (b"\x00" if correlation_id is None else b"\x02" + _string(correlation_id))
+        size = len(data)
         return b"".join(
             (
                 self._prefix,
                 _long(log_offset),
-                _long(len(sow_key)),
+                _SMALL[len(sow_key)],
                 sow_key,
-                _long(len(data)),
+                _SMALL[size] if size < 16384 else _long(size),
                 data,
-                _long(publish_time_ms),
-                _long(apply_time_ms),
+                publish,
+                apply,
                 tail,
             )
         )

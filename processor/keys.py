@@ -105,7 +105,10 @@ class FieldKeyGenerator:
     a Key field is absent or NULL.
     """
 
-    __slots__ = ("_paths", "_prefix", "_single", "paths")
+    __slots__ = ("_memo", "_paths", "_prefix", "_single", "paths")
+
+    #: Single-field keys of hot values are remembered; the memo is dropped when it fills.
+    MEMO_SIZE = 1 << 16
 
     def __init__(self, domain: str, paths: tuple[str, ...]) -> None:
         if not paths:
@@ -114,6 +117,7 @@ class FieldKeyGenerator:
         self._paths = tuple(parse_path(p) for p in paths)
         self._prefix = KEY_TAG + _component(domain)
         self._single = self._paths[0] if len(self._paths) == 1 else None
+        self._memo: dict[object, str] = {}
 
     def __call__(self, message: Any) -> str:
         single = self._single
@@ -126,9 +130,23 @@ class FieldKeyGenerator:
                         f"the message has no value for Key field {self.paths[0]}; every "
                         "message published to this topic must carry its Key fields"
                     )
+            memo = self._memo
+            hashable = value.__class__ in (str, int)
+            if hashable:
+                # str and int never collide as dict keys with equal text ("1" vs 1), but
+                # they give the same SowKey anyway, so either entry is right.
+                found = memo.get(value)
+                if found is not None:
+                    return found
             text = value if isinstance(value, str) else key_text(value)
             raw = text.encode()
             data = self._prefix + len(raw).to_bytes(4, "big") + raw
+            key = str(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big"))
+            if hashable:
+                if len(memo) >= self.MEMO_SIZE:
+                    memo.clear()
+                memo[value] = key
+            return key
         else:
             parts = [self._prefix]
             for path, segments in zip(self.paths, self._paths, strict=True):

@@ -70,8 +70,11 @@ class Processor:
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._applier: Applier | None = None
         self._reader: PartitionReader | None = None
+        #: Committed transactions and the records they held (monitoring, benchmarks).
         self.transactions = 0
         self.records = 0
+        #: ``time.perf_counter()`` when the first batch arrived (None before).
+        self.first_batch_at: float | None = None
         self.ready = threading.Event()
 
     @property
@@ -112,6 +115,8 @@ class Processor:
                 records = consumer.consume(self._max_batch, 0.2)
                 if not records:
                     continue
+                if self.first_batch_at is None:
+                    self.first_batch_at = time.perf_counter()
                 # A failure anywhere below raises out of the pipeline, which drops every
                 # partition's pending state and restarts from the committed offsets.
                 transaction = Transaction(self.transactions)
