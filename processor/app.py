@@ -129,14 +129,19 @@ class Application:
 def start(
     settings: Settings,
     *,
+    topology: Topology | None = None,
     processor: bool = True,
     service: bool = True,
     allow_docker: bool = True,
 ) -> Application:
-    """Start the broker (or use the configured one), create topics, and start components."""
-    from processor.topology.loader import load_topology
+    """Start the broker (or use the configured one), create topics, and start components.
 
-    topology = load_topology(settings.topology)
+    The topology is loaded from ``settings.topology`` unless given.
+    """
+    if topology is None:
+        from processor.topology.loader import load_topology
+
+        topology = load_topology(settings.topology)
     broker = start_broker(settings.bootstrap_servers, allow_docker=allow_docker)
     app = Application(settings, broker, topology)
     try:

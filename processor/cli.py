@@ -160,6 +160,11 @@ def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool
     from processor.app import start
 
     settings = _settings(args)
+    if not service and not settings.bootstrap_servers:
+        raise SowError(
+            "sow process runs against an existing Kafka: pass --bootstrap-servers or set "
+            "KAFKA_BOOTSTRAP_SERVERS (use sow serve for the all-in-one embedded setup)"
+        )
     app = start(
         settings,
         processor=processor,

@@ -54,6 +54,11 @@ class RocksDBStore:
             self._records_view = self._db.get_column_family("records")
             self._meta_view = self._db.get_column_family("meta")
         except Exception as exc:
+            if "lock" in str(exc).lower():
+                raise StoreError(
+                    f"the RocksDB store at {path} is in use by another process or store "
+                    f"object ({exc}); run one processor per state directory and instance id"
+                ) from exc
             raise StoreCorruptedError(f"cannot open the RocksDB store at {path}: {exc}") from exc
         self._closed = False
         version = self._meta_view.get(FORMAT_VERSION)
@@ -101,8 +106,11 @@ class RocksDBStore:
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        self._records_view = self._meta_view = None  # type: ignore[assignment]
+        # Every column-family view holds the database open; close them all, then drop them.
+        self._records_view.close()
+        self._meta_view.close()
         self._db.close()
+        del self._records_view, self._meta_view, self._records, self._meta, self._db
 
 
 def quarantine(path: Path) -> Path | None:

@@ -1,0 +1,40 @@
+"""Shared fixtures: one broker for the whole session, chosen as the product chooses it.
+
+Order: ``KAFKA_BOOTSTRAP_SERVERS`` (a real cluster), Kafka in Docker via testcontainers when
+a Docker engine answers, else the embedded Tansu broker on a free loopback port.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from processor.broker import Broker, start_broker
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Broker]:
+    """The session's broker; stopped at the end if the session started it."""
+    started = start_broker(allow_docker=True)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker: Broker) -> str:
+    """Bootstrap servers of the session's broker."""
+    return broker.bootstrap_servers
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short name unique in this session, for topics and groups (the broker is shared)."""
+    return f"t{os.getpid()}-{next(_counter)}-{uuid.uuid4().hex[:6]}"

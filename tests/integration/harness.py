@@ -1,0 +1,74 @@
+"""An in-process kafka-sow (processor, replica, gRPC service) on the session's broker."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from processor.app import Application, start
+from processor.config import Settings
+from processor.service.client import SowClient
+from processor.topology.model import SowTopic, Topology
+
+
+def namespaced(unique: str, *topics: SowTopic) -> Topology:
+    """A topology whose Kafka topics are unique to one test (the broker is shared)."""
+    return Topology(
+        {t.name: replace(t, kafka_topic=f"{unique}.{t.name}") for t in topics}
+    )
+
+
+@contextlib.contextmanager
+def running_sow(
+    bootstrap: str, topology: Topology, state_dir: Path, unique: str
+) -> Iterator[tuple[Application, SowClient]]:
+    """Start processor + replica + gRPC on a free port; yield the app and a client."""
+    settings = Settings(
+        bootstrap_servers=bootstrap,
+        state_dir=state_dir,
+        grpc_address="127.0.0.1:0",
+        group_id=f"{unique}-group",
+        dead_letter_topic=f"{unique}.dead-letter",
+    )
+    app = start(settings, topology=topology, allow_docker=False)
+    client = SowClient(app.grpc_address)
+    try:
+        yield app, client
+    finally:
+        client.close()
+        app.stop()
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int = 1, timeout_s: float = 20.0,
+               expect: int | None = None) -> list[object]:
+    """Every committed record of a topic (until ``expect`` records or partition ends)."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "enable.partition.eof": True, "log_level": 3,
+    })
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: list[object] = []
+    ended: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if expect is not None and len(records) >= expect:
+                break
+            if expect is None and len(ended) == partitions:
+                break
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                ended.add(message.partition())
+                continue
+            ended.discard(message.partition())
+            records.append(message)
+    finally:
+        consumer.close()
+    return records

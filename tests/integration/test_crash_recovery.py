@@ -1,0 +1,257 @@
+"""Exactly-once under SIGKILL, crashes between commit steps, and store rebuilds.
+
+The processor runs as ``sow process`` in a child process, so it can be killed for real.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from processor import changelog
+from processor.app import topic_specs
+from processor.keys import FieldKeyGenerator, partition_for
+from processor.log.kafka import ensure_topics
+from processor.state.rocksdb import RocksDBStore
+from processor.topology.model import SowTopic, Topology
+
+PARTITIONS = 2
+
+
+class ProcessorProcess:
+    """``sow process`` in a child process, with its stderr collected by a thread."""
+
+    def __init__(self, bootstrap: str, topology_file: Path, state_dir: Path, group: str,
+                 env: dict[str, str] | None = None) -> None:
+        self.lines: list[str] = []
+        self.assigned = threading.Event()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "processor.cli", "process", "--bootstrap-servers", bootstrap,
+             "--topology", str(topology_file), "--state-dir", str(state_dir),
+             "--group-id", group],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            if " assigned " in line:
+                self.assigned.set()
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def terminate(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+
+class Model:
+    """The expected SOW: last value per SowKey, and the log's end per partition."""
+
+    def __init__(self) -> None:
+        self.state: dict[bytes, bytes] = {}
+        self.ends: dict[int, int] = {}
+
+
+def publish(bootstrap: str, topic: SowTopic, updates: int, keys: int, seconds: float,
+            model: Model, seed: int = 7) -> None:
+    """Publish updates keyed by SowKey (2% deletes), spread over ``seconds``."""
+    rng = random.Random(seed)
+    generator = FieldKeyGenerator(topic.domain, topic.keys)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
+    started = time.monotonic()
+    for i in range(updates):
+        order = rng.randrange(keys)
+        sow_key = generator({"orderId": order}).encode()
+        partition = partition_for(sow_key, topic.partitions)
+        if rng.random() < 0.02:
+            producer.produce(topic.kafka_topic, None, sow_key, partition)
+            model.state.pop(sow_key, None)
+        else:
+            value = orjson.dumps({"orderId": order, "seq": i})
+            producer.produce(topic.kafka_topic, value, sow_key, partition)
+            model.state[sow_key] = value
+        if i % 1000 == 0:
+            producer.poll(0)
+            ahead = started + seconds * i / updates - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+    producer.flush(30)
+    for p in range(topic.partitions):
+        # ListOffsets may under-report on some brokers; read the partition instead.
+        model.ends[p] = _count(bootstrap, topic.kafka_topic, p)
+
+
+def _count(bootstrap: str, topic: str, partition: int) -> int:
+    records = read_topic_partition(bootstrap, topic, partition)
+    return records[-1].offset() + 1 if records else 0
+
+
+def read_topic_partition(bootstrap: str, topic: str, partition: int) -> list[object]:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "unused", "enable.partition.eof": True,
+        "isolation.level": "read_committed", "log_level": 3, "enable.auto.commit": False,
+    })
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    records: list[object] = []
+    try:
+        while True:
+            batch = consumer.consume(10000, 5.0)
+            if not batch:
+                break
+            done = False
+            for message in batch:
+                if message.error():
+                    done = True
+                else:
+                    records.append(message)
+            if done:
+                break
+    finally:
+        consumer.close()
+    return records
+
+
+def wait_until_committed(bootstrap: str, group: str, topic: str, ends: dict[int, int],
+                         timeout_s: float) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            committed = consumer.committed(
+                [TopicPartition(topic, p) for p in ends], timeout=10
+            )
+            if all(tp.offset >= ends[tp.partition] for tp in committed):
+                return
+            time.sleep(0.5)
+    finally:
+        consumer.close()
+    raise AssertionError(f"the processor did not commit up to {ends} in {timeout_s}s")
+
+
+def store_contents(state_dir: Path, topic: SowTopic) -> dict[bytes, bytes]:
+    contents: dict[bytes, bytes] = {}
+    for p in range(topic.partitions):
+        store = RocksDBStore(state_dir / topic.name / str(p))
+        contents.update((k, changelog.decode(v).data) for k, v in store.items())
+        store.close()
+    return contents
+
+
+def assert_changelog_exactly_once(bootstrap: str, topic: SowTopic, model: Model) -> None:
+    seen: set[tuple[str, int, int]] = set()
+    final: dict[bytes, bytes] = {}
+    for p in range(topic.partitions):
+        for record in read_topic_partition(bootstrap, topic.changelog_topic, p):
+            key = record.key()
+            if key.startswith(changelog.CONTROL_PREFIX):
+                continue
+            value = record.value()
+            if value is None:
+                position = changelog.parse_position(dict(record.headers())["sow.position"])
+                final.pop(key, None)
+            else:
+                envelope = changelog.decode(value)
+                position = (envelope.log_topic, envelope.log_partition, envelope.log_offset)
+                final[key] = envelope.data
+            assert position not in seen, f"update {position} is in the changelog twice"
+            seen.add(position)
+    assert final == model.state
+
+
+def write_topology(path: Path, topic: SowTopic) -> Path:
+    path.write_text(
+        f"topics:\n  - name: {topic.name}\n    key: [/orderId]\n"
+        f"    kafka_topic: {topic.kafka_topic}\n    partitions: {topic.partitions}\n"
+    )
+    return path
+
+
+@pytest.fixture
+def orders(bootstrap: str, unique: str, tmp_path: Path) -> Iterator[tuple[SowTopic, Path]]:
+    topic = SowTopic("ORDERS", keys=("/orderId",), kafka_topic=f"{unique}.orders",
+                     partitions=PARTITIONS)
+    ensure_topics(bootstrap, topic_specs(Topology({"ORDERS": topic}), "sow.dead-letter"))
+    yield topic, write_topology(tmp_path / "orders.yaml", topic)
+
+
+def test_sigkill_during_100k_updates_then_rebuild(
+    bootstrap: str, unique: str, tmp_path: Path, orders: tuple[SowTopic, Path]
+) -> None:
+    topic, topology_file = orders
+    state_dir = tmp_path / "state"
+    group = f"{unique}-group"
+    model = Model()
+    publisher = threading.Thread(
+        target=publish, args=(bootstrap, topic, 100_000, 5_000, 25.0, model)
+    )
+    publisher.start()
+    rng = random.Random(11)
+    kills = 0
+    while publisher.is_alive() or kills < 4:
+        worker = ProcessorProcess(bootstrap, topology_file, state_dir, group)
+        assert worker.assigned.wait(60), worker.output
+        time.sleep(rng.uniform(0.2, 2.5))
+        worker.kill()
+        kills += 1
+    publisher.join()
+    final = ProcessorProcess(bootstrap, topology_file, state_dir, group)
+    wait_until_committed(bootstrap, group, topic.kafka_topic, model.ends, 120)
+    final.terminate()
+    assert kills >= 4
+    assert store_contents(state_dir, topic) == model.state
+    assert_changelog_exactly_once(bootstrap, topic, model)
+
+    shutil.rmtree(state_dir)
+    rebuilt = ProcessorProcess(bootstrap, topology_file, state_dir, group)
+    assert rebuilt.assigned.wait(120), rebuilt.output
+    rebuilt.terminate()
+    assert "restoring ORDERS[0]" in rebuilt.output and "restored ORDERS[0]" in rebuilt.output
+    assert store_contents(state_dir, topic) == model.state
+
+
+@pytest.mark.parametrize("step", ["produced", "offsets-sent", "committed", "stored"])
+def test_crash_between_commit_steps(
+    bootstrap: str, unique: str, tmp_path: Path, orders: tuple[SowTopic, Path], step: str
+) -> None:
+    topic, topology_file = orders
+    state_dir = tmp_path / "state"
+    group = f"{unique}-group"
+    model = Model()
+    publish(bootstrap, topic, 6_000, 500, 0.0, model)
+    crashing = ProcessorProcess(
+        bootstrap, topology_file, state_dir, group,
+        env={"SOW_CRASH_AT": f"{step}:2", "SOW_MAX_BATCH": "500"},
+    )
+    assert crashing.process.wait(120) == 86, crashing.output
+    survivor = ProcessorProcess(bootstrap, topology_file, state_dir, group,
+                                env={"SOW_MAX_BATCH": "500"})
+    wait_until_committed(bootstrap, group, topic.kafka_topic, model.ends, 120)
+    survivor.terminate()
+    assert store_contents(state_dir, topic) == model.state
+    assert_changelog_exactly_once(bootstrap, topic, model)
