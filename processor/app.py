@@ -29,7 +29,6 @@ from processor.state import Store
 from processor.state.memory import MemoryStore
 from processor.state.rocksdb import RocksDBStore, quarantine
 from processor.topology import Topology
-
 from processor.topology.model import Durability, SowTopic
 
 log = logging.getLogger(__name__)
@@ -157,9 +156,7 @@ def start(
             app._spawn("sow-replica", app.replica.run)
             gateway = Gateway(topology, KafkaLogWriter(bootstrap), app.replica)
             engine = QueryEngine(topology, app.replica)
-            app.grpc_server, app.grpc_address = start_server(
-                engine, gateway, settings.grpc_address
-            )
+            app.grpc_server, app.grpc_address = start_server(engine, gateway, settings.grpc_address)
     except BaseException:
         app.stop()
         raise

@@ -124,9 +124,9 @@ class EnvelopeWriter:
         if expiration_ms is None and correlation_id is None:
             tail = b"\x00\x00"
         else:
-            tail = (
-                b"\x00" if expiration_ms is None else b"\x02" + _long(expiration_ms)
-            ) + (b"\x00" if correlation_id is None else b"\x02" + _string(correlation_id))
+            tail = (b"\x00" if expiration_ms is None else b"\x02" + _long(expiration_ms)) + (
+                b"\x00" if correlation_id is None else b"\x02" + _string(correlation_id)
+            )
         size = len(data)
         return b"".join(
             (

@@ -62,9 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="Kafka bootstrap servers; without it the embedded broker is started",
         )
         p.add_argument(
-            "--state-dir", type=Path, default=None, help="where RocksDB stores live (default: sow-state)"
+            "--state-dir",
+            type=Path,
+            default=None,
+            help="where RocksDB stores live (default: sow-state)",
         )
-        p.add_argument("--group-id", default=None, help="processor consumer group (default: sow-processor)")
+        p.add_argument(
+            "--group-id", default=None, help="processor consumer group (default: sow-processor)"
+        )
         p.add_argument(
             "--instance-id",
             default=None,
@@ -78,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         "query service in one process.",
     )
     serve.add_argument(
-        "--grpc-address", default=None, help=f"where to serve gRPC (default: {DEFAULT_GRPC_ADDRESS})"
+        "--grpc-address",
+        default=None,
+        help=f"where to serve gRPC (default: {DEFAULT_GRPC_ADDRESS})",
     )
     serve.add_argument(
         "--no-docker",
@@ -96,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     publish.add_argument("topic", help="SOW topic name")
     publish.add_argument("data", nargs="?", help="the message (JSON; Base64 for binary topics)")
-    publish.add_argument("--sow-key", default="", help="SowKey, for topics whose publishers provide it")
+    publish.add_argument(
+        "--sow-key", default="", help="SowKey, for topics whose publishers provide it"
+    )
     publish.add_argument("--expiration", type=float, default=0.0, help="lifetime in seconds")
     publish.add_argument("--correlation-id", default="", help="passed through untouched")
     _common_server(publish)
@@ -178,7 +187,9 @@ def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool
         f"  state:      {settings.state_dir.resolve()}",
     ]
     if service:
-        lines.append(f"  gRPC:       {app.grpc_address}  (try: sow query ORDERS --server {app.grpc_address})")
+        lines.append(
+            f"  gRPC:       {app.grpc_address}  (try: sow query ORDERS --server {app.grpc_address})"
+        )
     lines.append("  stop with Ctrl-C")
     sys.stderr.write("\n".join(lines) + "\n")
     try:

@@ -147,17 +147,16 @@ class FieldKeyGenerator:
                     memo.clear()
                 memo[value] = key
             return key
-        else:
-            parts = [self._prefix]
-            for path, segments in zip(self.paths, self._paths, strict=True):
-                value = extract(message, segments)
-                if value is None:
-                    raise MissingKeyError(
-                        f"the message has no value for Key field {path} (composite key "
-                        f"{', '.join(self.paths)}); every message must carry all Key fields"
-                    )
-                parts.append(_component(key_text(value)))
-            data = b"".join(parts)
+        parts = [self._prefix]
+        for path, segments in zip(self.paths, self._paths, strict=True):
+            value = extract(message, segments)
+            if value is None:
+                raise MissingKeyError(
+                    f"the message has no value for Key field {path} (composite key "
+                    f"{', '.join(self.paths)}); every message must carry all Key fields"
+                )
+            parts.append(_component(key_text(value)))
+        data = b"".join(parts)
         return str(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big"))
 
 
@@ -192,7 +191,9 @@ def load_factory(dotted: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"cannot import key generator module {module_name!r}: {exc}")
+        raise ConfigurationError(
+            f"cannot import key generator module {module_name!r}: {exc}"
+        ) from exc
     try:
         factory = getattr(module, attribute)
     except AttributeError as exc:

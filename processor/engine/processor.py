@@ -106,11 +106,11 @@ class Processor:
         self._reader = self._connections.reader()
         applier = self._applier = Applier(producer.produce, self._dead_letter_topic)
         try:
-            consumer.subscribe(
-                sorted(self._by_log_topic), self._on_assign, self._on_revoke
+            consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
+            log.info(
+                "processor joining its consumer group for %s",
+                ", ".join(sorted(self.topology.topics)),
             )
-            log.info("processor joining its consumer group for %s", ", ".join(
-                sorted(self.topology.topics)))
             while not self._stop.is_set():
                 records = consumer.consume(self._max_batch, 0.2)
                 if not records:
@@ -141,8 +141,11 @@ class Processor:
             producer.close()
             self._reader.close()
 
-    def _on_assign(self, partitions: Sequence[TopicPartitionKey]) -> Mapping[TopicPartitionKey, int]:
-        assert self._applier is not None and self._reader is not None
+    def _on_assign(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> Mapping[TopicPartitionKey, int]:
+        assert self._applier is not None
+        assert self._reader is not None
         starts: dict[TopicPartitionKey, int] = {}
         for log_topic, partition in sorted(partitions):
             topic, from_input = self._by_log_topic[log_topic]

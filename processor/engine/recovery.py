@@ -87,8 +87,9 @@ def restore_from_changelog(
     return applied
 
 
-def transient_start_offset(topic: SowTopic, log_topic: str, partition: int,
-                           reader: PartitionReader) -> int:
+def transient_start_offset(
+    topic: SowTopic, log_topic: str, partition: int, reader: PartitionReader
+) -> int:
     """Where a transient topic re-reads its log from, per its RecoveryPoint."""
     point = topic.recovery_point
     if point.kind is RecoveryKind.EPOCH:

@@ -73,9 +73,7 @@ class TransactionalLog(Protocol):
         headers: Headers | None = None,
     ) -> None: ...
 
-    def produce_tracked(
-        self, topic: str, value: bytes | None, key: bytes, partition: int
-    ) -> None:
+    def produce_tracked(self, topic: str, value: bytes | None, key: bytes, partition: int) -> None:
         """Produce a record whose offset ``commit`` reports (one per topic partition)."""
         ...
 
@@ -96,9 +94,7 @@ class PartitionReader(Protocol):
     #: The end offset the last ``read_to_end`` stopped at (-1 before any).
     last_end_offset: int
 
-    def read_to_end(
-        self, topic: str, partition: int, start: int
-    ) -> Iterator[Sequence[Record]]:
+    def read_to_end(self, topic: str, partition: int, start: int) -> Iterator[Sequence[Record]]:
         """Batches of records from ``start`` until the end seen when reading began.
 
         The end is decided from fetched positions (partition EOF), never from a single

@@ -8,10 +8,11 @@ rather than ListOffsets, which may under-report the end of a partition.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import (
     OFFSET_END,
@@ -21,7 +22,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from processor.errors import BrokerError, FencedError
 from processor.log import Headers, OnAssign, OnRevoke, Record, TopicPartitionKey, TopicSpec
@@ -136,22 +137,14 @@ class KafkaInputLog:
         self._consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked)
 
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
-        records: list[Record] = self._consumer.consume(max_records, timeout_s)
-        return records
+        return cast(list[Record], self._consumer.consume(max_records, timeout_s))
 
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()
 
-    def committed(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The group's committed offsets (-1 when none)."""
-        found = self._consumer.committed([TopicPartition(t, p) for t, p in partitions], 10)
-        return {(tp.topic, tp.partition): tp.offset for tp in found}
-
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # already closed
             self._consumer.close()
-        except RuntimeError:
-            pass  # already closed
 
 
 class KafkaTransactionalLog:
@@ -212,10 +205,15 @@ class KafkaTransactionalLog:
         while True:
             try:
                 if callback is None:
-                    self._producer.produce(topic, value, key, partition, headers=headers)
+                    self._producer.produce(topic, value, key, partition, headers=cast(Any, headers))
                 else:
                     self._producer.produce(
-                        topic, value, key, partition, on_delivery=callback, headers=headers
+                        topic,
+                        value,
+                        key,
+                        partition,
+                        on_delivery=callback,
+                        headers=cast(Any, headers),
                     )
                 return
             except BufferError:
@@ -267,7 +265,7 @@ class KafkaPartitionReader:
         self._consumer.assign([tp])
         try:
             while True:
-                batch = self._consumer.consume(5000, 1.0)
+                batch: list[Any] = self._consumer.consume(5000, 1.0)
                 records: list[Record] = []
                 done = False
                 for message in batch:
@@ -275,7 +273,7 @@ class KafkaPartitionReader:
                     if error is None:
                         records.append(message)
                     elif error.code() == KafkaError._PARTITION_EOF:
-                        self.last_end_offset = int(message.offset())
+                        self.last_end_offset = int(message.offset() or 0)
                         done = True
                     else:
                         raise BrokerError(f"cannot read {topic}[{partition}]: {error}")
@@ -294,15 +292,15 @@ class KafkaPartitionReader:
         return int(high)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
-        found = self._consumer.offsets_for_times([TopicPartition(topic, partition, timestamp_ms)], 10)
+        found = self._consumer.offsets_for_times(
+            [TopicPartition(topic, partition, timestamp_ms)], 10
+        )
         offset = found[0].offset
         return OFFSET_END if offset < 0 else int(offset)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):
             self._consumer.close()
-        except RuntimeError:
-            pass
 
 
 class KafkaChangelogTail:
@@ -317,14 +315,11 @@ class KafkaChangelogTail:
         self._consumer.assign([TopicPartition(t, p, o) for t, p, o in partitions])
 
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
-        records: list[Record] = self._consumer.consume(max_records, timeout_s)
-        return records
+        return cast(list[Record], self._consumer.consume(max_records, timeout_s))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):
             self._consumer.close()
-        except RuntimeError:
-            pass
 
 
 class KafkaLogWriter:
@@ -362,8 +357,12 @@ class KafkaLogWriter:
             while True:
                 try:
                     self._producer.produce(
-                        topic, value, key, partition, on_delivery=delivered(index),
-                        headers=headers,
+                        topic,
+                        value,
+                        key,
+                        partition,
+                        on_delivery=delivered(index),
+                        headers=cast(Any, headers),
                     )
                     break
                 except BufferError:

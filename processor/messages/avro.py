@@ -57,7 +57,5 @@ class AvroCodec:
         try:
             fastavro.schemaless_writer(buffer, self._schema, value)
         except Exception as exc:
-            raise DecodeError(
-                f"the value does not fit Avro schema {self.source}: {exc}"
-            ) from exc
+            raise DecodeError(f"the value does not fit Avro schema {self.source}: {exc}") from exc
         return buffer.getvalue()

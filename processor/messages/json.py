@@ -20,9 +20,7 @@ class JsonCodec:
         except orjson.JSONDecodeError as exc:
             raise DecodeError(f"the payload is not valid JSON: {exc}") from exc
         if not isinstance(value, dict):
-            raise DecodeError(
-                f"a json message must be a JSON object, got a {type(value).__name__}"
-            )
+            raise DecodeError(f"a json message must be a JSON object, got a {type(value).__name__}")
         return value
 
     def encode_json(self, value: Any) -> bytes:

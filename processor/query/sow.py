@@ -71,9 +71,7 @@ def resolve_topic(topology: Topology, name: str) -> SowTopic:
         return topology.topic(name)
     except KeyError:
         known = ", ".join(sorted(topology.topics)) or "none"
-        raise UnknownTopicError(
-            f"topic {name!r} has no SOW; SOW topics here: {known}"
-        ) from None
+        raise UnknownTopicError(f"topic {name!r} has no SOW; SOW topics here: {known}") from None
 
 
 class QueryEngine:

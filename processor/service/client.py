@@ -30,7 +30,7 @@ class SowClient:
 
     def __init__(self, address: str) -> None:
         self._channel = grpc.insecure_channel(address)
-        self._stub = sow_pb2_grpc.SowStub(self._channel)
+        self._stub = sow_pb2_grpc.SowStub(self._channel)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         self._channel.close()
@@ -41,24 +41,47 @@ class SowClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def publish(self, topic: str, data: bytes, sow_key: str = "", expiration: float = 0.0,
-                correlation_id: str = "", timeout: float = 30.0) -> Any:
+    def publish(
+        self,
+        topic: str,
+        data: bytes,
+        sow_key: str = "",
+        expiration: float = 0.0,
+        correlation_id: str = "",
+        timeout: float = 30.0,
+    ) -> Any:
         try:
             return self._stub.Publish(
-                sow_pb2.PublishRequest(topic=topic, data=data, sow_key=sow_key,
-                                       expiration=expiration, correlation_id=correlation_id),
+                sow_pb2.PublishRequest(
+                    topic=topic,
+                    data=data,
+                    sow_key=sow_key,
+                    expiration=expiration,
+                    correlation_id=correlation_id,
+                ),
                 timeout=timeout,
             )
         except grpc.RpcError as exc:
             raise _translate(exc) from exc
 
-    def query_stream(self, topic: str, sow_keys: Sequence[str] = (), query_id: str = "",
-                     batch_size: int = 0, min_position: Sequence[Any] = (),
-                     timeout: float = 60.0, **fields: Any) -> Iterator[Any]:
+    def query_stream(
+        self,
+        topic: str,
+        sow_keys: Sequence[str] = (),
+        query_id: str = "",
+        batch_size: int = 0,
+        min_position: Sequence[Any] = (),
+        timeout: float = 60.0,
+        **fields: Any,
+    ) -> Iterator[Any]:
         """The raw reply stream: group begin, batches, group end."""
         request = sow_pb2.SowQueryRequest(
-            topic=topic, sow_keys=list(sow_keys), query_id=query_id, batch_size=batch_size,
-            min_position=list(min_position), **fields,
+            topic=topic,
+            sow_keys=list(sow_keys),
+            query_id=query_id,
+            batch_size=batch_size,
+            min_position=list(min_position),
+            **fields,
         )
         try:
             yield from self._stub.SowQuery(request, timeout=timeout)

@@ -63,7 +63,7 @@ def _record(envelope: Envelope) -> sow_pb2.SowRecord:
     )
 
 
-class SowServicer(sow_pb2_grpc.SowServicer):  # type: ignore[misc]
+class SowServicer(sow_pb2_grpc.SowServicer):
     """Translates gRPC requests to the query engine and gateway, and errors to statuses."""
 
     def __init__(self, engine: QueryEngine, gateway: Gateway) -> None:
@@ -114,9 +114,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):  # type: ignore[misc]
             )
         )
         for batch in result.batches:
-            yield sow_pb2.SowQueryReply(
-                batch=sow_pb2.Batch(records=[_record(e) for e in batch])
-            )
+            yield sow_pb2.SowQueryReply(batch=sow_pb2.Batch(records=[_record(e) for e in batch]))
         stats = result.stats
         assert stats is not None
         yield sow_pb2.SowQueryReply(
@@ -144,8 +142,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):  # type: ignore[misc]
 def start_server(engine: QueryEngine, gateway: Gateway, address: str) -> tuple[Any, str]:
     """Start the gRPC server on ``address``; return it and the address it bound."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway), server)
-    host, _, port = address.rpartition(":")
+    sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway), server)  # type: ignore[no-untyped-call]
+    host, _, _port = address.rpartition(":")
     bound = server.add_insecure_port(address)
     if bound == 0:
         raise errors.ConfigurationError(

@@ -13,6 +13,7 @@ import shutil
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import cast
 
 from rocksdict import Options, Rdict, WriteBatch
 
@@ -75,13 +76,15 @@ class RocksDBStore:
         return None if value is None else bytes(value)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        return iter(self._records_view.items())
+        return cast(Iterator[tuple[bytes, bytes]], iter(self._records_view.items()))
 
     def count(self) -> int:
-        return sum(1 for _ in self._records_view.keys())
+        keys = cast(Iterator[bytes], iter(self._records_view.keys()))
+        return sum(1 for _ in keys)
 
     def get_meta(self, key: bytes) -> bytes | None:
-        return self._meta_view.get(key)
+        value = self._meta_view.get(key)
+        return None if value is None else bytes(value)
 
     def write(self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes]) -> None:
         batch = WriteBatch(raw_mode=True)
@@ -99,7 +102,7 @@ class RocksDBStore:
             raise StoreError(f"cannot write to the RocksDB store at {self.path}: {exc}") from exc
 
     def clear(self, meta: Mapping[bytes, bytes]) -> None:
-        keys = list(self._records_view.keys())
+        keys: list[bytes] = list(self._records_view.keys())  # type: ignore[arg-type]
         self.write(dict.fromkeys(keys), meta)
 
     def close(self) -> None:

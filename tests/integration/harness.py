@@ -18,9 +18,7 @@ from processor.topology.model import SowTopic, Topology
 
 def namespaced(unique: str, *topics: SowTopic) -> Topology:
     """A topology whose Kafka topics are unique to one test (the broker is shared)."""
-    return Topology(
-        {t.name: replace(t, kafka_topic=f"{unique}.{t.name}") for t in topics}
-    )
+    return Topology({t.name: replace(t, kafka_topic=f"{unique}.{t.name}") for t in topics})
 
 
 @contextlib.contextmanager
@@ -44,13 +42,24 @@ def running_sow(
         app.stop()
 
 
-def read_topic(bootstrap: str, topic: str, partitions: int = 1, timeout_s: float = 20.0,
-               expect: int | None = None) -> list[object]:
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int = 1,
+    timeout_s: float = 20.0,
+    expect: int | None = None,
+) -> list[object]:
     """Every committed record of a topic (until ``expect`` records or partition ends)."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "enable.partition.eof": True, "log_level": 3,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "log_level": 3,
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     records: list[object] = []
     ended: set[int] = set()

@@ -33,15 +33,34 @@ PARTITIONS = 2
 class ProcessorProcess:
     """``sow process`` in a child process, with its stderr collected by a thread."""
 
-    def __init__(self, bootstrap: str, topology_file: Path, state_dir: Path, group: str,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topology_file: Path,
+        state_dir: Path,
+        group: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.lines: list[str] = []
         self.assigned = threading.Event()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "processor.cli", "process", "--bootstrap-servers", bootstrap,
-             "--topology", str(topology_file), "--state-dir", str(state_dir),
-             "--group-id", group],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "processor.cli",
+                "process",
+                "--bootstrap-servers",
+                bootstrap,
+                "--topology",
+                str(topology_file),
+                "--state-dir",
+                str(state_dir),
+                "--group-id",
+                group,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
             env={**os.environ, **(env or {})},
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -78,8 +97,15 @@ class Model:
         self.ends: dict[int, int] = {}
 
 
-def publish(bootstrap: str, topic: SowTopic, updates: int, keys: int, seconds: float,
-            model: Model, seed: int = 7) -> None:
+def publish(
+    bootstrap: str,
+    topic: SowTopic,
+    updates: int,
+    keys: int,
+    seconds: float,
+    model: Model,
+    seed: int = 7,
+) -> None:
     """Publish updates keyed by SowKey (2% deletes), spread over ``seconds``."""
     rng = random.Random(seed)
     generator = FieldKeyGenerator(topic.domain, topic.keys)
@@ -113,10 +139,16 @@ def _count(bootstrap: str, topic: str, partition: int) -> int:
 
 
 def read_topic_partition(bootstrap: str, topic: str, partition: int) -> list[object]:
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "unused", "enable.partition.eof": True,
-        "isolation.level": "read_committed", "log_level": 3, "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "log_level": 3,
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(topic, partition, 0)])
     records: list[object] = []
     try:
@@ -137,15 +169,14 @@ def read_topic_partition(bootstrap: str, topic: str, partition: int) -> list[obj
     return records
 
 
-def wait_until_committed(bootstrap: str, group: str, topic: str, ends: dict[int, int],
-                         timeout_s: float) -> None:
+def wait_until_committed(
+    bootstrap: str, group: str, topic: str, ends: dict[int, int], timeout_s: float
+) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3})
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
-            committed = consumer.committed(
-                [TopicPartition(topic, p) for p in ends], timeout=10
-            )
+            committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
             if all(tp.offset >= ends[tp.partition] for tp in committed):
                 return
             time.sleep(0.5)
@@ -194,10 +225,11 @@ def write_topology(path: Path, topic: SowTopic) -> Path:
 
 @pytest.fixture
 def orders(bootstrap: str, unique: str, tmp_path: Path) -> Iterator[tuple[SowTopic, Path]]:
-    topic = SowTopic("ORDERS", keys=("/orderId",), kafka_topic=f"{unique}.orders",
-                     partitions=PARTITIONS)
+    topic = SowTopic(
+        "ORDERS", keys=("/orderId",), kafka_topic=f"{unique}.orders", partitions=PARTITIONS
+    )
     ensure_topics(bootstrap, topic_specs(Topology({"ORDERS": topic}), "sow.dead-letter"))
-    yield topic, write_topology(tmp_path / "orders.yaml", topic)
+    return topic, write_topology(tmp_path / "orders.yaml", topic)
 
 
 def test_sigkill_during_100k_updates_then_rebuild(
@@ -231,7 +263,8 @@ def test_sigkill_during_100k_updates_then_rebuild(
     rebuilt = ProcessorProcess(bootstrap, topology_file, state_dir, group)
     assert rebuilt.assigned.wait(120), rebuilt.output
     rebuilt.terminate()
-    assert "restoring ORDERS[0]" in rebuilt.output and "restored ORDERS[0]" in rebuilt.output
+    assert "restoring ORDERS[0]" in rebuilt.output
+    assert "restored ORDERS[0]" in rebuilt.output
     assert store_contents(state_dir, topic) == model.state
 
 
@@ -245,12 +278,16 @@ def test_crash_between_commit_steps(
     model = Model()
     publish(bootstrap, topic, 6_000, 500, 0.0, model)
     crashing = ProcessorProcess(
-        bootstrap, topology_file, state_dir, group,
+        bootstrap,
+        topology_file,
+        state_dir,
+        group,
         env={"SOW_CRASH_AT": f"{step}:2", "SOW_MAX_BATCH": "500"},
     )
     assert crashing.process.wait(120) == 86, crashing.output
-    survivor = ProcessorProcess(bootstrap, topology_file, state_dir, group,
-                                env={"SOW_MAX_BATCH": "500"})
+    survivor = ProcessorProcess(
+        bootstrap, topology_file, state_dir, group, env={"SOW_MAX_BATCH": "500"}
+    )
     wait_until_committed(bootstrap, group, topic.kafka_topic, model.ends, 120)
     survivor.terminate()
     assert store_contents(state_dir, topic) == model.state

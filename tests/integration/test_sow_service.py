@@ -21,7 +21,9 @@ def _data(record: object) -> dict[str, object]:
     return orjson.loads(record.data)  # type: ignore[attr-defined]
 
 
-def test_seed_example_update_replaces_the_record(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_seed_example_update_replaces_the_record(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
     topology = namespaced(unique, ORDERS)
     with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
         first = client.publish("ORDERS", b'{"orderId":1,"symbol":"MSFT","price":50}')
@@ -33,7 +35,8 @@ def test_seed_example_update_replaces_the_record(bootstrap: str, tmp_path: Path,
         )
         assert begin.query_id == end.query_id == "q1"
         by_key = {r.sow_key: _data(r) for r in records}
-        assert len(records) == 2 and end.records_returned == 2
+        assert len(records) == 2
+        assert end.records_returned == 2
         assert by_key[second.sow_key] == {"orderId": 2, "symbol": "IBM", "price": 95}
         assert by_key[first.sow_key]["price"] == 50
         only, _, _ = client.query("ORDERS", sow_keys=[second.sow_key])
@@ -56,9 +59,7 @@ def test_composite_keys_and_key_domains(bootstrap: str, tmp_path: Path, unique: 
             for inv, cust in [(1, "a"), (1, "b"), (2, "a"), (1, "a")]
         }
         assert len({p.sow_key for p in keys.values()}) == 3
-        records, _, _ = client.query(
-            "INVOICES", min_position=[p.position for p in keys.values()]
-        )
+        records, _, _ = client.query("INVOICES", min_position=[p.position for p in keys.values()])
         assert len(records) == 3
         shipping = client.publish("ShippingStatus", b'{"orderId": 7, "status": "sent"}')
         open_order = client.publish("OpenOrders", b'{"orderId": 7, "qty": 3}')
@@ -67,7 +68,9 @@ def test_composite_keys_and_key_domains(bootstrap: str, tmp_path: Path, unique: 
         assert other.sow_key != shipping.sow_key
 
 
-def test_delete_by_sow_keys_counts_what_existed(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_delete_by_sow_keys_counts_what_existed(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
     topology = namespaced(unique, ORDERS)
     with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
         a = client.publish("ORDERS", b'{"orderId": 1}')
@@ -83,13 +86,16 @@ def test_bad_requests_get_clear_errors(bootstrap: str, tmp_path: Path, unique: s
     with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
         with pytest.raises(ServiceError) as unknown:
             client.query("NOPE")
-        assert unknown.value.code == "NOT_FOUND" and "ORDERS" in unknown.value.details
+        assert unknown.value.code == "NOT_FOUND"
+        assert "ORDERS" in unknown.value.details
         with pytest.raises(ServiceError) as too_big:
             client.query("ORDERS", batch_size=10001)
-        assert too_big.value.code == "INVALID_ARGUMENT" and "10000" in too_big.value.details
+        assert too_big.value.code == "INVALID_ARGUMENT"
+        assert "10000" in too_big.value.details
         with pytest.raises(ServiceError) as malformed:
             client.publish("ORDERS", b'{"orderId": ')
-        assert malformed.value.code == "INVALID_ARGUMENT" and "JSON" in malformed.value.details
+        assert malformed.value.code == "INVALID_ARGUMENT"
+        assert "JSON" in malformed.value.details
         with pytest.raises(ServiceError) as missing:
             client.publish("ORDERS", b'{"symbol": "IBM"}')
         assert "/orderId" in missing.value.details
@@ -104,7 +110,9 @@ def test_bad_requests_get_clear_errors(bootstrap: str, tmp_path: Path, unique: s
         assert [(r.sow_key, r.data) for r in records] == [("YmxvYg==", b"\x00\x01")]
 
 
-def test_bad_records_go_to_the_dead_letter_topic(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_bad_records_go_to_the_dead_letter_topic(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
     """Foreign producers write straight to Kafka: bad records are dead-lettered, the rest
     (including records keyed by something other than the SowKey) are applied."""
     from confluent_kafka import Producer
@@ -138,11 +146,13 @@ def test_bad_records_go_to_the_dead_letter_topic(bootstrap: str, tmp_path: Path,
         assert reasons == ["missing-key-field", "undecodable", "undecodable"]
         for message in dead:
             headers = dict(message.headers())
-            assert headers["sow.error.message"] and headers["sow.source.topic"]
+            assert headers["sow.error.message"]
+            assert headers["sow.source.topic"]
         follow = client.publish("ORDERS", b'{"orderId": 6}')
         records, _, _ = client.query("ORDERS", min_position=[follow.position])
         assert sorted(_data(r)["orderId"] for r in records) == [5, 6]
         quote = client.publish("QUOTES", good.getvalue())
         records, _, _ = client.query("QUOTES", min_position=[quote.position])
         assert len(records) == 1
-        assert app.processor is not None and app.processor.dead_lettered == 3
+        assert app.processor is not None
+        assert app.processor.dead_lettered == 3

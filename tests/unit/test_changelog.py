@@ -39,9 +39,7 @@ envelopes = st.builds(
 def test_matches_fastavro_byte_for_byte(envelope: changelog.Envelope) -> None:
     ours = changelog.encode(envelope)
     buffer = io.BytesIO()
-    record = {
-        name: getattr(envelope, name) for name in (f["name"] for f in SCHEMA["fields"])
-    }
+    record = {name: getattr(envelope, name) for name in (f["name"] for f in SCHEMA["fields"])}
     fastavro.schemaless_writer(buffer, SCHEMA, record)
     assert ours == buffer.getvalue()
     assert changelog.decode(ours) == envelope

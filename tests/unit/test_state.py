@@ -32,7 +32,8 @@ def test_write_reads_back_with_meta(make_store: Factory, tmp_path: Path) -> None
     store = make_store(tmp_path)
     store.write({b"a": b"1", b"b": b"2"}, {CHANGELOG_OFFSET: offset_bytes(7)})
     store.write({b"a": None, b"c": b"3"}, {CHANGELOG_OFFSET: offset_bytes(9)})
-    assert store.get(b"a") is None and store.get(b"c") == b"3"
+    assert store.get(b"a") is None
+    assert store.get(b"c") == b"3"
     assert sorted(store.items()) == [(b"b", b"2"), (b"c", b"3")]
     assert store.count() == 2
     assert offset_from(store.get_meta(CHANGELOG_OFFSET)) == 9
@@ -43,8 +44,14 @@ def test_write_reads_back_with_meta(make_store: Factory, tmp_path: Path) -> None
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.dictionaries(st.binary(min_size=1, max_size=3),
-                                st.none() | st.binary(max_size=5), max_size=8), max_size=6))
+@given(
+    st.lists(
+        st.dictionaries(
+            st.binary(min_size=1, max_size=3), st.none() | st.binary(max_size=5), max_size=8
+        ),
+        max_size=6,
+    )
+)
 def test_stores_match_a_dict_model(batches: list[dict[bytes, bytes | None]]) -> None:
     import tempfile
 
@@ -69,7 +76,8 @@ def test_rocksdb_survives_reopen(tmp_path: Path) -> None:
     store.write({b"k": b"v"}, {CHANGELOG_OFFSET: offset_bytes(3)})
     store.close()
     again = RocksDBStore(tmp_path / "db")
-    assert again.get(b"k") == b"v" and offset_from(again.get_meta(CHANGELOG_OFFSET)) == 3
+    assert again.get(b"k") == b"v"
+    assert offset_from(again.get_meta(CHANGELOG_OFFSET)) == 3
     again.close()
 
 
