@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 
-from processor.changelog import PROGRESS_KEY, RESET_KEY, encode_progress
+from processor.changelog import PROGRESS_KEY, encode_progress
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import Transaction, TransactionStatus
 from processor.log import TopicPartitionKey, TransactionalLog
@@ -54,8 +54,8 @@ def commit(
 
     The changelog records of the batch were produced while it was applied. Then:
 
-    1. Produce one PROGRESS control record per touched partition (and a RESET record first
-       for a transient partition that is rebuilding); their offsets come back with step 3.
+    1. Produce one PROGRESS control record per touched partition; their offsets come back
+       with step 3.
     2. Send the consumer offsets (next offset per input partition) to the transaction.
     3. Commit the Kafka transaction: changelog records and offsets become visible at once.
     4. Write each touched store's batch: its data and the changelog offset it now reflects,
@@ -70,8 +70,6 @@ def commit(
     try:
         for state in partitions:
             changelog = state.topic.changelog_topic
-            if state.reset_pending:
-                producer.produce(changelog, b"reset", RESET_KEY, state.partition)
             positions = [(topic, state.partition, nxt) for topic, nxt in state.progress.items()]
             producer.produce_tracked(
                 changelog, encode_progress(positions), PROGRESS_KEY, state.partition
@@ -86,7 +84,6 @@ def commit(
         if crash:
             crash("committed")
         for state in partitions:
-            state.reset_pending = False
             end = ends[(state.topic.changelog_topic, state.partition)]
             state.store.write(state.pending, {CHANGELOG_OFFSET: offset_bytes(end + 1)})
             state.pending.clear()

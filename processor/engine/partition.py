@@ -28,8 +28,8 @@ class PartitionState:
     writers: dict[str, EnvelopeWriter]
     pending: dict[bytes, bytes | None] = field(default_factory=dict)
     progress: dict[str, int] = field(default_factory=dict)
-    #: A transient partition writes a RESET control record in its first transaction.
-    reset_pending: bool = False
+    #: Next input offset per log topic that recovery found applied in the changelog.
+    log_next: dict[str, int] = field(default_factory=dict)
 
     @property
     def transient(self) -> bool:

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook, commit
 from processor.engine.partition import PartitionState, make_writers
-from processor.engine.recovery import restore_from_changelog, transient_start_offset
+from processor.engine.recovery import (
+    republish,
+    restore_from_changelog,
+    transient_start_offset,
+    write_reset,
+)
 from processor.engine.transaction import Transaction
 from processor.errors import BrokerError, FencedError
 from processor.keys import key_function
@@ -63,6 +68,7 @@ class Processor:
         self._max_batch = max_batch
         self._crash = crash_hook
         self._stop = threading.Event()
+        self._started_ms = int(time.time() * 1000)
         self._by_log_topic: dict[str, tuple[SowTopic, bool]] = {}
         for topic in topology.topics.values():
             self._by_log_topic[topic.kafka_topic] = (topic, True)
@@ -70,12 +76,19 @@ class Processor:
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._applier: Applier | None = None
         self._reader: PartitionReader | None = None
+        self._producer: TransactionalLog | None = None
         #: Committed transactions and the records they held (monitoring, benchmarks).
         self.transactions = 0
         self.records = 0
         #: ``time.perf_counter()`` when the first batch arrived (None before).
         self.first_batch_at: float | None = None
         self.ready = threading.Event()
+
+    @property
+    def applied(self) -> int:
+        """Records applied to state (or dead-lettered) since start: re-keyed records count
+        once, when they come back from the repartition topic."""
+        return self.records - (0 if self._applier is None else self._applier.repartitioned)
 
     @property
     def dead_lettered(self) -> int:
@@ -101,7 +114,7 @@ class Processor:
                 backoff = min(backoff * 2, 10.0)
 
     def _run_pipeline(self) -> None:
-        producer = self._connections.transactional_log()
+        producer = self._producer = self._connections.transactional_log()
         consumer = self._connections.input_log()
         self._reader = self._connections.reader()
         applier = self._applier = Applier(producer.produce, self._dead_letter_topic)
@@ -142,7 +155,9 @@ class Processor:
             self._reader.close()
 
     def _on_assign(
-        self, partitions: Sequence[TopicPartitionKey]
+        self,
+        partitions: Sequence[TopicPartitionKey],
+        committed: Mapping[TopicPartitionKey, int],
     ) -> Mapping[TopicPartitionKey, int]:
         assert self._applier is not None
         assert self._reader is not None
@@ -157,8 +172,22 @@ class Processor:
             self._applier.routes[(log_topic, partition)] = Route(state, from_input)
             if state.transient:
                 starts[(log_topic, partition)] = transient_start_offset(
-                    topic, log_topic, partition, self._reader
+                    topic, log_topic, partition, self._reader, self._started_ms
                 )
+                continue
+            applied = state.log_next.get(log_topic)
+            resume = max(committed.get((log_topic, partition), 0), 0)  # <0: none committed
+            if applied is not None and applied > resume:
+                log.warning(
+                    "%s[%d]: the changelog shows input applied up to offset %d, past the "
+                    "committed offset %d (the broker kept a transaction a crash left "
+                    "open); resuming there so nothing is applied twice",
+                    log_topic,
+                    partition,
+                    applied,
+                    resume,
+                )
+                starts[(log_topic, partition)] = applied
         log.info("assigned %s", ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)))
         self.ready.set()
         return starts
@@ -174,10 +203,14 @@ class Processor:
             key_function=key_function(topic),
             writers=make_writers(topic, partition),
         )
+        assert self._producer is not None
         if state.transient:
-            state.reset_pending = True
+            write_reset(state, self._producer)
         else:
-            restore_from_changelog(store, topic, partition, self._reader)
+            restored = restore_from_changelog(store, topic, partition, self._reader)
+            state.log_next = restored.log_next
+            if restored.log_lost:
+                republish(state, self._producer)
         return state
 
     def _on_revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:

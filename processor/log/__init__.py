@@ -37,7 +37,12 @@ class TopicSpec:
     config: Mapping[str, str]
 
 
-OnAssign = Callable[[Sequence[TopicPartitionKey]], Mapping[TopicPartitionKey, int]]
+#: Called with the assigned partitions and the group's committed offsets (-1: none);
+#: returns explicit start offsets for some of them (the others resume where committed).
+OnAssign = Callable[
+    [Sequence[TopicPartitionKey], Mapping[TopicPartitionKey, int]],
+    Mapping[TopicPartitionKey, int],
+]
 OnRevoke = Callable[[Sequence[TopicPartitionKey]], None]
 
 

@@ -123,7 +123,13 @@ class KafkaInputLog:
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
         def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            starts = on_assign([(tp.topic, tp.partition) for tp in partitions])
+            keys = [(tp.topic, tp.partition) for tp in partitions]
+            try:
+                found = consumer.committed(partitions, 30)
+            except KafkaException as exc:
+                raise BrokerError(f"cannot read committed offsets: {exc}") from exc
+            committed = {(tp.topic, tp.partition): tp.offset for tp in found}
+            starts = on_assign(keys, committed)
             for tp in partitions:
                 start = starts.get((tp.topic, tp.partition))
                 if start is not None:
@@ -292,11 +298,24 @@ class KafkaPartitionReader:
         return int(high)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The first offset whose record is at or after ``timestamp_ms`` (else the end).
+
+        The broker's answer is checked: some brokers (Tansu) answer offset 0 for a time
+        past the last record. When the record found is older than asked, the partition is
+        scanned forward from there to the first record that is not.
+        """
         found = self._consumer.offsets_for_times(
             [TopicPartition(topic, partition, timestamp_ms)], 10
         )
-        offset = found[0].offset
-        return OFFSET_END if offset < 0 else int(offset)
+        offset = int(found[0].offset)
+        if offset < 0:  # no record at or after the time: the end
+            return OFFSET_END
+        start = offset
+        for batch in self.read_to_end(topic, partition, start):
+            for record in batch:
+                if record.timestamp()[1] >= timestamp_ms:
+                    return record.offset()
+        return max(self.last_end_offset, start)
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):

@@ -1,5 +1,6 @@
 """SOW topology: the model and its loaders (YAML and AMPS XML configuration)."""
 
+from processor.topology.loader import load_topology
 from processor.topology.model import (
     MESSAGE_TYPES,
     Durability,
@@ -20,4 +21,5 @@ __all__ = [
     "RecoveryPoint",
     "SowTopic",
     "Topology",
+    "load_topology",
 ]

@@ -1,0 +1,183 @@
+"""Load a topology from a file or a directory, and the checks every format shares.
+
+:func:`load_topology` picks the format by extension: ``.yaml``/``.yml`` is the kafka-sow YAML
+format (:mod:`processor.topology.yaml_loader`), ``.xml`` an AMPS configuration file
+(:mod:`processor.topology.amps_xml`). A directory loads every ``*.yaml``, ``*.yml`` and
+``*.xml`` file directly in it (not in subdirectories, hidden files skipped), in sorted name
+order, and merges them; the merged topology must define at least one topic.
+
+Across one file or many, topic names are unique, and so are all Kafka topics the topology
+derives (each topic's input ``kafka_topic``, ``<kafka_topic>.sow-changelog`` and
+``<kafka_topic>.sow-repartition``). Every problem raises
+:class:`~processor.errors.TopologyError` naming the file, the field or element, what is
+wrong and what is allowed. The loaders call :func:`check_topic` and :func:`assemble`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from processor.errors import TopologyError
+from processor.topology.model import KAFKA_TOPIC_NAME, SowTopic, Topology
+
+#: File extensions recognised, and the format each one selects.
+EXTENSIONS: dict[str, str] = {".yaml": "yaml", ".yml": "yaml", ".xml": "amps-xml"}
+
+#: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
+MAX_KAFKA_TOPIC_LENGTH = 249 - len(".sow-repartition")
+
+#: One loaded topic, with the file and the field path that defined it (for messages).
+Entry = tuple[SowTopic, str, str]
+
+
+def load_topology(path: str | Path) -> Topology:
+    """Load a topology file (``.yaml``, ``.yml``, ``.xml``) or a directory of them."""
+    target = Path(path)
+    if target.is_dir():
+        files = sorted(
+            p
+            for p in target.iterdir()
+            if p.suffix.lower() in EXTENSIONS and p.is_file() and not p.name.startswith(".")
+        )
+        if not files:
+            raise TopologyError(
+                "the directory holds no topology files; expected *.yaml, *.yml or *.xml files",
+                source=str(target),
+            )
+        topology = merge_topologies([load_file(p) for p in files])
+    elif target.exists():
+        topology = load_file(target)
+    else:
+        raise TopologyError(
+            "no such file or directory; give a topology file (.yaml, .yml, .xml) or a "
+            "directory of them",
+            source=str(target),
+        )
+    if not topology.topics:
+        raise TopologyError("the topology defines no SOW topics", source=str(target))
+    return topology
+
+
+def load_file(path: Path) -> Topology:
+    """Load one topology file, choosing the format by its extension."""
+    kind = EXTENSIONS.get(path.suffix.lower())
+    if kind == "yaml":
+        from processor.topology.yaml_loader import load_yaml
+
+        return load_yaml(path)
+    if kind == "amps-xml":
+        from processor.topology.amps_xml import load_amps_config
+
+        return load_amps_config(path)
+    raise TopologyError(
+        f"unknown topology file extension {path.suffix!r}; allowed: "
+        ".yaml or .yml (kafka-sow YAML), .xml (AMPS configuration)",
+        source=str(path),
+    )
+
+
+def read_text(path: str | Path) -> str:
+    """The UTF-8 text of a topology file; an unreadable file is a TopologyError."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TopologyError(f"cannot read the file: {exc}", source=str(path)) from exc
+
+
+def merge_topologies(parts: Sequence[Topology]) -> Topology:
+    """One topology holding every topic of ``parts``; a topic name defined twice is an error."""
+    entries: list[Entry] = []
+    sources: list[str] = []
+    for part in parts:
+        source = part.sources[0] if part.sources else "<topology>"
+        sources.extend(part.sources)
+        entries.extend((topic, source, f"topic {name!r}") for name, topic in part.topics.items())
+    return assemble(entries, tuple(sources))
+
+
+def _at(source: str, where: str, current: str) -> str:
+    return where if source == current else f"{source}: {where}"
+
+
+def assemble(entries: Sequence[Entry], sources: tuple[str, ...]) -> Topology:
+    """A :class:`Topology` of ``entries``; names and derived Kafka topics must be unique."""
+    by_name: dict[str, Entry] = {}
+    kafka: dict[str, tuple[str, str, str, str]] = {}
+    for topic, source, where in entries:
+        if topic.name in by_name:
+            _, first_source, first_where = by_name[topic.name]
+            raise TopologyError(
+                f"topic {topic.name!r} is defined twice (first at "
+                f"{_at(first_source, first_where, source)}); topic names must be unique",
+                source=source,
+                where=where,
+            )
+        by_name[topic.name] = (topic, source, where)
+        derived = (
+            ("input", topic.kafka_topic),
+            ("changelog", topic.changelog_topic),
+            ("repartition", topic.repartition_topic),
+        )
+        for role, name in derived:
+            if name in kafka:
+                other, other_role, other_source, other_where = kafka[name]
+                raise TopologyError(
+                    f"Kafka topic {name!r} (the {role} topic of {topic.name!r}) is also the "
+                    f"{other_role} topic of {other!r} (at "
+                    f"{_at(other_source, other_where, source)}); every SOW topic needs its "
+                    "own kafka_topic (KafkaTopic in AMPS XML)",
+                    source=source,
+                    where=where,
+                )
+            kafka[name] = (topic.name, role, source, where)
+    return Topology({name: entry[0] for name, entry in by_name.items()}, sources)
+
+
+def check_topic(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str] | None:
+    """The first rule ``topic`` breaks, as ``(model field, message)``, or None.
+
+    ``name_of`` maps a model field name (``keys``, ``key_generator``...) to the name the
+    format uses for it, so messages speak the user's language.
+    """
+    keys, generator = name_of("keys"), name_of("key_generator")
+    if topic.keys and topic.key_generator is not None:
+        return "key_generator", (
+            f"{keys} and {generator} are both set; the SowKey comes from the {keys} fields or "
+            f"from a key generator, not both: remove one"
+        )
+    seen: set[str] = set()
+    for path in topic.keys:
+        if path in seen:
+            return "keys", f"{keys} field {path!r} is listed twice; list each field once"
+        seen.add(path)
+    if topic.message_type == "binary":
+        if topic.keys:
+            return "keys", (
+                f"binary messages are not parsed, so a binary topic cannot have {keys} fields; "
+                f"remove {keys} (publishers then provide the SowKey) or set a {generator}"
+            )
+        for field in ("hash_indexes", "indexes"):
+            if getattr(topic, field):
+                return field, (
+                    f"binary messages are not parsed, so a binary topic cannot have "
+                    f"{name_of(field)}; allowed only for json and avro topics"
+                )
+    if topic.key_domain is not None and not topic.keys:
+        return "key_domain", (
+            f"{name_of('key_domain')} seeds keys generated from {keys} fields, and this topic "
+            f"has no {keys}; remove {name_of('key_domain')} or add {keys} fields"
+        )
+    name = topic.kafka_topic
+    if (
+        not KAFKA_TOPIC_NAME.match(name)
+        or name in (".", "..")
+        or len(name) > MAX_KAFKA_TOPIC_LENGTH
+    ):
+        origin = " (taken from the topic name)" if name == topic.name else ""
+        return "kafka_topic", (
+            f"Kafka topic {name!r}{origin} is not a legal Kafka topic name; allowed: letters, "
+            f"digits, '.', '_' and '-', 1 to {MAX_KAFKA_TOPIC_LENGTH} characters; set "
+            f"{name_of('kafka_topic')} to a legal name"
+        )
+    return None
