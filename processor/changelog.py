@@ -67,8 +67,15 @@ _SMALL = tuple(_long(n) for n in range(1 << 14))
 
 
 def _ulong(n: int) -> bytes:
-    """``_long`` for a non-negative number, fast for small ones."""
-    return _SMALL[n] if n < 16384 else _long(n)
+    """``_long`` for a non-negative number, unrolled up to 2**27 (offsets, lengths)."""
+    if n < 16384:
+        return _SMALL[n]
+    z = n << 1
+    if z < 0x200000:
+        return bytes((z & 0x7F | 0x80, (z >> 7) & 0x7F | 0x80, z >> 14))
+    if z < 0x10000000:
+        return bytes((z & 0x7F | 0x80, (z >> 7) & 0x7F | 0x80, (z >> 14) & 0x7F | 0x80, z >> 21))
+    return _long(n)
 
 
 def _string(text: str) -> bytes:
@@ -131,7 +138,7 @@ class EnvelopeWriter:
         return b"".join(
             (
                 self._prefix,
-                _long(log_offset),
+                _ulong(log_offset) if log_offset >= 0 else _long(log_offset),
                 _SMALL[len(sow_key)],
                 sow_key,
                 _SMALL[size] if size < 16384 else _long(size),

@@ -35,27 +35,68 @@ Produce = Callable[..., None]
 
 
 class Route:
-    """Where records of one (log topic, partition) go."""
+    """Where records of one (log topic, partition) go, with what applying them needs."""
 
-    __slots__ = ("changelog", "from_input", "partitions", "state")
+    __slots__ = (
+        "changelog",
+        "decode",
+        "from_input",
+        "key_function",
+        "partitions",
+        "pending",
+        "placed",
+        "plain",
+        "state",
+        "writer",
+    )
 
-    def __init__(self, state: PartitionState, from_input: bool) -> None:
+    #: How many SowKeys a route remembers as verified to belong to its partition.
+    PLACED_SIZE = 1 << 16
+
+    def __init__(self, state: PartitionState, log_topic: str, from_input: bool) -> None:
         self.state = state
         self.from_input = from_input
         self.changelog = state.topic.changelog_topic
         self.partitions = state.topic.partitions
+        self.writer = state.writers[log_topic]
+        self.pending = state.pending
+        self.decode = state.codec.decode
+        self.key_function = state.key_function
+        #: No topic expiration: a publish without headers needs no header parsing.
+        self.plain = state.topic.expiration_s is None
+        #: SowKeys seen on this partition whose CRC placement was already checked.
+        self.placed: set[bytes] = set()
+
+    def misplaced(self, key: bytes | None, sow_key: bytes, partition: int) -> bool:
+        """True when a record must be re-keyed: its Kafka key is not its SowKey, or the
+        SowKey belongs to another partition."""
+        if key != sow_key:
+            return True
+        placed = self.placed
+        if sow_key in placed or self.partitions == 1:
+            return False
+        if partition_for(sow_key, self.partitions) != partition:
+            return True
+        if len(placed) >= self.PLACED_SIZE:
+            placed.clear()
+        placed.add(sow_key)
+        return False
 
 
 class Applier:
     """Applies batches of records to the partitions they belong to.
 
     ``routes`` maps (log topic, partition) to its Route; the processor keeps it current as
-    partitions are assigned and revoked. ``produce`` is the transactional producer's
-    ``produce(topic, value, key, partition, headers=...)``.
+    partitions are assigned and revoked. ``produce`` is the transactional producer's raw
+    ``produce(topic, value, key, partition, headers=...)``, which may raise BufferError when
+    its queue is full (then the record is retried after the queue drains).
     """
 
-    def __init__(self, produce: Produce, dead_letter_topic: str) -> None:
+    def __init__(
+        self, produce: Produce, dead_letter_topic: str, drain: Callable[[], None] = lambda: None
+    ) -> None:
         self.produce = produce
+        self.drain = drain
         self.dead_letter_topic = dead_letter_topic
         self.routes: dict[TopicPartitionKey, Route] = {}
         self.dead_lettered = 0
@@ -64,62 +105,52 @@ class Applier:
     def apply(
         self, records: Sequence[Record], now_ms: int
     ) -> tuple[dict[TopicPartitionKey, int], set[PartitionState]]:
-        """Apply records in offset order; return next offsets and the partitions touched."""
+        """Apply records in offset order; return next offsets and the partitions touched.
+
+        Records of one partition arrive in runs; the route is looked up once per run.
+        """
         produce = self.produce
         routes = self.routes
         offsets: dict[TopicPartitionKey, int] = {}
         touched: set[PartitionState] = set()
+        run: TopicPartitionKey | None = None
+        route: Route | None = None
         for record in records:
             if record.error() is not None:
                 log.warning("consumer reported %s; skipping", record.error())
                 continue
             log_topic = record.topic()
             partition = record.partition()
-            offset = record.offset()
-            route = routes.get((log_topic, partition))
+            if run is None or run[0] != log_topic or run[1] != partition:
+                run = (log_topic, partition)
+                route = routes.get(run)
+                if route is not None:
+                    touched.add(route.state)
             if route is None:  # revoked during this batch's rebalance
                 continue
-            offsets[(log_topic, partition)] = offset + 1
-            state = route.state
-            touched.add(state)
-            state.progress[log_topic] = offset + 1
+            offset = record.offset()
+            offsets[run] = offset + 1
+            route.state.progress[log_topic] = offset + 1
             value = record.value()
             key = record.key()
+            key_function = route.key_function
+            if value is None or key_function is None:
+                self._apply_slow(record, route, value, key, now_ms)
+                continue
             try:
-                if value is None:
-                    sow_key = self._delete_key(state, key)
+                sow_key = key_function(route.decode(value)).encode()
+                headers = record.headers()
+                if headers is None and route.plain:
+                    expiration_ms = correlation_id = None
                 else:
-                    function = state.key_function
-                    decoded = state.codec.decode(value)
-                    if function is None:
-                        sow_key = validate_user_key(key).encode()
-                    else:
-                        sow_key = function(decoded).encode()
-                    expiration_ms, correlation_id = _options(record.headers(), state, now_ms)
+                    expiration_ms, correlation_id = _options(headers, route.state, now_ms)
             except MessageError as exc:
                 self._dead_letter(record, exc)
                 continue
-            if route.from_input and (
-                key != sow_key
-                or (route.partitions > 1 and partition_for(sow_key, route.partitions) != partition)
-            ):
-                self._repartition(record, state, sow_key)
+            if route.from_input and route.misplaced(key, sow_key, partition):
+                self._repartition(record, route.state, sow_key)
                 continue
-            if value is None:
-                if state.lookup(sow_key) is not None:
-                    state.pending[sow_key] = None
-                    produce(
-                        route.changelog,
-                        None,
-                        sow_key,
-                        partition,
-                        headers=[
-                            (REASON_HEADER, DELETED),
-                            (POSITION_HEADER, format_position(log_topic, partition, offset)),
-                        ],
-                    )
-                continue
-            envelope = state.writers[log_topic].encode(
+            envelope = route.writer.encode(
                 offset,
                 sow_key,
                 value,
@@ -128,9 +159,68 @@ class Applier:
                 expiration_ms,
                 correlation_id,
             )
-            state.pending[sow_key] = envelope
-            produce(route.changelog, envelope, sow_key, partition)
+            route.pending[sow_key] = envelope
+            try:
+                produce(route.changelog, envelope, sow_key, partition)
+            except BufferError:
+                self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
         return offsets, touched
+
+    def _apply_slow(
+        self, record: Record, route: Route, value: bytes | None, key: bytes | None, now_ms: int
+    ) -> None:
+        """Deletes, and publishes to topics whose publishers provide the SowKey."""
+        state = route.state
+        try:
+            if value is None:
+                sow_key = self._delete_key(state, key)
+                expiration_ms = correlation_id = None
+            else:
+                route.decode(value)
+                sow_key = validate_user_key(key).encode()
+                expiration_ms, correlation_id = _options(record.headers(), state, now_ms)
+        except MessageError as exc:
+            self._dead_letter(record, exc)
+            return
+        partition = record.partition()
+        if route.from_input and route.misplaced(key, sow_key, partition):
+            self._repartition(record, state, sow_key)
+            return
+        if value is None:
+            if state.lookup(sow_key) is None:
+                return  # deleting what is not there changes nothing
+            state.pending[sow_key] = None
+            position = format_position(record.topic(), partition, record.offset())
+            headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
+            self._produce_after_drain(route.changelog, None, sow_key, partition, headers)
+            return
+        envelope = route.writer.encode(
+            record.offset(),
+            sow_key,
+            value,
+            record.timestamp()[1],
+            now_ms,
+            expiration_ms,
+            correlation_id,
+        )
+        state.pending[sow_key] = envelope
+        self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
+
+    def _produce_after_drain(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        headers: Headers | None,
+    ) -> None:
+        """Produce, waiting for the producer's queue to drain while it is full."""
+        while True:
+            try:
+                self.produce(topic, value, key, partition, headers=headers)
+                return
+            except BufferError:
+                self.drain()
 
     def _delete_key(self, state: PartitionState, key: bytes | None) -> bytes:
         if state.key_function is None:
@@ -143,12 +233,12 @@ class Applier:
 
     def _repartition(self, record: Record, state: PartitionState, sow_key: bytes) -> None:
         topic = state.topic
-        self.produce(
+        self._produce_after_drain(
             topic.repartition_topic,
             record.value(),
             sow_key,
             partition_for(sow_key, topic.partitions),
-            headers=record.headers(),
+            record.headers(),
         )
         self.repartitioned += 1
 
@@ -161,7 +251,7 @@ class Applier:
             ("sow.source.partition", str(record.partition()).encode()),
             ("sow.source.offset", str(record.offset()).encode()),
         ]
-        self.produce(self.dead_letter_topic, record.value(), record.key(), -1, headers=headers)
+        self._produce_after_drain(self.dead_letter_topic, record.value(), record.key(), -1, headers)
         self.dead_lettered += 1
         log.warning(
             "dead-lettered %s[%d]@%d: %s",

@@ -117,7 +117,9 @@ class Processor:
         producer = self._producer = self._connections.transactional_log()
         consumer = self._connections.input_log()
         self._reader = self._connections.reader()
-        applier = self._applier = Applier(producer.produce, self._dead_letter_topic)
+        applier = self._applier = Applier(
+            producer.raw_produce, self._dead_letter_topic, producer.drain
+        )
         try:
             consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
             log.info(
@@ -169,7 +171,7 @@ class Processor:
             if state is None:
                 state = self._open(topic, partition)
                 self._states[key] = state
-            self._applier.routes[(log_topic, partition)] = Route(state, from_input)
+            self._applier.routes[(log_topic, partition)] = Route(state, log_topic, from_input)
             if state.transient:
                 starts[(log_topic, partition)] = transient_start_offset(
                     topic, log_topic, partition, self._reader, self._started_ms

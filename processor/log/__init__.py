@@ -67,6 +67,14 @@ class InputLog(Protocol):
 class TransactionalLog(Protocol):
     """The producer side of the processor: everything it writes, in Kafka transactions."""
 
+    #: ``raw_produce(topic, value, key, partition, headers=None)`` with no wrapper: the hot
+    #: path's produce. Raises BufferError when the queue is full; call ``drain`` and retry.
+    raw_produce: Callable[..., None]
+
+    def drain(self) -> None:
+        """Wait briefly for queued records to be sent (after a BufferError)."""
+        ...
+
     def begin(self) -> None: ...
 
     def produce(

@@ -170,7 +170,10 @@ class KafkaTransactionalLog:
             self._producer.init_transactions(30)
         except KafkaException as exc:
             _raise_for(exc, f"cannot initialise transactions for {transactional_id}")
-        self.produce_raw = self._producer.produce
+        self.raw_produce = self._producer.produce
+
+    def drain(self) -> None:
+        self._producer.poll(0.05)
 
     def begin(self) -> None:
         self._tracked.clear()
