@@ -33,6 +33,9 @@ PARTITIONS = 2
 class ProcessorProcess:
     """``sow process`` in a child process, with its stderr collected by a thread."""
 
+    #: Every child started by a test; the ``reap`` fixture kills leftovers after it.
+    started: list[ProcessorProcess] = []
+
     def __init__(
         self,
         bootstrap: str,
@@ -65,6 +68,7 @@ class ProcessorProcess:
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        ProcessorProcess.started.append(self)
 
     def _read(self) -> None:
         assert self.process.stderr is not None
@@ -221,6 +225,16 @@ def write_topology(path: Path, topic: SowTopic) -> Path:
         f"    kafka_topic: {topic.kafka_topic}\n    partitions: {topic.partitions}\n"
     )
     return path
+
+
+@pytest.fixture(autouse=True)
+def reap() -> Iterator[None]:
+    """Kill any processor a test left running (a failed assertion skips its cleanup)."""
+    yield
+    while ProcessorProcess.started:
+        child = ProcessorProcess.started.pop()
+        if child.process.poll() is None:
+            child.kill()
 
 
 @pytest.fixture
