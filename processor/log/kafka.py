@@ -272,15 +272,25 @@ class KafkaPartitionReader:
     def read_to_end(self, topic: str, partition: int, start: int) -> Iterator[Sequence[Record]]:
         tp = TopicPartition(topic, partition, start)
         self._consumer.assign([tp])
+        position = start
         try:
             while True:
                 batch: list[Any] = self._consumer.consume(5000, 1.0)
+                if not batch and position > 0:
+                    # Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE (then
+                    # auto.offset.reset); some brokers (Tansu) answer with nothing, forever.
+                    # The high watermark of their fetch responses is right: trust it.
+                    _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                    if 0 <= high < position:
+                        self.last_end_offset = int(high)
+                        return
                 records: list[Record] = []
                 done = False
                 for message in batch:
                     error = message.error()
                     if error is None:
                         records.append(message)
+                        position = int(message.offset() or 0) + 1
                     elif error.code() == KafkaError._PARTITION_EOF:
                         self.last_end_offset = int(message.offset() or 0)
                         done = True
