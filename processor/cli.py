@@ -180,8 +180,17 @@ def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool
         service=service,
         allow_docker=not getattr(args, "no_docker", False),
     )
+    if app.processor is not None:
+        sys.stderr.write("waiting for the processor to join its group and restore its stores...\n")
+        waited = 0
+        while not app.processor.ready.wait(5):
+            waited += 5
+            if app.errors:
+                app.stop()
+                raise SowError(f"the processor stopped while starting: {app.errors[0]}")
+            sys.stderr.write(f"  still starting after {waited}s (see the log lines above)\n")
     lines = [
-        "kafka-sow is running",
+        "kafka-sow is ready",
         f"  broker:     {app.broker.description}",
         f"  topology:   {settings.topology} ({', '.join(sorted(app.topology.topics))})",
         f"  state:      {settings.state_dir.resolve()}",

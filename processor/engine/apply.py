@@ -16,7 +16,7 @@ dead-letter topic with the reason in its headers; the batch goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from processor.changelog import POSITION_HEADER, REASON_HEADER, format_position
 from processor.engine.partition import PartitionState
@@ -282,12 +282,3 @@ def _options(
             elif name == CORRELATION_HEADER and raw is not None:
                 correlation_id = raw.decode(errors="replace")
     return expiration_ms, correlation_id
-
-
-def merged_offsets(
-    into: dict[TopicPartitionKey, int], more: Mapping[TopicPartitionKey, int]
-) -> None:
-    """Keep the highest next offset per partition."""
-    for key, offset in more.items():
-        if offset > into.get(key, -1):
-            into[key] = offset

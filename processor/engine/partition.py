@@ -41,11 +41,6 @@ class PartitionState:
             return self.pending[sow_key]
         return self.store.get(sow_key)
 
-    def discard(self) -> None:
-        """Forget the current transaction's changes (after a failed transaction)."""
-        self.pending.clear()
-        self.progress.clear()
-
 
 def make_writers(topic: SowTopic, partition: int) -> dict[str, EnvelopeWriter]:
     """Envelope writers for the partition's two log topics (input and repartition)."""
@@ -53,8 +48,3 @@ def make_writers(topic: SowTopic, partition: int) -> dict[str, EnvelopeWriter]:
         log_topic: EnvelopeWriter(topic.name, topic.message_type, log_topic, partition)
         for log_topic in (topic.kafka_topic, topic.repartition_topic)
     }
-
-
-def is_persistent(topic: SowTopic) -> bool:
-    """True for topics whose state survives restarts."""
-    return topic.durability is Durability.PERSISTENT

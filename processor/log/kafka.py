@@ -275,7 +275,7 @@ class KafkaPartitionReader:
         position = start
         try:
             while True:
-                batch: list[Any] = self._consumer.consume(5000, 1.0)
+                batch: list[Any] = self._consumer.consume(5000, 0.05)
                 if not batch and position > 0:
                     # Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE (then
                     # auto.offset.reset); some brokers (Tansu) answer with nothing, forever.

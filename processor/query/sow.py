@@ -25,7 +25,7 @@ from processor.topology.model import SowTopic, Topology
 
 MAX_BATCH_SIZE = 10000
 DEFAULT_BATCH_SIZE = 10
-DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
