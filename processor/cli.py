@@ -6,7 +6,6 @@ Output is JSON lines on stdout; progress and logs go to stderr.
 from __future__ import annotations
 
 import argparse
-import base64
 import logging
 import signal
 import sys
@@ -102,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         "standard input. Prints the SowKey and log position of each as JSON lines.",
     )
     publish.add_argument("topic", help="SOW topic name")
-    publish.add_argument("data", nargs="?", help="the message (JSON; Base64 for binary topics)")
+    publish.add_argument(
+        "data",
+        nargs="?",
+        help="the message as JSON (also for avro topics, encoded with the topic's schema); "
+        "Base64 for binary topics",
+    )
     publish.add_argument(
         "--sow-key", default="", help="SowKey, for topics whose publishers provide it"
     )
@@ -214,10 +218,10 @@ def _address(args: argparse.Namespace) -> str:
 
 
 def _record_json(record: Any) -> dict[str, Any]:
-    if record.message_type == "json":
-        data: Any = orjson.loads(record.data)
-    else:
-        data = base64.b64encode(record.data).decode()
+    """A record as printed: ``data`` in text form (JSON; Base64 text for binary)."""
+    data: Any = (
+        record.data.decode() if record.message_type == "binary" else orjson.loads(record.data)
+    )
     out: dict[str, Any] = {
         "sow_key": record.sow_key,
         "data": data,
@@ -242,6 +246,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 sow_key=args.sow_key,
                 expiration=args.expiration,
                 correlation_id=args.correlation_id,
+                text_form=True,
             )
             p = reply.position
             _out({"sow_key": reply.sow_key, "position": f"{p.topic}/{p.partition}/{p.offset}"})
@@ -272,6 +277,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             query_id=args.query_id,
             batch_size=args.batch_size,
             min_position=positions,
+            text_form=True,
         ):
             part = reply.WhichOneof("part")
             if part == "batch":

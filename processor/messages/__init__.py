@@ -25,6 +25,14 @@ class Codec(Protocol):
         """Encode a JSON-like value (as a user types it on the command line) to payload bytes."""
         ...
 
+    def from_text(self, text: bytes) -> bytes:
+        """Payload bytes from the message's text form (JSON; Base64 for binary)."""
+        ...
+
+    def to_text(self, data: bytes) -> bytes:
+        """The text form of a payload (JSON; Base64 for binary)."""
+        ...
+
 
 def codec_for(topic: SowTopic) -> Codec:
     """The codec for a topic's message type."""

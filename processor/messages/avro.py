@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import orjson
 
 from processor.errors import ConfigurationError, DecodeError
 
@@ -59,3 +60,22 @@ class AvroCodec:
         except Exception as exc:
             raise DecodeError(f"the value does not fit Avro schema {self.source}: {exc}") from exc
         return buffer.getvalue()
+
+    def from_text(self, text: bytes) -> bytes:
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"the message text is not valid JSON: {exc}") from exc
+        return self.encode_json(value)
+
+    def to_text(self, data: bytes) -> bytes:
+        return orjson.dumps(self.decode(data), default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON for the Avro values JSON lacks: bytes as Base64, the rest as text."""
+    if isinstance(value, bytes):
+        import base64
+
+        return base64.b64encode(value).decode()
+    return str(value)

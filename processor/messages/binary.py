@@ -25,3 +25,9 @@ class BinaryCodec:
             except ValueError as exc:
                 raise DecodeError(f"a binary payload is given as Base64 text: {exc}") from exc
         raise DecodeError("a binary payload is given as Base64 text")
+
+    def from_text(self, text: bytes) -> bytes:
+        return self.encode_json(text.decode("ascii", errors="replace").strip())
+
+    def to_text(self, data: bytes) -> bytes:
+        return base64.b64encode(data)

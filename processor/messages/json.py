@@ -27,3 +27,10 @@ class JsonCodec:
         if not isinstance(value, dict):
             raise DecodeError("a json message must be a JSON object")
         return orjson.dumps(value)
+
+    def from_text(self, text: bytes) -> bytes:
+        self.decode(text)
+        return text
+
+    def to_text(self, data: bytes) -> bytes:
+        return data

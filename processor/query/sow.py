@@ -147,7 +147,8 @@ class Gateway:
         self._codecs: dict[str, Codec] = {}
         self._key_functions: dict[str, KeyFunction | None] = {}
 
-    def _codec(self, topic: SowTopic) -> Codec:
+    def codec(self, topic: SowTopic) -> Codec:
+        """The topic's codec (made once)."""
         codec = self._codecs.get(topic.name)
         if codec is None:
             codec = self._codecs[topic.name] = codec_for(topic)
@@ -165,7 +166,7 @@ class Gateway:
                 f"topic {topic.name} generates its SowKeys "
                 f"({', '.join(topic.keys) or 'custom key generator'}); do not pass a SowKey"
             )
-        return function(self._codec(topic).decode(data))
+        return function(self.codec(topic).decode(data))
 
     def publish(
         self,
@@ -174,9 +175,16 @@ class Gateway:
         sow_key: str = "",
         expiration_s: float = 0.0,
         correlation_id: str = "",
+        text_form: bool = False,
     ) -> Published:
-        """Validate and key a message, write it to the log, return its position."""
+        """Validate and key a message, write it to the log, return its position.
+
+        With ``text_form`` the message arrives as text (JSON; Base64 for binary topics)
+        and is encoded in the topic's message type first.
+        """
         topic = resolve_topic(self.topology, topic_name)
+        if text_form:
+            data = self.codec(topic).from_text(data)
         key = self.sow_key_for(topic, data, sow_key)
         headers: Headers = []
         if expiration_s:

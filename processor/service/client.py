@@ -49,18 +49,19 @@ class SowClient:
         expiration: float = 0.0,
         correlation_id: str = "",
         timeout: float = 30.0,
+        text_form: bool = False,
     ) -> Any:
+        """Publish one message; the reply has its log position and SowKey."""
+        request = sow_pb2.PublishRequest(
+            topic=topic,
+            data=data,
+            sow_key=sow_key,
+            expiration=expiration,
+            correlation_id=correlation_id,
+            text_form=text_form,
+        )
         try:
-            return self._stub.Publish(
-                sow_pb2.PublishRequest(
-                    topic=topic,
-                    data=data,
-                    sow_key=sow_key,
-                    expiration=expiration,
-                    correlation_id=correlation_id,
-                ),
-                timeout=timeout,
-            )
+            return self._stub.Publish(request, timeout=timeout)
         except grpc.RpcError as exc:
             raise _translate(exc) from exc
 

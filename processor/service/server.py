@@ -82,6 +82,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                 request.sow_key,
                 request.expiration,
                 request.correlation_id,
+                request.text_form,
             )
         except errors.SowError as exc:
             self._abort(context, exc)
@@ -113,8 +114,15 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                 snapshot=[_position(p) for p in result.snapshot],
             )
         )
+        to_text = None
+        if request.text_form:
+            to_text = self._gateway.codec(self._gateway.topology.topic(result.topic)).to_text
         for batch in result.batches:
-            yield sow_pb2.SowQueryReply(batch=sow_pb2.Batch(records=[_record(e) for e in batch]))
+            records = [_record(e) for e in batch]
+            if to_text is not None:
+                for record in records:
+                    record.data = to_text(record.data)
+            yield sow_pb2.SowQueryReply(batch=sow_pb2.Batch(records=records))
         stats = result.stats
         assert stats is not None
         yield sow_pb2.SowQueryReply(

@@ -156,3 +156,37 @@ def test_bad_records_go_to_the_dead_letter_topic(
         assert len(records) == 1
         assert app.processor is not None
         assert app.processor.dead_lettered == 3
+
+
+def test_text_form_publishes_and_reads_avro_and_binary(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """The CLI's path: JSON text in, encoded with the topic's Avro schema; JSON text out."""
+    schema = {
+        "type": "record",
+        "name": "Quote",
+        "fields": [{"name": "symbol", "type": "string"}, {"name": "bid", "type": "double"}],
+    }
+    schema_path = tmp_path / "quote.avsc"
+    schema_path.write_text(json.dumps(schema))
+    topology = namespaced(
+        unique,
+        SowTopic("QUOTES", message_type="avro", keys=("/symbol",), schema=str(schema_path)),
+        SowTopic("BLOBS", message_type="binary"),
+    )
+    with running_sow(bootstrap, topology, tmp_path / "state", unique) as (_, client):
+        quote = client.publish("QUOTES", b'{"symbol": "IBM", "bid": 1.5}', text_form=True)
+        records, _, _ = client.query("QUOTES", min_position=[quote.position], text_form=True)
+        assert [orjson.loads(r.data) for r in records] == [{"symbol": "IBM", "bid": 1.5}]
+        raw, _, _ = client.query("QUOTES")
+        decoded = fastavro.schemaless_reader(
+            io.BytesIO(raw[0].data), fastavro.parse_schema(schema), None
+        )
+        assert decoded == {"symbol": "IBM", "bid": 1.5}
+        with pytest.raises(ServiceError) as wrong:
+            client.publish("QUOTES", b'{"symbol": "IBM"}', text_form=True)
+        assert wrong.value.code == "INVALID_ARGUMENT"
+        assert "schema" in wrong.value.details
+        blob = client.publish("BLOBS", b"AAEC", sow_key="b1", text_form=True)
+        records, _, _ = client.query("BLOBS", min_position=[blob.position], text_form=True)
+        assert [(r.sow_key, r.data) for r in records] == [("b1", b"AAEC")]

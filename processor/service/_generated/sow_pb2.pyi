@@ -17,18 +17,20 @@ class Position(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "data", "sow_key", "expiration", "correlation_id")
+    __slots__ = ("topic", "data", "sow_key", "expiration", "correlation_id", "text_form")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     SOW_KEY_FIELD_NUMBER: _ClassVar[int]
     EXPIRATION_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
     topic: str
     data: bytes
     sow_key: str
     expiration: float
     correlation_id: str
-    def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+    text_form: bool
+    def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., text_form: _Optional[bool] = ...) -> None: ...
 
 class PublishReply(_message.Message):
     __slots__ = ("position", "sow_key")
@@ -39,7 +41,7 @@ class PublishReply(_message.Message):
     def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ...) -> None: ...
 
 class SowQueryRequest(_message.Message):
-    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by")
+    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +52,7 @@ class SowQueryRequest(_message.Message):
     TOP_N_FIELD_NUMBER: _ClassVar[int]
     SKIP_N_FIELD_NUMBER: _ClassVar[int]
     ORDER_BY_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
     topic: str
     sow_keys: _containers.RepeatedScalarFieldContainer[str]
     query_id: str
@@ -60,7 +63,8 @@ class SowQueryRequest(_message.Message):
     top_n: int
     skip_n: int
     order_by: str
-    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ...) -> None: ...
+    text_form: bool
+    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ...) -> None: ...
 
 class SowRecord(_message.Message):
     __slots__ = ("sow_key", "data", "topic", "message_type", "position", "publish_time_ms", "apply_time_ms", "expiration_ms", "correlation_id")
