@@ -246,20 +246,28 @@ def orders(bootstrap: str, unique: str, tmp_path: Path) -> Iterator[tuple[SowTop
     return topic, write_topology(tmp_path / "orders.yaml", topic)
 
 
-def test_sigkill_during_100k_updates_then_rebuild(
-    bootstrap: str, unique: str, tmp_path: Path, orders: tuple[SowTopic, Path]
+def sigkill_scenario(
+    bootstrap: str,
+    group: str,
+    tmp_path: Path,
+    orders: tuple[SowTopic, Path],
+    updates: int,
+    keys: int,
+    seconds: float,
+    min_kills: int,
 ) -> None:
+    """Publish ``updates`` over ``seconds`` while SIGKILLing the processor at random
+    points; then check the SOW, the changelog, and a rebuild from the changelog."""
     topic, topology_file = orders
     state_dir = tmp_path / "state"
-    group = f"{unique}-group"
     model = Model()
     publisher = threading.Thread(
-        target=publish, args=(bootstrap, topic, 100_000, 5_000, 25.0, model)
+        target=publish, args=(bootstrap, topic, updates, keys, seconds, model)
     )
     publisher.start()
     rng = random.Random(11)
     kills = 0
-    while publisher.is_alive() or kills < 4:
+    while publisher.is_alive() or kills < min_kills:
         worker = ProcessorProcess(bootstrap, topology_file, state_dir, group)
         assert worker.assigned.wait(60), worker.output
         time.sleep(rng.uniform(0.2, 2.5))
@@ -267,19 +275,33 @@ def test_sigkill_during_100k_updates_then_rebuild(
         kills += 1
     publisher.join()
     final = ProcessorProcess(bootstrap, topology_file, state_dir, group)
-    wait_until_committed(bootstrap, group, topic.kafka_topic, model.ends, 120)
+    wait_until_committed(bootstrap, group, topic.kafka_topic, model.ends, 300)
     final.terminate()
-    assert kills >= 4
+    assert kills >= min_kills
     assert store_contents(state_dir, topic) == model.state
     assert_changelog_exactly_once(bootstrap, topic, model)
 
     shutil.rmtree(state_dir)
     rebuilt = ProcessorProcess(bootstrap, topology_file, state_dir, group)
-    assert rebuilt.assigned.wait(120), rebuilt.output
+    assert rebuilt.assigned.wait(300), rebuilt.output
     rebuilt.terminate()
     assert "restoring ORDERS[0]" in rebuilt.output
     assert "restored ORDERS[0]" in rebuilt.output
     assert store_contents(state_dir, topic) == model.state
+
+
+def test_sigkill_during_100k_updates_then_rebuild(
+    bootstrap: str, unique: str, tmp_path: Path, orders: tuple[SowTopic, Path]
+) -> None:
+    sigkill_scenario(bootstrap, f"{unique}-group", tmp_path, orders, 100_000, 5_000, 25.0, 4)
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(1800)
+def test_soak_sigkill_during_1m_updates_then_rebuild(
+    bootstrap: str, unique: str, tmp_path: Path, orders: tuple[SowTopic, Path]
+) -> None:
+    sigkill_scenario(bootstrap, f"{unique}-group", tmp_path, orders, 1_000_000, 50_000, 120.0, 12)
 
 
 @pytest.mark.parametrize("step", ["produced", "offsets-sent", "committed", "stored"])
