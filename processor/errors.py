@@ -63,6 +63,37 @@ class InvalidRequestError(SowError):
     """A query or command carries an invalid argument (for example BatchSize above 10000)."""
 
 
+class ExpressionError(InvalidRequestError):
+    """An AMPS expression (filter, projection, grouping, OrderBy) is invalid.
+
+    ``text`` is the expression; ``position`` the 0-based character offset of the problem
+    (-1 when it concerns the whole expression). The message names what was expected,
+    what was found, and shows the position under the text.
+    """
+
+    def __init__(self, message: str, *, text: str = "", position: int = -1) -> None:
+        self.text = text
+        self.position = position
+        self.reason = message
+        if text and position >= 0:
+            caret = " " * min(position, len(text)) + "^"
+            message = f"{message} (at position {position})\n  {text}\n  {caret}"
+        elif text:
+            message = f"{message}, in {text!r}"
+        super().__init__(message)
+
+
+class ParseError(ExpressionError):
+    """An expression does not follow the grammar; ``position`` says where it stops.
+
+    ``expected`` describes what the parser would have accepted there.
+    """
+
+    def __init__(self, message: str, *, text: str, position: int, expected: str = "") -> None:
+        self.expected = expected
+        super().__init__(message, text=text, position=position)
+
+
 class UnsupportedError(SowError):
     """A request asks for something this release does not implement yet."""
 
