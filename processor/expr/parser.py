@@ -1,0 +1,480 @@
+"""The parser of AMPS expressions: filters, value expressions, projections, groupings, OrderBy.
+
+Grammar (spec 1.7), highest precedence first: primary (literal, identifier, call,
+parenthesised expression); unary ``-``/``+``; ``* / % MOD``; ``+ -``; comparisons and
+predicates (one non-associative level: ``a = b = c`` is an error); ``NOT``; ``AND``;
+``OR``. Within one nesting level operators are resolved with an operator stack, so only
+parentheses, calls and lists recurse and the nesting cap (:data:`MAX_DEPTH`) bounds the
+Python stack. Every syntax error raises :class:`~processor.errors.ParseError` with the
+position where parsing stopped; no other exception escapes, whatever the input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from processor.errors import ParseError
+from processor.expr import ast
+from processor.expr.lexer import OPERAND_EXPECTED, Kind, Lexer, Token
+
+#: Deepest nesting of parentheses, call arguments and lists accepted.
+MAX_DEPTH = 200
+
+_OR, _AND, _NOT, _PRED, _ADD, _MUL, _UNARY = 1, 2, 3, 4, 5, 6, 7
+_PUNCT_OPS = {
+    "=": ("=", _PRED), "==": ("=", _PRED), "!=": ("!=", _PRED), "<>": ("!=", _PRED),
+    "<": ("<", _PRED), "<=": ("<=", _PRED), ">": (">", _PRED), ">=": (">=", _PRED),
+    "+": ("+", _ADD), "-": ("-", _ADD), "*": ("*", _MUL), "/": ("/", _MUL), "%": ("%", _MUL),
+}  # fmt: skip
+_WORD_OPS = {"AND": ("AND", _AND), "OR": ("OR", _OR), "MOD": ("%", _MUL)}
+_PREDICATE_WORDS = frozenset({"IS", "NOT", "BETWEEN", "IN", "LIKE", "BEGINS", "ENDS"})
+_NEGATABLE = "BETWEEN, IN, LIKE, BEGINS WITH, ENDS WITH or NULL"
+#: Words that never name a function or a value.
+_RESERVED = frozenset(
+    {"AND", "OR", "NOT", "IS", "IN", "LIKE", "BETWEEN", "BEGINS", "ENDS", "WITH", "MOD"}
+    | {"AS", "HINT", "OF", "NULL", "NAN", "TRUE", "FALSE"}
+)
+_HINTS = ("OPTIONAL", "SET_CURRENT")
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An operator waiting for its right operand on the operator stack."""
+
+    op: str
+    prec: int
+    pos: int
+    prefix: bool
+
+
+@dataclass(slots=True)
+class _Operand:
+    """A parsed operand; ``predicate`` marks an unparenthesised comparison or predicate,
+    which may not be the operand of another one."""
+
+    node: ast.Node
+    predicate: bool = False
+
+
+class _Parser:
+    """One parse of ``text[start:end]``; positions in nodes and errors refer to ``text``."""
+
+    def __init__(self, text: str, start: int, end: int) -> None:
+        self.text = text
+        self.lex = Lexer(text, start, end)
+        self._depth = 0
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def error(self, token: Token, expected: str, note: str = "") -> ParseError:
+        """A ParseError at ``token``: what was expected, what was found."""
+        message = f"expected {expected}, found {token.describe()}{note}"
+        return ParseError(message, text=self.text, position=token.pos, expected=expected)
+
+    def at_end(self) -> bool:
+        return self.lex.peek().kind is Kind.EOF
+
+    def expect_punct(self, text: str, expected: str) -> Token:
+        token = self.lex.next()
+        if not token.is_punct(text):
+            raise self.error(token, expected)
+        return token
+
+    def separator(self, expected: str) -> bool:
+        """Consume ',' (True) or the end (False) after a list item; else fail."""
+        token = self.lex.next()
+        if token.kind is Kind.EOF:
+            return False
+        if not token.is_punct(","):
+            raise self.error(token, expected)
+        return True
+
+    # -- expressions ------------------------------------------------------------------
+
+    def expr(self, min_prec: int = _OR) -> ast.Node:
+        """Parse operators of precedence >= ``min_prec``; stop before anything else."""
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            token = self.lex.peek()
+            message = f"expression nested too deeply (more than {MAX_DEPTH} levels)"
+            raise ParseError(message, text=self.text, position=token.pos, expected="less nesting")
+        ops: list[_Pending] = []
+        operands: list[_Operand] = []
+        while True:
+            token = self.lex.peek()
+            if token.word == "NOT" and min_prec <= _NOT and (not ops or ops[-1].prec <= _NOT):
+                self.lex.next()
+                ops.append(_Pending("NOT", _NOT, token.pos, prefix=True))
+                continue
+            if token.is_punct("-", "+"):
+                self.lex.next()
+                ops.append(_Pending(token.text, _UNARY, token.pos, prefix=True))
+                continue
+            operands.append(_Operand(self.primary()))
+            if not self._operators(ops, operands, min_prec):
+                break
+        self._reduce(ops, operands, 0)
+        self._depth -= 1
+        return operands[0].node
+
+    def _operators(self, ops: list[_Pending], operands: list[_Operand], min_prec: int) -> bool:
+        """Consume postfix predicates, then one binary operator (True) or nothing (False)."""
+        while True:
+            token = self.lex.peek()
+            if token.kind is Kind.PUNCT:
+                found = _PUNCT_OPS.get(token.text)
+            else:
+                found = _WORD_OPS.get(token.word)
+            if found is not None and found[1] >= min_prec:
+                op, prec = found
+                self._reduce(ops, operands, prec)
+                if prec == _PRED:
+                    self._check_chain(operands[-1], token)
+                self.lex.next()
+                ops.append(_Pending(op, prec, token.pos, prefix=False))
+                return True
+            if token.word not in _PREDICATE_WORDS or min_prec > _PRED:
+                return False
+            self._reduce(ops, operands, _PRED)
+            self._check_chain(operands[-1], token)
+            operands[-1] = _Operand(self.predicate(operands[-1].node), predicate=True)
+
+    def _check_chain(self, left: _Operand, token: Token) -> None:
+        if left.predicate:
+            note = " (comparisons do not chain: combine them with AND or use parentheses)"
+            raise self.error(token, "AND, OR, ')' or end of expression", note)
+
+    @staticmethod
+    def _reduce(ops: list[_Pending], operands: list[_Operand], prec: int) -> None:
+        """Apply stacked operators that bind at least as tightly as ``prec``."""
+        while ops and ops[-1].prec >= prec:
+            pending = ops.pop()
+            if pending.prefix:
+                operand = operands.pop().node
+                operands.append(_Operand(_prefix(pending, operand)))
+                continue
+            right = operands.pop().node
+            left = operands.pop().node
+            node = ast.Binary(left.pos, pending.op, left, right, op_pos=pending.pos)
+            operands.append(_Operand(node, predicate=pending.prec == _PRED))
+
+    def predicate(self, operand: ast.Node) -> ast.Node:
+        """Parse the predicate whose first word is next, applied to ``operand``."""
+        pos = operand.pos
+        token = self.lex.next()
+        if token.word == "IS":
+            token = self.lex.next()
+            negated = token.word == "NOT"
+            if negated:
+                token = self.lex.next()
+            if token.word == "NULL":
+                return ast.IsNull(pos, operand, negated)
+            if token.word == "NAN":
+                return ast.IsNan(pos, operand, negated)
+            raise self.error(
+                token, "NULL or NAN after IS NOT" if negated else "NOT, NULL or NAN after IS"
+            )
+        negated = token.word == "NOT"
+        if negated:
+            token = self.lex.next()
+            if token.word == "NULL":
+                return ast.IsNull(pos, operand, negated=True)
+        word = token.word
+        if word == "BETWEEN":
+            low = self.expr(_ADD)
+            closing = self.lex.next()
+            if closing.word != "AND":
+                raise self.error(closing, "an arithmetic operator or the AND of BETWEEN ... AND")
+            return ast.Between(pos, operand, low, self.expr(_ADD), negated)
+        if word == "IN":
+            return ast.In(pos, operand, self.items("IN"), negated)
+        if word == "LIKE":
+            pattern = self.lex.next()
+            if pattern.kind is not Kind.STRING:
+                raise self.error(pattern, "a string literal pattern after LIKE")
+            return ast.Like(pos, operand, pattern.pattern, pattern.raw, negated)
+        if word in ("BEGINS", "ENDS"):
+            with_token = self.lex.next()
+            if with_token.word != "WITH":
+                raise self.error(with_token, f"WITH after {word}")
+            kind: Literal["BEGINS", "ENDS"] = "BEGINS" if word == "BEGINS" else "ENDS"
+            return ast.Affix(pos, kind, operand, self.items(f"{word} WITH"), negated)
+        raise self.error(token, f"{_NEGATABLE} after NOT")
+
+    def items(self, what: str) -> tuple[ast.Node, ...]:
+        """Parse the parenthesised, non-empty item list of ``what`` (IN, BEGINS WITH...)."""
+        self.expect_punct("(", f"'(' and a list of values after {what}")
+        if self.lex.peek().is_punct(")"):
+            raise self.error(self.lex.peek(), f"at least one value in the {what} list")
+        found: list[ast.Node] = []
+        while True:
+            found.append(self.expr())
+            token = self.lex.next()
+            if token.is_punct(")"):
+                return tuple(found)
+            if not token.is_punct(","):
+                raise self.error(token, f"an operator, ',' or ')' in the {what} list")
+
+    def primary(self) -> ast.Node:
+        """Parse a literal, identifier, function call or parenthesised expression."""
+        token = self.lex.next()
+        kind = token.kind
+        if kind is Kind.NUMBER:
+            return ast.Literal(token.pos, token.number)
+        if kind is Kind.STRING:
+            # The empty string is NULL in AMPS.
+            return ast.Literal(token.pos, token.string or None)
+        if kind is Kind.IDENT:
+            return self.identifier(token, allow_state=True)
+        if token.is_punct("("):
+            node = self.expr()
+            closing = self.lex.next()
+            if not closing.is_punct(")"):
+                raise self.error(
+                    closing, f"an operator or ')' closing the '(' at position {token.pos}"
+                )
+            return node
+        word = token.word
+        if word == "NULL":
+            return ast.Literal(token.pos, None)
+        if word in ("TRUE", "FALSE"):
+            return ast.Literal(token.pos, word == "TRUE")
+        if kind is Kind.WORD and word not in _RESERVED:
+            if self.lex.peek().is_punct("("):
+                return self.call(token)
+            raise self.error(token, OPERAND_EXPECTED, _WORD_NOTE)
+        raise self.error(token, OPERAND_EXPECTED, _NOTES.get(word, ""))
+
+    def call(self, name: Token) -> ast.Call:
+        self.lex.next()  # the '('
+        args: list[ast.Node] = []
+        if self.lex.peek().is_punct(")"):
+            self.lex.next()
+            return ast.Call(name.pos, name.word, ())
+        while True:
+            args.append(self.expr())
+            token = self.lex.next()
+            if token.is_punct(")"):
+                return ast.Call(name.pos, name.word, tuple(args))
+            if not token.is_punct(","):
+                raise self.error(token, f"an operator, ',' or ')' in the arguments of {name.word}")
+
+    def identifier(self, token: Token, *, allow_state: bool) -> ast.Identifier:
+        """The Identifier of an IDENT token, with a following ``OF CURRENT|PREVIOUS``."""
+        node = ast.Identifier(token.pos, token.path, token.steps, token.qualifiers)
+        if self.lex.peek().word != "OF":
+            return node
+        of = self.lex.next()
+        if not allow_state:
+            raise self.error(
+                of, "',' or end of the list", " (OF CURRENT/PREVIOUS is not allowed here)"
+            )
+        state = self.lex.next()
+        if state.word not in ("CURRENT", "PREVIOUS"):
+            raise self.error(state, "CURRENT or PREVIOUS after OF")
+        return ast.Identifier(node.pos, node.path, node.steps, node.qualifiers, state.word)
+
+    def ident_token(self, expected: str = "an identifier such as /field") -> Token:
+        token = self.lex.next()
+        if token.kind is not Kind.IDENT:
+            raise self.error(token, expected)
+        return token
+
+
+_WORD_NOTE = " (field names start with '/'; a function name must be followed by '(')"
+_NOTES = {
+    "NAN": " (NAN is only valid in IS [NOT] NAN; NAN_VALUE() gives NaN)",
+    "NOT": " (to negate a condition here, put it in parentheses)",
+    "AS": " (AS is only allowed in a projection)",
+}
+_UNARY_OPS: dict[str, Literal["-", "+", "NOT"]] = {"-": "-", "+": "+", "NOT": "NOT"}
+
+
+def _prefix(pending: _Pending, operand: ast.Node) -> ast.Node:
+    """Apply a prefix operator; ``-`` of a numeric literal folds into the literal."""
+    if pending.op == "-" and isinstance(operand, ast.Literal):
+        value = operand.value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return ast.Literal(pending.pos, -value)
+    return ast.Unary(pending.pos, _UNARY_OPS[pending.op], operand)
+
+
+# -- public entry points ----------------------------------------------------------------
+
+
+def parse(text: str) -> ast.Node:
+    """Parse one expression: a content filter or a value expression.
+
+    Returns the syntax tree (positions are offsets into ``text``). Raises ParseError,
+    and nothing else, for any text that is not exactly one expression: ``"empty
+    expression"`` for empty or blank text, otherwise a message naming what was expected
+    and what was found at ``position``. Pure and thread-safe.
+    """
+    return _run(text, "expression", _expression, wrapper=False)
+
+
+def parse_projection(text: str) -> tuple[ast.Field, ...]:
+    """Parse a projection: ``expr AS /target [HINT OPTIONAL|SET_CURRENT[, ...]], ...``.
+
+    A bare identifier (no AS) copies to its own path: ``Field(pos, ident, ident, ())``
+    (qualifiers and OF CURRENT/PREVIOUS are dropped from such a target); any other
+    expression without AS is an error. The list may be wrapped in ``[...]`` (the AMPS
+    option form ``projection=[...]``). Raises ParseError, and nothing else, on bad text.
+    """
+    return _run(text, "projection", _projection, wrapper=True)
+
+
+def parse_grouping(text: str) -> tuple[ast.Identifier, ...]:
+    """Parse a grouping: comma-separated identifiers, optionally wrapped in ``[...]``.
+
+    Qualified identifiers are allowed; OF CURRENT/PREVIOUS is not. Raises ParseError,
+    and nothing else, on bad text.
+    """
+    return _run(text, "grouping", _grouping, wrapper=True)
+
+
+def parse_order_by(text: str) -> tuple[ast.OrderKey, ...]:
+    """Parse an OrderBy: comma-separated ``identifier [ASC|DESC] [TEXT]`` (any case).
+
+    ``TEXT`` may also precede the direction; each appears at most once per key. Raises
+    ParseError, and nothing else, on bad text.
+    """
+    return _run(text, "OrderBy", _order_by, wrapper=False)
+
+
+def _run(text: str, what: str, body: Callable[[_Parser], _T], *, wrapper: bool) -> _T:
+    lo, hi = _trim(text, 0, len(text))
+    try:
+        if wrapper and hi - lo >= 2 and text[lo] == "[" and text[hi - 1] == "]":
+            return _unwrapped(text, lo, hi, what, body)
+        return _body(text, lo, hi, what, body)
+    except RecursionError as exc:
+        # MAX_DEPTH keeps parses well inside the default stack limit; this only fires
+        # when the caller is itself deep in the stack, and must still be a ParseError.
+        message = "expression nested too deeply for the available stack"
+        raise ParseError(message, text=text, position=0) from exc
+
+
+def _unwrapped(text: str, lo: int, hi: int, what: str, body: Callable[[_Parser], _T]) -> _T:
+    """Read ``[...]`` as a wrapped list; failing that, as a list starting with a bracketed
+    identifier (``[/a b], /c`` or ``[ORDERS].[/x]``). One ``[/...]`` spanning the text
+    whose name holds ',' or '/' is a mistyped list, never a field name."""
+    try:
+        return _body(text, lo + 1, hi - 1, what, body)
+    except ParseError as inner:
+        single = text.startswith("/", lo + 1) and text.find("]", lo) == hi - 1
+        if single and any(ch in text[lo + 2 : hi - 1] for ch in ",/"):
+            raise
+        try:
+            return body(_Parser(text, lo, hi))
+        except ParseError:
+            raise inner from None
+
+
+def _body(text: str, lo: int, hi: int, what: str, body: Callable[[_Parser], _T]) -> _T:
+    lo, hi = _trim(text, lo, hi)
+    if lo == hi:
+        raise ParseError(f"empty {what}", text=text, position=hi, expected=what)
+    return body(_Parser(text, lo, hi))
+
+
+def _trim(text: str, lo: int, hi: int) -> tuple[int, int]:
+    while lo < hi and text[lo].isspace():
+        lo += 1
+    while hi > lo and text[hi - 1].isspace():
+        hi -= 1
+    return lo, hi
+
+
+def _expression(p: _Parser) -> ast.Node:
+    node = p.expr()
+    token = p.lex.peek()
+    if token.kind is not Kind.EOF:
+        raise p.error(token, "an operator or end of expression", _NOTES.get(token.word, ""))
+    return node
+
+
+def _projection(p: _Parser) -> tuple[ast.Field, ...]:
+    fields: list[ast.Field] = []
+    while True:
+        fields.append(_field(p))
+        if not p.separator("HINT, ',' or end of projection"):
+            return tuple(fields)
+
+
+def _field(p: _Parser) -> ast.Field:
+    expr = p.expr()
+    token = p.lex.peek()
+    if token.word == "AS":
+        p.lex.next()
+        target = p.ident_token("an identifier such as /target after AS")
+        if target.qualifiers:
+            message = "the target of AS is a path in the output and cannot be qualified"
+            raise ParseError(message, text=p.text, position=target.pos, expected="/target")
+        if p.lex.peek().word == "OF":
+            note = " (OF CURRENT/PREVIOUS is not allowed on the target of AS)"
+            raise p.error(p.lex.peek(), "HINT, ',' or end of projection", note)
+        hints = _hints(p)
+        return ast.Field(
+            expr.pos, expr, ast.Identifier(target.pos, target.path, target.steps), hints
+        )
+    if token.kind is not Kind.EOF and not token.is_punct(","):
+        raise p.error(token, "an operator, AS, ',' or end of projection")
+    if isinstance(expr, ast.Identifier):
+        plain = ast.Identifier(expr.pos, expr.path, expr.steps)
+        return ast.Field(expr.pos, expr, expr if expr == plain else plain, ())
+    message = f"a projection field needs AS /target: expected AS, found {token.describe()}"
+    raise ParseError(message, text=p.text, position=token.pos, expected="AS /target")
+
+
+def _hints(p: _Parser) -> tuple[str, ...]:
+    if p.lex.peek().word != "HINT":
+        return ()
+    p.lex.next()
+    hints: list[str] = []
+    while True:
+        token = p.lex.next()
+        if token.word not in _HINTS or token.word in hints:
+            raise p.error(token, "a hint (OPTIONAL or SET_CURRENT), each at most once")
+        hints.append(token.word)
+        # A comma continues the hint list only before another hint; otherwise it
+        # separates projection fields.
+        following = p.lex.peek(1)
+        if not (
+            p.lex.peek().is_punct(",")
+            and following.word in _HINTS
+            and not p.lex.peek(2).is_punct("(")
+        ):
+            return tuple(hints)
+        p.lex.next()
+
+
+def _grouping(p: _Parser) -> tuple[ast.Identifier, ...]:
+    found: list[ast.Identifier] = []
+    while True:
+        found.append(p.identifier(p.ident_token(), allow_state=False))
+        if not p.separator("',' or end of grouping"):
+            return tuple(found)
+
+
+def _order_by(p: _Parser) -> tuple[ast.OrderKey, ...]:
+    keys: list[ast.OrderKey] = []
+    while True:
+        field = p.identifier(p.ident_token(), allow_state=False)
+        direction: str | None = None
+        text = False
+        while True:
+            word = p.lex.peek().word
+            if word in ("ASC", "DESC") and direction is None:
+                direction = word
+            elif word == "TEXT" and not text:
+                text = True
+            else:
+                break
+            p.lex.next()
+        keys.append(ast.OrderKey(field.pos, field, direction == "DESC", text))
+        if not p.separator("ASC, DESC, TEXT, ',' or end of OrderBy"):
+            return tuple(keys)
