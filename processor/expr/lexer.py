@@ -94,7 +94,7 @@ class Token:
 
 def is_step_char(ch: str) -> bool:
     """True if ``ch`` may appear in an unbracketed step name (``@`` only leads one)."""
-    return ch.isalnum() or ch in "_-."
+    return len(ch) == 1 and (ch.isalnum() or ch in "_-.")
 
 
 class Lexer:

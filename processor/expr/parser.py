@@ -4,9 +4,11 @@ Grammar (spec 1.7), highest precedence first: primary (literal, identifier, call
 parenthesised expression); unary ``-``/``+``; ``* / % MOD``; ``+ -``; comparisons and
 predicates (one non-associative level: ``a = b = c`` is an error); ``NOT``; ``AND``;
 ``OR``. Within one nesting level operators are resolved with an operator stack, so only
-parentheses, calls and lists recurse and the nesting cap (:data:`MAX_DEPTH`) bounds the
-Python stack. Every syntax error raises :class:`~processor.errors.ParseError` with the
-position where parsing stopped; no other exception escapes, whatever the input.
+parentheses, calls and lists recurse. :data:`MAX_DEPTH` caps both that nesting and the
+depth of the returned tree, so the parser and every recursive walk of its trees stay well
+inside Python's default stack limit. Every syntax error raises
+:class:`~processor.errors.ParseError` with the position where parsing stopped; no other
+exception escapes, whatever the input.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from processor.errors import ParseError
 from processor.expr import ast
 from processor.expr.lexer import OPERAND_EXPECTED, Kind, Lexer, Token
 
-#: Deepest nesting of parentheses, call arguments and lists accepted.
+#: Deepest nesting of parentheses, calls and lists, and deepest syntax tree, accepted.
 MAX_DEPTH = 200
 
 _OR, _AND, _NOT, _PRED, _ADD, _MUL, _UNARY = 1, 2, 3, 4, 5, 6, 7
@@ -52,10 +54,11 @@ class _Pending:
 
 @dataclass(slots=True)
 class _Operand:
-    """A parsed operand; ``predicate`` marks an unparenthesised comparison or predicate,
-    which may not be the operand of another one."""
+    """A parsed operand and the depth of its tree; ``predicate`` marks an unparenthesised
+    comparison or predicate, which may not be the operand of another one."""
 
     node: ast.Node
+    depth: int = 1
     predicate: bool = False
 
 
@@ -65,7 +68,7 @@ class _Parser:
     def __init__(self, text: str, start: int, end: int) -> None:
         self.text = text
         self.lex = Lexer(text, start, end)
-        self._depth = 0
+        self._nesting = -1  # the nesting level of the innermost expr() call; 0 at the top
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -73,9 +76,6 @@ class _Parser:
         """A ParseError at ``token``: what was expected, what was found."""
         message = f"expected {expected}, found {token.describe()}{note}"
         return ParseError(message, text=self.text, position=token.pos, expected=expected)
-
-    def at_end(self) -> bool:
-        return self.lex.peek().kind is Kind.EOF
 
     def expect_punct(self, text: str, expected: str) -> Token:
         token = self.lex.next()
@@ -92,12 +92,28 @@ class _Parser:
             raise self.error(token, expected)
         return True
 
+    def node(
+        self, node: ast.Node, at: int, *children: _Operand, predicate: bool = False
+    ) -> _Operand:
+        """Wrap a node built over ``children``, refusing trees deeper than MAX_DEPTH
+        (``at`` is the position of the operator that would make it too deep)."""
+        depth = 1 + max((child.depth for child in children), default=0)
+        if depth > MAX_DEPTH:
+            message = (
+                f"expression too deep: more than {MAX_DEPTH} nested operations"
+                " (a long AND/OR chain can often be written with IN (...))"
+            )
+            raise ParseError(
+                message, text=self.text, position=at, expected="a shallower expression"
+            )
+        return _Operand(node, depth, predicate)
+
     # -- expressions ------------------------------------------------------------------
 
-    def expr(self, min_prec: int = _OR) -> ast.Node:
+    def expr(self, min_prec: int = _OR) -> _Operand:
         """Parse operators of precedence >= ``min_prec``; stop before anything else."""
-        self._depth += 1
-        if self._depth > MAX_DEPTH:
+        self._nesting += 1
+        if self._nesting > MAX_DEPTH:
             token = self.lex.peek()
             message = f"expression nested too deeply (more than {MAX_DEPTH} levels)"
             raise ParseError(message, text=self.text, position=token.pos, expected="less nesting")
@@ -113,12 +129,12 @@ class _Parser:
                 self.lex.next()
                 ops.append(_Pending(token.text, _UNARY, token.pos, prefix=True))
                 continue
-            operands.append(_Operand(self.primary()))
+            operands.append(self.primary())
             if not self._operators(ops, operands, min_prec):
                 break
         self._reduce(ops, operands, 0)
-        self._depth -= 1
-        return operands[0].node
+        self._nesting -= 1
+        return operands[0]
 
     def _operators(self, ops: list[_Pending], operands: list[_Operand], min_prec: int) -> bool:
         """Consume postfix predicates, then one binary operator (True) or nothing (False)."""
@@ -140,125 +156,139 @@ class _Parser:
                 return False
             self._reduce(ops, operands, _PRED)
             self._check_chain(operands[-1], token)
-            operands[-1] = _Operand(self.predicate(operands[-1].node), predicate=True)
+            operands[-1] = self.predicate(operands[-1])
 
     def _check_chain(self, left: _Operand, token: Token) -> None:
         if left.predicate:
             note = " (comparisons do not chain: combine them with AND or use parentheses)"
             raise self.error(token, "AND, OR, ')' or end of expression", note)
 
-    @staticmethod
-    def _reduce(ops: list[_Pending], operands: list[_Operand], prec: int) -> None:
+    def _reduce(self, ops: list[_Pending], operands: list[_Operand], prec: int) -> None:
         """Apply stacked operators that bind at least as tightly as ``prec``."""
         while ops and ops[-1].prec >= prec:
             pending = ops.pop()
-            if pending.prefix:
-                operand = operands.pop().node
-                operands.append(_Operand(_prefix(pending, operand)))
+            if not pending.prefix:
+                right = operands.pop()
+                left = operands.pop()
+                node = ast.Binary(left.node.pos, pending.op, left.node, right.node, pending.pos)
+                at_pred = pending.prec == _PRED
+                operands.append(self.node(node, pending.pos, left, right, predicate=at_pred))
                 continue
-            right = operands.pop().node
-            left = operands.pop().node
-            node = ast.Binary(left.pos, pending.op, left, right, op_pos=pending.pos)
-            operands.append(_Operand(node, predicate=pending.prec == _PRED))
+            operand = operands.pop()
+            value = operand.node.value if isinstance(operand.node, ast.Literal) else None
+            if pending.op == "-" and isinstance(value, int | float) and not isinstance(value, bool):
+                # -5 is the literal -5 (AMPS integer syntax has an optional leading '-').
+                operands.append(_Operand(ast.Literal(pending.pos, -value)))
+                continue
+            unary = ast.Unary(pending.pos, _UNARY_OPS[pending.op], operand.node)
+            operands.append(self.node(unary, pending.pos, operand))
 
-    def predicate(self, operand: ast.Node) -> ast.Node:
-        """Parse the predicate whose first word is next, applied to ``operand``."""
+    def predicate(self, left: _Operand) -> _Operand:
+        """Parse the predicate whose first word is next, applied to ``left``."""
+        operand = left.node
         pos = operand.pos
         token = self.lex.next()
+        at = token.pos
         if token.word == "IS":
             token = self.lex.next()
             negated = token.word == "NOT"
             if negated:
                 token = self.lex.next()
             if token.word == "NULL":
-                return ast.IsNull(pos, operand, negated)
+                return self.node(ast.IsNull(pos, operand, negated), at, left, predicate=True)
             if token.word == "NAN":
-                return ast.IsNan(pos, operand, negated)
-            raise self.error(
-                token, "NULL or NAN after IS NOT" if negated else "NOT, NULL or NAN after IS"
-            )
+                return self.node(ast.IsNan(pos, operand, negated), at, left, predicate=True)
+            expected = "NULL or NAN after IS NOT" if negated else "NOT, NULL or NAN after IS"
+            raise self.error(token, expected)
         negated = token.word == "NOT"
         if negated:
             token = self.lex.next()
             if token.word == "NULL":
-                return ast.IsNull(pos, operand, negated=True)
+                return self.node(ast.IsNull(pos, operand, True), at, left, predicate=True)
         word = token.word
         if word == "BETWEEN":
             low = self.expr(_ADD)
             closing = self.lex.next()
             if closing.word != "AND":
                 raise self.error(closing, "an arithmetic operator or the AND of BETWEEN ... AND")
-            return ast.Between(pos, operand, low, self.expr(_ADD), negated)
+            high = self.expr(_ADD)
+            node: ast.Node = ast.Between(pos, operand, low.node, high.node, negated)
+            return self.node(node, at, left, low, high, predicate=True)
         if word == "IN":
-            return ast.In(pos, operand, self.items("IN"), negated)
+            items = self.items("IN")
+            node = ast.In(pos, operand, tuple(item.node for item in items), negated)
+            return self.node(node, at, left, *items, predicate=True)
         if word == "LIKE":
             pattern = self.lex.next()
             if pattern.kind is not Kind.STRING:
                 raise self.error(pattern, "a string literal pattern after LIKE")
-            return ast.Like(pos, operand, pattern.pattern, pattern.raw, negated)
+            node = ast.Like(pos, operand, pattern.pattern, pattern.raw, negated)
+            return self.node(node, at, left, predicate=True)
         if word in ("BEGINS", "ENDS"):
             with_token = self.lex.next()
             if with_token.word != "WITH":
                 raise self.error(with_token, f"WITH after {word}")
             kind: Literal["BEGINS", "ENDS"] = "BEGINS" if word == "BEGINS" else "ENDS"
-            return ast.Affix(pos, kind, operand, self.items(f"{word} WITH"), negated)
+            items = self.items(f"{word} WITH")
+            node = ast.Affix(pos, kind, operand, tuple(item.node for item in items), negated)
+            return self.node(node, at, left, *items, predicate=True)
         raise self.error(token, f"{_NEGATABLE} after NOT")
 
-    def items(self, what: str) -> tuple[ast.Node, ...]:
+    def items(self, what: str) -> list[_Operand]:
         """Parse the parenthesised, non-empty item list of ``what`` (IN, BEGINS WITH...)."""
         self.expect_punct("(", f"'(' and a list of values after {what}")
         if self.lex.peek().is_punct(")"):
             raise self.error(self.lex.peek(), f"at least one value in the {what} list")
-        found: list[ast.Node] = []
+        found: list[_Operand] = []
         while True:
             found.append(self.expr())
             token = self.lex.next()
             if token.is_punct(")"):
-                return tuple(found)
+                return found
             if not token.is_punct(","):
                 raise self.error(token, f"an operator, ',' or ')' in the {what} list")
 
-    def primary(self) -> ast.Node:
+    def primary(self) -> _Operand:
         """Parse a literal, identifier, function call or parenthesised expression."""
         token = self.lex.next()
         kind = token.kind
         if kind is Kind.NUMBER:
-            return ast.Literal(token.pos, token.number)
+            return _Operand(ast.Literal(token.pos, token.number))
         if kind is Kind.STRING:
             # The empty string is NULL in AMPS.
-            return ast.Literal(token.pos, token.string or None)
+            return _Operand(ast.Literal(token.pos, token.string or None))
         if kind is Kind.IDENT:
-            return self.identifier(token, allow_state=True)
+            return _Operand(self.identifier(token, allow_state=True))
         if token.is_punct("("):
-            node = self.expr()
+            inner = self.expr()
             closing = self.lex.next()
             if not closing.is_punct(")"):
-                raise self.error(
-                    closing, f"an operator or ')' closing the '(' at position {token.pos}"
-                )
-            return node
+                expected = f"an operator or ')' closing the '(' at position {token.pos}"
+                raise self.error(closing, expected)
+            return _Operand(inner.node, inner.depth)
         word = token.word
         if word == "NULL":
-            return ast.Literal(token.pos, None)
+            return _Operand(ast.Literal(token.pos, None))
         if word in ("TRUE", "FALSE"):
-            return ast.Literal(token.pos, word == "TRUE")
+            return _Operand(ast.Literal(token.pos, word == "TRUE"))
         if kind is Kind.WORD and word not in _RESERVED:
             if self.lex.peek().is_punct("("):
                 return self.call(token)
             raise self.error(token, OPERAND_EXPECTED, _WORD_NOTE)
         raise self.error(token, OPERAND_EXPECTED, _NOTES.get(word, ""))
 
-    def call(self, name: Token) -> ast.Call:
+    def call(self, name: Token) -> _Operand:
         self.lex.next()  # the '('
-        args: list[ast.Node] = []
+        args: list[_Operand] = []
         if self.lex.peek().is_punct(")"):
             self.lex.next()
-            return ast.Call(name.pos, name.word, ())
+            return _Operand(ast.Call(name.pos, name.word, ()))
         while True:
             args.append(self.expr())
             token = self.lex.next()
             if token.is_punct(")"):
-                return ast.Call(name.pos, name.word, tuple(args))
+                node = ast.Call(name.pos, name.word, tuple(arg.node for arg in args))
+                return self.node(node, name.pos, *args)
             if not token.is_punct(","):
                 raise self.error(token, f"an operator, ',' or ')' in the arguments of {name.word}")
 
@@ -269,9 +299,8 @@ class _Parser:
             return node
         of = self.lex.next()
         if not allow_state:
-            raise self.error(
-                of, "',' or end of the list", " (OF CURRENT/PREVIOUS is not allowed here)"
-            )
+            note = " (OF CURRENT/PREVIOUS is not allowed here)"
+            raise self.error(of, "',' or end of the list", note)
         state = self.lex.next()
         if state.word not in ("CURRENT", "PREVIOUS"):
             raise self.error(state, "CURRENT or PREVIOUS after OF")
@@ -291,15 +320,6 @@ _NOTES = {
     "AS": " (AS is only allowed in a projection)",
 }
 _UNARY_OPS: dict[str, Literal["-", "+", "NOT"]] = {"-": "-", "+": "+", "NOT": "NOT"}
-
-
-def _prefix(pending: _Pending, operand: ast.Node) -> ast.Node:
-    """Apply a prefix operator; ``-`` of a numeric literal folds into the literal."""
-    if pending.op == "-" and isinstance(operand, ast.Literal):
-        value = operand.value
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return ast.Literal(pending.pos, -value)
-    return ast.Unary(pending.pos, _UNARY_OPS[pending.op], operand)
 
 
 # -- public entry points ----------------------------------------------------------------
@@ -390,7 +410,7 @@ def _trim(text: str, lo: int, hi: int) -> tuple[int, int]:
 
 
 def _expression(p: _Parser) -> ast.Node:
-    node = p.expr()
+    node = p.expr().node
     token = p.lex.peek()
     if token.kind is not Kind.EOF:
         raise p.error(token, "an operator or end of expression", _NOTES.get(token.word, ""))
@@ -406,7 +426,7 @@ def _projection(p: _Parser) -> tuple[ast.Field, ...]:
 
 
 def _field(p: _Parser) -> ast.Field:
-    expr = p.expr()
+    expr = p.expr().node
     token = p.lex.peek()
     if token.word == "AS":
         p.lex.next()
