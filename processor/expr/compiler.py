@@ -1,0 +1,493 @@
+"""Translate AMPS expression trees to Python source (one expression string per node).
+
+Each node becomes a :class:`Code`: a Python expression over local variables ``v0``,
+``v1``, ... (the values of the inputs, numbered in first-appearance order), plus what is
+statically known about it: its ``kind`` (``bool``: always True/False; ``bool3``:
+True/False/None; ``any``: any value), the inputs it reads, and whether it is a constant.
+
+Why source code: a filter runs over millions of records per query, and one generated
+comprehension with the comparisons inlined is an order of magnitude faster than walking
+a tree of closures. Every inline fast path handles one value class (``int``/``float``
+against a number, ``str`` against a string) and falls back to the general helper of
+:mod:`processor.expr.operators` for anything else, so it cannot disagree with it.
+Subtrees without inputs and without non-deterministic functions are evaluated once, at
+compile time (constant folding).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from processor.errors import ExpressionError
+from processor.expr import ast, operators
+from processor.expr.aggregates import AGGREGATES
+from processor.expr.functions import UNSUPPORTED, lookup, suggestions
+from processor.expr.inputs import ContextInput, FieldInput, Input
+from processor.expr.operators import compile_regex
+from processor.expr.values import isnan, text_of, to_number, truth
+
+BOOL = "bool"
+BOOL3 = "bool3"
+ANY = "any"
+
+
+class _NullMark:
+    """Stands for NULL inside a Python ``or`` chain (it is truthy, so the chain stops
+    there as the AMPS table requires: ``NULL OR x`` is NULL)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+@dataclass(frozen=True, slots=True)
+class Code:
+    """One compiled node (see the module docstring)."""
+
+    src: str
+    kind: str = ANY
+    refs: frozenset[int] = frozenset()
+    deterministic: bool = True
+    aggregates: bool = False
+    const: bool = False
+    value: Any = None
+
+    @property
+    def foldable(self) -> bool:
+        """True when the node can be evaluated once at compile time."""
+        return not (self.const or self.refs or self.aggregates) and self.deterministic
+
+
+#: Runtime helpers, bound as globals of the generated code under these names.
+RUNTIME: dict[str, Any] = {
+    "_eq": operators.eq, "_ne": operators.ne, "_lt": operators.lt, "_le": operators.le,
+    "_gt": operators.gt, "_ge": operators.ge, "_between": operators.between,
+    "_in": operators.in_list, "_in_lit": operators.in_literals,
+    "_begins": operators.begins_with, "_ends": operators.ends_with,
+    "_is_nan": operators.is_nan, "_not": operators.not_, "_truth": truth,
+    "_add": operators.add, "_sub": operators.sub, "_mul": operators.mul,
+    "_div": operators.div, "_mod": operators.mod, "_neg": operators.neg, "_pos": operators.pos,
+    "_NULL": _NullMark(),
+}
+_HELPER = {"=": "_eq", "!=": "_ne", "<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge"}
+_PYOP = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_ARITHMETIC = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NUMERIC_CHECK = "{f}.__class__ is int or {u}.__class__ is float"
+_STRING_CHECK = "{f}.__class__ is str"
+#: Integers this small convert to float exactly, so mixing them with floats cannot fail.
+_SMALL_INT = 1 << 53
+
+AggregateHook = Callable[[ast.Call, "Compiler"], Code]
+
+
+def _plain_number(value: Any) -> bool:
+    cls = value.__class__
+    return cls is int or (cls is float and math.isfinite(value))
+
+
+def _join_kind(*kinds: str) -> str:
+    if all(kind == kinds[0] for kind in kinds):
+        return kinds[0]
+    if all(kind in (BOOL, BOOL3) for kind in kinds):
+        return BOOL3
+    return ANY
+
+
+class Compiler:
+    """Translates the nodes of one expression (or of one aggregated query) over one
+    shared table of inputs. ``aggregate`` compiles aggregate calls; without it they are
+    rejected (filters and value expressions)."""
+
+    def __init__(self, text: str, aggregate: AggregateHook | None = None) -> None:
+        self.text = text
+        self.aggregate = aggregate
+        self.namespace: dict[str, Any] = dict(RUNTIME)
+        self.inputs: list[Input] = []
+        self._index: dict[tuple[str, Any], int] = {}
+        self._counter = 0
+        self._dispatch: dict[type[ast.Node], Callable[[Any], Code]] = {
+            ast.Literal: self._literal, ast.Identifier: self._identifier,
+            ast.Unary: self._unary, ast.Binary: self._binary, ast.Between: self._between,
+            ast.In: self._in, ast.Like: self._like, ast.Affix: self._affix,
+            ast.IsNull: self._is_null, ast.IsNan: self._is_nan, ast.Call: self._call,
+        }
+
+    # --- bookkeeping -----------------------------------------------------------------------
+
+    def error(self, message: str, node: ast.Node | None = None) -> ExpressionError:
+        """An ExpressionError about ``node`` (its position in the text)."""
+        return ExpressionError(message, text=self.text, position=-1 if node is None else node.pos)
+
+    def input(self, item: Input) -> int:
+        """The index of an input, registering it on first use."""
+        # Two spellings of one path (``/a`` and ``/ a``) are one input.
+        key = ("field", item.steps) if isinstance(item, FieldInput) else ("context", item.name)
+        index = self._index.get(key)
+        if index is None:
+            index = self._index[key] = len(self.inputs)
+            self.inputs.append(item)
+        return index
+
+    def _name(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def global_(self, value: Any, prefix: str = "_k") -> str:
+        """Bind a value as a global of the generated code; returns its name."""
+        name = self._name(prefix)
+        self.namespace[name] = value
+        return name
+
+    def constant(self, value: Any) -> Code:
+        """A constant node."""
+        cls = value.__class__
+        if value is None or cls is bool or cls is str or _plain_number(value):
+            try:
+                src = repr(value)
+            except ValueError:  # an integer too long for repr()
+                src = self.global_(value)
+        else:
+            src = self.global_(value)
+        kind = BOOL if cls is bool else BOOL3 if value is None else ANY
+        return Code(src, kind, const=True, value=value)
+
+    def _bind(self, code: Code) -> tuple[str, str]:
+        """(first use, later uses) of a value needed more than once: simple names and
+        constants are repeated; anything else is evaluated once into a temporary."""
+        if code.const or _NAME.match(code.src):
+            return code.src, code.src
+        temp = self._name("_t")
+        return f"({temp} := {code.src})", temp
+
+    def _make(self, src: str, kind: str, *parts: Code, deterministic: bool = True) -> Code:
+        code = Code(
+            src,
+            kind,
+            frozenset().union(*(p.refs for p in parts)),
+            deterministic and all(p.deterministic for p in parts),
+            any(p.aggregates for p in parts),
+        )
+        if code.foldable:
+            try:
+                value = eval(src, self.namespace)
+            except Exception:
+                # Keep the code: evaluating it per record gives the same answer and
+                # the helpers are total, so this only guards the compiler itself.
+                return code
+            if isinstance(value, _NullMark):
+                value = None
+            return self.constant(value)
+        return code
+
+    def as_bool(self, code: Code) -> Code:
+        """A node in boolean position: its truth value (spec section 9 item 33)."""
+        if code.kind != ANY:
+            return code
+        if code.const:
+            return self.constant(truth(code.value))
+        return Code(f"_truth({code.src})", BOOL3, code.refs, code.deterministic, code.aggregates)
+
+    # --- nodes -------------------------------------------------------------------------------
+
+    def emit(self, node: ast.Node) -> Code:
+        """Compile one node."""
+        handler = self._dispatch.get(type(node))
+        if handler is None:
+            raise self.error(f"{type(node).__name__} is not an expression here", node)
+        return handler(node)
+
+    def _literal(self, node: ast.Literal) -> Code:
+        return self.constant(node.value)
+
+    def _identifier(self, node: ast.Identifier) -> Code:
+        if node.state is not None:
+            raise self.error(
+                f"'{node.path} OF {node.state}' is only allowed in SOW enrichment", node)
+        if node.qualifiers:
+            raise self.error(
+                f"the qualified identifier {node.path!r} ([{'].['.join(node.qualifiers)}]) "
+                "is only allowed in view definitions with a Join", node)
+        index = self.input(FieldInput(node.path, node.steps))
+        return Code(f"v{index}", ANY, frozenset((index,)))
+
+    def _unary(self, node: ast.Unary) -> Code:
+        operand = self.emit(node.operand)
+        if node.op == "NOT":
+            value = self.as_bool(operand)
+            if value.kind == BOOL:
+                return self._make(f"(not {value.src})", BOOL, value)
+            return self._make(f"_not({value.src})", BOOL3, value)
+        helper = "_neg" if node.op == "-" else "_pos"
+        return self._make(f"{helper}({operand.src})", ANY, operand)
+
+    def _binary(self, node: ast.Binary) -> Code:
+        if node.op in ("AND", "OR"):
+            return self._logical(node)
+        left = self.emit(node.left)
+        right = self.emit(node.right)
+        if node.op in _HELPER:
+            return self._comparison(node.op, left, right)
+        if node.op in _ARITHMETIC:
+            return self._arithmetic(node.op, left, right)
+        raise self.error(f"unknown operator {node.op!r}", node)
+
+    def _logical(self, node: ast.Binary) -> Code:
+        # A chain of one operator is flattened, so long OR lists do not nest deeply.
+        nodes: list[ast.Node] = []
+        stack: list[ast.Node] = [node]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, ast.Binary) and item.op == node.op:
+                stack.append(item.right)
+                stack.append(item.left)
+            else:
+                nodes.append(item)
+        operands = [self.as_bool(self.emit(item)) for item in nodes]
+        kind = BOOL if all(o.kind == BOOL for o in operands) else BOOL3
+        if node.op == "AND":
+            # Python's `and` over True/False/None is the AMPS AND table read left to
+            # right: FALSE, x -> FALSE; NULL, x -> NULL; TRUE, x -> x.
+            return self._make("(" + " and ".join(o.src for o in operands) + ")", kind, *operands)
+        if all(o.kind == BOOL for o in operands[:-1]):
+            return self._make("(" + " or ".join(o.src for o in operands) + ")", kind, *operands)
+        # OR: TRUE, x -> TRUE; FALSE, x -> x; NULL, x -> NULL (not Python's `None or x`).
+        parts = []
+        for operand in operands[:-1]:
+            if operand.kind == BOOL:
+                parts.append(operand.src)
+            else:
+                temp = self._name("_t")
+                parts.append(f"(_NULL if ({temp} := {operand.src}) is None else {temp})")
+        parts.append(operands[-1].src)
+        result = self._name("_t")
+        src = f"(None if ({result} := ({' or '.join(parts)})) is _NULL else {result})"
+        return self._make(src, BOOL3, *operands)
+
+    def _comparison(self, op: str, left: Code, right: Code) -> Code:
+        if (left.const and left.value is None) or (right.const and right.value is None):
+            return self.constant(False)  # a comparison with NULL is FALSE (spec 9 item 1)
+        if left.const and not right.const:
+            op, left, right = _FLIP[op], right, left
+        helper, pyop = _HELPER[op], _PYOP[op]
+        if right.const:
+            value = right.value
+            src = right.src
+            if value.__class__ is bool:
+                value = int(value)
+                src = repr(value)
+            first, use = self._bind(left)
+            slow = f"{helper}({use}, {src})"
+            if _plain_number(value):
+                check = _NUMERIC_CHECK.format(f=first, u=use)
+            elif value.__class__ is str:
+                check = _STRING_CHECK.format(f=first)
+            else:
+                return self._make(f"{helper}({first}, {src})", BOOL, left, right)
+            return self._make(f"({use} {pyop} {src} if {check} else {slow})", BOOL, left, right)
+        a_first, a = self._bind(left)
+        b_first, b = self._bind(right)
+        check = (f"{a_first}.__class__ is {b_first}.__class__ and ({a}.__class__ is int "
+                 f"or {a}.__class__ is float or {a}.__class__ is str)")
+        src = f"({a} {pyop} {b} if {check} else {helper}({a}, {b}))"
+        return self._make(src, BOOL, left, right)
+
+    def _arithmetic(self, op: str, left: Code, right: Code) -> Code:
+        helper = _ARITHMETIC[op]
+        if op in "+-*" and not (left.const and right.const):
+            a_first, a = self._bind(left)
+            b_first, b = self._bind(right)
+            if right.const and right.value.__class__ is int and abs(right.value) < _SMALL_INT:
+                check = _NUMERIC_CHECK.format(f=a_first, u=a)
+            elif left.const and left.value.__class__ is int and abs(left.value) < _SMALL_INT:
+                check = _NUMERIC_CHECK.format(f=b_first, u=b)
+            elif right.const and _plain_number(right.value):
+                check = f"{a_first}.__class__ is float"
+            elif left.const and _plain_number(left.value):
+                check = f"{b_first}.__class__ is float"
+            elif not (left.const or right.const):
+                # int with int and float with float never raise; mixed classes can
+                # (an integer beyond float range), so they take the helper.
+                check = (f"{a_first}.__class__ is {b_first}.__class__ and "
+                         f"({a}.__class__ is int or {a}.__class__ is float)")
+            else:
+                return self._make(f"{helper}({left.src}, {right.src})", ANY, left, right)
+            src = f"({a} {op} {b} if {check} else {helper}({a}, {b}))"
+            return self._make(src, ANY, left, right)
+        return self._make(f"{helper}({left.src}, {right.src})", ANY, left, right)
+
+    def _between(self, node: ast.Between) -> Code:
+        operand = self.emit(node.operand)
+        low = self.emit(node.low)
+        high = self.emit(node.high)
+        first, use = self._bind(operand)
+        slow = f"_between({use}, {low.src}, {high.src})"
+        if low.const and high.const and _plain_number(low.value) and _plain_number(high.value):
+            check = _NUMERIC_CHECK.format(f=first, u=use)
+        elif low.const and high.const and low.value.__class__ is str is high.value.__class__:
+            check = _STRING_CHECK.format(f=first)
+        else:
+            check = ""
+        if check:
+            src = f"({low.src} <= {use} <= {high.src} if {check} else {slow})"
+        else:
+            src = f"_between({first}, {low.src}, {high.src})"
+        return self._negate(self._make(src, BOOL, operand, low, high), node.negated)
+
+    def _negate(self, code: Code, negated: bool) -> Code:
+        if not negated:
+            return code
+        return self._make(f"(not {code.src})", BOOL, code)
+
+    def _in(self, node: ast.In) -> Code:
+        operand = self.emit(node.operand)
+        items = [self.emit(item) for item in node.items]
+        if not all(item.const for item in items):
+            src = f"_in({operand.src}, ({''.join(item.src + ', ' for item in items)}))"
+            return self._negate(self._make(src, BOOL, operand, *items), node.negated)
+        values = tuple(
+            int(v) if v.__class__ is bool else v
+            for v in (item.value for item in items)
+            if v is not None and not (v.__class__ is float and isnan(v))
+        )
+        strings = frozenset(v for v in values if v.__class__ is str)
+        numbers = frozenset(v for v in values if v.__class__ is int or v.__class__ is float)
+        if not values:
+            return self._negate(self.constant(False), node.negated)
+        string_set, number_set = self.global_(strings), self.global_(numbers)
+        names = ", ".join((string_set, number_set, self.global_(values)))
+        first, use = self._bind(operand)
+        cases: list[tuple[str, str]] = []
+        if not numbers:
+            cases.append((_STRING_CHECK, f"{use} in {string_set}"))
+        elif not any(to_number(s) is not None for s in strings):
+            cases.append((_NUMERIC_CHECK, f"{use} in {number_set}"))
+        src = self._select(first, use, cases, lambda x: f"_in_lit({x}, {names})")
+        return self._negate(self._make(src, BOOL, operand, *items), node.negated)
+
+    @staticmethod
+    def _select(first: str, use: str, cases: list[tuple[str, str]],
+                slow: Callable[[str], str]) -> str:
+        """``(fast1 if check1 else (... else slow))``: per value class, an inline fast
+        path, else the general helper. The operand is bound (``first``) in the check
+        evaluated first; checks are templates over ``{f}`` (first use) and ``{u}``."""
+        if not cases:
+            return slow(first)
+        src = slow(use)
+        for position, (check, fast) in enumerate(reversed(cases)):
+            outermost = position == len(cases) - 1
+            src = f"({fast} if {check.format(f=first if outermost else use, u=use)} else {src})"
+        return src
+
+    def _like(self, node: ast.Like) -> Code:
+        operand = self.emit(node.operand)
+        pattern = operators.compile_like(node.pattern, node.raw, text=self.text,
+                                         position=node.pos)
+        name = self.global_(pattern)
+        first, use = self._bind(operand)
+        if pattern.plain is not None:
+            fast = f"{pattern.plain!r} in {use}"
+        else:
+            fast = f"{self.global_(pattern.matches)}({use}) is not None"
+        src = self._select(first, use, [(_STRING_CHECK, fast)], lambda x: f"{name}.test({x})")
+        return self._negate(self._make(src, BOOL, operand), node.negated)
+
+    def _affix(self, node: ast.Affix) -> Code:
+        operand = self.emit(node.operand)
+        items = [self.emit(item) for item in node.items]
+        helper, method = ("_begins", "startswith") if node.kind == "BEGINS" else (
+            "_ends", "endswith")
+        first, use = self._bind(operand)
+        if not all(item.const for item in items):
+            src = f"{helper}({first}, ({''.join(item.src + ', ' for item in items)}))"
+            return self._negate(self._make(src, BOOL, operand, *items), node.negated)
+        texts = tuple(t for t in (text_of(item.value) for item in items) if t is not None)
+        if not texts:
+            return self._negate(self.constant(False), node.negated)
+        affixes = repr(texts)
+        src = self._select(first, use, [(_STRING_CHECK, f"{use}.{method}({affixes})")],
+                           lambda x: f"{helper}({x}, {affixes})")
+        return self._negate(self._make(src, BOOL, operand), node.negated)
+
+    def _is_null(self, node: ast.IsNull) -> Code:
+        operand = self.emit(node.operand)
+        test = "is not" if node.negated else "is"
+        return self._make(f"({operand.src} {test} None)", BOOL, operand)
+
+    def _is_nan(self, node: ast.IsNan) -> Code:
+        operand = self.emit(node.operand)
+        return self._negate(self._make(f"_is_nan({operand.src})", BOOL, operand), node.negated)
+
+    def _call(self, node: ast.Call) -> Code:
+        name = node.name.upper()
+        if name in AGGREGATES:
+            if self.aggregate is None:
+                raise self.error(
+                    f"aggregate function {name}() is only allowed in the projection of an "
+                    "aggregated query or a view, not in a filter or a value expression", node)
+            return self.aggregate(node, self)
+        spec = lookup(name)
+        if spec is None:
+            if name in UNSUPPORTED:
+                raise self.error(f"function {name}() is not supported here: {UNSUPPORTED[name]}",
+                                 node)
+            close = suggestions(name)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise self.error(f"unknown function {name}(){hint}", node)
+        count = len(node.args)
+        if count < spec.min_args or (spec.max_args is not None and count > spec.max_args):
+            raise self.error(
+                f"{name}() takes {spec.arity()} argument{'s' if spec.arity() != '1' else ''}, "
+                f"got {count}", node)
+        if spec.context is not None:
+            index = self.input(ContextInput(name))
+            return Code(f"v{index}", ANY, frozenset((index,)))
+        args = [self.emit(arg) for arg in node.args]
+        if name == "IF":
+            return self._if(args)
+        if name == "REGEXP_REPLACE" and args[1].const and args[1].value.__class__ is str:
+            compile_regex(args[1].value, what="REGEXP_REPLACE pattern", text=self.text,
+                          position=node.args[1].pos)
+        function = self.global_(spec.call, f"_f_{name}_")
+        src = f"{function}({', '.join(arg.src for arg in args)})"
+        return self._make(src, ANY, *args, deterministic=spec.deterministic)
+
+    def _if(self, args: list[Code]) -> Code:
+        # Only the chosen branch is evaluated (AMPS 5.3.4 and later); a condition that is
+        # not TRUE (FALSE, NULL, NaN) selects the second value.
+        condition = self.as_bool(args[0])
+        when_true, when_false = args[1], args[2]
+        if condition.const:
+            return when_true if condition.value is True else when_false
+        test = condition.src if condition.kind == BOOL else f"{condition.src} is True"
+        src = f"({when_true.src} if {test} else {when_false.src})"
+        return self._make(src, _join_kind(when_true.kind, when_false.kind), condition,
+                          when_true, when_false)
+
+
+def predicate(code: Code) -> str:
+    """Python source that is True exactly when the node's value is TRUE in boolean
+    position (a filter matches)."""
+    if code.kind == BOOL:
+        return code.src
+    if code.kind == BOOL3:
+        return f"({code.src}) is True"
+    return f"_truth({code.src}) is True"
+
+
+def build(namespace: dict[str, Any], source: str, text: str) -> dict[str, Any]:
+    """Execute generated source in ``namespace``; ExpressionError if Python cannot
+    compile it (an expression nested too deeply)."""
+    try:
+        exec(compile(source, f"<AMPS expression {text[:60]!r}>", "exec"), namespace)
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise ExpressionError(
+            "the expression is nested too deeply to compile; simplify it", text=text
+        ) from exc
+    return namespace

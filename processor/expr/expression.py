@@ -1,0 +1,142 @@
+"""Compiled filters and value expressions: :class:`Expression` and :func:`compile`.
+
+A compiled expression is immutable and thread-safe; compiling the same text again returns
+the cached object.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from processor.expr import ast, parser
+from processor.expr.compiler import Compiler, build, predicate
+from processor.expr.inputs import ContextInput, FieldInput, Input, MessageContext
+from processor.expr.values import field_getter
+
+K = TypeVar("K")
+
+
+class Expression:
+    """An AMPS expression compiled to Python.
+
+    ``inputs`` are the message fields and message-context facts it reads, distinct, in
+    first-appearance order; ``deterministic`` is False when it calls a non-deterministic
+    function (UNIX_TIMESTAMP()). Evaluation never raises, for any message."""
+
+    __slots__ = ("_call", "_eval", "_match", "_scan", "_test", "deterministic", "inputs",
+                 "node", "source", "text")
+
+    def __init__(self, text: str, node: ast.Node, compiler: Compiler) -> None:
+        code = compiler.emit(node)
+        refs = sorted(code.refs)
+        self.text = text
+        self.node = node
+        self.inputs: tuple[Input, ...] = tuple(compiler.inputs[i] for i in refs)
+        self.deterministic = code.deterministic
+        namespace = compiler.namespace
+        namespace["_Collection"] = Collection
+        params = ", ".join(f"v{i}" for i in refs)
+        loads = []
+        for i in refs:
+            item = compiler.inputs[i]
+            if isinstance(item, FieldInput):
+                namespace[f"_g{i}"] = field_getter(item.steps)
+                loads.append(f"    v{i} = _g{i}(m)\n")
+            else:
+                loads.append(f"    v{i} = None if c is None else c.value({item.name!r})\n")
+        test = predicate(code)
+        if refs:
+            getters = "".join(f"    g{j} = columns[{j}].get\n" for j in range(len(refs)))
+            maps = "".join(f", map(g{j}, keys)" for j in range(len(refs)))
+            scan = (
+                "    if not isinstance(keys, _Collection):\n"
+                "        keys = list(keys)\n"
+                f"{getters}"
+                f"    return [k for k, {params} in zip(keys{maps}) if {test}]\n"
+            )
+        else:
+            scan = f"    return list(keys) if {test} else []\n"
+        self.source = (
+            f"def _eval({params}):\n    return {code.src}\n"
+            f"def _test({params}):\n    return {test}\n"
+            f"def _call(m, c=None):\n{''.join(loads)}    return {code.src}\n"
+            f"def _match(m, c=None):\n{''.join(loads)}    return {test}\n"
+            f"def _scan(keys, columns):\n{scan}"
+        )
+        build(namespace, self.source, text)
+        self._eval: Callable[..., Any] = namespace["_eval"]
+        self._test: Callable[..., bool] = namespace["_test"]
+        self._call: Callable[[Any, MessageContext | None], Any] = namespace["_call"]
+        self._match: Callable[[Any, MessageContext | None], bool] = namespace["_match"]
+        self._scan: Callable[[Iterable[Any], Sequence[Mapping[Any, Any]]], list[Any]] = (
+            namespace["_scan"])
+
+    def __repr__(self) -> str:
+        return f"Expression({self.text!r})"
+
+    def __call__(self, message: Any, context: MessageContext | None = None) -> Any:
+        """The expression's value for one message (and its per-record context)."""
+        return self._call(message, context)
+
+    def matches(self, message: Any, context: MessageContext | None = None) -> bool:
+        """True when the expression is TRUE for the message (a filter matches); FALSE,
+        NULL and NaN do not match. A non-boolean value is read as a boolean (non-zero
+        numbers are TRUE)."""
+        return self._match(message, context)
+
+    def evaluate_inputs(self, values: Sequence[Any]) -> Any:
+        """The expression's value given the values of :attr:`inputs`, in order."""
+        return self._eval(*values)
+
+    def test_inputs(self, values: Sequence[Any]) -> bool:
+        """:meth:`matches` given the values of :attr:`inputs`, in order."""
+        return self._test(*values)
+
+    def scan(self, keys: Iterable[K], columns: Sequence[Mapping[K, Any]]) -> list[K]:
+        """The keys, in order, whose record matches.
+
+        ``columns[i]`` maps a key to the value of ``inputs[i]`` for that record (a key
+        absent from a column is NULL). This is the SOW query hot path: one generated
+        comprehension with the comparisons inlined."""
+        if not isinstance(keys, Collection):
+            keys = list(keys)
+        try:
+            return self._scan(keys, columns)
+        except Exception:
+            # The inline code and the helpers are total; should a Python-level surprise
+            # (a column that is not a Mapping, an exotic value) ever raise, evaluate row
+            # by row so that one record cannot fail the whole query.
+            return self._scan_safely(keys, columns)
+
+    def _scan_safely(self, keys: Iterable[K], columns: Sequence[Mapping[K, Any]]) -> list[K]:
+        getters = [column.get for column in columns]
+        matched = []
+        for key in keys:
+            try:
+                if self._test(*[get(key) for get in getters]):
+                    matched.append(key)
+            except Exception:
+                continue
+        return matched
+
+
+def compile_node(node: ast.Node, text: str = "") -> Expression:
+    """Compile a parsed expression (filter or value); aggregate functions are rejected
+    with ExpressionError."""
+    return Expression(text, node, Compiler(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def compile(text: str) -> Expression:
+    """Parse and compile a filter or value expression (ParseError / ExpressionError)."""
+    return compile_node(parser.parse(text), text)
+
+
+def evaluate(text: str, message: Mapping[str, Any], context: MessageContext | None = None) -> Any:
+    """The value of an expression for one message."""
+    return compile(text)(message, context)
+
+
+__all__ = ["ContextInput", "Expression", "FieldInput", "compile", "compile_node", "evaluate"]
