@@ -15,7 +15,8 @@ from typing import Any
 from processor.errors import ExpressionError
 from processor.expr import ast, parser
 from processor.expr.aggregates import AGGREGATES, Aggregate
-from processor.expr.compiler import Code, Compiler, build
+from processor.expr.codegen import Code, build
+from processor.expr.compiler import Compiler
 from processor.expr.inputs import FieldInput, Input
 from processor.expr.values import first, isnan, text_of
 

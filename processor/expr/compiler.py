@@ -16,98 +16,69 @@ compile time (constant folding).
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from processor.errors import ExpressionError
 from processor.expr import ast, operators
 from processor.expr.aggregates import AGGREGATES
+from processor.expr.codegen import (
+    ANY,
+    ARITHMETIC,
+    BOOL,
+    BOOL3,
+    FLIP,
+    HELPER,
+    NAME,
+    NULL_MARK,
+    NUMERIC_CHECK,
+    PYOP,
+    RUNTIME,
+    SMALL_INT,
+    STRING_CHECK,
+    Code,
+    join_kind,
+    plain_number,
+)
 from processor.expr.functions import UNSUPPORTED, lookup, suggestions
 from processor.expr.inputs import ContextInput, FieldInput, Input
 from processor.expr.operators import compile_regex
 from processor.expr.values import isnan, text_of, to_number, truth
 
-BOOL = "bool"
-BOOL3 = "bool3"
-ANY = "any"
-
-
-class _NullMark:
-    """Stands for NULL inside a Python ``or`` chain (it is truthy, so the chain stops
-    there as the AMPS table requires: ``NULL OR x`` is NULL)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NULL"
-
-
-@dataclass(frozen=True, slots=True)
-class Code:
-    """One compiled node (see the module docstring)."""
-
-    src: str
-    kind: str = ANY
-    refs: frozenset[int] = frozenset()
-    deterministic: bool = True
-    aggregates: bool = False
-    const: bool = False
-    value: Any = None
-
-    @property
-    def foldable(self) -> bool:
-        """True when the node can be evaluated once at compile time."""
-        return not (self.const or self.refs or self.aggregates) and self.deterministic
-
-
-#: Runtime helpers, bound as globals of the generated code under these names.
-RUNTIME: dict[str, Any] = {
-    "_eq": operators.eq, "_ne": operators.ne, "_lt": operators.lt, "_le": operators.le,
-    "_gt": operators.gt, "_ge": operators.ge, "_between": operators.between,
-    "_in": operators.in_list, "_in_lit": operators.in_literals,
-    "_begins": operators.begins_with, "_ends": operators.ends_with,
-    "_is_nan": operators.is_nan, "_not": operators.not_, "_truth": truth,
-    "_add": operators.add, "_sub": operators.sub, "_mul": operators.mul,
-    "_div": operators.div, "_mod": operators.mod, "_neg": operators.neg, "_pos": operators.pos,
-    "_NULL": _NullMark(),
-}
-_HELPER = {"=": "_eq", "!=": "_ne", "<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge"}
-_PYOP = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_ARITHMETIC = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_NUMERIC_CHECK = "{f}.__class__ is int or {u}.__class__ is float"
-_STRING_CHECK = "{f}.__class__ is str"
-#: Integers this small convert to float exactly, so mixing them with floats cannot fail.
-_SMALL_INT = 1 << 53
-
 AggregateHook = Callable[[ast.Call, "Compiler"], Code]
 
 
-def _plain_number(value: Any) -> bool:
-    cls = value.__class__
-    return cls is int or (cls is float and math.isfinite(value))
+def conjuncts(node: ast.Node) -> list[ast.Node]:
+    """The operands of a top-level AND chain, left to right (``[node]`` if it is none)."""
+    return _chain(node, "AND")
 
 
-def _join_kind(*kinds: str) -> str:
-    if all(kind == kinds[0] for kind in kinds):
-        return kinds[0]
-    if all(kind in (BOOL, BOOL3) for kind in kinds):
-        return BOOL3
-    return ANY
+def _chain(node: ast.Node, op: str) -> list[ast.Node]:
+    # Iterative, so that a long chain cannot exhaust the recursion limit.
+    nodes: list[ast.Node] = []
+    stack: list[ast.Node] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ast.Binary) and item.op == op:
+            stack.append(item.right)
+            stack.append(item.left)
+        else:
+            nodes.append(item)
+    return nodes
 
 
 class Compiler:
     """Translates the nodes of one expression (or of one aggregated query) over one
     shared table of inputs. ``aggregate`` compiles aggregate calls; without it they are
-    rejected (filters and value expressions)."""
+    rejected (filters and value expressions). ``fast=False`` generates calls to the
+    general helpers only (no inline fast paths): the reference the fast code is tested
+    against."""
 
-    def __init__(self, text: str, aggregate: AggregateHook | None = None) -> None:
+    def __init__(self, text: str, aggregate: AggregateHook | None = None, *,
+                 fast: bool = True) -> None:
         self.text = text
         self.aggregate = aggregate
+        self.fast = fast
         self.namespace: dict[str, Any] = dict(RUNTIME)
         self.inputs: list[Input] = []
         self._index: dict[tuple[str, Any], int] = {}
@@ -148,7 +119,7 @@ class Compiler:
     def constant(self, value: Any) -> Code:
         """A constant node."""
         cls = value.__class__
-        if value is None or cls is bool or cls is str or _plain_number(value):
+        if value is None or cls is bool or cls is str or plain_number(value):
             try:
                 src = repr(value)
             except ValueError:  # an integer too long for repr()
@@ -161,18 +132,24 @@ class Compiler:
     def _bind(self, code: Code) -> tuple[str, str]:
         """(first use, later uses) of a value needed more than once: simple names and
         constants are repeated; anything else is evaluated once into a temporary."""
-        if code.const or _NAME.match(code.src):
+        if NAME.match(code.src):
             return code.src, code.src
+        if code.const:  # parenthesised: `(10).__class__`, `(-5).__class__`
+            return f"({code.src})", f"({code.src})"
         temp = self._name("_t")
         return f"({temp} := {code.src})", temp
 
-    def _make(self, src: str, kind: str, *parts: Code, deterministic: bool = True) -> Code:
+    def _make(self, src: str, kind: str, *parts: Code, deterministic: bool = True,
+              nulls: frozenset[int] = frozenset(), strict: frozenset[int] = frozenset(),
+              ) -> Code:
         code = Code(
             src,
             kind,
             frozenset().union(*(p.refs for p in parts)),
             deterministic and all(p.deterministic for p in parts),
             any(p.aggregates for p in parts),
+            nulls=nulls,
+            strict=strict,
         )
         if code.foldable:
             try:
@@ -181,7 +158,7 @@ class Compiler:
                 # Keep the code: evaluating it per record gives the same answer and
                 # the helpers are total, so this only guards the compiler itself.
                 return code
-            if isinstance(value, _NullMark):
+            if value is NULL_MARK:
                 value = None
             return self.constant(value)
         return code
@@ -192,7 +169,8 @@ class Compiler:
             return code
         if code.const:
             return self.constant(truth(code.value))
-        return Code(f"_truth({code.src})", BOOL3, code.refs, code.deterministic, code.aggregates)
+        return Code(f"_truth({code.src})", BOOL3, code.refs, code.deterministic, code.aggregates,
+                    strict=code.strict)
 
     # --- nodes -------------------------------------------------------------------------------
 
@@ -215,7 +193,8 @@ class Compiler:
                 f"the qualified identifier {node.path!r} ([{'].['.join(node.qualifiers)}]) "
                 "is only allowed in view definitions with a Join", node)
         index = self.input(FieldInput(node.path, node.steps))
-        return Code(f"v{index}", ANY, frozenset((index,)))
+        own = frozenset((index,))
+        return Code(f"v{index}", ANY, own, nulls=own, strict=own)
 
     def _unary(self, node: ast.Unary) -> Code:
         operand = self.emit(node.operand)
@@ -225,38 +204,35 @@ class Compiler:
                 return self._make(f"(not {value.src})", BOOL, value)
             return self._make(f"_not({value.src})", BOOL3, value)
         helper = "_neg" if node.op == "-" else "_pos"
-        return self._make(f"{helper}({operand.src})", ANY, operand)
+        return self._make(f"{helper}({operand.src})", ANY, operand, nulls=operand.nulls,
+                          strict=operand.nulls)
 
     def _binary(self, node: ast.Binary) -> Code:
         if node.op in ("AND", "OR"):
             return self._logical(node)
         left = self.emit(node.left)
         right = self.emit(node.right)
-        if node.op in _HELPER:
+        if node.op in HELPER:
             return self._comparison(node.op, left, right)
-        if node.op in _ARITHMETIC:
+        if node.op in ARITHMETIC:
             return self._arithmetic(node.op, left, right)
         raise self.error(f"unknown operator {node.op!r}", node)
 
     def _logical(self, node: ast.Binary) -> Code:
         # A chain of one operator is flattened, so long OR lists do not nest deeply.
-        nodes: list[ast.Node] = []
-        stack: list[ast.Node] = [node]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, ast.Binary) and item.op == node.op:
-                stack.append(item.right)
-                stack.append(item.left)
-            else:
-                nodes.append(item)
+        nodes = _chain(node, node.op)
         operands = [self.as_bool(self.emit(item)) for item in nodes]
         kind = BOOL if all(o.kind == BOOL for o in operands) else BOOL3
         if node.op == "AND":
             # Python's `and` over True/False/None is the AMPS AND table read left to
             # right: FALSE, x -> FALSE; NULL, x -> NULL; TRUE, x -> x.
-            return self._make("(" + " and ".join(o.src for o in operands) + ")", kind, *operands)
+            return self._make("(" + " and ".join(o.src for o in operands) + ")", kind, *operands,
+                              strict=frozenset().union(*(o.strict for o in operands)))
+        # OR is TRUE only if an operand is: NULL in an input every operand needs is not.
+        strict = frozenset.intersection(*(o.strict for o in operands))
         if all(o.kind == BOOL for o in operands[:-1]):
-            return self._make("(" + " or ".join(o.src for o in operands) + ")", kind, *operands)
+            return self._make("(" + " or ".join(o.src for o in operands) + ")", kind, *operands,
+                              strict=strict)
         # OR: TRUE, x -> TRUE; FALSE, x -> x; NULL, x -> NULL (not Python's `None or x`).
         parts = []
         for operand in operands[:-1]:
@@ -268,14 +244,17 @@ class Compiler:
         parts.append(operands[-1].src)
         result = self._name("_t")
         src = f"(None if ({result} := ({' or '.join(parts)})) is _NULL else {result})"
-        return self._make(src, BOOL3, *operands)
+        return self._make(src, BOOL3, *operands, strict=strict)
 
     def _comparison(self, op: str, left: Code, right: Code) -> Code:
         if (left.const and left.value is None) or (right.const and right.value is None):
             return self.constant(False)  # a comparison with NULL is FALSE (spec 9 item 1)
+        if not self.fast or (left.const and right.const):
+            return self._make(f"{HELPER[op]}({left.src}, {right.src})", BOOL, left, right,
+                              strict=left.nulls | right.nulls)
         if left.const and not right.const:
-            op, left, right = _FLIP[op], right, left
-        helper, pyop = _HELPER[op], _PYOP[op]
+            op, left, right = FLIP[op], right, left
+        helper, pyop = HELPER[op], PYOP[op]
         if right.const:
             value = right.value
             src = right.src
@@ -284,43 +263,46 @@ class Compiler:
                 src = repr(value)
             first, use = self._bind(left)
             slow = f"{helper}({use}, {src})"
-            if _plain_number(value):
-                check = _NUMERIC_CHECK.format(f=first, u=use)
+            if plain_number(value):
+                check = NUMERIC_CHECK.format(f=first, u=use)
             elif value.__class__ is str:
-                check = _STRING_CHECK.format(f=first)
+                check = STRING_CHECK.format(f=first)
             else:
-                return self._make(f"{helper}({first}, {src})", BOOL, left, right)
-            return self._make(f"({use} {pyop} {src} if {check} else {slow})", BOOL, left, right)
+                return self._make(f"{helper}({first}, {src})", BOOL, left, right,
+                                  strict=left.nulls)
+            return self._make(f"({use} {pyop} {src} if {check} else {slow})", BOOL, left, right,
+                              strict=left.nulls)
         a_first, a = self._bind(left)
         b_first, b = self._bind(right)
         check = (f"{a_first}.__class__ is {b_first}.__class__ and ({a}.__class__ is int "
                  f"or {a}.__class__ is float or {a}.__class__ is str)")
         src = f"({a} {pyop} {b} if {check} else {helper}({a}, {b}))"
-        return self._make(src, BOOL, left, right)
+        return self._make(src, BOOL, left, right, strict=left.nulls | right.nulls)
 
     def _arithmetic(self, op: str, left: Code, right: Code) -> Code:
-        helper = _ARITHMETIC[op]
-        if op in "+-*" and not (left.const and right.const):
+        helper = ARITHMETIC[op]
+        src = f"{helper}({left.src}, {right.src})"
+        if self.fast and op in "+-*" and not (left.const and right.const):
             a_first, a = self._bind(left)
             b_first, b = self._bind(right)
-            if right.const and right.value.__class__ is int and abs(right.value) < _SMALL_INT:
-                check = _NUMERIC_CHECK.format(f=a_first, u=a)
-            elif left.const and left.value.__class__ is int and abs(left.value) < _SMALL_INT:
-                check = _NUMERIC_CHECK.format(f=b_first, u=b)
-            elif right.const and _plain_number(right.value):
+            check = ""
+            if right.const and right.value.__class__ is int and abs(right.value) < SMALL_INT:
+                check = NUMERIC_CHECK.format(f=a_first, u=a)
+            elif left.const and left.value.__class__ is int and abs(left.value) < SMALL_INT:
+                check = NUMERIC_CHECK.format(f=b_first, u=b)
+            elif right.const and plain_number(right.value):
                 check = f"{a_first}.__class__ is float"
-            elif left.const and _plain_number(left.value):
+            elif left.const and plain_number(left.value):
                 check = f"{b_first}.__class__ is float"
             elif not (left.const or right.const):
                 # int with int and float with float never raise; mixed classes can
                 # (an integer beyond float range), so they take the helper.
                 check = (f"{a_first}.__class__ is {b_first}.__class__ and "
                          f"({a}.__class__ is int or {a}.__class__ is float)")
-            else:
-                return self._make(f"{helper}({left.src}, {right.src})", ANY, left, right)
-            src = f"({a} {op} {b} if {check} else {helper}({a}, {b}))"
-            return self._make(src, ANY, left, right)
-        return self._make(f"{helper}({left.src}, {right.src})", ANY, left, right)
+            if check:
+                src = f"({a} {op} {b} if {check} else {helper}({a}, {b}))"
+        nulls = left.nulls | right.nulls
+        return self._make(src, ANY, left, right, nulls=nulls, strict=nulls)
 
     def _between(self, node: ast.Between) -> Code:
         operand = self.emit(node.operand)
@@ -328,17 +310,21 @@ class Compiler:
         high = self.emit(node.high)
         first, use = self._bind(operand)
         slow = f"_between({use}, {low.src}, {high.src})"
-        if low.const and high.const and _plain_number(low.value) and _plain_number(high.value):
-            check = _NUMERIC_CHECK.format(f=first, u=use)
+        if not self.fast:
+            check = ""
+        elif low.const and high.const and plain_number(low.value) and plain_number(high.value):
+            check = NUMERIC_CHECK.format(f=first, u=use)
         elif low.const and high.const and low.value.__class__ is str is high.value.__class__:
-            check = _STRING_CHECK.format(f=first)
+            check = STRING_CHECK.format(f=first)
         else:
             check = ""
         if check:
             src = f"({low.src} <= {use} <= {high.src} if {check} else {slow})"
         else:
             src = f"_between({first}, {low.src}, {high.src})"
-        return self._negate(self._make(src, BOOL, operand, low, high), node.negated)
+        strict = operand.nulls | low.nulls | high.nulls
+        return self._negate(self._make(src, BOOL, operand, low, high, strict=strict),
+                            node.negated)
 
     def _negate(self, code: Code, negated: bool) -> Code:
         if not negated:
@@ -348,9 +334,10 @@ class Compiler:
     def _in(self, node: ast.In) -> Code:
         operand = self.emit(node.operand)
         items = [self.emit(item) for item in node.items]
-        if not all(item.const for item in items):
+        if not self.fast or not all(item.const for item in items):
             src = f"_in({operand.src}, ({''.join(item.src + ', ' for item in items)}))"
-            return self._negate(self._make(src, BOOL, operand, *items), node.negated)
+            return self._negate(self._make(src, BOOL, operand, *items, strict=operand.nulls),
+                                node.negated)
         values = tuple(
             int(v) if v.__class__ is bool else v
             for v in (item.value for item in items)
@@ -365,11 +352,12 @@ class Compiler:
         first, use = self._bind(operand)
         cases: list[tuple[str, str]] = []
         if not numbers:
-            cases.append((_STRING_CHECK, f"{use} in {string_set}"))
+            cases.append((STRING_CHECK, f"{use} in {string_set}"))
         elif not any(to_number(s) is not None for s in strings):
-            cases.append((_NUMERIC_CHECK, f"{use} in {number_set}"))
+            cases.append((NUMERIC_CHECK, f"{use} in {number_set}"))
         src = self._select(first, use, cases, lambda x: f"_in_lit({x}, {names})")
-        return self._negate(self._make(src, BOOL, operand, *items), node.negated)
+        return self._negate(self._make(src, BOOL, operand, *items, strict=operand.nulls),
+                            node.negated)
 
     @staticmethod
     def _select(first: str, use: str, cases: list[tuple[str, str]],
@@ -391,12 +379,15 @@ class Compiler:
                                          position=node.pos)
         name = self.global_(pattern)
         first, use = self._bind(operand)
+        if not self.fast:
+            return self._negate(self._make(f"{name}.test({operand.src})", BOOL, operand,
+                                           strict=operand.nulls), node.negated)
         if pattern.plain is not None:
             fast = f"{pattern.plain!r} in {use}"
         else:
             fast = f"{self.global_(pattern.matches)}({use}) is not None"
-        src = self._select(first, use, [(_STRING_CHECK, fast)], lambda x: f"{name}.test({x})")
-        return self._negate(self._make(src, BOOL, operand), node.negated)
+        src = self._select(first, use, [(STRING_CHECK, fast)], lambda x: f"{name}.test({x})")
+        return self._negate(self._make(src, BOOL, operand, strict=operand.nulls), node.negated)
 
     def _affix(self, node: ast.Affix) -> Code:
         operand = self.emit(node.operand)
@@ -404,25 +395,28 @@ class Compiler:
         helper, method = ("_begins", "startswith") if node.kind == "BEGINS" else (
             "_ends", "endswith")
         first, use = self._bind(operand)
-        if not all(item.const for item in items):
+        if not self.fast or not all(item.const for item in items):
             src = f"{helper}({first}, ({''.join(item.src + ', ' for item in items)}))"
-            return self._negate(self._make(src, BOOL, operand, *items), node.negated)
+            return self._negate(self._make(src, BOOL, operand, *items, strict=operand.nulls),
+                                node.negated)
         texts = tuple(t for t in (text_of(item.value) for item in items) if t is not None)
         if not texts:
             return self._negate(self.constant(False), node.negated)
         affixes = repr(texts)
-        src = self._select(first, use, [(_STRING_CHECK, f"{use}.{method}({affixes})")],
+        src = self._select(first, use, [(STRING_CHECK, f"{use}.{method}({affixes})")],
                            lambda x: f"{helper}({x}, {affixes})")
-        return self._negate(self._make(src, BOOL, operand), node.negated)
+        return self._negate(self._make(src, BOOL, operand, strict=operand.nulls), node.negated)
 
     def _is_null(self, node: ast.IsNull) -> Code:
         operand = self.emit(node.operand)
         test = "is not" if node.negated else "is"
-        return self._make(f"({operand.src} {test} None)", BOOL, operand)
+        strict = operand.nulls if node.negated else frozenset()
+        return self._make(f"({operand.src} {test} None)", BOOL, operand, strict=strict)
 
     def _is_nan(self, node: ast.IsNan) -> Code:
         operand = self.emit(node.operand)
-        return self._negate(self._make(f"_is_nan({operand.src})", BOOL, operand), node.negated)
+        code = self._make(f"_is_nan({operand.src})", BOOL, operand, strict=operand.nulls)
+        return self._negate(code, node.negated)
 
     def _call(self, node: ast.Call) -> Code:
         name = node.name.upper()
@@ -447,7 +441,8 @@ class Compiler:
                 f"got {count}", node)
         if spec.context is not None:
             index = self.input(ContextInput(name))
-            return Code(f"v{index}", ANY, frozenset((index,)))
+            own = frozenset((index,))
+            return Code(f"v{index}", ANY, own, nulls=own, strict=own)
         args = [self.emit(arg) for arg in node.args]
         if name == "IF":
             return self._if(args)
@@ -456,7 +451,10 @@ class Compiler:
                           position=node.args[1].pos)
         function = self.global_(spec.call, f"_f_{name}_")
         src = f"{function}({', '.join(arg.src for arg in args)})"
-        return self._make(src, ANY, *args, deterministic=spec.deterministic)
+        # A NULL required argument makes the result NULL (see functions.FunctionSpec).
+        nulls = frozenset().union(*(arg.nulls for arg in args[: spec.nullable_from]))
+        return self._make(src, ANY, *args, deterministic=spec.deterministic, nulls=nulls,
+                          strict=nulls)
 
     def _if(self, args: list[Code]) -> Code:
         # Only the chosen branch is evaluated (AMPS 5.3.4 and later); a condition that is
@@ -467,27 +465,5 @@ class Compiler:
             return when_true if condition.value is True else when_false
         test = condition.src if condition.kind == BOOL else f"{condition.src} is True"
         src = f"({when_true.src} if {test} else {when_false.src})"
-        return self._make(src, _join_kind(when_true.kind, when_false.kind), condition,
+        return self._make(src, join_kind(when_true.kind, when_false.kind), condition,
                           when_true, when_false)
-
-
-def predicate(code: Code) -> str:
-    """Python source that is True exactly when the node's value is TRUE in boolean
-    position (a filter matches)."""
-    if code.kind == BOOL:
-        return code.src
-    if code.kind == BOOL3:
-        return f"({code.src}) is True"
-    return f"_truth({code.src}) is True"
-
-
-def build(namespace: dict[str, Any], source: str, text: str) -> dict[str, Any]:
-    """Execute generated source in ``namespace``; ExpressionError if Python cannot
-    compile it (an expression nested too deeply)."""
-    try:
-        exec(compile(source, f"<AMPS expression {text[:60]!r}>", "exec"), namespace)
-    except (SyntaxError, RecursionError, MemoryError) as exc:
-        raise ExpressionError(
-            "the expression is nested too deeply to compile; simplify it", text=text
-        ) from exc
-    return namespace

@@ -10,8 +10,9 @@ import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from processor.expr import ast, parser
-from processor.expr.compiler import Compiler, build, predicate
+from processor.expr import ast, parser, scan
+from processor.expr.codegen import build, predicate
+from processor.expr.compiler import Compiler, conjuncts
 from processor.expr.inputs import ContextInput, FieldInput, Input, MessageContext
 from processor.expr.values import field_getter
 
@@ -25,8 +26,8 @@ class Expression:
     first-appearance order; ``deterministic`` is False when it calls a non-deterministic
     function (UNIX_TIMESTAMP()). Evaluation never raises, for any message."""
 
-    __slots__ = ("_call", "_eval", "_match", "_scan", "_test", "deterministic", "inputs",
-                 "node", "source", "text")
+    __slots__ = ("_call", "_drivers", "_eval", "_match", "_scan", "_test", "deterministic",
+                 "inputs", "node", "source", "text")
 
     def __init__(self, text: str, node: ast.Node, compiler: Compiler) -> None:
         code = compiler.emit(node)
@@ -36,7 +37,6 @@ class Expression:
         self.inputs: tuple[Input, ...] = tuple(compiler.inputs[i] for i in refs)
         self.deterministic = code.deterministic
         namespace = compiler.namespace
-        namespace["_Collection"] = Collection
         params = ", ".join(f"v{i}" for i in refs)
         loads = []
         for i in refs:
@@ -47,31 +47,27 @@ class Expression:
             else:
                 loads.append(f"    v{i} = None if c is None else c.value({item.name!r})\n")
         test = predicate(code)
-        if refs:
-            getters = "".join(f"    g{j} = columns[{j}].get\n" for j in range(len(refs)))
-            maps = "".join(f", map(g{j}, keys)" for j in range(len(refs)))
-            scan = (
-                "    if not isinstance(keys, _Collection):\n"
-                "        keys = list(keys)\n"
-                f"{getters}"
-                f"    return [k for k, {params} in zip(keys{maps}) if {test}]\n"
-            )
-        else:
-            scan = f"    return list(keys) if {test} else []\n"
+        parts = conjuncts(node)
+        drivers_source, drivers = scan.driver_sources(
+            [code] if len(parts) == 1 else [compiler.emit(part) for part in parts], refs)
         self.source = (
             f"def _eval({params}):\n    return {code.src}\n"
             f"def _test({params}):\n    return {test}\n"
             f"def _call(m, c=None):\n{''.join(loads)}    return {code.src}\n"
             f"def _match(m, c=None):\n{''.join(loads)}    return {test}\n"
-            f"def _scan(keys, columns):\n{scan}"
+            f"{scan.per_key_source(refs, test)}{drivers_source}"
         )
         build(namespace, self.source, text)
         self._eval: Callable[..., Any] = namespace["_eval"]
         self._test: Callable[..., bool] = namespace["_test"]
         self._call: Callable[[Any, MessageContext | None], Any] = namespace["_call"]
         self._match: Callable[[Any, MessageContext | None], bool] = namespace["_match"]
-        self._scan: Callable[[Iterable[Any], Sequence[Mapping[Any, Any]]], list[Any]] = (
+        self._scan: Callable[[Collection[Any], Sequence[Mapping[Any, Any]]], list[Any]] = (
             namespace["_scan"])
+        self._drivers = tuple(
+            scan.Driver(position, namespace[f"_first_{j}"], namespace.get(f"_rest_{j}"), rest)
+            for j, position, rest in drivers
+        )
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
@@ -103,6 +99,10 @@ class Expression:
         if not isinstance(keys, Collection):
             keys = list(keys)
         try:
+            if self._drivers:
+                driver = scan.choose(self._drivers, keys, len(self.inputs), columns)
+                if driver is not None:
+                    return scan.driven(driver, keys, columns)
             return self._scan(keys, columns)
         except Exception:
             # The inline code and the helpers are total; should a Python-level surprise
