@@ -409,6 +409,8 @@ class Compiler:
 
     def _is_null(self, node: ast.IsNull) -> Code:
         operand = self.emit(node.operand)
+        if operand.const:
+            return self.constant((operand.value is None) != node.negated)
         test = "is not" if node.negated else "is"
         strict = operand.nulls if node.negated else frozenset()
         return self._make(f"({operand.src} {test} None)", BOOL, operand, strict=strict)
