@@ -23,8 +23,9 @@ from processor.log.kafka import (
     KafkaTransactionalLog,
     ensure_topics,
 )
+from processor.query.gateway import Gateway
 from processor.query.replica import Replica
-from processor.query.sow import Gateway, QueryEngine
+from processor.query.sow import QueryEngine
 from processor.state import Store
 from processor.state.memory import MemoryStore
 from processor.state.rocksdb import RocksDBStore, quarantine

@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from processor.expr import MessageContext
 
 ENVELOPE_VERSION = 1
 CONTROL_PREFIX = b"\x00"
@@ -49,6 +53,19 @@ class Envelope:
     expiration_ms: int | None = None
     correlation_id: str | None = None
     version: int = ENVELOPE_VERSION
+
+    def context(self) -> MessageContext:
+        """What expressions can read about this record besides its message
+        (``SOW_KEY()``, ``TOPIC_NAME()``, ``LAST_UPDATED()``, ...)."""
+        from processor.expr import MessageContext
+
+        return MessageContext(
+            sow_key=self.sow_key,
+            topic=self.topic,
+            correlation_id=self.correlation_id,
+            message_size=len(self.data),
+            last_updated=self.apply_time_ms / 1000.0,
+        )
 
 
 def _long(n: int) -> bytes:
@@ -247,6 +264,21 @@ def decode(value: bytes) -> Envelope:
         correlation_id,
         version,
     )
+
+
+def data_of(value: bytes) -> bytes:
+    """Only the message bytes of an envelope (skips the other fields without building an
+    :class:`Envelope`); raise EnvelopeError if it is not one."""
+    r = _Reader(value)
+    version = r.long()
+    if version != ENVELOPE_VERSION:
+        raise EnvelopeError(f"envelope version {version} is not supported (expected 1)")
+    for _ in range(3):  # topic, message type, log topic
+        r.raw()
+    r.long()  # log partition
+    r.long()  # log offset
+    r.raw()  # SowKey
+    return r.raw()
 
 
 def encode_progress(positions: list[tuple[str, int, int]]) -> bytes:

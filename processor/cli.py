@@ -6,6 +6,7 @@ Output is JSON lines on stdout; progress and logs go to stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 import orjson
 
 from processor.config import DEFAULT_GRPC_ADDRESS, Settings
-from processor.errors import SowError
+from processor.errors import ConfigurationError, SowError
 
 log = logging.getLogger("sow")
 
@@ -120,8 +121,27 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the records of a SOW topic as JSON lines: one per record, then a "
         "group_end line with the counts.",
     )
-    query.add_argument("topic", help="SOW topic name")
+    query.add_argument("topic", help="SOW topic name, or a regular expression over topic names")
     query.add_argument("--sow-keys", default="", help="comma-separated SowKeys to restrict to")
+    query.add_argument(
+        "--filter", default="", help="AMPS filter, e.g. \"/region = 'EU' AND /price > 100\""
+    )
+    query.add_argument("--top-n", type=int, default=0, help="return at most N records")
+    query.add_argument(
+        "--skip-n", type=int, default=0, help="skip the first N records (requires --top-n)"
+    )
+    query.add_argument(
+        "--order-by", default="", help="sort: '/field [ASC|DESC] [TEXT], ...' (default ASC)"
+    )
+    query.add_argument(
+        "--grouping", default="", help="aggregated query: group by '/a, /b' (with --projection)"
+    )
+    query.add_argument(
+        "--projection",
+        default="",
+        help="aggregated query: fields per group, e.g. '/region, SUM(/price * /qty) AS /total, "
+        "COUNT(/orderId) AS /orders' (with --grouping)",
+    )
     query.add_argument("--batch-size", type=int, default=0, help="records per batch, 1..10000")
     query.add_argument("--query-id", default="", help="echoed back in group_begin/group_end")
     query.add_argument(
@@ -135,12 +155,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     delete = sub.add_parser(
         "delete",
-        help="Delete records from a SOW topic by SowKey.",
-        description="sow_delete by SowKeys; prints how many records were deleted.",
+        help="Delete records from a SOW topic (by SowKeys, filter or message).",
+        description="sow_delete with exactly one selector; prints how many records were "
+        "deleted. Deletes go through the transaction log like publishes.",
     )
-    delete.add_argument("topic", help="SOW topic name")
-    delete.add_argument("--sow-keys", required=True, help="comma-separated SowKeys")
+    delete.add_argument(
+        "topic", help="SOW topic name (a regular expression is allowed with --filter)"
+    )
+    selector = delete.add_mutually_exclusive_group(required=True)
+    selector.add_argument("--sow-keys", help="comma-separated SowKeys")
+    selector.add_argument("--filter", help="delete every record matching it; 1=1 deletes all")
+    selector.add_argument(
+        "--data", help="delete the record this message (JSON; Base64 for binary) would update"
+    )
     _common_server(delete)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="Evaluate an AMPS expression against a message.",
+        description="Print the value of EXPRESSION for the message as JSON (true/false/null, "
+        "a number, a string or an array; NaN prints as NaN). Needs no server.",
+    )
+    evaluate.add_argument("expression", help="e.g. \"/price * /qty > 1000 AND /side = 'buy'\"")
+    evaluate.add_argument(
+        "--message", default="{}", help="the message as a JSON object (default: {})"
+    )
     return parser
 
 
@@ -278,6 +317,12 @@ def cmd_query(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             min_position=positions,
             text_form=True,
+            filter=args.filter,
+            top_n=args.top_n,
+            skip_n=args.skip_n,
+            order_by=args.order_by,
+            grouping=args.grouping,
+            projection=args.projection,
         ):
             part = reply.WhichOneof("part")
             if part == "batch":
@@ -289,9 +334,11 @@ def cmd_query(args: argparse.Namespace) -> int:
                     {
                         "group_end": {
                             "query_id": end.query_id,
+                            "topic_matches": end.topic_matches,
                             "matches": end.matches,
                             "records_returned": end.records_returned,
                             "elapsed_us": end.elapsed_us,
+                            "plan": end.plan,
                         }
                     }
                 )
@@ -301,10 +348,29 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_delete(args: argparse.Namespace) -> int:
     from processor.service.client import SowClient
 
-    keys = [k for k in args.sow_keys.split(",") if k]
     with SowClient(_address(args)) as client:
-        reply = client.delete(args.topic, keys)
+        if args.filter is not None:
+            reply = client.delete(args.topic, filter=args.filter)
+        elif args.data is not None:
+            reply = client.delete(args.topic, data=args.data.encode(), text_form=True)
+        else:
+            reply = client.delete(args.topic, [k for k in args.sow_keys.split(",") if k])
     _out({"records_deleted": reply.records_deleted})
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from processor.expr import evaluate
+
+    try:
+        message = orjson.loads(args.message)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigurationError(f"--message is not valid JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ConfigurationError("--message must be a JSON object, e.g. '{\"price\": 10}'")
+    value = evaluate(args.expression, message)
+    # The standard library writes NaN as ``NaN`` (which JSON lacks) instead of dropping it.
+    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
     return 0
 
 
@@ -322,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "publish": cmd_publish,
         "query": cmd_query,
         "delete": cmd_delete,
+        "eval": cmd_eval,
     }
     try:
         return int(handlers[args.command](args))

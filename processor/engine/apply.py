@@ -6,6 +6,10 @@ Commands on the log (ARCHITECTURE.md: nothing else writes state):
   (insert or full replacement). Optional headers: ``sow.expiration`` (seconds; 0 never
   expires) and ``sow.correlation_id``.
 * sow_delete by SowKey: a record with a null value whose Kafka key is the SowKey.
+* sow_delete by filter: a null-value record keyed ``FILTER_DELETE_KEY`` with the filter in
+  a header; it deletes the partition's matching records, as of its place in the log.
+
+(:mod:`processor.commands` defines the record formats.)
 
 A record whose Kafka key is not its SowKey (or that sits on another partition than its
 SowKey's) is re-keyed through the topic's repartition topic and applied when it comes back.
@@ -18,16 +22,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from processor import changelog
 from processor.changelog import POSITION_HEADER, REASON_HEADER, format_position
+from processor.commands import (
+    CORRELATION_HEADER,
+    EXPIRATION_HEADER,
+    FILTER_DELETE_KEY,
+    FILTER_HEADER,
+)
 from processor.engine.partition import PartitionState
-from processor.errors import InvalidSowKeyError, MessageError
+from processor.errors import ExpressionError, InvalidSowKeyError, MessageError
+from processor.expr import Expression
+from processor.expr import compile as compile_expression
 from processor.keys import partition_for, validate_user_key
 from processor.log import Headers, Record, TopicPartitionKey
 
 log = logging.getLogger(__name__)
 
-EXPIRATION_HEADER = "sow.expiration"
-CORRELATION_HEADER = "sow.correlation_id"
 ERROR_HEADERS = ("sow.error.reason", "sow.error.message")
 DELETED = b"deleted"
 
@@ -101,6 +112,7 @@ class Applier:
         self.routes: dict[TopicPartitionKey, Route] = {}
         self.dead_lettered = 0
         self.repartitioned = 0
+        self._filters: dict[bytes, Expression] = {}
 
     def apply(
         self, records: Sequence[Record], now_ms: int
@@ -171,6 +183,9 @@ class Applier:
     ) -> None:
         """Deletes, and publishes to topics whose publishers provide the SowKey."""
         state = route.state
+        if value is None and key == FILTER_DELETE_KEY:
+            self._delete_by_filter(record, route)
+            return
         try:
             if value is None:
                 sow_key = self._delete_key(state, key)
@@ -205,6 +220,49 @@ class Applier:
         )
         state.pending[sow_key] = envelope
         self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
+
+    def _delete_by_filter(self, record: Record, route: Route) -> None:
+        """Delete every record of the partition that matches the command's filter."""
+        text = next((raw for name, raw in record.headers() or () if name == FILTER_HEADER), None)
+        try:
+            if not text:
+                raise MessageError(
+                    f"a filter delete (key {FILTER_DELETE_KEY!r}) needs the filter in header "
+                    f"{FILTER_HEADER}"
+                )
+            expression = self._filters.get(text)
+            if expression is None:
+                expression = compile_expression(text.decode(errors="replace"))
+                if len(self._filters) >= 1024:
+                    self._filters.clear()
+                self._filters[text] = expression
+        except (MessageError, ExpressionError) as exc:
+            self._dead_letter(record, MessageError(str(exc)))
+            return
+        state = route.state
+        decode = route.decode
+        matched: list[bytes] = []
+        for sow_key, envelope in state.items():
+            decoded = changelog.decode(envelope)
+            try:
+                message = decode(decoded.data)
+            except MessageError:
+                message = None
+            if expression.matches(message, decoded.context()):
+                matched.append(sow_key)
+        partition = record.partition()
+        position = format_position(record.topic(), partition, record.offset())
+        headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
+        for sow_key in matched:
+            state.pending[sow_key] = None
+            self._produce_after_drain(route.changelog, None, sow_key, partition, headers)
+        log.info(
+            "filter delete at %s deleted %d records of %s[%d]",
+            position.decode(),
+            len(matched),
+            state.topic.name,
+            partition,
+        )
 
     def _produce_after_drain(
         self,

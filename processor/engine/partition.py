@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from processor.changelog import EnvelopeWriter
@@ -40,6 +41,19 @@ class PartitionState:
         if sow_key in self.pending:
             return self.pending[sow_key]
         return self.store.get(sow_key)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every current (SowKey, envelope), including this transaction's writes.
+
+        The caller must not change ``pending`` while iterating.
+        """
+        pending = self.pending
+        for sow_key, envelope in self.store.items():
+            if sow_key not in pending:
+                yield sow_key, envelope
+        for sow_key, written in pending.items():
+            if written is not None:
+                yield sow_key, written
 
 
 def make_writers(topic: SowTopic, partition: int) -> dict[str, EnvelopeWriter]:

@@ -123,7 +123,8 @@ def restore_from_changelog(
         restored.log_lost = True
         log.warning(
             "%s: the changelog %s ends at offset %d but the store reflects offset %d: the "
-            "log was lost or truncated; keeping the store's %d records and taking no action",
+            "log was lost or truncated; keeping the store's %d records as they are (no "
+            "replay) and re-publishing them to the new changelog",
             name,
             changelog,
             reached,

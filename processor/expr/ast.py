@@ -13,7 +13,8 @@ string is NULL and never appears as a value); arrays ``list`` of values.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal as TypingLiteral
+from typing import Any
+from typing import Literal as TypingLiteral
 
 Value = Any
 #: One step of an identifier path: a field name, or a zero-based array subscript.

@@ -1,10 +1,11 @@
 """The query service's read replica: follows every changelog into memory.
 
-One applier thread applies changelog records in offset order. Queries read a consistent
-snapshot under the replica's lock, together with the position vector it reflects (the next
-changelog offset per changelog partition). Read-your-writes: ``wait_for`` blocks until the
-processor's progress, as published in the changelog's PROGRESS control records, has passed
-given transaction-log positions.
+One applier thread applies changelog records in offset order into one
+:class:`~processor.query.table.SowTable` per SOW topic, which keeps its indexes current.
+Queries run under the replica's lock, so they read a consistent state, together with the
+position vector it reflects (the next changelog offset per changelog partition).
+Read-your-writes: ``wait_for`` blocks until the processor's progress, as published in
+the changelog's PROGRESS control records, has passed given transaction-log positions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from processor.changelog import (
     CONTROL_PREFIX,
@@ -24,20 +26,24 @@ from processor.changelog import (
     parse_position,
 )
 from processor.log import ChangelogTail, Record
+from processor.messages import codec_for
+from processor.query.table import SowTable
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
 
 LogPosition = tuple[str, int, int]
-#: How many recent deletes the replica remembers (to count a SowDelete's effect).
-RECENT_DELETES = 1_000_000
+#: How many recent delete commands the replica remembers (to count a SowDelete's effect).
+RECENT_DELETES = 100_000
+
+T = TypeVar("T")
 
 
 class Replica:
     """In-memory copy of every SOW topic, kept current from the changelogs.
 
     Thread-safety: ``run`` is the only writer; every other method may be called from any
-    thread. Snapshots are copies, so readers never see a half-applied batch.
+    thread. Readers run under the lock, so they never see a half-applied batch.
     """
 
     def __init__(self, topology: Topology, tail: Callable[[], ChangelogTail]) -> None:
@@ -46,14 +52,15 @@ class Replica:
         self._by_changelog: dict[str, SowTopic] = {
             t.changelog_topic: t for t in topology.topics.values()
         }
-        self._records: dict[tuple[str, int], dict[bytes, bytes]] = {
-            (t.name, p): {} for t in topology.topics.values() for p in range(t.partitions)
+        self._tables: dict[str, SowTable] = {
+            t.name: SowTable(t, codec_for(t)) for t in topology.topics.values()
         }
         self._changelog_next: dict[tuple[str, int], int] = {
             (t.changelog_topic, p): 0 for t in topology.topics.values() for p in range(t.partitions)
         }
         self._log_next: dict[tuple[str, int], int] = {}
-        self._deleted: OrderedDict[LogPosition, bytes] = OrderedDict()
+        #: Delete command position -> how many records it removed.
+        self._deleted: OrderedDict[LogPosition, int] = OrderedDict()
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self.applied = 0
@@ -86,7 +93,7 @@ class Replica:
                 if topic is None:
                     continue
                 self._changelog_next[(changelog, partition)] = record.offset() + 1
-                records_of = self._records[(topic.name, partition)]
+                table = self._tables[topic.name]
                 key = record.key() or b""
                 value = record.value()
                 if key.startswith(CONTROL_PREFIX):
@@ -95,22 +102,24 @@ class Replica:
                             if nxt > self._log_next.get((log_topic, log_partition), -1):
                                 self._log_next[(log_topic, log_partition)] = nxt
                     elif key == RESET_KEY:
-                        records_of.clear()
+                        table.reset_partition(partition)
                     continue
                 if value is None:
-                    if records_of.pop(key, None) is not None:
-                        self._remember_delete(record, key)
+                    if table.delete(key):
+                        self._remember_delete(record)
                 else:
-                    records_of[key] = value
+                    table.put(key, value)
                 self.applied += 1
             self._changed.notify_all()
 
-    def _remember_delete(self, record: Record, key: bytes) -> None:
+    def _remember_delete(self, record: Record) -> None:
         for name, raw in record.headers() or ():
             if name == POSITION_HEADER:
-                self._deleted[parse_position(raw)] = key
-                if len(self._deleted) > RECENT_DELETES:
-                    self._deleted.popitem(last=False)
+                position = parse_position(raw)
+                deleted = self._deleted
+                deleted[position] = deleted.get(position, 0) + 1
+                if len(deleted) > RECENT_DELETES:
+                    deleted.popitem(last=False)
                 return
 
     def reached(self, positions: Iterable[LogPosition]) -> bool:
@@ -131,35 +140,29 @@ class Replica:
         return True
 
     def deleted(self, positions: Iterable[LogPosition]) -> int:
-        """How many of these delete commands removed a record (recent deletes only)."""
+        """How many records these delete commands removed (recent deletes only)."""
         with self._changed:
-            return sum(1 for position in positions if position in self._deleted)
+            return sum(self._deleted.get(position, 0) for position in positions)
 
-    def snapshot(
-        self, topic: SowTopic, sow_keys: Sequence[bytes] = ()
-    ) -> tuple[list[tuple[bytes, bytes]], list[LogPosition]]:
-        """A consistent copy of a topic's records (or of the given SowKeys only), with the
-        position vector it reflects: the next offset of each changelog partition."""
+    def read(
+        self, topics: Sequence[SowTopic], reader: Callable[[list[SowTable]], T]
+    ) -> tuple[T, list[LogPosition]]:
+        """Run ``reader`` over the topics' tables under the lock; return its result and
+        the position vector it read (the next offset of each changelog partition).
+
+        ``reader`` must not keep references to the tables' mutable contents past its
+        return: the applier changes them as soon as the lock is released.
+        """
         with self._changed:
-            partitions = [self._records[(topic.name, p)] for p in range(topic.partitions)]
-            if sow_keys:
-                found: list[tuple[bytes, bytes]] = []
-                for key in dict.fromkeys(sow_keys):
-                    for records in partitions:
-                        value = records.get(key)
-                        if value is not None:
-                            found.append((key, value))
-                            break
-                rows = found
-            else:
-                rows = [item for records in partitions for item in records.items()]
+            result = reader([self._tables[t.name] for t in topics])
             vector = [
-                (topic.changelog_topic, p, self._changelog_next[(topic.changelog_topic, p)])
-                for p in range(topic.partitions)
+                (t.changelog_topic, p, self._changelog_next[(t.changelog_topic, p)])
+                for t in topics
+                for p in range(t.partitions)
             ]
-        return rows, vector
+        return result, vector
 
     def count(self, topic: SowTopic) -> int:
         """How many records a topic holds now."""
         with self._changed:
-            return sum(len(self._records[(topic.name, p)]) for p in range(topic.partitions))
+            return len(self._tables[topic.name])

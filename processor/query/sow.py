@@ -1,7 +1,18 @@
-"""SOW queries and the publish/delete gateway, independent of any transport.
+"""SOW queries, independent of any transport (AMPS ``sow`` command semantics).
 
-The gRPC service and the CLI translate to and from these types; the rules (validation,
-SowKey computation, read-your-writes) live here once.
+A query is validated and compiled completely before anything runs, so a bad filter, a
+``skip_n`` without ``top_n``, an unknown topic or a BatchSize above 10000 fail with a
+typed error and no effect. Then, under the replica's lock (one consistent state):
+
+1. for each topic (a literal topic, or every topic a pattern matches, in configuration
+   order) the planner picks the records to examine (:mod:`processor.query.planner`) and
+   the filter is evaluated over their memo-indexed field values;
+2. an aggregated query groups the matches and computes its projection per group;
+3. ``OrderBy`` sorts (mixed-type order, NULLs last ascending and first descending; ties
+   and queries without OrderBy but with ``top_n``/``skip_n`` fall back to SowKey order),
+   ``skip_n`` skips and ``top_n`` limits;
+4. the chosen records' envelopes are copied out; they are decoded and batched after the
+   lock is released.
 """
 
 from __future__ import annotations
@@ -9,18 +20,21 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from processor import changelog
-from processor.errors import (
-    InvalidRequestError,
-    PositionTimeoutError,
-    UnknownTopicError,
-    UnsupportedError,
-)
-from processor.keys import KeyFunction, key_function, partition_for, validate_user_key
-from processor.log import Headers, LogWriter
-from processor.messages import Codec, codec_for
+from processor.errors import InvalidRequestError, PositionTimeoutError
+from processor.expr import Aggregation, Expression, compile_aggregation, extract, order_key
+from processor.expr import compile as compile_expression
+from processor.expr.ast import OrderKey
+from processor.expr.parser import parse_order_by
+from processor.keys import checksum_key
+from processor.query.planner import plan
 from processor.query.replica import LogPosition, Replica
+from processor.query.table import SowTable
+from processor.query.topics import is_pattern, resolve_topics
 from processor.topology.model import SowTopic, Topology
 
 MAX_BATCH_SIZE = 10000
@@ -30,7 +44,12 @@ DEFAULT_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class SowQuery:
-    """A ``sow`` command. Filter, top_n, skip_n and order_by arrive with the next issue."""
+    """A ``sow`` command.
+
+    ``topic`` is a SOW topic or a regular expression over topic names. ``filter`` is an
+    AMPS expression; ``order_by`` is ``/field [ASC|DESC] [TEXT], ...``; ``projection``
+    and ``grouping`` (both or neither) make it an aggregated query.
+    """
 
     topic: str
     sow_keys: tuple[str, ...] = ()
@@ -42,36 +61,60 @@ class SowQuery:
     top_n: int = 0
     skip_n: int = 0
     order_by: str = ""
+    grouping: str = ""
+    projection: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class QueryStats:
-    """Counts reported in the group end."""
+    """Counts reported in the group end: records examined (``topic_matches``), records
+    that passed topic, keys and filter (``matches``), records sent, time spent in the
+    query, and the plan each topic ran."""
 
     topic_matches: int
     matches: int
     records_returned: int
     elapsed_us: int
+    plan: str = ""
 
 
 @dataclass(slots=True)
 class QueryResult:
-    """A query's records, batched, and the position vector of the snapshot it read."""
+    """A query's records, batched, and the position vector of the state it read.
+
+    ``aggregated`` results are JSON messages computed by the query, not stored records.
+    """
 
     query_id: str
     topic: str
     snapshot: list[LogPosition]
     batches: list[list[changelog.Envelope]] = field(default_factory=list)
     stats: QueryStats | None = None
+    aggregated: bool = False
 
 
-def resolve_topic(topology: Topology, name: str) -> SowTopic:
-    """The SOW topic called ``name``; UnknownTopicError names the topics there are."""
-    try:
-        return topology.topic(name)
-    except KeyError:
-        known = ", ".join(sorted(topology.topics)) or "none"
-        raise UnknownTopicError(f"topic {name!r} has no SOW; SOW topics here: {known}") from None
+@dataclass(frozen=True, slots=True)
+class PreparedQuery:
+    """A validated, compiled query."""
+
+    query: SowQuery
+    topics: list[SowTopic]
+    filter: Expression | None
+    order: tuple[OrderKey, ...]
+    aggregation: Aggregation | None
+    sow_keys: tuple[bytes, ...]
+    batch_size: int
+
+
+@dataclass(slots=True)
+class _Selection:
+    """What a query chose under the lock: envelopes (or aggregated rows) and counts."""
+
+    rows: list[tuple[str, bytes]] = field(default_factory=list)
+    aggregated: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    examined: int = 0
+    matches: int = 0
+    plans: list[str] = field(default_factory=list)
 
 
 class QueryEngine:
@@ -81,26 +124,55 @@ class QueryEngine:
         self.topology = topology
         self.replica = replica
 
-    def validate(self, query: SowQuery) -> SowTopic:
-        """Check a query before anything runs; raise a typed error naming the problem."""
-        topic = resolve_topic(self.topology, query.topic)
+    def prepare(self, query: SowQuery) -> PreparedQuery:
+        """Check and compile a query before anything runs; raise a typed error naming the
+        problem (InvalidRequestError and its ExpressionError branch, UnknownTopicError)."""
+        topics = resolve_topics(self.topology, query.topic)
         if query.batch_size < 0 or query.batch_size > MAX_BATCH_SIZE:
             raise InvalidRequestError(
                 f"BatchSize {query.batch_size} is out of range: use 1 to {MAX_BATCH_SIZE} "
                 f"(0 means the default, {DEFAULT_BATCH_SIZE})"
             )
-        if query.skip_n and not query.top_n:
-            raise InvalidRequestError("skip_n requires top_n")
-        if query.filter or query.top_n or query.skip_n or query.order_by:
-            raise UnsupportedError(
-                "filter, top_n, skip_n and OrderBy are not implemented yet; "
-                "query by topic and SowKeys for now"
+        if query.top_n < 0 or query.skip_n < 0:
+            raise InvalidRequestError(
+                f"top_n and skip_n must not be negative (got top_n={query.top_n}, "
+                f"skip_n={query.skip_n})"
             )
-        return topic
+        if query.skip_n and not query.top_n:
+            raise InvalidRequestError(
+                f"skip_n ({query.skip_n}) requires top_n: page k of size n is "
+                "top_n=n, skip_n=n*(k-1)"
+            )
+        expression = compile_expression(query.filter) if query.filter.strip() else None
+        order = parse_order_by(query.order_by) if query.order_by.strip() else ()
+        aggregation = None
+        if query.projection.strip() or query.grouping.strip():
+            if not (query.projection.strip() and query.grouping.strip()):
+                raise InvalidRequestError(
+                    "an aggregated query needs both projection and grouping "
+                    f"(got projection={query.projection!r}, grouping={query.grouping!r})"
+                )
+            if len(topics) > 1 or (
+                is_pattern(query.topic) and query.topic not in self.topology.topics
+            ):
+                raise InvalidRequestError(
+                    f"an aggregated query reads one literal topic; {query.topic!r} is a "
+                    "regular expression"
+                )
+            aggregation = compile_aggregation(query.projection, query.grouping)
+        return PreparedQuery(
+            query=query,
+            topics=topics,
+            filter=expression,
+            order=order,
+            aggregation=aggregation,
+            sow_keys=tuple(k.encode() for k in query.sow_keys),
+            batch_size=query.batch_size or DEFAULT_BATCH_SIZE,
+        )
 
     def run(self, query: SowQuery) -> QueryResult:
-        """Validate, wait for ``min_position``, snapshot, and batch the results."""
-        topic = self.validate(query)
+        """Validate, wait for ``min_position``, select under the lock, and batch."""
+        prepared = self.prepare(query)
         if query.min_position:
             timeout = query.timeout_s or DEFAULT_TIMEOUT_S
             if not self.replica.wait_for(query.min_position, timeout):
@@ -109,115 +181,115 @@ class QueryEngine:
                     f"{timeout:g}s; the processor may be behind or stopped"
                 )
         started = time.perf_counter()
-        keys = tuple(k.encode() for k in query.sow_keys)
-        rows, vector = self.replica.snapshot(topic, keys)
-        size = query.batch_size or DEFAULT_BATCH_SIZE
-        envelopes = [changelog.decode(value) for _, value in rows]
-        result = QueryResult(query.query_id, topic.name, vector)
+        selection, vector = self.replica.read(
+            prepared.topics, lambda tables: select(prepared, tables)
+        )
+        if prepared.aggregation is not None:
+            envelopes = _aggregated_envelopes(prepared.topics[0], selection.aggregated)
+        else:
+            envelopes = [changelog.decode(envelope) for _, envelope in selection.rows]
+        size = prepared.batch_size
+        result = QueryResult(query.query_id, query.topic, vector)
+        result.aggregated = prepared.aggregation is not None
         result.batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
-        topic_matches = len(rows) if keys else self.replica.count(topic)
         result.stats = QueryStats(
-            topic_matches=topic_matches,
-            matches=len(envelopes),
+            topic_matches=selection.examined,
+            matches=selection.matches,
             records_returned=len(envelopes),
             elapsed_us=int((time.perf_counter() - started) * 1e6),
+            plan="; ".join(selection.plans),
         )
         return result
 
 
-@dataclass(frozen=True, slots=True)
-class Published:
-    """Where a publish landed, and the SowKey it was given."""
+def _matches(prepared: PreparedQuery, table: SowTable, selection: _Selection) -> list[bytes]:
+    """The SowKeys of one table that pass keys and filter; counts what was examined."""
+    expression = prepared.filter
+    chosen = plan(table, None if expression is None else expression.node, prepared.sow_keys)
+    candidates: Sequence[bytes] | dict[bytes, bytes]
+    candidates = table.envelopes if chosen.candidates is None else chosen.candidates
+    selection.examined += len(candidates)
+    name = chosen.name
+    if expression is None:
+        matched = list(candidates)
+    else:
+        columns = [table.column(i, candidates) for i in expression.inputs]
+        matched = expression.scan(candidates, columns)
+    selection.matches += len(matched)
+    selection.plans.append(name if len(prepared.topics) == 1 else f"{table.topic.name}: {name}")
+    return matched
 
-    position: LogPosition
-    sow_key: str
 
-
-class Gateway:
-    """Turns publish and delete commands into log records (the gRPC and CLI entry point).
-
-    The SowKey is computed here, before the record enters the log, with the same generator
-    the processor uses, and the record goes to its SowKey's partition.
-    """
-
-    def __init__(self, topology: Topology, writer: LogWriter, replica: Replica | None) -> None:
-        self.topology = topology
-        self.writer = writer
-        self.replica = replica
-        self._codecs: dict[str, Codec] = {}
-        self._key_functions: dict[str, KeyFunction | None] = {}
-
-    def codec(self, topic: SowTopic) -> Codec:
-        """The topic's codec (made once)."""
-        codec = self._codecs.get(topic.name)
-        if codec is None:
-            codec = self._codecs[topic.name] = codec_for(topic)
-        return codec
-
-    def sow_key_for(self, topic: SowTopic, data: bytes, sow_key: str = "") -> str:
-        """The SowKey of a message: generated, or validated when publisher-provided."""
-        if topic.name not in self._key_functions:
-            self._key_functions[topic.name] = key_function(topic)
-        function = self._key_functions[topic.name]
-        if function is None:
-            return validate_user_key(sow_key)
-        if sow_key:
-            raise InvalidRequestError(
-                f"topic {topic.name} generates its SowKeys "
-                f"({', '.join(topic.keys) or 'custom key generator'}); do not pass a SowKey"
+def _order(rows: list[Any], prepared: PreparedQuery, value_of: Any) -> list[Any]:
+    """Sort rows by OrderBy (``value_of(row, key)`` gives a row's value for one OrderKey),
+    falling back to ``row[0]`` (the SowKey) for ties; then skip_n and top_n."""
+    query = prepared.query
+    if prepared.order or query.top_n or query.skip_n:
+        rows.sort(key=lambda row: row[0])
+        for key in reversed(prepared.order):
+            rows.sort(
+                key=lambda row: order_key(value_of(row, key), key.text), reverse=key.descending
             )
-        return function(self.codec(topic).decode(data))
+    if query.top_n:
+        return rows[query.skip_n : query.skip_n + query.top_n]
+    return rows
 
-    def publish(
-        self,
-        topic_name: str,
-        data: bytes,
-        sow_key: str = "",
-        expiration_s: float = 0.0,
-        correlation_id: str = "",
-        text_form: bool = False,
-    ) -> Published:
-        """Validate and key a message, write it to the log, return its position.
 
-        With ``text_form`` the message arrives as text (JSON; Base64 for binary topics)
-        and is encoded in the topic's message type first.
-        """
-        topic = resolve_topic(self.topology, topic_name)
-        if text_form:
-            data = self.codec(topic).from_text(data)
-        key = self.sow_key_for(topic, data, sow_key)
-        headers: Headers = []
-        if expiration_s:
-            headers.append(("sow.expiration", str(max(expiration_s, 0)).encode()))
-        if correlation_id:
-            headers.append(("sow.correlation_id", correlation_id.encode()))
-        raw = key.encode()
-        position = self.writer.send(
-            topic.kafka_topic, raw, data, partition_for(raw, topic.partitions), headers or None
+def select(prepared: PreparedQuery, tables: list[SowTable]) -> _Selection:
+    """Choose a query's results from the tables (called under the replica's lock)."""
+    selection = _Selection()
+    aggregation = prepared.aggregation
+    if aggregation is not None:
+        table = tables[0]
+        matched = _matches(prepared, table, selection)
+        columns = [table.column(i, matched) for i in aggregation.inputs]
+        groups: dict[tuple[Any, ...], Any] = {}
+        for sow_key in matched:
+            values = [column.get(sow_key) for column in columns]
+            group = aggregation.group_key(values)
+            accumulator = groups.get(group)
+            if accumulator is None:
+                accumulator = groups[group] = aggregation.accumulator()
+            accumulator.add(values)
+        domain = f"{table.topic.domain}/aggregate"
+        rows = [(checksum_key(domain, group), acc.result()) for group, acc in groups.items()]
+        selection.aggregated = _order(
+            rows, prepared, lambda row, key: extract(row[1], key.field.steps)
         )
-        return Published(position, key)
+        return selection
+    keyed: list[tuple[bytes, SowTable]] = []
+    for table in tables:
+        keyed.extend((sow_key, table) for sow_key in _matches(prepared, table, selection))
+    if prepared.order:
 
-    def delete(
-        self, topic_name: str, sow_keys: Sequence[str], timeout_s: float = 0.0
-    ) -> tuple[int, list[LogPosition]]:
-        """Delete records by SowKey through the log; wait and count how many existed."""
-        topic = resolve_topic(self.topology, topic_name)
-        if not sow_keys:
-            raise InvalidRequestError("sow_delete by keys needs at least one SowKey")
-        keys = list(dict.fromkeys(sow_keys))
-        if topic.user_keyed:
-            keys = [validate_user_key(k) for k in keys]
-        records = [
-            (topic.kafka_topic, k.encode(), None, partition_for(k.encode(), topic.partitions), None)
-            for k in keys
-        ]
-        positions = self.writer.send_many(records)
-        if self.replica is None:
-            return -1, positions
-        timeout = timeout_s or DEFAULT_TIMEOUT_S
-        if not self.replica.wait_for(positions, timeout):
-            raise PositionTimeoutError(
-                f"the deletes were written to the log at {positions} but not applied within "
-                f"{timeout:g}s; they will still be applied when the processor catches up"
-            )
-        return self.replica.deleted(positions), positions
+        def value_of(row: tuple[bytes, SowTable], key: OrderKey) -> Any:
+            memo = row[1].memo_index(key.field.steps, key.field.path)
+            return memo.values.get(row[0])
+    else:
+
+        def value_of(row: tuple[bytes, SowTable], key: OrderKey) -> Any:
+            return None
+
+    keyed = _order(keyed, prepared, value_of)
+    selection.rows = [(table.topic.name, table.envelopes[sow_key]) for sow_key, table in keyed]
+    return selection
+
+
+def _aggregated_envelopes(
+    topic: SowTopic, rows: list[tuple[str, dict[str, Any]]]
+) -> list[changelog.Envelope]:
+    now_ms = int(time.time() * 1000)
+    return [
+        changelog.Envelope(
+            topic=topic.name,
+            message_type="json",
+            log_topic="",
+            log_partition=0,
+            log_offset=-1,
+            sow_key=sow_key,
+            data=orjson.dumps(message),
+            publish_time_ms=now_ms,
+            apply_time_ms=now_ms,
+        )
+        for sow_key, message in rows
+    ]

@@ -103,10 +103,21 @@ class SowClient:
                 end = reply.group_end
         return records, begin, end
 
-    def delete(self, topic: str, sow_keys: Sequence[str], timeout: float = 30.0) -> Any:
+    def delete(
+        self,
+        topic: str,
+        sow_keys: Sequence[str] = (),
+        timeout: float = 30.0,
+        *,
+        filter: str = "",
+        data: bytes = b"",
+        text_form: bool = False,
+    ) -> Any:
+        """sow_delete by SowKeys, by filter, or by message data (exactly one of them)."""
+        request = sow_pb2.SowDeleteRequest(
+            topic=topic, sow_keys=list(sow_keys), filter=filter, data=data, text_form=text_form
+        )
         try:
-            return self._stub.SowDelete(
-                sow_pb2.SowDeleteRequest(topic=topic, sow_keys=list(sow_keys)), timeout=timeout
-            )
+            return self._stub.SowDelete(request, timeout=timeout)
         except grpc.RpcError as exc:
             raise _translate(exc) from exc

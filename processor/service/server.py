@@ -1,4 +1,5 @@
-"""gRPC service: Publish, SowQuery (streamed group begin / batches / group end), SowDelete.
+"""gRPC service: Publish, SowQuery (streamed group begin / batches / group end), SowDelete
+(by SowKeys, filter or message data).
 
 The one table mapping failure reasons to gRPC status codes is :data:`STATUS_FOR`.
 """
@@ -14,8 +15,9 @@ import grpc
 
 from processor import errors
 from processor.changelog import Envelope
+from processor.query.gateway import Deleted, Gateway
 from processor.query.replica import LogPosition
-from processor.query.sow import Gateway, QueryEngine, SowQuery
+from processor.query.sow import QueryEngine, SowQuery
 from processor.service._generated import sow_pb2, sow_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             top_n=request.top_n,
             skip_n=request.skip_n,
             order_by=request.order_by,
+            grouping=request.grouping,
+            projection=request.projection,
         )
         try:
             result = self._engine.run(query)
@@ -115,7 +119,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             )
         )
         to_text = None
-        if request.text_form:
+        if request.text_form and not result.aggregated:
             to_text = self._gateway.codec(self._gateway.topology.topic(result.topic)).to_text
         for batch in result.batches:
             records = [_record(e) for e in batch]
@@ -132,19 +136,43 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                 matches=stats.matches,
                 records_returned=stats.records_returned,
                 elapsed_us=stats.elapsed_us,
+                plan=stats.plan,
             )
         )
 
     def SowDelete(self, request: Any, context: Any) -> Any:
         try:
-            deleted, positions = self._gateway.delete(
-                request.topic, list(request.sow_keys), request.timeout_seconds
-            )
+            deleted = self._delete(request)
         except errors.SowError as exc:
             self._abort(context, exc)
         return sow_pb2.SowDeleteReply(
-            records_deleted=deleted, positions=[_position(p) for p in positions]
+            records_deleted=deleted.records_deleted,
+            positions=[_position(p) for p in deleted.positions],
         )
+
+    def _delete(self, request: Any) -> Deleted:
+        selectors = [
+            name
+            for name, given in (
+                ("sow_keys", bool(request.sow_keys)),
+                ("filter", bool(request.filter)),
+                ("data", bool(request.data)),
+            )
+            if given
+        ]
+        if len(selectors) != 1:
+            raise errors.InvalidRequestError(
+                "sow_delete takes exactly one selector: sow_keys, filter or data "
+                f"(got {', '.join(selectors) or 'none'})"
+            )
+        timeout = request.timeout_seconds
+        if request.filter:
+            return self._gateway.delete_by_filter(request.topic, request.filter, timeout)
+        if request.data:
+            return self._gateway.delete_by_data(
+                request.topic, request.data, timeout, request.text_form
+            )
+        return self._gateway.delete(request.topic, list(request.sow_keys), timeout)
 
 
 def start_server(engine: QueryEngine, gateway: Gateway, address: str) -> tuple[Any, str]:

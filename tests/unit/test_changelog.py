@@ -43,6 +43,7 @@ def test_matches_fastavro_byte_for_byte(envelope: changelog.Envelope) -> None:
     fastavro.schemaless_writer(buffer, SCHEMA, record)
     assert ours == buffer.getvalue()
     assert changelog.decode(ours) == envelope
+    assert changelog.data_of(ours) == envelope.data
     assert fastavro.schemaless_reader(io.BytesIO(ours), SCHEMA, None) == record
 
 

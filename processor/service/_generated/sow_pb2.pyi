@@ -41,7 +41,7 @@ class PublishReply(_message.Message):
     def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ...) -> None: ...
 
 class SowQueryRequest(_message.Message):
-    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form")
+    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form", "grouping", "projection")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,8 @@ class SowQueryRequest(_message.Message):
     SKIP_N_FIELD_NUMBER: _ClassVar[int]
     ORDER_BY_FIELD_NUMBER: _ClassVar[int]
     TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
+    GROUPING_FIELD_NUMBER: _ClassVar[int]
+    PROJECTION_FIELD_NUMBER: _ClassVar[int]
     topic: str
     sow_keys: _containers.RepeatedScalarFieldContainer[str]
     query_id: str
@@ -64,7 +66,9 @@ class SowQueryRequest(_message.Message):
     skip_n: int
     order_by: str
     text_form: bool
-    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ...) -> None: ...
+    grouping: str
+    projection: str
+    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ..., grouping: _Optional[str] = ..., projection: _Optional[str] = ...) -> None: ...
 
 class SowRecord(_message.Message):
     __slots__ = ("sow_key", "data", "topic", "message_type", "position", "publish_time_ms", "apply_time_ms", "expiration_ms", "correlation_id")
@@ -105,18 +109,20 @@ class Batch(_message.Message):
     def __init__(self, records: _Optional[_Iterable[_Union[SowRecord, _Mapping]]] = ...) -> None: ...
 
 class GroupEnd(_message.Message):
-    __slots__ = ("query_id", "topic_matches", "matches", "records_returned", "elapsed_us")
+    __slots__ = ("query_id", "topic_matches", "matches", "records_returned", "elapsed_us", "plan")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_MATCHES_FIELD_NUMBER: _ClassVar[int]
     MATCHES_FIELD_NUMBER: _ClassVar[int]
     RECORDS_RETURNED_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_US_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     topic_matches: int
     matches: int
     records_returned: int
     elapsed_us: int
-    def __init__(self, query_id: _Optional[str] = ..., topic_matches: _Optional[int] = ..., matches: _Optional[int] = ..., records_returned: _Optional[int] = ..., elapsed_us: _Optional[int] = ...) -> None: ...
+    plan: str
+    def __init__(self, query_id: _Optional[str] = ..., topic_matches: _Optional[int] = ..., matches: _Optional[int] = ..., records_returned: _Optional[int] = ..., elapsed_us: _Optional[int] = ..., plan: _Optional[str] = ...) -> None: ...
 
 class SowQueryReply(_message.Message):
     __slots__ = ("group_begin", "batch", "group_end")
@@ -129,14 +135,20 @@ class SowQueryReply(_message.Message):
     def __init__(self, group_begin: _Optional[_Union[GroupBegin, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., group_end: _Optional[_Union[GroupEnd, _Mapping]] = ...) -> None: ...
 
 class SowDeleteRequest(_message.Message):
-    __slots__ = ("topic", "sow_keys", "timeout_seconds")
+    __slots__ = ("topic", "sow_keys", "timeout_seconds", "filter", "data", "text_form")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
     topic: str
     sow_keys: _containers.RepeatedScalarFieldContainer[str]
     timeout_seconds: float
-    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+    filter: str
+    data: bytes
+    text_form: bool
+    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., data: _Optional[bytes] = ..., text_form: _Optional[bool] = ...) -> None: ...
 
 class SowDeleteReply(_message.Message):
     __slots__ = ("records_deleted", "positions")

@@ -1,0 +1,21 @@
+"""The commands on the transaction log, as Kafka records (ARCHITECTURE.md: every state
+change is a command on the log, applied by the processor in offset order).
+
+* **publish**: key = SowKey, value = the message; optional headers
+  ``sow.expiration`` (seconds; 0 never expires) and ``sow.correlation_id``.
+* **sow_delete by SowKey**: key = SowKey, value = None.
+* **sow_delete by filter**: key = :data:`FILTER_DELETE_KEY`, value = None, header
+  ``sow.filter`` = the filter text (UTF-8). It is written to every partition of the
+  topic's input topic; each partition deletes the records that match the filter when the
+  command is applied. Its tombstones carry the command's position, so a reader can count
+  what it deleted.
+* **sow_delete by data** is turned into a delete by SowKey before it enters the log.
+"""
+
+from __future__ import annotations
+
+EXPIRATION_HEADER = "sow.expiration"
+CORRELATION_HEADER = "sow.correlation_id"
+FILTER_HEADER = "sow.filter"
+#: Never a SowKey: keys starting with NUL are reserved for commands and control records.
+FILTER_DELETE_KEY = b"\x00sow:delete-filter"

@@ -1,0 +1,210 @@
+"""One SOW topic in the read replica: its records and the indexes queries use.
+
+Records are kept as changelog envelopes (bytes) by SowKey, in the order of their last
+update: an update moves a record to the end, so iteration order is processing order
+(aggregated queries take non-aggregated fields from the last record processed).
+
+Indexes (AMPS user guide, "SOW Indexing"):
+
+* **Memo indexes** hold one field's value for every record (absent means NULL), so a
+  filter, OrderBy or aggregation reads values without decoding messages. Created on
+  first use of a field, pre-created by the topic's ``Index`` entries, and kept current by
+  every put and delete from then on.
+* **Hash indexes** (the topic's ``HashIndex`` entries) map the text form of their fields'
+  values to SowKeys; they answer exact-match and IN filters without a scan. Values are
+  compared as strings, as in AMPS.
+* The **key index** AMPS builds over the Key fields needs no storage here: a generated
+  SowKey *is* the checksum of the Key values' text, so the planner computes SowKeys.
+
+Not thread-safe: the replica's lock guards every call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from processor import changelog
+from processor.errors import MessageError
+from processor.expr import FieldInput, MessageContext, field_getter
+from processor.expr.ast import Step, Value
+from processor.keys import key_text, parse_path, partition_for
+from processor.messages import Codec
+from processor.topology.model import SowTopic
+
+log = logging.getLogger(__name__)
+
+#: Memo index builds over more records than this report progress.
+PROGRESS_EVERY = 200_000
+
+
+class MemoIndex:
+    """One field's value per SowKey (records whose value is NULL are absent)."""
+
+    __slots__ = ("get", "path", "values")
+
+    def __init__(self, path: str, steps: tuple[Step, ...]) -> None:
+        self.path = path
+        self.get: Callable[[Any], Value] = field_getter(steps)
+        self.values: dict[bytes, Value] = {}
+
+    def put(self, sow_key: bytes, message: Any) -> None:
+        value = self.get(message)
+        if value is None:
+            self.values.pop(sow_key, None)
+        else:
+            self.values[sow_key] = value
+
+
+class HashIndex:
+    """A configured hash index: the text of each field's value -> SowKeys."""
+
+    __slots__ = ("buckets", "entries", "getters", "paths")
+
+    def __init__(self, paths: tuple[str, ...], steps: tuple[tuple[Step, ...], ...]) -> None:
+        self.paths = paths
+        self.getters = tuple(field_getter(s) for s in steps)
+        self.buckets: dict[tuple[str, ...], set[bytes]] = {}
+        self.entries: dict[bytes, tuple[str, ...]] = {}
+
+    @property
+    def name(self) -> str:
+        return "hash-index(" + ", ".join(self.paths) + ")"
+
+    def put(self, sow_key: bytes, message: Any) -> None:
+        self.remove(sow_key)
+        texts = []
+        for get in self.getters:
+            value = get(message)
+            if value is None:
+                return  # a record with a NULL field can never match an exact value
+            texts.append(key_text(value))
+        entry = tuple(texts)
+        self.entries[sow_key] = entry
+        self.buckets.setdefault(entry, set()).add(sow_key)
+
+    def remove(self, sow_key: bytes) -> None:
+        entry = self.entries.pop(sow_key, None)
+        if entry is not None:
+            bucket = self.buckets[entry]
+            bucket.discard(sow_key)
+            if not bucket:
+                del self.buckets[entry]
+
+    def lookup(self, entries: Iterable[tuple[str, ...]]) -> list[bytes]:
+        """SowKeys of records whose field texts equal any of ``entries``."""
+        found: list[bytes] = []
+        for entry in entries:
+            found.extend(self.buckets.get(entry, ()))
+        return found
+
+
+class SowTable:
+    """The records and indexes of one SOW topic (every partition of it)."""
+
+    def __init__(self, topic: SowTopic, codec: Codec) -> None:
+        self.topic = topic
+        self.codec = codec
+        self.envelopes: dict[bytes, bytes] = {}
+        #: Memo indexes by the steps of their field (``/a`` and ``[/a]`` share one).
+        self.memo: dict[tuple[Step, ...], MemoIndex] = {}
+        self.hash_indexes = tuple(
+            HashIndex(spec.keys, tuple(parse_path(p) for p in spec.keys))
+            for spec in topic.hash_indexes
+        )
+        for path in topic.indexes:
+            self.memo_index(parse_path(path), path)
+
+    def __len__(self) -> int:
+        return len(self.envelopes)
+
+    @property
+    def indexed(self) -> bool:
+        """True when puts must decode the message to keep indexes current."""
+        return bool(self.memo or self.hash_indexes)
+
+    def put(self, sow_key: bytes, envelope: bytes) -> None:
+        """Insert or replace a record (it moves to the end of the processing order)."""
+        envelopes = self.envelopes
+        envelopes.pop(sow_key, None)
+        envelopes[sow_key] = envelope
+        if self.memo or self.hash_indexes:
+            message = self._message(envelope)
+            for memo in self.memo.values():
+                memo.put(sow_key, message)
+            for index in self.hash_indexes:
+                index.put(sow_key, message)
+
+    def delete(self, sow_key: bytes) -> bool:
+        """Remove a record; True when it existed."""
+        if self.envelopes.pop(sow_key, None) is None:
+            return False
+        for memo in self.memo.values():
+            memo.values.pop(sow_key, None)
+        for index in self.hash_indexes:
+            index.remove(sow_key)
+        return True
+
+    def reset_partition(self, partition: int) -> None:
+        """Drop every record of one partition (a transient topic restarting empty)."""
+        partitions = self.topic.partitions
+        for sow_key in [k for k in self.envelopes if partition_for(k, partitions) == partition]:
+            self.delete(sow_key)
+
+    def memo_index(self, steps: tuple[Step, ...], path: str) -> MemoIndex:
+        """The memo index of a field (``path`` is its spelling, for messages), built over
+        every record on first use."""
+        memo = self.memo.get(steps)
+        if memo is not None:
+            return memo
+        memo = MemoIndex(path, steps)
+        started = time.monotonic()
+        total = len(self.envelopes)
+        for done, (sow_key, message) in enumerate(self.messages(), 1):
+            memo.put(sow_key, message)
+            if done % PROGRESS_EVERY == 0:
+                log.info("building memo index %s on %s: %d/%d", path, self.topic.name, done, total)
+        if total >= PROGRESS_EVERY:
+            log.info(
+                "built memo index %s on %s over %d records in %.1fs",
+                path,
+                self.topic.name,
+                total,
+                time.monotonic() - started,
+            )
+        self.memo[steps] = memo
+        return memo
+
+    def messages(self, sow_keys: Iterable[bytes] | None = None) -> Iterator[tuple[bytes, Any]]:
+        """(SowKey, decoded message) of every record, or of the given SowKeys that exist."""
+        envelopes = self.envelopes
+        keys = envelopes if sow_keys is None else sow_keys
+        for sow_key in keys:
+            envelope = envelopes.get(sow_key)
+            if envelope is not None:
+                yield sow_key, self._message(envelope)
+
+    def context(self, sow_key: bytes) -> MessageContext:
+        """The per-record facts of a record that its message does not hold."""
+        return changelog.decode(self.envelopes[sow_key]).context()
+
+    def column(self, field: FieldInput | Any, sow_keys: Iterable[bytes]) -> dict[bytes, Value]:
+        """The values of one filter input for these records: a memo index for a field,
+        computed from the envelopes for a message-context input."""
+        if isinstance(field, FieldInput):
+            return self.memo_index(field.steps, field.path).values
+        return {k: self.context(k).value(field.name) for k in sow_keys if k in self.envelopes}
+
+    def _message(self, envelope: bytes) -> Any:
+        try:
+            return self.codec.decode(changelog.data_of(envelope))
+        except (MessageError, changelog.EnvelopeError):
+            # The processor only writes messages it decoded, so this is a changelog
+            # written by another release or by hand; such a record has no field values.
+            log.warning(
+                "a %s record in the changelog does not decode; indexing it as empty",
+                self.topic.name,
+            )
+            return None
