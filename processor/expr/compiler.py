@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from processor.errors import ExpressionError
-from processor.expr import ast, operators
+from processor.expr import ast, predicates
 from processor.expr.aggregates import AGGREGATES
 from processor.expr.codegen import (
     ANY,
@@ -43,7 +43,7 @@ from processor.expr.codegen import (
 from processor.expr.functions import UNSUPPORTED, lookup, suggestions
 from processor.expr.inputs import ContextInput, FieldInput, Input
 from processor.expr.operators import compile_regex
-from processor.expr.values import isnan, text_of, to_number, truth
+from processor.expr.values import truth
 
 AggregateHook = Callable[[ast.Call, "Compiler"], Code]
 
@@ -85,9 +85,13 @@ class Compiler:
         self._counter = 0
         self._dispatch: dict[type[ast.Node], Callable[[Any], Code]] = {
             ast.Literal: self._literal, ast.Identifier: self._identifier,
-            ast.Unary: self._unary, ast.Binary: self._binary, ast.Between: self._between,
-            ast.In: self._in, ast.Like: self._like, ast.Affix: self._affix,
-            ast.IsNull: self._is_null, ast.IsNan: self._is_nan, ast.Call: self._call,
+            ast.Unary: self._unary, ast.Binary: self._binary, ast.Call: self._call,
+            ast.Between: lambda n: predicates.between(self, n),
+            ast.In: lambda n: predicates.in_(self, n),
+            ast.Like: lambda n: predicates.like(self, n),
+            ast.Affix: lambda n: predicates.affix(self, n),
+            ast.IsNull: lambda n: predicates.is_null(self, n),
+            ast.IsNan: lambda n: predicates.is_nan(self, n),
         }
 
     # --- bookkeeping -----------------------------------------------------------------------
@@ -129,7 +133,7 @@ class Compiler:
         kind = BOOL if cls is bool else BOOL3 if value is None else ANY
         return Code(src, kind, const=True, value=value)
 
-    def _bind(self, code: Code) -> tuple[str, str]:
+    def bind(self, code: Code) -> tuple[str, str]:
         """(first use, later uses) of a value needed more than once: simple names and
         constants are repeated; anything else is evaluated once into a temporary."""
         if NAME.match(code.src):
@@ -139,7 +143,7 @@ class Compiler:
         temp = self._name("_t")
         return f"({temp} := {code.src})", temp
 
-    def _make(self, src: str, kind: str, *parts: Code, deterministic: bool = True,
+    def make(self, src: str, kind: str, *parts: Code, deterministic: bool = True,
               nulls: frozenset[int] = frozenset(), strict: frozenset[int] = frozenset(),
               ) -> Code:
         code = Code(
@@ -201,10 +205,10 @@ class Compiler:
         if node.op == "NOT":
             value = self.as_bool(operand)
             if value.kind == BOOL:
-                return self._make(f"(not {value.src})", BOOL, value)
-            return self._make(f"_not({value.src})", BOOL3, value)
+                return self.make(f"(not {value.src})", BOOL, value)
+            return self.make(f"_not({value.src})", BOOL3, value)
         helper = "_neg" if node.op == "-" else "_pos"
-        return self._make(f"{helper}({operand.src})", ANY, operand, nulls=operand.nulls,
+        return self.make(f"{helper}({operand.src})", ANY, operand, nulls=operand.nulls,
                           strict=operand.nulls)
 
     def _binary(self, node: ast.Binary) -> Code:
@@ -226,12 +230,12 @@ class Compiler:
         if node.op == "AND":
             # Python's `and` over True/False/None is the AMPS AND table read left to
             # right: FALSE, x -> FALSE; NULL, x -> NULL; TRUE, x -> x.
-            return self._make("(" + " and ".join(o.src for o in operands) + ")", kind, *operands,
+            return self.make("(" + " and ".join(o.src for o in operands) + ")", kind, *operands,
                               strict=frozenset().union(*(o.strict for o in operands)))
         # OR is TRUE only if an operand is: NULL in an input every operand needs is not.
         strict = frozenset.intersection(*(o.strict for o in operands))
         if all(o.kind == BOOL for o in operands[:-1]):
-            return self._make("(" + " or ".join(o.src for o in operands) + ")", kind, *operands,
+            return self.make("(" + " or ".join(o.src for o in operands) + ")", kind, *operands,
                               strict=strict)
         # OR: TRUE, x -> TRUE; FALSE, x -> x; NULL, x -> NULL (not Python's `None or x`).
         parts = []
@@ -244,13 +248,13 @@ class Compiler:
         parts.append(operands[-1].src)
         result = self._name("_t")
         src = f"(None if ({result} := ({' or '.join(parts)})) is _NULL else {result})"
-        return self._make(src, BOOL3, *operands, strict=strict)
+        return self.make(src, BOOL3, *operands, strict=strict)
 
     def _comparison(self, op: str, left: Code, right: Code) -> Code:
         if (left.const and left.value is None) or (right.const and right.value is None):
             return self.constant(False)  # a comparison with NULL is FALSE (spec 9 item 1)
         if not self.fast or (left.const and right.const):
-            return self._make(f"{HELPER[op]}({left.src}, {right.src})", BOOL, left, right,
+            return self.make(f"{HELPER[op]}({left.src}, {right.src})", BOOL, left, right,
                               strict=left.nulls | right.nulls)
         if left.const and not right.const:
             op, left, right = FLIP[op], right, left
@@ -261,30 +265,30 @@ class Compiler:
             if value.__class__ is bool:
                 value = int(value)
                 src = repr(value)
-            first, use = self._bind(left)
+            first, use = self.bind(left)
             slow = f"{helper}({use}, {src})"
             if plain_number(value):
                 check = NUMERIC_CHECK.format(f=first, u=use)
             elif value.__class__ is str:
                 check = STRING_CHECK.format(f=first)
             else:
-                return self._make(f"{helper}({first}, {src})", BOOL, left, right,
+                return self.make(f"{helper}({first}, {src})", BOOL, left, right,
                                   strict=left.nulls)
-            return self._make(f"({use} {pyop} {src} if {check} else {slow})", BOOL, left, right,
+            return self.make(f"({use} {pyop} {src} if {check} else {slow})", BOOL, left, right,
                               strict=left.nulls)
-        a_first, a = self._bind(left)
-        b_first, b = self._bind(right)
+        a_first, a = self.bind(left)
+        b_first, b = self.bind(right)
         check = (f"{a_first}.__class__ is {b_first}.__class__ and ({a}.__class__ is int "
                  f"or {a}.__class__ is float or {a}.__class__ is str)")
         src = f"({a} {pyop} {b} if {check} else {helper}({a}, {b}))"
-        return self._make(src, BOOL, left, right, strict=left.nulls | right.nulls)
+        return self.make(src, BOOL, left, right, strict=left.nulls | right.nulls)
 
     def _arithmetic(self, op: str, left: Code, right: Code) -> Code:
         helper = ARITHMETIC[op]
         src = f"{helper}({left.src}, {right.src})"
         if self.fast and op in "+-*" and not (left.const and right.const):
-            a_first, a = self._bind(left)
-            b_first, b = self._bind(right)
+            a_first, a = self.bind(left)
+            b_first, b = self.bind(right)
             check = ""
             if right.const and right.value.__class__ is int and abs(right.value) < SMALL_INT:
                 check = NUMERIC_CHECK.format(f=a_first, u=a)
@@ -302,123 +306,7 @@ class Compiler:
             if check:
                 src = f"({a} {op} {b} if {check} else {helper}({a}, {b}))"
         nulls = left.nulls | right.nulls
-        return self._make(src, ANY, left, right, nulls=nulls, strict=nulls)
-
-    def _between(self, node: ast.Between) -> Code:
-        operand = self.emit(node.operand)
-        low = self.emit(node.low)
-        high = self.emit(node.high)
-        first, use = self._bind(operand)
-        slow = f"_between({use}, {low.src}, {high.src})"
-        if not self.fast:
-            check = ""
-        elif low.const and high.const and plain_number(low.value) and plain_number(high.value):
-            check = NUMERIC_CHECK.format(f=first, u=use)
-        elif low.const and high.const and low.value.__class__ is str is high.value.__class__:
-            check = STRING_CHECK.format(f=first)
-        else:
-            check = ""
-        if check:
-            src = f"({low.src} <= {use} <= {high.src} if {check} else {slow})"
-        else:
-            src = f"_between({first}, {low.src}, {high.src})"
-        strict = operand.nulls | low.nulls | high.nulls
-        return self._negate(self._make(src, BOOL, operand, low, high, strict=strict),
-                            node.negated)
-
-    def _negate(self, code: Code, negated: bool) -> Code:
-        if not negated:
-            return code
-        return self._make(f"(not {code.src})", BOOL, code)
-
-    def _in(self, node: ast.In) -> Code:
-        operand = self.emit(node.operand)
-        items = [self.emit(item) for item in node.items]
-        if not self.fast or not all(item.const for item in items):
-            src = f"_in({operand.src}, ({''.join(item.src + ', ' for item in items)}))"
-            return self._negate(self._make(src, BOOL, operand, *items, strict=operand.nulls),
-                                node.negated)
-        values = tuple(
-            int(v) if v.__class__ is bool else v
-            for v in (item.value for item in items)
-            if v is not None and not (v.__class__ is float and isnan(v))
-        )
-        strings = frozenset(v for v in values if v.__class__ is str)
-        numbers = frozenset(v for v in values if v.__class__ is int or v.__class__ is float)
-        if not values:
-            return self._negate(self.constant(False), node.negated)
-        string_set, number_set = self.global_(strings), self.global_(numbers)
-        names = ", ".join((string_set, number_set, self.global_(values)))
-        first, use = self._bind(operand)
-        cases: list[tuple[str, str]] = []
-        if not numbers:
-            cases.append((STRING_CHECK, f"{use} in {string_set}"))
-        elif not any(to_number(s) is not None for s in strings):
-            cases.append((NUMERIC_CHECK, f"{use} in {number_set}"))
-        src = self._select(first, use, cases, lambda x: f"_in_lit({x}, {names})")
-        return self._negate(self._make(src, BOOL, operand, *items, strict=operand.nulls),
-                            node.negated)
-
-    @staticmethod
-    def _select(first: str, use: str, cases: list[tuple[str, str]],
-                slow: Callable[[str], str]) -> str:
-        """``(fast1 if check1 else (... else slow))``: per value class, an inline fast
-        path, else the general helper. The operand is bound (``first``) in the check
-        evaluated first; checks are templates over ``{f}`` (first use) and ``{u}``."""
-        if not cases:
-            return slow(first)
-        src = slow(use)
-        for position, (check, fast) in enumerate(reversed(cases)):
-            outermost = position == len(cases) - 1
-            src = f"({fast} if {check.format(f=first if outermost else use, u=use)} else {src})"
-        return src
-
-    def _like(self, node: ast.Like) -> Code:
-        operand = self.emit(node.operand)
-        pattern = operators.compile_like(node.pattern, node.raw, text=self.text,
-                                         position=node.pos)
-        name = self.global_(pattern)
-        first, use = self._bind(operand)
-        if not self.fast:
-            return self._negate(self._make(f"{name}.test({operand.src})", BOOL, operand,
-                                           strict=operand.nulls), node.negated)
-        if pattern.plain is not None:
-            fast = f"{pattern.plain!r} in {use}"
-        else:
-            fast = f"{self.global_(pattern.matches)}({use}) is not None"
-        src = self._select(first, use, [(STRING_CHECK, fast)], lambda x: f"{name}.test({x})")
-        return self._negate(self._make(src, BOOL, operand, strict=operand.nulls), node.negated)
-
-    def _affix(self, node: ast.Affix) -> Code:
-        operand = self.emit(node.operand)
-        items = [self.emit(item) for item in node.items]
-        helper, method = ("_begins", "startswith") if node.kind == "BEGINS" else (
-            "_ends", "endswith")
-        first, use = self._bind(operand)
-        if not self.fast or not all(item.const for item in items):
-            src = f"{helper}({first}, ({''.join(item.src + ', ' for item in items)}))"
-            return self._negate(self._make(src, BOOL, operand, *items, strict=operand.nulls),
-                                node.negated)
-        texts = tuple(t for t in (text_of(item.value) for item in items) if t is not None)
-        if not texts:
-            return self._negate(self.constant(False), node.negated)
-        affixes = repr(texts)
-        src = self._select(first, use, [(STRING_CHECK, f"{use}.{method}({affixes})")],
-                           lambda x: f"{helper}({x}, {affixes})")
-        return self._negate(self._make(src, BOOL, operand, strict=operand.nulls), node.negated)
-
-    def _is_null(self, node: ast.IsNull) -> Code:
-        operand = self.emit(node.operand)
-        if operand.const:
-            return self.constant((operand.value is None) != node.negated)
-        test = "is not" if node.negated else "is"
-        strict = operand.nulls if node.negated else frozenset()
-        return self._make(f"({operand.src} {test} None)", BOOL, operand, strict=strict)
-
-    def _is_nan(self, node: ast.IsNan) -> Code:
-        operand = self.emit(node.operand)
-        code = self._make(f"_is_nan({operand.src})", BOOL, operand, strict=operand.nulls)
-        return self._negate(code, node.negated)
+        return self.make(src, ANY, left, right, nulls=nulls, strict=nulls)
 
     def _call(self, node: ast.Call) -> Code:
         name = node.name.upper()
@@ -455,7 +343,7 @@ class Compiler:
         src = f"{function}({', '.join(arg.src for arg in args)})"
         # A NULL required argument makes the result NULL (see functions.FunctionSpec).
         nulls = frozenset().union(*(arg.nulls for arg in args[: spec.nullable_from]))
-        return self._make(src, ANY, *args, deterministic=spec.deterministic, nulls=nulls,
+        return self.make(src, ANY, *args, deterministic=spec.deterministic, nulls=nulls,
                           strict=nulls)
 
     def _if(self, args: list[Code]) -> Code:
@@ -467,5 +355,5 @@ class Compiler:
             return when_true if condition.value is True else when_false
         test = condition.src if condition.kind == BOOL else f"{condition.src} is True"
         src = f"({when_true.src} if {test} else {when_false.src})"
-        return self._make(src, join_kind(when_true.kind, when_false.kind), condition,
+        return self.make(src, join_kind(when_true.kind, when_false.kind), condition,
                           when_true, when_false)

@@ -342,33 +342,35 @@ def extract(message: Any, steps: tuple[Step, ...]) -> Value:
 def field_getter(steps: tuple[Step, ...]) -> Callable[[Any], Value]:
     """A function returning ``extract(message, steps)``, specialised for speed.
 
-    Paths of names only try plain nested indexing first and fall back to
-    :func:`extract` only when they meet something other than nested dicts (an array, a
-    non-dict message) or a value that needs normalising."""
+    Paths of names walk nested dicts with ``dict.get`` and fall back to :func:`extract`
+    only when they meet something else on the way (an array, a non-dict message)."""
     if not steps or not all(step.__class__ is str for step in steps):
 
         def slow(message: Any) -> Value:
             return extract(message, steps)
 
         return slow
-    lookup = "m" + "".join(f"[s{i}]" for i in range(len(steps)))
     params = ", ".join(f"s{i}=s{i}" for i in range(len(steps)))
+    walk = "".join(
+        f"    v = {'m' if i == 0 else 'v'}.get(s{i})\n"
+        "    if v.__class__ is not dict:\n"
+        "        return None if v is None else extract(m, steps)\n"
+        for i in range(len(steps) - 1)
+    )
     source = (
         f"def make({', '.join(f's{i}' for i in range(len(steps)))}):\n"
-        f" def get(m, {params}):\n"
-        f"  try:\n"
-        f"   v = {lookup}\n"
-        f"  except KeyError:\n"
-        f"   return None\n"
-        f"  except Exception:\n"
-        f"   return extract(m, steps)\n"
-        f"  c = v.__class__\n"
-        f"  if c is float or c is int:\n"
-        f"   return v\n"
-        f"  if c is str:\n"
-        f"   return v or None\n"
-        f"  return normalize(v)\n"
-        f" return get\n"
+        f"  def get(m, {params}):\n"
+        "    if m.__class__ is not dict:\n"
+        "        return extract(m, steps)\n"
+        f"{walk}"
+        f"    v = {'m' if len(steps) == 1 else 'v'}.get(s{len(steps) - 1})\n"
+        "    c = v.__class__\n"
+        "    if c is float or c is int:\n"
+        "        return v\n"
+        "    if c is str:\n"
+        "        return v or None\n"
+        "    return None if v is None else normalize(v)\n"
+        "  return get\n"
     )
     namespace: dict[str, Any] = {"extract": extract, "normalize": normalize, "steps": steps}
     exec(source, namespace)
