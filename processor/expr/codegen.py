@@ -105,13 +105,17 @@ def predicate(code: Code) -> str:
     return f"_truth({code.src}) is True"
 
 
+class TooDeepError(ExpressionError):
+    """Python cannot compile the generated source: the expression nests too deeply."""
+
+
 def build(namespace: dict[str, Any], source: str, text: str) -> dict[str, Any]:
-    """Execute generated source in ``namespace``; ExpressionError if Python cannot
-    compile it (an expression nested too deeply)."""
+    """Execute generated source in ``namespace``; TooDeepError if Python cannot
+    compile it (it limits the nesting of parentheses)."""
     try:
         exec(compile(source, f"<AMPS expression {text[:60]!r}>", "exec"), namespace)
     except (SyntaxError, RecursionError, MemoryError) as exc:
-        raise ExpressionError(
+        raise TooDeepError(
             "the expression is nested too deeply to compile; simplify it", text=text
         ) from exc
     return namespace

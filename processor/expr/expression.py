@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from processor.expr import ast, parser, scan
-from processor.expr.codegen import build, predicate
+from processor.expr.codegen import TooDeepError, build, predicate
 from processor.expr.compiler import Compiler, conjuncts
 from processor.expr.inputs import ContextInput, FieldInput, Input, MessageContext
 from processor.expr.values import field_getter
@@ -125,7 +125,12 @@ class Expression:
 def compile_node(node: ast.Node, text: str = "") -> Expression:
     """Compile a parsed expression (filter or value); aggregate functions are rejected
     with ExpressionError."""
-    return Expression(text, node, Compiler(text))
+    try:
+        return Expression(text, node, Compiler(text))
+    except TooDeepError:
+        # The inline fast paths nest a few parentheses per operator and Python limits
+        # nesting; the helper-only form nests one per operator and means the same.
+        return Expression(text, node, Compiler(text, fast=False))
 
 
 @functools.lru_cache(maxsize=1024)
