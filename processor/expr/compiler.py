@@ -144,8 +144,10 @@ class Compiler:
         return f"({temp} := {code.src})", temp
 
     def make(self, src: str, kind: str, *parts: Code, deterministic: bool = True,
-              nulls: frozenset[int] = frozenset(), strict: frozenset[int] = frozenset(),
-              ) -> Code:
+             nulls: frozenset[int] = frozenset(), strict: frozenset[int] = frozenset(),
+             ) -> Code:
+        """The node ``src`` built from ``parts`` (whose inputs, determinism and use of
+        aggregates it inherits); evaluated now when it reads nothing that varies."""
         code = Code(
             src,
             kind,
