@@ -74,8 +74,9 @@ class Compiler:
     general helpers only (no inline fast paths): the reference the fast code is tested
     against."""
 
-    def __init__(self, text: str, aggregate: AggregateHook | None = None, *,
-                 fast: bool = True) -> None:
+    def __init__(
+        self, text: str, aggregate: AggregateHook | None = None, *, fast: bool = True
+    ) -> None:
         self.text = text
         self.aggregate = aggregate
         self.fast = fast
@@ -84,8 +85,11 @@ class Compiler:
         self._index: dict[tuple[str, Any], int] = {}
         self._counter = 0
         self._dispatch: dict[type[ast.Node], Callable[[Any], Code]] = {
-            ast.Literal: self._literal, ast.Identifier: self._identifier,
-            ast.Unary: self._unary, ast.Binary: self._binary, ast.Call: self._call,
+            ast.Literal: self._literal,
+            ast.Identifier: self._identifier,
+            ast.Unary: self._unary,
+            ast.Binary: self._binary,
+            ast.Call: self._call,
             ast.Between: lambda n: predicates.between(self, n),
             ast.In: lambda n: predicates.in_(self, n),
             ast.Like: lambda n: predicates.like(self, n),
@@ -143,9 +147,15 @@ class Compiler:
         temp = self._name("_t")
         return f"({temp} := {code.src})", temp
 
-    def make(self, src: str, kind: str, *parts: Code, deterministic: bool = True,
-             nulls: frozenset[int] = frozenset(), strict: frozenset[int] = frozenset(),
-             ) -> Code:
+    def make(
+        self,
+        src: str,
+        kind: str,
+        *parts: Code,
+        deterministic: bool = True,
+        nulls: frozenset[int] = frozenset(),
+        strict: frozenset[int] = frozenset(),
+    ) -> Code:
         """The node ``src`` built from ``parts`` (whose inputs, determinism and use of
         aggregates it inherits); evaluated now when it reads nothing that varies."""
         code = Code(
@@ -175,8 +185,14 @@ class Compiler:
             return code
         if code.const:
             return self.constant(truth(code.value))
-        return Code(f"_truth({code.src})", BOOL3, code.refs, code.deterministic, code.aggregates,
-                    strict=code.strict)
+        return Code(
+            f"_truth({code.src})",
+            BOOL3,
+            code.refs,
+            code.deterministic,
+            code.aggregates,
+            strict=code.strict,
+        )
 
     # --- nodes -------------------------------------------------------------------------------
 
@@ -193,11 +209,14 @@ class Compiler:
     def _identifier(self, node: ast.Identifier) -> Code:
         if node.state is not None:
             raise self.error(
-                f"'{node.path} OF {node.state}' is only allowed in SOW enrichment", node)
+                f"'{node.path} OF {node.state}' is only allowed in SOW enrichment", node
+            )
         if node.qualifiers:
             raise self.error(
                 f"the qualified identifier {node.path!r} ([{'].['.join(node.qualifiers)}]) "
-                "is only allowed in view definitions with a Join", node)
+                "is only allowed in view definitions with a Join",
+                node,
+            )
         index = self.input(FieldInput(node.path, node.steps))
         own = frozenset((index,))
         return Code(f"v{index}", ANY, own, nulls=own, strict=own)
@@ -210,8 +229,9 @@ class Compiler:
                 return self.make(f"(not {value.src})", BOOL, value)
             return self.make(f"_not({value.src})", BOOL3, value)
         helper = "_neg" if node.op == "-" else "_pos"
-        return self.make(f"{helper}({operand.src})", ANY, operand, nulls=operand.nulls,
-                          strict=operand.nulls)
+        return self.make(
+            f"{helper}({operand.src})", ANY, operand, nulls=operand.nulls, strict=operand.nulls
+        )
 
     def _binary(self, node: ast.Binary) -> Code:
         if node.op in ("AND", "OR"):
@@ -232,13 +252,18 @@ class Compiler:
         if node.op == "AND":
             # Python's `and` over True/False/None is the AMPS AND table read left to
             # right: FALSE, x -> FALSE; NULL, x -> NULL; TRUE, x -> x.
-            return self.make("(" + " and ".join(o.src for o in operands) + ")", kind, *operands,
-                              strict=frozenset().union(*(o.strict for o in operands)))
+            return self.make(
+                "(" + " and ".join(o.src for o in operands) + ")",
+                kind,
+                *operands,
+                strict=frozenset().union(*(o.strict for o in operands)),
+            )
         # OR is TRUE only if an operand is: NULL in an input every operand needs is not.
         strict = frozenset.intersection(*(o.strict for o in operands))
         if all(o.kind == BOOL for o in operands[:-1]):
-            return self.make("(" + " or ".join(o.src for o in operands) + ")", kind, *operands,
-                              strict=strict)
+            return self.make(
+                "(" + " or ".join(o.src for o in operands) + ")", kind, *operands, strict=strict
+            )
         # OR: TRUE, x -> TRUE; FALSE, x -> x; NULL, x -> NULL (not Python's `None or x`).
         parts = []
         for operand in operands[:-1]:
@@ -256,8 +281,13 @@ class Compiler:
         if (left.const and left.value is None) or (right.const and right.value is None):
             return self.constant(False)  # a comparison with NULL is FALSE (spec 9 item 1)
         if not self.fast or (left.const and right.const):
-            return self.make(f"{HELPER[op]}({left.src}, {right.src})", BOOL, left, right,
-                              strict=left.nulls | right.nulls)
+            return self.make(
+                f"{HELPER[op]}({left.src}, {right.src})",
+                BOOL,
+                left,
+                right,
+                strict=left.nulls | right.nulls,
+            )
         if left.const and not right.const:
             op, left, right = FLIP[op], right, left
         helper, pyop = HELPER[op], PYOP[op]
@@ -274,14 +304,16 @@ class Compiler:
             elif value.__class__ is str:
                 check = STRING_CHECK.format(f=first)
             else:
-                return self.make(f"{helper}({first}, {src})", BOOL, left, right,
-                                  strict=left.nulls)
-            return self.make(f"({use} {pyop} {src} if {check} else {slow})", BOOL, left, right,
-                              strict=left.nulls)
+                return self.make(f"{helper}({first}, {src})", BOOL, left, right, strict=left.nulls)
+            return self.make(
+                f"({use} {pyop} {src} if {check} else {slow})", BOOL, left, right, strict=left.nulls
+            )
         a_first, a = self.bind(left)
         b_first, b = self.bind(right)
-        check = (f"{a_first}.__class__ is {b_first}.__class__ and ({a}.__class__ is int "
-                 f"or {a}.__class__ is float or {a}.__class__ is str)")
+        check = (
+            f"{a_first}.__class__ is {b_first}.__class__ and ({a}.__class__ is int "
+            f"or {a}.__class__ is float or {a}.__class__ is str)"
+        )
         src = f"({a} {pyop} {b} if {check} else {helper}({a}, {b}))"
         return self.make(src, BOOL, left, right, strict=left.nulls | right.nulls)
 
@@ -301,10 +333,14 @@ class Compiler:
             elif left.const and plain_number(left.value):
                 check = f"{b_first}.__class__ is float"
             elif not (left.const or right.const):
-                # int with int and float with float never raise; mixed classes can
-                # (an integer beyond float range), so they take the helper.
-                check = (f"{a_first}.__class__ is {b_first}.__class__ and "
-                         f"({a}.__class__ is int or {a}.__class__ is float)")
+                # int with int and float with float never raise; an int mixed with a float
+                # raises only beyond float range, which the bounds rule out.
+                number = "({x}.__class__ is int or {x}.__class__ is float)"
+                check = (
+                    f"({number.format(x=a_first)} and {number.format(x=b_first)} and "
+                    f"({a}.__class__ is {b}.__class__ or "
+                    f"(-1e300 < {a} < 1e300 and -1e300 < {b} < 1e300)))"
+                )
             if check:
                 src = f"({a} {op} {b} if {check} else {helper}({a}, {b}))"
         nulls = left.nulls | right.nulls
@@ -316,13 +352,16 @@ class Compiler:
             if self.aggregate is None:
                 raise self.error(
                     f"aggregate function {name}() is only allowed in the projection of an "
-                    "aggregated query or a view, not in a filter or a value expression", node)
+                    "aggregated query or a view, not in a filter or a value expression",
+                    node,
+                )
             return self.aggregate(node, self)
         spec = lookup(name)
         if spec is None:
             if name in UNSUPPORTED:
-                raise self.error(f"function {name}() is not supported here: {UNSUPPORTED[name]}",
-                                 node)
+                raise self.error(
+                    f"function {name}() is not supported here: {UNSUPPORTED[name]}", node
+                )
             close = suggestions(name)
             hint = f"; did you mean {' or '.join(close)}?" if close else ""
             raise self.error(f"unknown function {name}(){hint}", node)
@@ -330,7 +369,9 @@ class Compiler:
         if count < spec.min_args or (spec.max_args is not None and count > spec.max_args):
             raise self.error(
                 f"{name}() takes {spec.arity()} argument{'s' if spec.arity() != '1' else ''}, "
-                f"got {count}", node)
+                f"got {count}",
+                node,
+            )
         if spec.context is not None:
             index = self.input(ContextInput(name))
             own = frozenset((index,))
@@ -339,14 +380,19 @@ class Compiler:
         if name == "IF":
             return self._if(args)
         if name == "REGEXP_REPLACE" and args[1].const and args[1].value.__class__ is str:
-            compile_regex(args[1].value, what="REGEXP_REPLACE pattern", text=self.text,
-                          position=node.args[1].pos)
+            compile_regex(
+                args[1].value,
+                what="REGEXP_REPLACE pattern",
+                text=self.text,
+                position=node.args[1].pos,
+            )
         function = self.global_(spec.call, f"_f_{name}_")
         src = f"{function}({', '.join(arg.src for arg in args)})"
         # A NULL required argument makes the result NULL (see functions.FunctionSpec).
         nulls = frozenset().union(*(arg.nulls for arg in args[: spec.nullable_from]))
-        return self.make(src, ANY, *args, deterministic=spec.deterministic, nulls=nulls,
-                          strict=nulls)
+        return self.make(
+            src, ANY, *args, deterministic=spec.deterministic, nulls=nulls, strict=nulls
+        )
 
     def _if(self, args: list[Code]) -> Code:
         # Only the chosen branch is evaluated (AMPS 5.3.4 and later); a condition that is
@@ -357,5 +403,6 @@ class Compiler:
             return when_true if condition.value is True else when_false
         test = condition.src if condition.kind == BOOL else f"{condition.src} is True"
         src = f"({when_true.src} if {test} else {when_false.src})"
-        return self.make(src, join_kind(when_true.kind, when_false.kind), condition,
-                          when_true, when_false)
+        return self.make(
+            src, join_kind(when_true.kind, when_false.kind), condition, when_true, when_false
+        )

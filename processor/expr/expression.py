@@ -7,6 +7,7 @@ the cached object.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -17,6 +18,8 @@ from processor.expr.inputs import ContextInput, FieldInput, Input, MessageContex
 from processor.expr.values import field_getter
 
 K = TypeVar("K")
+#: Serialises code generation (the compiler's name counter and namespace are shared).
+_BUILD_LOCK = threading.Lock()
 
 
 class Expression:
@@ -26,17 +29,61 @@ class Expression:
     first-appearance order; ``deterministic`` is False when it calls a non-deterministic
     function (UNIX_TIMESTAMP()). Evaluation never raises, for any message."""
 
-    __slots__ = ("_call", "_drivers", "_eval", "_match", "_scan", "_test", "deterministic",
-                 "inputs", "node", "source", "text")
+    __slots__ = (
+        "_built",
+        "_call",
+        "_compiler",
+        "_drivers",
+        "_eval",
+        "_match",
+        "_refs",
+        "_scan",
+        "_source",
+        "_test",
+        "code",
+        "deterministic",
+        "inputs",
+        "node",
+        "text",
+    )
+
+    _eval: Callable[..., Any]
+    _test: Callable[..., bool]
+    _call: Callable[[Any, MessageContext | None], Any]
+    _match: Callable[[Any, MessageContext | None], bool]
+    _scan: Callable[[Collection[Any], Sequence[Mapping[Any, Any]]], list[Any]]
+    _drivers: tuple[scan.Driver, ...]
+    _source: str
 
     def __init__(self, text: str, node: ast.Node, compiler: Compiler) -> None:
-        code = compiler.emit(node)
-        refs = sorted(code.refs)
+        # Emitting checks the expression (unknown functions, arity, aggregates) and finds
+        # its inputs; the Python source is built and compiled on first evaluation, so an
+        # expression that is only validated, or answered by an index, costs no codegen.
+        self.code = compiler.emit(node)
+        self._compiler = compiler
+        self._refs = sorted(self.code.refs)
         self.text = text
         self.node = node
-        self.inputs: tuple[Input, ...] = tuple(compiler.inputs[i] for i in refs)
-        self.deterministic = code.deterministic
-        namespace = compiler.namespace
+        self.inputs: tuple[Input, ...] = tuple(compiler.inputs[i] for i in self._refs)
+        self.deterministic = self.code.deterministic
+        self._built = False
+
+    @property
+    def source(self) -> str:
+        """The generated Python source (built on first use)."""
+        return self._build()
+
+    def _build(self) -> str:
+        """Generate and compile the evaluation functions, once; thread-safe."""
+        with _BUILD_LOCK:
+            if not self._built:
+                self._source = self._generate()
+                self._built = True
+        return self._source
+
+    def _generate(self) -> str:
+        compiler, code, refs, node = self._compiler, self.code, self._refs, self.node
+        namespace = dict(compiler.namespace)
         params = ", ".join(f"v{i}" for i in refs)
         loads = []
         for i in refs:
@@ -49,45 +96,55 @@ class Expression:
         test = predicate(code)
         parts = conjuncts(node)
         drivers_source, drivers = scan.driver_sources(
-            [code] if len(parts) == 1 else [compiler.emit(part) for part in parts], refs)
-        self.source = (
+            [code] if len(parts) == 1 else [compiler.emit(part) for part in parts], refs
+        )
+        source = (
             f"def _eval({params}):\n    return {code.src}\n"
             f"def _test({params}):\n    return {test}\n"
             f"def _call(m, c=None):\n{''.join(loads)}    return {code.src}\n"
             f"def _match(m, c=None):\n{''.join(loads)}    return {test}\n"
             f"{scan.per_key_source(refs, test)}{drivers_source}"
         )
-        build(namespace, self.source, text)
-        self._eval: Callable[..., Any] = namespace["_eval"]
-        self._test: Callable[..., bool] = namespace["_test"]
-        self._call: Callable[[Any, MessageContext | None], Any] = namespace["_call"]
-        self._match: Callable[[Any, MessageContext | None], bool] = namespace["_match"]
-        self._scan: Callable[[Collection[Any], Sequence[Mapping[Any, Any]]], list[Any]] = (
-            namespace["_scan"])
+        namespace.update(compiler.namespace)
+        build(namespace, source, self.text)
+        self._eval = namespace["_eval"]
+        self._test = namespace["_test"]
+        self._call = namespace["_call"]
+        self._match = namespace["_match"]
+        self._scan = namespace["_scan"]
         self._drivers = tuple(
             scan.Driver(position, namespace[f"_first_{j}"], namespace.get(f"_rest_{j}"), rest)
             for j, position, rest in drivers
         )
+        return source
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
 
     def __call__(self, message: Any, context: MessageContext | None = None) -> Any:
         """The expression's value for one message (and its per-record context)."""
+        if not self._built:
+            self._build()
         return self._call(message, context)
 
     def matches(self, message: Any, context: MessageContext | None = None) -> bool:
         """True when the expression is TRUE for the message (a filter matches); FALSE,
         NULL and NaN do not match. A non-boolean value is read as a boolean (non-zero
         numbers are TRUE)."""
+        if not self._built:
+            self._build()
         return self._match(message, context)
 
     def evaluate_inputs(self, values: Sequence[Any]) -> Any:
         """The expression's value given the values of :attr:`inputs`, in order."""
+        if not self._built:
+            self._build()
         return self._eval(*values)
 
     def test_inputs(self, values: Sequence[Any]) -> bool:
         """:meth:`matches` given the values of :attr:`inputs`, in order."""
+        if not self._built:
+            self._build()
         return self._test(*values)
 
     def scan(self, keys: Iterable[K], columns: Sequence[Mapping[K, Any]]) -> list[K]:
@@ -96,6 +153,8 @@ class Expression:
         ``columns[i]`` maps a key to the value of ``inputs[i]`` for that record (a key
         absent from a column is NULL). This is the SOW query hot path: one generated
         comprehension with the comparisons inlined."""
+        if not self._built:
+            self._build()
         if not isinstance(keys, Collection):
             keys = list(keys)
         try:

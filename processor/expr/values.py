@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import functools
 import math
 import operator
 import re
@@ -339,8 +340,10 @@ def extract(message: Any, steps: tuple[Step, ...]) -> Value:
     return normalize(current)
 
 
+@functools.lru_cache(maxsize=4096)
 def field_getter(steps: tuple[Step, ...]) -> Callable[[Any], Value]:
-    """A function returning ``extract(message, steps)``, specialised for speed.
+    """A function returning ``extract(message, steps)``, specialised for speed (made once
+    per path and shared: getters are pure).
 
     Paths of names walk nested dicts with ``dict.get`` and fall back to :func:`extract`
     only when they meet something else on the way (an array, a non-dict message)."""

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from processor.expr import ast
+from processor.expr.ast import Step, Value
 from processor.keys import checksum_key, key_text, parse_path
 from processor.query.table import HashIndex, SowTable
 
@@ -31,12 +32,22 @@ from processor.query.table import HashIndex, SowTable
 MAX_COMBINATIONS = 10_000
 
 
+#: A filter conjunct ``field IN (values)`` (``=`` is IN with one value).
+Membership = tuple[tuple[Step, ...], tuple[Value, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """Which records to examine: ``candidates`` (SowKeys), or every record when None."""
+    """Which records to examine: ``candidates`` (SowKeys), or every record when None.
+
+    ``membership`` is set when the whole filter is a conjunction of ``field = literal`` /
+    ``field IN (literals)`` tests: checking them (with the expression language's ``=``)
+    on a record is then the same as evaluating the filter.
+    """
 
     name: str
     candidates: list[bytes] | None
+    membership: tuple[Membership, ...] | None = None
 
 
 def conjuncts(node: ast.Node) -> list[ast.Node]:
@@ -46,51 +57,54 @@ def conjuncts(node: ast.Node) -> list[ast.Node]:
     return [node]
 
 
-def _literal_text(node: ast.Node) -> str | None:
-    """The index text of a literal usable in an index lookup, else None."""
+def _literal(node: ast.Node) -> Value:
+    """The value of a literal usable in an index lookup (a string or a number), else None."""
     if not isinstance(node, ast.Literal):
         return None
     value = node.value
     if value is None or isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    return key_text(value)
+    return value
 
 
-def _plain_field(node: ast.Node) -> tuple[str | int, ...] | None:
+def _plain_field(node: ast.Node) -> tuple[Step, ...] | None:
     if isinstance(node, ast.Identifier) and node.state is None:
         return node.steps
     return None
 
 
-def exact_matches(node: ast.Node) -> dict[tuple[str | int, ...], set[str]]:
+def membership_test(part: ast.Node) -> Membership | None:
+    """``(field steps, literal values)`` when a filter conjunct is ``field = literal``,
+    ``literal = field`` or ``field IN (literal, ...)``, else None."""
+    if isinstance(part, ast.Binary) and part.op == "=":
+        for field_side, value_side in ((part.left, part.right), (part.right, part.left)):
+            steps = _plain_field(field_side)
+            value = _literal(value_side)
+            if steps is not None and value is not None:
+                return steps, (value,)
+    elif isinstance(part, ast.In) and not part.negated:
+        steps = _plain_field(part.operand)
+        values = tuple(_literal(item) for item in part.items)
+        if steps is not None and values and all(v is not None for v in values):
+            return steps, values
+    return None
+
+
+def exact_matches(node: ast.Node) -> dict[tuple[Step, ...], set[str]]:
     """Fields a filter fixes to literal values (``=`` or ``IN`` in a top-level AND):
     field steps -> the value texts a matching record must have one of."""
-    fixed: dict[tuple[str | int, ...], set[str]] = {}
+    fixed: dict[tuple[Step, ...], set[str]] = {}
     for part in conjuncts(node):
-        steps: tuple[str | int, ...] | None = None
-        texts: set[str] = set()
-        if isinstance(part, ast.Binary) and part.op == "=":
-            for field_side, value_side in ((part.left, part.right), (part.right, part.left)):
-                steps = _plain_field(field_side)
-                text = _literal_text(value_side)
-                if steps is not None and text is not None:
-                    texts = {text}
-                    break
-                steps = None
-        elif isinstance(part, ast.In) and not part.negated:
-            steps = _plain_field(part.operand)
-            item_texts = [_literal_text(item) for item in part.items]
-            if steps is not None and item_texts and all(t is not None for t in item_texts):
-                texts = {t for t in item_texts if t is not None}
-            else:
-                steps = None
-        if steps is not None:
+        test = membership_test(part)
+        if test is not None:
+            steps, values = test
+            texts = {key_text(v) for v in values}
             fixed[steps] = fixed[steps] & texts if steps in fixed else texts
     return fixed
 
 
 def _combinations(
-    fixed: dict[tuple[str | int, ...], set[str]], fields: Sequence[tuple[str | int, ...]]
+    fixed: dict[tuple[Step, ...], set[str]], fields: Sequence[tuple[Step, ...]]
 ) -> list[tuple[str, ...]] | None:
     if not all(f in fixed for f in fields):
         return None
@@ -109,6 +123,8 @@ def plan(table: SowTable, node: ast.Node | None, sow_keys: Sequence[bytes] = ())
     if node is None:
         return Plan("all-records", None)
     fixed = exact_matches(node)
+    tests = [membership_test(part) for part in conjuncts(node)]
+    membership = None if None in tests else tuple(t for t in tests if t is not None)
     if fixed:
         topic = table.topic
         if topic.keys and topic.key_generator is None:
@@ -117,12 +133,12 @@ def plan(table: SowTable, node: ast.Node | None, sow_keys: Sequence[bytes] = ())
             if combos is not None:
                 keys = (checksum_key(topic.domain, c).encode() for c in combos)
                 found = [k for k in keys if k in table.envelopes]
-                return Plan(f"key-index({', '.join(topic.keys)})", found)
+                return Plan(f"key-index({', '.join(topic.keys)})", found, membership)
         best: tuple[HashIndex, list[tuple[str, ...]]] | None = None
         for index in table.hash_indexes:
             combos = _combinations(fixed, [tuple(parse_path(p)) for p in index.paths])
             if combos is not None and (best is None or len(index.paths) > len(best[0].paths)):
                 best = (index, combos)
         if best is not None:
-            return Plan(best[0].name, best[0].lookup(best[1]))
+            return Plan(best[0].name, best[0].lookup(best[1]), membership)
     return Plan("memo-scan", None)

@@ -26,12 +26,21 @@ import orjson
 
 from processor import changelog
 from processor.errors import InvalidRequestError, PositionTimeoutError
-from processor.expr import Aggregation, Expression, compile_aggregation, extract, order_key
+from processor.expr import (
+    Aggregation,
+    ContextInput,
+    Expression,
+    compile_aggregation,
+    extract,
+    field_getter,
+    order_key,
+)
 from processor.expr import compile as compile_expression
 from processor.expr.ast import OrderKey
+from processor.expr.operators import in_list
 from processor.expr.parser import parse_order_by
 from processor.keys import checksum_key
-from processor.query.planner import plan
+from processor.query.planner import Plan, plan
 from processor.query.replica import LogPosition, Replica
 from processor.query.table import SowTable
 from processor.query.topics import is_pattern, resolve_topics
@@ -40,6 +49,8 @@ from processor.topology.model import SowTopic, Topology
 MAX_BATCH_SIZE = 10000
 DEFAULT_BATCH_SIZE = 10
 DEFAULT_TIMEOUT_S = 30.0
+#: Index plans with at most this many candidates filter them from decoded messages.
+FEW_CANDIDATES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,12 +223,33 @@ def _matches(prepared: PreparedQuery, table: SowTable, selection: _Selection) ->
     name = chosen.name
     if expression is None:
         matched = list(candidates)
+    elif chosen.candidates is not None and len(candidates) <= FEW_CANDIDATES:
+        matched = _check_few(expression, chosen, table)
     else:
         columns = [table.column(i, candidates) for i in expression.inputs]
         matched = expression.scan(candidates, columns)
     selection.matches += len(matched)
     selection.plans.append(name if len(prepared.topics) == 1 else f"{table.topic.name}: {name}")
     return matched
+
+
+def _check_few(expression: Expression, chosen: Plan, table: SowTable) -> list[bytes]:
+    """Filter a few candidates from their decoded messages: cheaper than building memo
+    indexes or generating scan code for a filter that an index answered."""
+    assert chosen.candidates is not None
+    if chosen.membership is not None:
+        tests = [(field_getter(steps), values) for steps, values in chosen.membership]
+        return [
+            sow_key
+            for sow_key, message in table.messages(chosen.candidates)
+            if all(in_list(get(message), values) for get, values in tests)
+        ]
+    needs_context = any(isinstance(i, ContextInput) for i in expression.inputs)
+    return [
+        sow_key
+        for sow_key, message in table.messages(chosen.candidates)
+        if expression.matches(message, table.context(sow_key) if needs_context else None)
+    ]
 
 
 def _order(rows: list[Any], prepared: PreparedQuery, value_of: Any) -> list[Any]:
