@@ -130,8 +130,10 @@ def fill(records: int) -> tuple[Replica, list[bytes]]:
                 print(f"  loaded {i + 1:,} records", file=sys.stderr)
     replica.apply(batch)
     elapsed = time.perf_counter() - started
-    print(f"  loaded {records:,} records in {elapsed:.1f}s (hash indexes kept current)",
-          file=sys.stderr)
+    print(
+        f"  loaded {records:,} records in {elapsed:.1f}s (hash indexes kept current)",
+        file=sys.stderr,
+    )
     return replica, payloads
 
 
@@ -202,9 +204,13 @@ def main() -> None:
             batches = args.records // 1000
             for name, make, size in (
                 ("1 record", lambda: {"filter": f"/orderId = {rng.randrange(args.records)}"}, 1),
-                ("1,000 records", lambda: {"filter": f"/batch = {rng.randrange(batches)}",
-                                           "batch_size": 1000}, 1000),
+                (
+                    "1,000 records",
+                    lambda: {"filter": f"/batch = {rng.randrange(batches)}", "batch_size": 1000},
+                    1000,
+                ),
             ):
+
                 def call(m: Callable[[], dict[str, Any]] = make, n: int = size) -> None:
                     records, _, _ = client.query("ORDERS", **m())
                     assert len(records) == n, len(records)

@@ -37,11 +37,26 @@ class Aggregation:
     the order :meth:`group_key` and :meth:`Accumulator.add` expect them. Immutable and
     thread-safe; accumulators are not."""
 
-    __slots__ = ("_args", "_fields", "_group_positions", "_optional", "_slots", "_targets",
-                 "fields", "grouping", "inputs", "source")
+    __slots__ = (
+        "_args",
+        "_fields",
+        "_group_positions",
+        "_optional",
+        "_slots",
+        "_targets",
+        "fields",
+        "grouping",
+        "inputs",
+        "source",
+    )
 
-    def __init__(self, fields: tuple[ast.Field, ...], grouping: tuple[ast.Identifier, ...],
-                 projection_text: str, grouping_text: str) -> None:
+    def __init__(
+        self,
+        fields: tuple[ast.Field, ...],
+        grouping: tuple[ast.Identifier, ...],
+        projection_text: str,
+        grouping_text: str,
+    ) -> None:
         self.fields = fields
         self.grouping = grouping
         self._slots: list[_Slot] = []
@@ -55,12 +70,17 @@ class Aggregation:
         targets: list[tuple[str, ...]] = []
         for field in fields:
             target = field.target
-            if target.qualifiers or target.state or not target.steps or not all(
-                isinstance(step, str) for step in target.steps
+            if (
+                target.qualifiers
+                or target.state
+                or not target.steps
+                or not all(isinstance(step, str) for step in target.steps)
             ):
                 raise compiler.error(
                     f"projection target {target.path!r} must be a plain field path "
-                    "(names only, no subscripts or qualifiers)", target)
+                    "(names only, no subscripts or qualifiers)",
+                    target,
+                )
             targets.append(tuple(str(step) for step in target.steps))
             values.append(compiler.emit(field.expr))
         used = sorted(set(group_indices).union(*(c.refs for c in (*values, *arguments))))
@@ -82,8 +102,11 @@ class Aggregation:
 
     def _aggregate_hook(self, arguments: list[Code]) -> Callable[[ast.Call, Compiler], Code]:
         def nested(node: ast.Call, compiler: Compiler) -> Code:
-            raise compiler.error(f"aggregate function {node.name}() cannot be nested inside "
-                                 "another aggregate function", node)
+            raise compiler.error(
+                f"aggregate function {node.name}() cannot be nested inside "
+                "another aggregate function",
+                node,
+            )
 
         def aggregate(node: ast.Call, compiler: Compiler) -> Code:
             name = node.name.upper()
@@ -92,7 +115,9 @@ class Aggregation:
                 expected = str(low) if low == high else f"{low} to {high}"
                 raise compiler.error(
                     f"{name}() takes {expected} argument{'s' if high > 1 else ''}, "
-                    f"got {len(node.args)}", node)
+                    f"got {len(node.args)}",
+                    node,
+                )
             compiler.aggregate = nested
             try:
                 argument = compiler.emit(node.args[0])
@@ -101,7 +126,8 @@ class Aggregation:
                 compiler.aggregate = aggregate
             if not argument.deterministic:
                 raise compiler.error(
-                    f"non-deterministic functions are not allowed inside {name}()", node)
+                    f"non-deterministic functions are not allowed inside {name}()", node
+                )
             extra = []
             for arg, code in zip(node.args[1:], extra_codes, strict=True):
                 if not code.const:
@@ -174,11 +200,13 @@ def compile_aggregation(projection: str, grouping: str) -> Aggregation:
     ExpressionError: empty lists, nested aggregates, a non-constant GROUP_CONCAT
     delimiter, a non-deterministic function inside an aggregate, ...)."""
     if not projection.strip():
-        raise ExpressionError("an aggregated query needs a projection (projection=[...])",
-                              text=projection)
+        raise ExpressionError(
+            "an aggregated query needs a projection (projection=[...])", text=projection
+        )
     if not grouping.strip():
-        raise ExpressionError("an aggregated query needs a grouping (grouping=[...])",
-                              text=grouping)
+        raise ExpressionError(
+            "an aggregated query needs a grouping (grouping=[...])", text=grouping
+        )
     fields = parser.parse_projection(projection)
     groups = parser.parse_grouping(grouping)
     if not fields:

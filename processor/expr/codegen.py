@@ -59,13 +59,27 @@ NULL_MARK = _NullMark()
 
 #: Runtime helpers, bound as globals of the generated code under these names.
 RUNTIME: dict[str, Any] = {
-    "_eq": operators.eq, "_ne": operators.ne, "_lt": operators.lt, "_le": operators.le,
-    "_gt": operators.gt, "_ge": operators.ge, "_between": operators.between,
-    "_in": operators.in_list, "_in_lit": operators.in_literals,
-    "_begins": operators.begins_with, "_ends": operators.ends_with,
-    "_is_nan": operators.is_nan, "_not": operators.not_, "_truth": truth,
-    "_add": operators.add, "_sub": operators.sub, "_mul": operators.mul,
-    "_div": operators.div, "_mod": operators.mod, "_neg": operators.neg, "_pos": operators.pos,
+    "_eq": operators.eq,
+    "_ne": operators.ne,
+    "_lt": operators.lt,
+    "_le": operators.le,
+    "_gt": operators.gt,
+    "_ge": operators.ge,
+    "_between": operators.between,
+    "_in": operators.in_list,
+    "_in_lit": operators.in_literals,
+    "_begins": operators.begins_with,
+    "_ends": operators.ends_with,
+    "_is_nan": operators.is_nan,
+    "_not": operators.not_,
+    "_truth": truth,
+    "_add": operators.add,
+    "_sub": operators.sub,
+    "_mul": operators.mul,
+    "_div": operators.div,
+    "_mod": operators.mod,
+    "_neg": operators.neg,
+    "_pos": operators.pos,
     "_NULL": NULL_MARK,
 }
 HELPER = {"=": "_eq", "!=": "_ne", "<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge"}
@@ -77,7 +91,6 @@ NUMERIC_CHECK = "{f}.__class__ is int or {u}.__class__ is float"
 STRING_CHECK = "{f}.__class__ is str"
 #: Integers this small convert to float exactly, so mixing them with floats cannot fail.
 SMALL_INT = 1 << 53
-
 
 
 def plain_number(value: Any) -> bool:

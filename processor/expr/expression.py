@@ -38,6 +38,7 @@ class Expression:
         "_match",
         "_refs",
         "_scan",
+        "_scan_aligned",
         "_source",
         "_test",
         "code",
@@ -52,6 +53,7 @@ class Expression:
     _call: Callable[[Any, MessageContext | None], Any]
     _match: Callable[[Any, MessageContext | None], bool]
     _scan: Callable[[Collection[Any], Sequence[Mapping[Any, Any]]], list[Any]]
+    _scan_aligned: Callable[[Collection[Any], Sequence[Mapping[Any, Any]]], list[Any]]
     _drivers: tuple[scan.Driver, ...]
     _source: str
 
@@ -103,7 +105,8 @@ class Expression:
             f"def _test({params}):\n    return {test}\n"
             f"def _call(m, c=None):\n{''.join(loads)}    return {code.src}\n"
             f"def _match(m, c=None):\n{''.join(loads)}    return {test}\n"
-            f"{scan.per_key_source(refs, test)}{drivers_source}"
+            f"{scan.per_key_source(refs, test)}{scan.aligned_source(refs, test)}"
+            f"{drivers_source}"
         )
         namespace.update(compiler.namespace)
         build(namespace, source, self.text)
@@ -112,6 +115,7 @@ class Expression:
         self._call = namespace["_call"]
         self._match = namespace["_match"]
         self._scan = namespace["_scan"]
+        self._scan_aligned = namespace["_scan_aligned"]
         self._drivers = tuple(
             scan.Driver(position, namespace[f"_first_{j}"], namespace.get(f"_rest_{j}"), rest)
             for j, position, rest in drivers
@@ -147,17 +151,23 @@ class Expression:
             self._build()
         return self._test(*values)
 
-    def scan(self, keys: Iterable[K], columns: Sequence[Mapping[K, Any]]) -> list[K]:
+    def scan(
+        self, keys: Iterable[K], columns: Sequence[Mapping[K, Any]], *, aligned: bool = False
+    ) -> list[K]:
         """The keys, in order, whose record matches.
 
         ``columns[i]`` maps a key to the value of ``inputs[i]`` for that record (a key
-        absent from a column is NULL). This is the SOW query hot path: one generated
+        absent from a column is NULL). With ``aligned`` the caller guarantees that every
+        column holds every key (NULLs as None) in the order of ``keys``, so values are read
+        sequentially instead of looked up. This is the SOW query hot path: one generated
         comprehension with the comparisons inlined."""
         if not self._built:
             self._build()
         if not isinstance(keys, Collection):
             keys = list(keys)
         try:
+            if aligned:
+                return self._scan_aligned(keys, columns)
             if self._drivers:
                 driver = scan.choose(self._drivers, keys, len(self.inputs), columns)
                 if driver is not None:

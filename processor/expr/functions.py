@@ -205,15 +205,22 @@ _GENERIC: dict[str, tuple[Callable[..., Any], int, int | None]] = {
 }
 _ARRAY_AWARE = frozenset({"ARRAY_COUNT", "ARRAY_MAX", "ARRAY_MIN", "ARRAY_SUM", "ARRAY_TO_STRING"})
 _NULLABLE_FROM: dict[str, int] = {
-    "COALESCE": 0, "IF": 0, "ARRAY_TO_STRING": 1,
-    **functions_string.NULLABLE_FROM, **functions_numeric.NULLABLE_FROM,
+    "COALESCE": 0,
+    "IF": 0,
+    "ARRAY_TO_STRING": 1,
+    **functions_string.NULLABLE_FROM,
+    **functions_numeric.NULLABLE_FROM,
 }
 
 
 def _build() -> dict[str, FunctionSpec]:
     table: dict[str, FunctionSpec] = {}
-    sources = (_GENERIC, functions_string.FUNCTIONS, functions_numeric.FUNCTIONS,
-               functions_time.FUNCTIONS)
+    sources = (
+        _GENERIC,
+        functions_string.FUNCTIONS,
+        functions_numeric.FUNCTIONS,
+        functions_time.FUNCTIONS,
+    )
     for source in sources:
         for name, (impl, low, high) in source.items():
             table[name] = FunctionSpec(

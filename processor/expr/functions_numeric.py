@@ -70,7 +70,7 @@ def round_(value: Value, places: Value = None) -> Value:
     if number.__class__ is int:
         if digits >= 0:
             return number
-        step = 10 ** -digits
+        step = 10**-digits
         magnitude = (abs(number) + step // 2) // step * step
         return magnitude if number >= 0 else -magnitude
     try:
@@ -90,8 +90,10 @@ def sign(value: Value) -> Value:
     return (number > 0) - (number < 0)
 
 
-def _unary(function: Callable[[float], float], overflow: Callable[[float], float],
-           ) -> Callable[[Value], Value]:
+def _unary(
+    function: Callable[[float], float],
+    overflow: Callable[[float], float],
+) -> Callable[[Value], Value]:
     def apply(value: Value) -> Value:
         number = _number(value)
         if isnan(number):

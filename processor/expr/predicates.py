@@ -78,8 +78,7 @@ def in_(c: Compiler, node: ast.In) -> Code:
     return negate(c, c.make(src, BOOL, operand, *items, strict=operand.nulls), node.negated)
 
 
-def select(first: str, use: str, cases: list[tuple[str, str]],
-           slow: Callable[[str], str]) -> str:
+def select(first: str, use: str, cases: list[tuple[str, str]], slow: Callable[[str], str]) -> str:
     """``(fast1 if check1 else (... else slow))``: per value class, an inline fast
     path, else the general helper. The operand is bound (``first``) in the check
     evaluated first; checks are templates over ``{f}`` (first use) and ``{u}``."""
@@ -113,8 +112,7 @@ def affix(c: Compiler, node: ast.Affix) -> Code:
     """``x [NOT] BEGINS WITH (...)`` / ``ENDS WITH (...)``."""
     operand = c.emit(node.operand)
     items = [c.emit(item) for item in node.items]
-    helper, method = ("_begins", "startswith") if node.kind == "BEGINS" else (
-        "_ends", "endswith")
+    helper, method = ("_begins", "startswith") if node.kind == "BEGINS" else ("_ends", "endswith")
     first, use = c.bind(operand)
     if not c.fast or not all(item.const for item in items):
         src = f"{helper}({first}, ({''.join(item.src + ', ' for item in items)}))"
@@ -124,8 +122,12 @@ def affix(c: Compiler, node: ast.Affix) -> Code:
     if not texts:
         return negate(c, c.constant(False), node.negated)
     affixes = repr(texts)
-    src = select(first, use, [(STRING_CHECK, f"{use}.{method}({affixes})")],
-                 lambda x: f"{helper}({x}, {affixes})")
+    src = select(
+        first,
+        use,
+        [(STRING_CHECK, f"{use}.{method}({affixes})")],
+        lambda x: f"{helper}({x}, {affixes})",
+    )
     return negate(c, c.make(src, BOOL, operand, strict=operand.nulls), node.negated)
 
 

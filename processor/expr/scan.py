@@ -13,6 +13,10 @@ Two strategies, both generated as Python comprehensions:
 
 The strategy is chosen per call from the column sizes and the conjunct's pass rate on a
 sample of its column; both return the same keys in the same order.
+
+* **aligned**: when the caller guarantees that every column holds every key, in the keys'
+  order (the query service's memo indexes over a whole topic do), the columns' values are
+  zipped with the keys: no lookups at all, every input read sequentially.
 """
 
 from __future__ import annotations
@@ -55,8 +59,22 @@ def per_key_source(refs: list[int], test: str) -> str:
     )
 
 
-def driver_sources(conjuncts: list[Code], refs: list[int],
-                   ) -> tuple[str, list[tuple[int, int, int]]]:
+def aligned_source(refs: list[int], test: str) -> str:
+    """``_scan_aligned(keys, columns)``: the aligned strategy."""
+    if not refs:
+        return f"def _scan_aligned(keys, columns):\n    return list(keys) if {test} else []\n"
+    params = ", ".join(f"v{i}" for i in refs)
+    values = "".join(f", columns[{j}].values()" for j in range(len(refs)))
+    return (
+        f"def _scan_aligned(keys, columns):\n"
+        f"    return [k for k, {params} in zip(keys{values}) if {test}]\n"
+    )
+
+
+def driver_sources(
+    conjuncts: list[Code],
+    refs: list[int],
+) -> tuple[str, list[tuple[int, int, int]]]:
     """Source of ``_first_<j>``/``_rest_<j>`` for every conjunct ``j`` that can drive,
     and (j, column position, inputs the other conjuncts read) for each."""
     position = {index: n for n, index in enumerate(refs)}
@@ -68,8 +86,10 @@ def driver_sources(conjuncts: list[Code], refs: list[int],
         (driving,) = conjunct.refs
         if driving not in position:
             continue
-        chunks.append(f"def _first_{j}(items):\n"
-                      f"    return [k for k, v{driving} in items if {predicate(conjunct)}]\n")
+        chunks.append(
+            f"def _first_{j}(items):\n"
+            f"    return [k for k, v{driving} in items if {predicate(conjunct)}]\n"
+        )
         others = [c for n, c in enumerate(conjuncts) if n != j]
         needed = []
         if others:
@@ -80,14 +100,20 @@ def driver_sources(conjuncts: list[Code], refs: list[int],
             getters = "".join(f"    g{i} = columns[{position[i]}].get\n" for i in needed)
             loops = "".join(f" for v{i} in [g{i}(k)]" for i in needed)
             test = " and ".join(f"({predicate(c)})" for c in others)
-            chunks.append(f"def _rest_{j}(hits, columns):\n{getters}"
-                          f"    return [k for k in hits{loops} if {test}]\n")
+            chunks.append(
+                f"def _rest_{j}(hits, columns):\n{getters}"
+                f"    return [k for k in hits{loops} if {test}]\n"
+            )
         drivers.append((j, position[driving], len(needed)))
     return "".join(chunks), drivers
 
 
-def choose(drivers: Sequence[Driver], keys: Collection[Any], inputs: int,
-           columns: Sequence[Mapping[Any, Any]]) -> Driver | None:
+def choose(
+    drivers: Sequence[Driver],
+    keys: Collection[Any],
+    inputs: int,
+    columns: Sequence[Mapping[Any, Any]],
+) -> Driver | None:
     """The driver with the lowest estimated cost, or None when looking up every key is
     cheaper (few keys against large columns)."""
     best: Driver | None = None
@@ -106,8 +132,11 @@ def choose(drivers: Sequence[Driver], keys: Collection[Any], inputs: int,
     return best
 
 
-def driven(driver: Driver, keys: Collection[Any], columns: Sequence[Mapping[Any, Any]],
-           ) -> list[Any]:
+def driven(
+    driver: Driver,
+    keys: Collection[Any],
+    columns: Sequence[Mapping[Any, Any]],
+) -> list[Any]:
     """The keys that match, by the driven strategy (see the module docstring)."""
     hits = driver.first(columns[driver.position].items())
     if hits and driver.rest is not None:

@@ -227,7 +227,8 @@ def _matches(prepared: PreparedQuery, table: SowTable, selection: _Selection) ->
         matched = _check_few(expression, chosen, table)
     else:
         columns = [table.column(i, candidates) for i in expression.inputs]
-        matched = expression.scan(candidates, columns)
+        # Over a whole table every column holds every record in record order.
+        matched = expression.scan(candidates, columns, aligned=chosen.candidates is None)
     selection.matches += len(matched)
     selection.plans.append(name if len(prepared.topics) == 1 else f"{table.topic.name}: {name}")
     return matched

@@ -6,7 +6,7 @@ update: an update moves a record to the end, so iteration order is processing or
 
 Indexes (AMPS user guide, "SOW Indexing"):
 
-* **Memo indexes** hold one field's value for every record (absent means NULL), so a
+* **Memo indexes** hold one field's value for every record, in record order, so a
   filter, OrderBy or aggregation reads values without decoding messages. Created on
   first use of a field, pre-created by the topic's ``Index`` entries, and kept current by
   every put and delete from then on.
@@ -41,7 +41,8 @@ PROGRESS_EVERY = 200_000
 
 
 class MemoIndex:
-    """One field's value per SowKey (records whose value is NULL are absent)."""
+    """One field's value for every record (None for NULL), in the table's record order,
+    so a scan can read it alongside the records without looking keys up."""
 
     __slots__ = ("get", "path", "values")
 
@@ -51,11 +52,10 @@ class MemoIndex:
         self.values: dict[bytes, Value] = {}
 
     def put(self, sow_key: bytes, message: Any) -> None:
-        value = self.get(message)
-        if value is None:
-            self.values.pop(sow_key, None)
-        else:
-            self.values[sow_key] = value
+        """Set a record's value and move it to the end, as the table moves the record."""
+        values = self.values
+        values.pop(sow_key, None)
+        values[sow_key] = self.get(message)
 
 
 class HashIndex:
@@ -191,8 +191,9 @@ class SowTable:
         return changelog.decode(self.envelopes[sow_key]).context()
 
     def column(self, field: FieldInput | Any, sow_keys: Iterable[bytes]) -> dict[bytes, Value]:
-        """The values of one filter input for these records: a memo index for a field,
-        computed from the envelopes for a message-context input."""
+        """The values of one filter input for these records: a memo index for a field
+        (every record, in record order), computed from the envelopes for a
+        message-context input (the given records, in their order)."""
         if isinstance(field, FieldInput):
             return self.memo_index(field.steps, field.path).values
         return {k: self.context(k).value(field.name) for k in sow_keys if k in self.envelopes}

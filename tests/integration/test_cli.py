@@ -84,6 +84,44 @@ def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
         assert sow("delete", "ORDERS", "--sow-keys", str(first["sow_key"]), *at) == [
             {"records_deleted": 1}
         ]
+        # The README's query lines: filter, order and limit; aggregate; delete by filter.
+        last: dict[str, str] = {}
+        for order in (3, 40, "MSFT"), (4, 60, "MSFT"), (5, 150, "MSFT"):
+            published = sow(
+                "publish",
+                "ORDERS",
+                orjson.dumps({"orderId": order[0], "symbol": order[2], "price": order[1]}).decode(),
+                *at,
+            )[0]
+            position = str(published["position"])
+            last[position.rsplit("/", 1)[0]] = position
+        waits = [arg for p in last.values() for arg in ("--min-position", p)]
+        lines = sow(
+            "query",
+            "ORDERS",
+            "--filter",
+            "/price < 100 AND /symbol LIKE '^M'",
+            "--order-by",
+            "/price DESC",
+            "--top-n",
+            "5",
+            *waits,
+            *at,
+        )
+        assert [r["data"]["orderId"] for r in lines[:-1]] == [4, 3]  # type: ignore[index]
+        assert lines[-1]["group_end"]["plan"] == "memo-scan"  # type: ignore[index]
+        lines = sow(
+            "query",
+            "ORDERS",
+            "--grouping",
+            "/symbol",
+            "--projection",
+            "/symbol, COUNT(/orderId) AS /orders",
+            *at,
+        )
+        counts = {r["data"]["symbol"]: r["data"]["orders"] for r in lines[:-1]}  # type: ignore[index]
+        assert counts == {"IBM": 1, "MSFT": 3}
+        assert sow("delete", "ORDERS", "--filter", "/price > 100", *at) == [{"records_deleted": 1}]
         failed = subprocess.run(
             [sys.executable, "-m", "processor.cli", "query", "NOPE", *at],
             capture_output=True,
@@ -102,8 +140,23 @@ def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
     assert server.returncode == 0, "".join(banner)
 
 
+def test_eval_prints_the_value_as_json() -> None:
+    assert sow("eval", "/price * 2", "--message", '{"price": 50}') == [100]
+    assert sow("eval", "SUBSTR('fandango', -4, 2)") == ["an"]
+    assert sow("eval", "/tags = 'b'", "--message", '{"tags": ["a", "b"]}') == [True]
+    failed = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "eval", "/a = = 1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert failed.returncode == 2
+    assert "at position 5" in failed.stderr
+
+
 def test_help_explains_every_command() -> None:
-    for command in ("serve", "process", "publish", "query", "delete"):
+    for command in ("serve", "process", "publish", "query", "delete", "eval"):
         done = subprocess.run(
             [sys.executable, "-m", "processor.cli", command, "--help"],
             capture_output=True,
@@ -112,4 +165,6 @@ def test_help_explains_every_command() -> None:
             check=True,
         )
         assert f"usage: sow {command}" in done.stdout
-        assert "--topology" in done.stdout or "--server" in done.stdout
+        assert (
+            "--topology" in done.stdout or "--server" in done.stdout or "--message" in done.stdout
+        )

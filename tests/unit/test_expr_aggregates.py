@@ -233,8 +233,11 @@ def test_nan_is_written_as_null() -> None:
 
 def test_aggregates_inside_expressions() -> None:
     records = [{"g": "x", "v": 150}, {"g": "x", "v": 50}]
-    result = run("IF(MAX(/v) > 100, 'high', 'low') AS /level, CONCAT(/g, '-', COUNT(/v)) AS /k",
-                 "/g", records)
+    result = run(
+        "IF(MAX(/v) > 100, 'high', 'low') AS /level, CONCAT(/g, '-', COUNT(/v)) AS /k",
+        "/g",
+        records,
+    )
     assert result == [{"level": "high", "k": "x-2"}]
 
 
@@ -251,8 +254,11 @@ def test_grouping_by_text_form_and_null_group() -> None:
 
 def test_multiple_grouping_fields_and_inputs() -> None:
     aggregation = compile_aggregation("/a, /b, SUM(/c) AS /s", "/a, /b")
-    assert aggregation.inputs == (FieldInput("/a", ("a",)), FieldInput("/b", ("b",)),
-                                  FieldInput("/c", ("c",)))
+    assert aggregation.inputs == (
+        FieldInput("/a", ("a",)),
+        FieldInput("/b", ("b",)),
+        FieldInput("/c", ("c",)),
+    )
     assert aggregation.group_key(["x", 1, 5]) == ("x", "1")
     accumulator = aggregation.accumulator()
     accumulator.add(["x", 1, 5])
@@ -277,10 +283,12 @@ def test_array_projects_as_first_element() -> None:
         pytest.param("SUM(MAX(/a)) AS /x", "/g", "cannot be nested", id="nested"),
         pytest.param("SUM(/a) AS /x", "", "needs a grouping", id="empty-grouping"),
         pytest.param("", "/g", "needs a projection", id="empty-projection"),
-        pytest.param("GROUP_CONCAT(/a, /b) AS /x", "/g", "must be a constant",
-                     id="non-constant-delimiter"),
-        pytest.param("SUM(UNIX_TIMESTAMP()) AS /x", "/g", "non-deterministic",
-                     id="non-deterministic-inside"),
+        pytest.param(
+            "GROUP_CONCAT(/a, /b) AS /x", "/g", "must be a constant", id="non-constant-delimiter"
+        ),
+        pytest.param(
+            "SUM(UNIX_TIMESTAMP()) AS /x", "/g", "non-deterministic", id="non-deterministic-inside"
+        ),
         pytest.param("SUM(/a, /b) AS /x", "/g", "SUM() takes 1 argument", id="arity"),
         pytest.param("SUM(/a) AS /x[0]", "/g", "plain field path", id="subscript-target"),
         pytest.param("FOO(/a) AS /x", "/g", "unknown function FOO()", id="unknown-function"),

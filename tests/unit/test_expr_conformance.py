@@ -58,8 +58,9 @@ def same(actual: Any, expected: Any) -> bool:
     if expected is NAN:
         return isinstance(actual, float) and math.isnan(actual)
     if isinstance(expected, Approx):
-        return isinstance(actual, float) and actual == pytest.approx(expected.value,
-                                                                      rel=expected.rel)
+        return isinstance(actual, float) and actual == pytest.approx(
+            expected.value, rel=expected.rel
+        )
     return type(actual) is type(expected) and actual == expected
 
 
@@ -94,8 +95,12 @@ ROWS: list[tuple[str, str, dict[str, Any], Any]] = [
     ("repeated-path-subscript-1", "/outer/compound/C/C1[1]", COMPOUND, "second-C1"),
     ("repeated-path-any-equal", "/outer/compound/C/C1 = 'second-C1'", COMPOUND, True),
     ("repeated-path-ne-existential", "/outer/compound/C/C1 != 'first-C1'", COMPOUND, True),
-    ("impl30-deep-repeated-path", "/a/b/c",
-     {"a": [{"b": [{"c": 1}, {"c": 2}]}, {"b": [{"c": 3}]}]}, [1, 2, 3]),
+    (
+        "impl30-deep-repeated-path",
+        "/a/b/c",
+        {"a": [{"b": [{"c": 1}, {"c": 2}]}, {"b": [{"c": 3}]}]},
+        [1, 2, 3],
+    ),
     ("bracketed-field-name", "[/Not Xpath Name] = 3", {"Not Xpath Name": 3}, True),
     ("numeric-step-name", "/55 = 'IBM'", {"55": "IBM"}, True),
     ("bytes-value-as-text", "/a", {"a": b"xyz"}, "xyz"),
@@ -242,8 +247,7 @@ ROWS: list[tuple[str, str, dict[str, Any], Any]] = [
     ("between-high-inclusive", "10 BETWEEN 1 AND 10", {}, True),
     ("between-outside", "11 BETWEEN 1 AND 10", {}, False),
     ("not-between", "5 NOT BETWEEN 1 AND 10", {}, False),
-    ("between-expression", "(/price * /qty) BETWEEN 0 AND 100000",
-     {"price": 10, "qty": 100}, True),
+    ("between-expression", "(/price * /qty) BETWEEN 0 AND 100000", {"price": 10, "qty": 100}, True),
     ("between-null", "/x BETWEEN 1 AND 10", {}, False),
     ("impl1-not-between-null", "/x NOT BETWEEN 1 AND 10", {}, True),
     ("between-strings", "'b' BETWEEN 'a' AND 'c'", {}, True),
@@ -257,13 +261,25 @@ ROWS: list[tuple[str, str, dict[str, Any], Any]] = [
     ("in-null-item", "/x IN (NULL)", {"x": 1}, False),
     ("not-in", "/x NOT IN (1, 2)", {"x": 3}, True),
     ("impl1-not-in-null", "/x NOT IN (1, 2)", {}, True),
-    ("in-expressions-1", "/21964 IN (/14*5, /6*/14, 1000, 2000)",
-     {"21964": 70, "14": 14, "6": 5}, True),
-    ("in-expressions-2", "/21964 IN (/14*5, /6*/14, 1000, 2000)",
-     {"21964": 70, "14": 10, "6": 7}, True),
+    (
+        "in-expressions-1",
+        "/21964 IN (/14*5, /6*/14, 1000, 2000)",
+        {"21964": 70, "14": 14, "6": 5},
+        True,
+    ),
+    (
+        "in-expressions-2",
+        "/21964 IN (/14*5, /6*/14, 1000, 2000)",
+        {"21964": 70, "14": 10, "6": 7},
+        True,
+    ),
     ("in-expressions-3", "/21964 IN (/14*5, /6*/14, 1000, 2000)", {"21964": 1000}, True),
-    ("in-expressions-none", "/21964 IN (/14*5, /6*/14, 1000, 2000)",
-     {"21964": 3, "14": 1, "6": 1}, False),
+    (
+        "in-expressions-none",
+        "/21964 IN (/14*5, /6*/14, 1000, 2000)",
+        {"21964": 3, "14": 1, "6": 1},
+        False,
+    ),
     ("in-array-operand", "/data IN ('zebra')", {"data": ["ant", "zebra"]}, True),
     ("in-array-item", "5 IN (/arr)", {"arr": [1, 5]}, True),
     ("in-mixed-literals", "/x IN (1, 'abc')", {"x": "abc"}, True),
@@ -397,10 +413,8 @@ ROWS: list[tuple[str, str, dict[str, Any], Any]] = [
     ("strftime-millis", "STRFTIME('%03f', 1.25)", {}, "250"),
     ("strftime-seconds-millis", "STRFTIME('%S.%03f', 61.123456)", {}, "01.123"),
     ("strftime-percent", "STRFTIME('100%%', 0)", {}, "100%"),
-    ("impl11-strptime-iso", "STRPTIME('20150102T123500Z', '%Y%m%dT%H%M%SZ')", {},
-     1420202100.0),
-    ("strptime-millis", "STRPTIME('1970-01-01 00:00:01.250', '%Y-%m-%d %H:%M:%S.%03f')", {},
-     1.25),
+    ("impl11-strptime-iso", "STRPTIME('20150102T123500Z', '%Y%m%dT%H%M%SZ')", {}, 1420202100.0),
+    ("strptime-millis", "STRPTIME('1970-01-01 00:00:01.250', '%Y-%m-%d %H:%M:%S.%03f')", {}, 1.25),
     ("strptime-mismatch", "STRPTIME('garbage', '%Y')", {}, None),
     ("unix-timestamp", "UNIX_TIMESTAMP() > 1600000000", {}, True),
     ("legacy-year", "YEAR(1420202100)", {}, 2015),
@@ -462,8 +476,12 @@ ROWS: list[tuple[str, str, dict[str, Any], Any]] = [
     ("impl-crc64-null", "CRC64(/x)", {}, 0),
     # --- 2.4 geospatial
     ("impl-geo-distance-degree", "GEO_DISTANCE(0, 0, 0, 1)", {}, Approx(111194.9266, 1e-6)),
-    ("geo-distance-london-new-york", "GEO_DISTANCE(51.5074, -0.1278, 40.7128, -74.0060)", {},
-     Approx(5_570_000, 0.01)),
+    (
+        "geo-distance-london-new-york",
+        "GEO_DISTANCE(51.5074, -0.1278, 40.7128, -74.0060)",
+        {},
+        Approx(5_570_000, 0.01),
+    ),
     ("geo-distance-same-point", "GEO_DISTANCE(10, 20, 10, 20)", {}, 0.0),
     # --- 2.5 array reduce
     ("array-count", "ARRAY_COUNT(/a)", {"a": [1, 2, 3]}, 3),
@@ -504,8 +522,9 @@ def _reference(text: str) -> Expression:
     return Expression(text, parse(text), Compiler(text, fast=False))
 
 
-def _columns(expression: Expression, message: Any, context: MessageContext | None,
-             key: str = "k") -> list[dict[str, Any]]:
+def _columns(
+    expression: Expression, message: Any, context: MessageContext | None, key: str = "k"
+) -> list[dict[str, Any]]:
     columns: list[dict[str, Any]] = []
     for item in expression.inputs:
         if isinstance(item, FieldInput):
@@ -528,14 +547,17 @@ def _agrees(text: str, message: Any, context: MessageContext | None = None) -> N
     expected = ["k"] if matched else []
     assert fast.scan(["k"], columns) == expected
     assert fast._scan(["k"], columns) == expected  # the per-key strategy, whatever scan chose
+    aligned = [{"k": column.get("k")} for column in columns]  # every key, NULLs as None
+    assert fast.scan(["k"], aligned, aligned=True) == expected
     for driver in fast._drivers:  # and every driven strategy
         from processor.expr import scan
 
         assert scan.driven(driver, ["k"], columns) == expected
 
 
-@pytest.mark.parametrize(("text", "message", "expected"),
-                         [pytest.param(t, m, e, id=i) for i, t, m, e in ROWS])
+@pytest.mark.parametrize(
+    ("text", "message", "expected"), [pytest.param(t, m, e, id=i) for i, t, m, e in ROWS]
+)
 def test_conformance(text: str, message: dict[str, Any], expected: Any) -> None:
     assert same(evaluate(text, message), expected), evaluate(text, message)
 
@@ -545,8 +567,9 @@ def test_fast_paths_agree_with_reference(text: str, message: dict[str, Any]) -> 
     _agrees(text, message)
 
 
-@pytest.mark.parametrize(("text", "expected"),
-                         [pytest.param(t, e, id=i) for i, t, e in CONTEXT_ROWS])
+@pytest.mark.parametrize(
+    ("text", "expected"), [pytest.param(t, e, id=i) for i, t, e in CONTEXT_ROWS]
+)
 def test_message_context_functions(text: str, expected: Any) -> None:
     assert same(evaluate(text, {"a": 1}, CONTEXT), expected)
     _agrees(text, {"a": 1}, CONTEXT)
@@ -612,8 +635,11 @@ def test_matches_false(text: str, message: dict[str, Any]) -> None:
         pytest.param("SUM(/a) > 1", "aggregate function SUM()", id="aggregate-in-filter"),
         pytest.param("/a LIKE '(?U)a+'", "(?U)", id="ungreedy-flag"),
         pytest.param("/a LIKE '('", "invalid regular expression", id="invalid-regex"),
-        pytest.param("REGEXP_REPLACE(/a, '(', 'x')", "invalid regular expression",
-                     id="invalid-regexp-replace"),
+        pytest.param(
+            "REGEXP_REPLACE(/a, '(', 'x')",
+            "invalid regular expression",
+            id="invalid-regexp-replace",
+        ),
         pytest.param("CLIENT_NAME() = 'x'", "not supported here", id="unsupported"),
         pytest.param("/a OF CURRENT = 1", "enrichment", id="of-current"),
         pytest.param("[ORDERS]./a = 1", "Join", id="qualified-identifier"),
@@ -633,8 +659,11 @@ def test_error_carries_position() -> None:
 
 def test_inputs_and_determinism() -> None:
     expression = compile("/b = 1 AND (/a > /b OR /a/x IS NULL) AND /b < 5")
-    assert expression.inputs == (FieldInput("/b", ("b",)), FieldInput("/a", ("a",)),
-                                 FieldInput("/a/x", ("a", "x")))
+    assert expression.inputs == (
+        FieldInput("/b", ("b",)),
+        FieldInput("/a", ("a",)),
+        FieldInput("/a/x", ("a", "x")),
+    )
     assert expression.deterministic
     assert not compile("UNIX_TIMESTAMP() > /t").deterministic
     assert compile("/a > 1").evaluate_inputs([2]) is True
@@ -681,8 +710,9 @@ EXTRACTIONS: list[tuple[str, Any, tuple[Any, ...], Any]] = [
 ]
 
 
-@pytest.mark.parametrize(("message", "steps", "expected"),
-                         [pytest.param(m, s, e, id=i) for i, m, s, e in EXTRACTIONS])
+@pytest.mark.parametrize(
+    ("message", "steps", "expected"), [pytest.param(m, s, e, id=i) for i, m, s, e in EXTRACTIONS]
+)
 def test_extract_and_field_getter(message: Any, steps: tuple[Any, ...], expected: Any) -> None:
     assert extract(message, steps) == expected
     assert field_getter(steps)(message) == expected
@@ -730,30 +760,51 @@ _SCALARS = st.one_of(
 _VALUES = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3))
 _MESSAGES = st.dictionaries(st.sampled_from(["a", "b", "c"]), _VALUES, max_size=3)
 _FIELDS = st.sampled_from(["/a", "/b", "/c", "/a[0]"])
-_LITERALS = st.sampled_from(["1", "2", "-1", "0.5", "2.0", "'a'", "'2'", "'2.0'", "''", "NULL",
-                             "'ab'", "TRUE", "1e300"])
-_OPERANDS = st.one_of(_FIELDS, _LITERALS,
-                      st.builds(lambda a, op, b: f"({a} {op} {b})", _FIELDS,
-                                st.sampled_from(["+", "-", "*", "/", "%"]),
-                                st.one_of(_FIELDS, _LITERALS)))
+_LITERALS = st.sampled_from(
+    ["1", "2", "-1", "0.5", "2.0", "'a'", "'2'", "'2.0'", "''", "NULL", "'ab'", "TRUE", "1e300"]
+)
+_OPERANDS = st.one_of(
+    _FIELDS,
+    _LITERALS,
+    st.builds(
+        lambda a, op, b: f"({a} {op} {b})",
+        _FIELDS,
+        st.sampled_from(["+", "-", "*", "/", "%"]),
+        st.one_of(_FIELDS, _LITERALS),
+    ),
+)
 
 
 def _predicates() -> st.SearchStrategy[str]:
-    comparison = st.builds(lambda a, op, b: f"{a} {op} {b}", _OPERANDS,
-                           st.sampled_from(["=", "!=", "<", "<=", ">", ">="]), _OPERANDS)
-    membership = st.builds(lambda a, n, items: f"{a} {n}IN ({', '.join(items)})", _OPERANDS,
-                           st.sampled_from(["", "NOT "]),
-                           st.lists(st.one_of(_LITERALS, _LITERALS, _FIELDS), min_size=1,
-                                    max_size=4))
-    between = st.builds(lambda a, lo, hi: f"{a} BETWEEN {lo} AND {hi}", _OPERANDS,
-                        _LITERALS, _LITERALS)
-    like = st.builds(lambda a, p: f"{a} LIKE {p}", _FIELDS,
-                     st.sampled_from(["'a'", "'^a'", "'(?i)A'", "r'a.'", "'2$'", "'.'"]))
-    affix = st.builds(lambda a, k, items: f"{a} {k} WITH ({', '.join(items)})", _FIELDS,
-                      st.sampled_from(["BEGINS", "ENDS", "NOT BEGINS"]),
-                      st.lists(_LITERALS, min_size=1, max_size=2))
-    nulls = st.builds(lambda a, t: f"{a} {t}", _OPERANDS,
-                      st.sampled_from(["IS NULL", "IS NOT NULL", "IS NAN"]))
+    comparison = st.builds(
+        lambda a, op, b: f"{a} {op} {b}",
+        _OPERANDS,
+        st.sampled_from(["=", "!=", "<", "<=", ">", ">="]),
+        _OPERANDS,
+    )
+    membership = st.builds(
+        lambda a, n, items: f"{a} {n}IN ({', '.join(items)})",
+        _OPERANDS,
+        st.sampled_from(["", "NOT "]),
+        st.lists(st.one_of(_LITERALS, _LITERALS, _FIELDS), min_size=1, max_size=4),
+    )
+    between = st.builds(
+        lambda a, lo, hi: f"{a} BETWEEN {lo} AND {hi}", _OPERANDS, _LITERALS, _LITERALS
+    )
+    like = st.builds(
+        lambda a, p: f"{a} LIKE {p}",
+        _FIELDS,
+        st.sampled_from(["'a'", "'^a'", "'(?i)A'", "r'a.'", "'2$'", "'.'"]),
+    )
+    affix = st.builds(
+        lambda a, k, items: f"{a} {k} WITH ({', '.join(items)})",
+        _FIELDS,
+        st.sampled_from(["BEGINS", "ENDS", "NOT BEGINS"]),
+        st.lists(_LITERALS, min_size=1, max_size=2),
+    )
+    nulls = st.builds(
+        lambda a, t: f"{a} {t}", _OPERANDS, st.sampled_from(["IS NULL", "IS NOT NULL", "IS NAN"])
+    )
     bare = st.one_of(_FIELDS, st.builds(lambda f: f"COALESCE({f}, 0)", _FIELDS))
     return st.one_of(comparison, membership, between, like, affix, nulls, bare)
 
@@ -761,8 +812,9 @@ def _predicates() -> st.SearchStrategy[str]:
 _FILTERS = st.recursive(
     _predicates(),
     lambda inner: st.one_of(
-        st.builds(lambda a, op, b: f"({a}) {op} ({b})", inner, st.sampled_from(["AND", "OR"]),
-                  inner),
+        st.builds(
+            lambda a, op, b: f"({a}) {op} ({b})", inner, st.sampled_from(["AND", "OR"]), inner
+        ),
         st.builds(lambda a: f"NOT ({a})", inner),
         st.builds(lambda c, a, b: f"IF({c}, {a}, {b})", inner, inner, inner),
     ),
@@ -791,6 +843,8 @@ def test_scan_equals_reference_matches(text: str, messages: list[dict[str, Any]]
                 columns[i][k] = value
     assert fast.scan(keys, columns) == expected
     assert fast._scan(keys, columns) == expected
+    aligned = [{k: column.get(k) for k in keys} for column in columns]
+    assert fast.scan(keys, aligned, aligned=True) == expected
     from processor.expr import scan
 
     for driver in fast._drivers:

@@ -188,9 +188,7 @@ def test_indexes_follow_updates_deletes_and_resets(engine: tuple[QueryEngine, Fe
     left, _ = run(query_engine, topic="ORDERS", filter="/price >= 0")
     key_of = FieldKeyGenerator(ORDERS.domain, ORDERS.keys)
     assert left
-    assert all(
-        partition_for(key_of(r).encode(), ORDERS.partitions) != partition for r in left
-    )
+    assert all(partition_for(key_of(r).encode(), ORDERS.partitions) != partition for r in left)
 
 
 def test_order_by_text_hint_top_and_skip(engine: tuple[QueryEngine, Feed]) -> None:
