@@ -183,102 +183,108 @@ def encode(envelope: Envelope) -> bytes:
     )
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
+def _long_at(buf: bytes, pos: int) -> tuple[int, int]:
+    """The Avro long at ``pos`` and the position after it (IndexError past the end)."""
+    byte = buf[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    result = byte & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise EnvelopeError("varint longer than 10 bytes")
 
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
 
-    def long(self) -> int:
-        buf, pos = self.buf, self.pos
-        shift = 0
-        result = 0
-        try:
-            while True:
-                byte = buf[pos]
-                pos += 1
-                result |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
-                if shift > 63:
-                    raise EnvelopeError("varint longer than 10 bytes")
-        except IndexError:
-            raise EnvelopeError("envelope ends inside a number") from None
-        self.pos = pos
-        return (result >> 1) ^ -(result & 1)
+def _raw_at(buf: bytes, pos: int) -> tuple[bytes, int]:
+    """The Avro bytes/string field at ``pos`` and the position after it."""
+    size, pos = _long_at(buf, pos)
+    end = pos + size
+    if size < 0 or end > len(buf):
+        raise EnvelopeError("envelope ends inside a string or bytes field")
+    return buf[pos:end], end
 
-    def raw(self) -> bytes:
-        size = self.long()
-        end = self.pos + size
-        if size < 0 or end > len(self.buf):
-            raise EnvelopeError("envelope ends inside a string or bytes field")
-        value = self.buf[self.pos : end]
-        self.pos = end
-        return value
 
-    def string(self) -> str:
-        try:
-            return self.raw().decode()
-        except UnicodeDecodeError as exc:
-            raise EnvelopeError(f"string field is not UTF-8: {exc}") from exc
+def _optional_at(buf: bytes, pos: int) -> tuple[bool, int]:
+    branch, pos = _long_at(buf, pos)
+    if branch not in (0, 1):
+        raise EnvelopeError(f"union branch {branch} out of range")
+    return branch == 1, pos
 
-    def optional(self) -> bool:
-        branch = self.long()
-        if branch not in (0, 1):
-            raise EnvelopeError(f"union branch {branch} out of range")
-        return branch == 1
+
+def _check_version(buf: bytes) -> int:
+    version, pos = _long_at(buf, 0)
+    if version != ENVELOPE_VERSION:
+        raise EnvelopeError(f"envelope version {version} is not supported (expected 1)")
+    return pos
 
 
 def decode(value: bytes) -> Envelope:
-    """Decode an envelope; raise EnvelopeError if it is not one."""
-    r = _Reader(value)
-    version = r.long()
-    if version != ENVELOPE_VERSION:
-        raise EnvelopeError(f"envelope version {version} is not supported (expected 1)")
-    topic = r.string()
-    message_type = r.string()
-    log_topic = r.string()
-    log_partition = r.long()
-    log_offset = r.long()
-    sow_key = r.string()
-    data = r.raw()
-    publish_time_ms = r.long()
-    apply_time_ms = r.long()
-    expiration_ms = r.long() if r.optional() else None
-    correlation_id = r.string() if r.optional() else None
-    if r.pos != len(value):
-        raise EnvelopeError(f"{len(value) - r.pos} bytes left over after the envelope")
-    return Envelope(
-        topic,
-        message_type,
-        log_topic,
-        log_partition,
-        log_offset,
-        sow_key,
-        data,
-        publish_time_ms,
-        apply_time_ms,
-        expiration_ms,
-        correlation_id,
-        version,
-    )
+    """Decode an envelope; raise EnvelopeError if it is not one.
+
+    Written as straight-line code over positions: it runs for every record a query
+    returns."""
+    try:
+        pos = _check_version(value)
+        topic, pos = _raw_at(value, pos)
+        message_type, pos = _raw_at(value, pos)
+        log_topic, pos = _raw_at(value, pos)
+        log_partition, pos = _long_at(value, pos)
+        log_offset, pos = _long_at(value, pos)
+        sow_key, pos = _raw_at(value, pos)
+        data, pos = _raw_at(value, pos)
+        publish_time_ms, pos = _long_at(value, pos)
+        apply_time_ms, pos = _long_at(value, pos)
+        present, pos = _optional_at(value, pos)
+        expiration_ms = None
+        if present:
+            expiration_ms, pos = _long_at(value, pos)
+        present, pos = _optional_at(value, pos)
+        correlation_id = None
+        if present:
+            raw, pos = _raw_at(value, pos)
+            correlation_id = raw.decode()
+        if pos != len(value):
+            raise EnvelopeError(f"{len(value) - pos} bytes left over after the envelope")
+        return Envelope(
+            topic.decode(),
+            message_type.decode(),
+            log_topic.decode(),
+            log_partition,
+            log_offset,
+            sow_key.decode(),
+            data,
+            publish_time_ms,
+            apply_time_ms,
+            expiration_ms,
+            correlation_id,
+            ENVELOPE_VERSION,
+        )
+    except IndexError:
+        raise EnvelopeError("envelope ends inside a number") from None
+    except UnicodeDecodeError as exc:
+        raise EnvelopeError(f"string field is not UTF-8: {exc}") from exc
 
 
 def data_of(value: bytes) -> bytes:
     """Only the message bytes of an envelope (skips the other fields without building an
     :class:`Envelope`); raise EnvelopeError if it is not one."""
-    r = _Reader(value)
-    version = r.long()
-    if version != ENVELOPE_VERSION:
-        raise EnvelopeError(f"envelope version {version} is not supported (expected 1)")
-    for _ in range(3):  # topic, message type, log topic
-        r.raw()
-    r.long()  # log partition
-    r.long()  # log offset
-    r.raw()  # SowKey
-    return r.raw()
+    try:
+        pos = _check_version(value)
+        for _ in range(3):  # topic, message type, log topic
+            _, pos = _raw_at(value, pos)
+        _, pos = _long_at(value, pos)  # log partition
+        _, pos = _long_at(value, pos)  # log offset
+        _, pos = _raw_at(value, pos)  # SowKey
+        return _raw_at(value, pos)[0]
+    except IndexError:
+        raise EnvelopeError("envelope ends inside a number") from None
 
 
 def encode_progress(positions: list[tuple[str, int, int]]) -> bytes:
