@@ -108,7 +108,8 @@ def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
             *waits,
             *at,
         )
-        assert [r["data"]["orderId"] for r in lines[:-1]] == [4, 3]  # type: ignore[index]
+        # Order 2 (IBM) was deleted above; order 1 is MSFT at 50.
+        assert [r["data"]["orderId"] for r in lines[:-1]] == [4, 1, 3]  # type: ignore[index]
         assert lines[-1]["group_end"]["plan"] == "memo-scan"  # type: ignore[index]
         lines = sow(
             "query",
@@ -120,7 +121,7 @@ def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
             *at,
         )
         counts = {r["data"]["symbol"]: r["data"]["orders"] for r in lines[:-1]}  # type: ignore[index]
-        assert counts == {"IBM": 1, "MSFT": 3}
+        assert counts == {"MSFT": 4}
         assert sow("delete", "ORDERS", "--filter", "/price > 100", *at) == [{"records_deleted": 1}]
         failed = subprocess.run(
             [sys.executable, "-m", "processor.cli", "query", "NOPE", *at],
