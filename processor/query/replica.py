@@ -161,8 +161,3 @@ class Replica:
                 for p in range(t.partitions)
             ]
         return result, vector
-
-    def count(self, topic: SowTopic) -> int:
-        """How many records a topic holds now."""
-        with self._changed:
-            return len(self._tables[topic.name])
