@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from processor import changelog
 from processor.changelog import POSITION_HEADER, REASON_HEADER, format_position
@@ -240,16 +241,13 @@ class Applier:
             self._dead_letter(record, MessageError(str(exc)))
             return
         state = route.state
-        decode = route.decode
-        matched: list[bytes] = []
-        for sow_key, envelope in state.items():
-            decoded = changelog.decode(envelope)
-            try:
-                message = decode(decoded.data)
-            except MessageError:
-                message = None
-            if expression.matches(message, decoded.context()):
-                matched.append(sow_key)
+        try:
+            matched = _matching(state, route.decode, expression)
+        except Exception as exc:
+            # Nothing was written yet: the command goes to the dead-letter topic whole
+            # and the loop goes on (a filter too deep to compile, a damaged record).
+            self._dead_letter(record, MessageError(f"the filter delete failed: {exc!r}"))
+            return
         partition = record.partition()
         position = format_position(record.topic(), partition, record.offset())
         headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
@@ -318,6 +316,23 @@ class Applier:
             record.offset(),
             error,
         )
+
+
+def _matching(
+    state: PartitionState, decode: Callable[[bytes], Any], expression: Expression
+) -> list[bytes]:
+    """The SowKeys of a partition's records (this transaction's writes included) that
+    match a filter."""
+    matched: list[bytes] = []
+    for sow_key, envelope in state.items():
+        decoded = changelog.decode(envelope)
+        try:
+            message = decode(decoded.data)
+        except MessageError:
+            message = None
+        if expression.matches(message, decoded.context()):
+            matched.append(sow_key)
+    return matched
 
 
 def _options(

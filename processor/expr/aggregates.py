@@ -353,8 +353,3 @@ AGGREGATES: dict[str, tuple[Callable[..., Aggregate], int, int]] = {
     "ANY": (AnyValue, 1, 1),
     "GROUP_CONCAT": (GroupConcat, 1, 2),
 }
-
-
-def is_aggregate(name: str) -> bool:
-    """True for the names of aggregate functions (any case)."""
-    return name.upper() in AGGREGATES

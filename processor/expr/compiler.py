@@ -334,12 +334,13 @@ class Compiler:
                 check = f"{b_first}.__class__ is float"
             elif not (left.const or right.const):
                 # int with int and float with float never raise; an int mixed with a float
-                # raises only beyond float range, which the bounds rule out.
+                # raises only beyond float range, which the bounds rule out. Both operands
+                # are evaluated first (the tuple), so each appears once in the source.
                 number = "({x}.__class__ is int or {x}.__class__ is float)"
                 check = (
-                    f"({number.format(x=a_first)} and {number.format(x=b_first)} and "
-                    f"({a}.__class__ is {b}.__class__ or "
-                    f"(-1e300 < {a} < 1e300 and -1e300 < {b} < 1e300)))"
+                    f"({a_first}, {b_first}) and {number.format(x=a)} and "
+                    f"{number.format(x=b)} and ({a}.__class__ is {b}.__class__ or "
+                    f"(-1e300 < {a} < 1e300 and -1e300 < {b} < 1e300))"
                 )
             if check:
                 src = f"({a} {op} {b} if {check} else {helper}({a}, {b}))"

@@ -7,6 +7,7 @@ the cached object.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from processor.expr.inputs import ContextInput, FieldInput, Input, MessageContex
 from processor.expr.values import field_getter
 
 K = TypeVar("K")
+log = logging.getLogger(__name__)
 #: Serialises code generation (the compiler's name counter and namespace are shared).
 _BUILD_LOCK = threading.Lock()
 
@@ -27,7 +29,9 @@ class Expression:
 
     ``inputs`` are the message fields and message-context facts it reads, distinct, in
     first-appearance order; ``deterministic`` is False when it calls a non-deterministic
-    function (UNIX_TIMESTAMP()). Evaluation never raises, for any message."""
+    function (UNIX_TIMESTAMP()). Code is generated on first evaluation; after that,
+    evaluation never raises, for any message (an expression too deep for Python to compile
+    raises TooDeepError, an ExpressionError, when first evaluated)."""
 
     __slots__ = (
         "_built",
@@ -35,6 +39,7 @@ class Expression:
         "_compiler",
         "_drivers",
         "_eval",
+        "_failed",
         "_match",
         "_refs",
         "_scan",
@@ -69,6 +74,7 @@ class Expression:
         self.inputs: tuple[Input, ...] = tuple(compiler.inputs[i] for i in self._refs)
         self.deterministic = self.code.deterministic
         self._built = False
+        self._failed: TooDeepError | None = None
 
     @property
     def source(self) -> str:
@@ -76,10 +82,26 @@ class Expression:
         return self._build()
 
     def _build(self) -> str:
-        """Generate and compile the evaluation functions, once; thread-safe."""
+        """Generate and compile the evaluation functions, once; thread-safe.
+
+        The inline fast paths nest a few parentheses per operator and Python limits
+        nesting, so an expression too deep for them is built from the helper-only form,
+        which nests one per operator and means the same. An expression too deep even for
+        that raises TooDeepError (an ExpressionError) on every evaluation."""
         with _BUILD_LOCK:
+            if self._failed is not None:
+                raise self._failed
             if not self._built:
-                self._source = self._generate()
+                try:
+                    self._source = self._generate()
+                except TooDeepError:
+                    self._compiler = Compiler(self.text, fast=False)
+                    self.code = self._compiler.emit(self.node)
+                    try:
+                        self._source = self._generate()
+                    except TooDeepError as exc:
+                        self._failed = exc
+                        raise
                 self._built = True
         return self._source
 
@@ -145,12 +167,6 @@ class Expression:
             self._build()
         return self._eval(*values)
 
-    def test_inputs(self, values: Sequence[Any]) -> bool:
-        """:meth:`matches` given the values of :attr:`inputs`, in order."""
-        if not self._built:
-            self._build()
-        return self._test(*values)
-
     def scan(
         self, keys: Iterable[K], columns: Sequence[Mapping[K, Any]], *, aligned: bool = False
     ) -> list[K]:
@@ -173,10 +189,11 @@ class Expression:
                 if driver is not None:
                     return scan.driven(driver, keys, columns)
             return self._scan(keys, columns)
-        except Exception:
+        except Exception as exc:
             # The inline code and the helpers are total; should a Python-level surprise
-            # (a column that is not a Mapping, an exotic value) ever raise, evaluate row
-            # by row so that one record cannot fail the whole query.
+            # (a column that is not a Mapping, an exotic value) ever raise, say so and
+            # evaluate row by row so that one record cannot fail the whole query.
+            log.warning("scanning with %r failed (%r); evaluating row by row", self.text, exc)
             return self._scan_safely(keys, columns)
 
     def _scan_safely(self, keys: Iterable[K], columns: Sequence[Mapping[K, Any]]) -> list[K]:
@@ -194,12 +211,7 @@ class Expression:
 def compile_node(node: ast.Node, text: str = "") -> Expression:
     """Compile a parsed expression (filter or value); aggregate functions are rejected
     with ExpressionError."""
-    try:
-        return Expression(text, node, Compiler(text))
-    except TooDeepError:
-        # The inline fast paths nest a few parentheses per operator and Python limits
-        # nesting; the helper-only form nests one per operator and means the same.
-        return Expression(text, node, Compiler(text, fast=False))
+    return Expression(text, node, Compiler(text))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -87,12 +87,6 @@ def num(value: Value) -> int | float | None:
     return NAN
 
 
-def is_number(value: Value) -> bool:
-    """True for int, float and bool values (the classes arithmetic uses directly)."""
-    cls = value.__class__
-    return cls is int or cls is float or cls is bool
-
-
 def text_of(value: Value) -> str | None:
     """The AMPS string form of a value (for CONCAT, LIKE, BEGINS WITH, grouping, TEXT sort).
 
@@ -191,11 +185,6 @@ def compare(left: Value, right: Value, op: Callable[[Any, Any], bool]) -> bool:
 def amps_less(left: Value, right: Value) -> bool:
     """The AMPS ``<`` between two scalars (used by MIN, MAX, ARRAY_MIN, ARRAY_MAX)."""
     return compare_scalars(left, right, operator.lt)
-
-
-def values_equal(left: Value, right: Value) -> bool:
-    """The AMPS ``=`` (existential over arrays)."""
-    return compare(left, right, operator.eq)
 
 
 # --- sort keys (spec 3.7, section 9 item 28) ------------------------------------------

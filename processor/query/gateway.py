@@ -139,7 +139,9 @@ class Gateway:
         topics = resolve_topics(self.topology, topic_name)
         if not text.strip():
             raise InvalidRequestError("sow_delete by filter needs a filter; use 1=1 for all")
-        compile_expression(text)
+        # Build the evaluation code too, so everything the processor will do with the
+        # filter is known to work before any command is written.
+        _ = compile_expression(text).source
         headers: Headers = [(FILTER_HEADER, text.encode())]
         commands: list[LogRecord] = [
             (t.kafka_topic, FILTER_DELETE_KEY, None, p, headers)

@@ -11,22 +11,25 @@ Plans, in the order they are preferred (the plan's name is reported in the group
 * ``memo-scan``: every record is examined, reading field values from memo indexes.
 * ``all-records``: no filter; every record matches.
 
-Index plans compare values as text, as AMPS hash indexes do: ``/id = 5`` finds a record
-whose ``/id`` is ``5`` or ``"5"``, not one whose ``/id`` is ``"05"``. Whatever the plan,
-the whole filter is then evaluated on every examined record, so an index only narrows
-which records are examined.
+A configured hash index files values under a text that is equal whenever ``=`` says
+the values are equal, so it finds exactly what a scan finds. The key index works from
+the SowKey, the checksum of the Key values' text as published: ``/id = 5`` finds the
+record published with ``5`` or ``"5"``, not one published with ``5.0`` (a different
+SowKey, hence a different record, as in AMPS). Whatever the plan, the filter is then
+checked on every examined record, so an index only narrows which records are examined.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from processor.expr import ast
 from processor.expr.ast import Step, Value
+from processor.expr.compiler import conjuncts
 from processor.keys import checksum_key, key_text, parse_path
-from processor.query.table import HashIndex, SowTable
+from processor.query.table import HashIndex, SowTable, index_text
 
 #: An index plan is used only while the value combinations it looks up stay below this.
 MAX_COMBINATIONS = 10_000
@@ -48,13 +51,6 @@ class Plan:
     name: str
     candidates: list[bytes] | None
     membership: tuple[Membership, ...] | None = None
-
-
-def conjuncts(node: ast.Node) -> list[ast.Node]:
-    """The operands of a top-level chain of ANDs (the node itself when it is not one)."""
-    if isinstance(node, ast.Binary) and node.op == "AND":
-        return conjuncts(node.left) + conjuncts(node.right)
-    return [node]
 
 
 def _literal(node: ast.Node) -> Value:
@@ -90,15 +86,18 @@ def membership_test(part: ast.Node) -> Membership | None:
     return None
 
 
-def exact_matches(node: ast.Node) -> dict[tuple[Step, ...], set[str]]:
+def exact_matches(
+    node: ast.Node, text_of: Callable[[Value], str | None]
+) -> dict[tuple[Step, ...], set[str]]:
     """Fields a filter fixes to literal values (``=`` or ``IN`` in a top-level AND):
-    field steps -> the value texts a matching record must have one of."""
+    field steps -> the texts (``text_of`` each literal) a matching record must have one
+    of. Several conjuncts on one field intersect."""
     fixed: dict[tuple[Step, ...], set[str]] = {}
     for part in conjuncts(node):
         test = membership_test(part)
         if test is not None:
             steps, values = test
-            texts = {key_text(v) for v in values}
+            texts = {t for t in map(text_of, values) if t is not None}
             fixed[steps] = fixed[steps] & texts if steps in fixed else texts
     return fixed
 
@@ -122,23 +121,25 @@ def plan(table: SowTable, node: ast.Node | None, sow_keys: Sequence[bytes] = ())
         return Plan("sow-keys", [k for k in dict.fromkeys(sow_keys) if k in table.envelopes])
     if node is None:
         return Plan("all-records", None)
-    fixed = exact_matches(node)
     tests = [membership_test(part) for part in conjuncts(node)]
+    if not any(tests):
+        return Plan("memo-scan", None)
     membership = None if None in tests else tuple(t for t in tests if t is not None)
-    if fixed:
-        topic = table.topic
-        if topic.keys and topic.key_generator is None:
-            key_steps = [tuple(parse_path(p)) for p in topic.keys]
-            combos = _combinations(fixed, key_steps)
-            if combos is not None:
-                keys = (checksum_key(topic.domain, c).encode() for c in combos)
-                found = [k for k in keys if k in table.envelopes]
-                return Plan(f"key-index({', '.join(topic.keys)})", found, membership)
-        best: tuple[HashIndex, list[tuple[str, ...]]] | None = None
-        for index in table.hash_indexes:
-            combos = _combinations(fixed, [tuple(parse_path(p)) for p in index.paths])
-            if combos is not None and (best is None or len(index.paths) > len(best[0].paths)):
-                best = (index, combos)
-        if best is not None:
-            return Plan(best[0].name, best[0].lookup(best[1]), membership)
+    topic = table.topic
+    if topic.keys and topic.key_generator is None:
+        # A generated SowKey is the checksum of the Key values' text (keys.key_text).
+        fixed = exact_matches(node, key_text)
+        combos = _combinations(fixed, [tuple(parse_path(p)) for p in topic.keys])
+        if combos is not None:
+            keys = (checksum_key(topic.domain, c).encode() for c in combos)
+            found = [k for k in keys if k in table.envelopes]
+            return Plan(f"key-index({', '.join(topic.keys)})", found, membership)
+    fixed = exact_matches(node, index_text)
+    best: tuple[HashIndex, list[tuple[str, ...]]] | None = None
+    for index in table.hash_indexes:
+        combos = _combinations(fixed, [tuple(parse_path(p)) for p in index.paths])
+        if combos is not None and (best is None or len(index.paths) > len(best[0].paths)):
+            best = (index, combos)
+    if best is not None:
+        return Plan(best[0].name, best[0].lookup(best[1]), membership)
     return Plan("memo-scan", None)

@@ -18,7 +18,7 @@ typed error and no effect. Then, under the replica's lock (one consistent state)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,12 +253,18 @@ def _check_few(expression: Expression, chosen: Plan, table: SowTable) -> list[by
     ]
 
 
-def _order(rows: list[Any], prepared: PreparedQuery, value_of: Any) -> list[Any]:
-    """Sort rows by OrderBy (``value_of(row, key)`` gives a row's value for one OrderKey),
-    falling back to ``row[0]`` (the SowKey) for ties; then skip_n and top_n."""
+def _order(
+    rows: list[Any],
+    prepared: PreparedQuery,
+    value_of: Callable[[Any, OrderKey], Any],
+    tie: Callable[[Any], Any],
+) -> list[Any]:
+    """Sort rows by OrderBy (``value_of(row, key)`` is a row's value for one OrderKey),
+    ties (and everything, without OrderBy but with top_n or skip_n) in ``tie`` order;
+    then skip_n and top_n."""
     query = prepared.query
     if prepared.order or query.top_n or query.skip_n:
-        rows.sort(key=lambda row: row[0])
+        rows.sort(key=tie)
         for key in reversed(prepared.order):
             rows.sort(
                 key=lambda row: order_key(value_of(row, key), key.text), reverse=key.descending
@@ -287,24 +293,26 @@ def select(prepared: PreparedQuery, tables: list[SowTable]) -> _Selection:
         domain = f"{table.topic.domain}/aggregate"
         rows = [(checksum_key(domain, group), acc.result()) for group, acc in groups.items()]
         selection.aggregated = _order(
-            rows, prepared, lambda row, key: extract(row[1], key.field.steps)
+            rows, prepared, lambda row, key: extract(row[1], key.field.steps), lambda r: r[0]
         )
         return selection
-    keyed: list[tuple[bytes, SowTable]] = []
-    for table in tables:
-        keyed.extend((sow_key, table) for sow_key in _matches(prepared, table, selection))
-    if prepared.order:
-
-        def value_of(row: tuple[bytes, SowTable], key: OrderKey) -> Any:
-            memo = row[1].memo_index(key.field.steps, key.field.path)
-            return memo.values.get(row[0])
-    else:
-
-        def value_of(row: tuple[bytes, SowTable], key: OrderKey) -> Any:
-            return None
-
-    keyed = _order(keyed, prepared, value_of)
-    selection.rows = [(table.topic.name, table.envelopes[sow_key]) for sow_key, table in keyed]
+    # (topic's place in the configuration, SowKey, table): ties keep topics in
+    # configuration order and SowKey order within a topic.
+    keyed: list[tuple[int, bytes, SowTable]] = []
+    for place, table in enumerate(tables):
+        keyed.extend((place, sow_key, table) for sow_key in _matches(prepared, table, selection))
+    memos = {
+        (place, key): table.memo_index(key.field.steps, key.field.path).values
+        for place, table in enumerate(tables)
+        for key in prepared.order
+    }
+    keyed = _order(
+        keyed,
+        prepared,
+        lambda row, key: memos[(row[0], key)].get(row[1]),
+        lambda row: (row[0], row[1]),
+    )
+    selection.rows = [(table.topic.name, table.envelopes[sow_key]) for _, sow_key, table in keyed]
     return selection
 
 

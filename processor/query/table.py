@@ -10,9 +10,9 @@ Indexes (AMPS user guide, "SOW Indexing"):
   filter, OrderBy or aggregation reads values without decoding messages. Created on
   first use of a field, pre-created by the topic's ``Index`` entries, and kept current by
   every put and delete from then on.
-* **Hash indexes** (the topic's ``HashIndex`` entries) map the text form of their fields'
-  values to SowKeys; they answer exact-match and IN filters without a scan. Values are
-  compared as strings, as in AMPS.
+* **Hash indexes** (the topic's ``HashIndex`` entries) map their fields' values to
+  SowKeys, filed under a text that is equal for values ``=`` calls equal (see
+  :func:`index_text`); they answer exact-match and IN filters without a scan.
 * The **key index** AMPS builds over the Key fields needs no storage here: a generated
   SowKey *is* the checksum of the Key values' text, so the planner computes SowKeys.
 
@@ -21,6 +21,7 @@ Not thread-safe: the replica's lock guards every call.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -30,7 +31,8 @@ from processor import changelog
 from processor.errors import MessageError
 from processor.expr import FieldInput, MessageContext, field_getter
 from processor.expr.ast import Step, Value
-from processor.keys import key_text, parse_path, partition_for
+from processor.expr.values import to_number
+from processor.keys import parse_path, partition_for
 from processor.messages import Codec
 from processor.topology.model import SowTopic
 
@@ -58,16 +60,51 @@ class MemoIndex:
         values[sow_key] = self.get(message)
 
 
-class HashIndex:
-    """A configured hash index: the text of each field's value -> SowKeys."""
+def index_text(value: Value) -> str | None:
+    """The text a hash index files a scalar under: equal for any two values the
+    expression language's ``=`` calls equal (``2``, ``2.0``, ``"2"``, ``"02"`` and TRUE
+    vs ``1``), None for values that equal nothing (NULL, NaN, objects)."""
+    cls = value.__class__
+    if cls is str:
+        number = to_number(value)
+        return value if number is None else index_text(number)
+    if cls is int:
+        return str(value)
+    if cls is bool:
+        return "1" if value else "0"
+    if cls is float:
+        if value != value:  # noqa: PLR0124 - NaN equals nothing
+            return None
+        return str(int(value)) if value.is_integer() else repr(value)
+    return None
 
-    __slots__ = ("buckets", "entries", "getters", "paths")
+
+def index_texts(value: Value) -> list[str]:
+    """The texts of a value: one per distinct element for an array (``=`` on an array is
+    TRUE when any element is equal)."""
+    if value.__class__ is list:
+        texts = (index_text(element) for element in value)
+        return list(dict.fromkeys(t for t in texts if t is not None))
+    text = index_text(value)
+    return [] if text is None else [text]
+
+
+class HashIndex:
+    """A configured hash index: the texts of its fields' values -> SowKeys.
+
+    A record whose array fields give more than ``MAX_ENTRIES`` combinations is not filed
+    under them but returned by every lookup (the filter then decides)."""
+
+    __slots__ = ("always", "buckets", "entries", "getters", "paths")
+
+    MAX_ENTRIES = 1024
 
     def __init__(self, paths: tuple[str, ...], steps: tuple[tuple[Step, ...], ...]) -> None:
         self.paths = paths
         self.getters = tuple(field_getter(s) for s in steps)
         self.buckets: dict[tuple[str, ...], set[bytes]] = {}
-        self.entries: dict[bytes, tuple[str, ...]] = {}
+        self.entries: dict[bytes, list[tuple[str, ...]]] = {}
+        self.always: set[bytes] = set()
 
     @property
     def name(self) -> str:
@@ -75,30 +112,34 @@ class HashIndex:
 
     def put(self, sow_key: bytes, message: Any) -> None:
         self.remove(sow_key)
-        texts = []
-        for get in self.getters:
-            value = get(message)
-            if value is None:
-                return  # a record with a NULL field can never match an exact value
-            texts.append(key_text(value))
-        entry = tuple(texts)
-        self.entries[sow_key] = entry
-        self.buckets.setdefault(entry, set()).add(sow_key)
+        texts = [index_texts(get(message)) for get in self.getters]
+        combinations = 1
+        for field_texts in texts:
+            combinations *= len(field_texts)
+        if combinations == 0:
+            return  # a NULL field can never be equal to a value
+        if combinations > self.MAX_ENTRIES:
+            self.always.add(sow_key)
+            return
+        entries = list(itertools.product(*texts))
+        self.entries[sow_key] = entries
+        for entry in entries:
+            self.buckets.setdefault(entry, set()).add(sow_key)
 
     def remove(self, sow_key: bytes) -> None:
-        entry = self.entries.pop(sow_key, None)
-        if entry is not None:
+        self.always.discard(sow_key)
+        for entry in self.entries.pop(sow_key, ()):
             bucket = self.buckets[entry]
             bucket.discard(sow_key)
             if not bucket:
                 del self.buckets[entry]
 
     def lookup(self, entries: Iterable[tuple[str, ...]]) -> list[bytes]:
-        """SowKeys of records whose field texts equal any of ``entries``."""
-        found: list[bytes] = []
+        """SowKeys of records filed under any of ``entries`` (or under none at all)."""
+        found: set[bytes] = set(self.always)
         for entry in entries:
-            found.extend(self.buckets.get(entry, ()))
-        return found
+            found.update(self.buckets.get(entry, ()))
+        return list(found)
 
 
 class SowTable:
@@ -119,11 +160,6 @@ class SowTable:
 
     def __len__(self) -> int:
         return len(self.envelopes)
-
-    @property
-    def indexed(self) -> bool:
-        """True when puts must decode the message to keep indexes current."""
-        return bool(self.memo or self.hash_indexes)
 
     def put(self, sow_key: bytes, envelope: bytes) -> None:
         """Insert or replace a record (it moves to the end of the processing order)."""

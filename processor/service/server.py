@@ -118,14 +118,15 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                 snapshot=[_position(p) for p in result.snapshot],
             )
         )
-        to_text = None
-        if request.text_form and not result.aggregated:
-            to_text = self._gateway.codec(self._gateway.topology.topic(result.topic)).to_text
+        text_form = request.text_form and not result.aggregated
+        topology = self._gateway.topology
         for batch in result.batches:
             records = [_record(e) for e in batch]
-            if to_text is not None:
+            if text_form:
+                # A pattern can match topics of different message types.
                 for record in records:
-                    record.data = to_text(record.data)
+                    codec = self._gateway.codec(topology.topic(record.topic))
+                    record.data = codec.to_text(record.data)
             yield sow_pb2.SowQueryReply(batch=sow_pb2.Batch(records=records))
         stats = result.stats
         assert stats is not None

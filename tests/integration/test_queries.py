@@ -153,6 +153,11 @@ def test_regex_topics_query_in_configuration_order(sow: SowClient) -> None:
     assert begin.topic == "^EVENTS_"
     assert len(begin.snapshot) == 2
     assert end.plan == "EVENTS_A: all-records; EVENTS_B: all-records"
+    as_text, _, _ = sow.query("^EVENTS_", text_form=True, top_n=2, skip_n=1)
+    assert [(r.topic, orjson.loads(r.data)["t"]) for r in as_text] == [
+        ("EVENTS_A", "a"),
+        ("EVENTS_B", "b"),
+    ]
 
 
 def test_sow_delete_by_filter_data_and_keys(sow: SowClient) -> None:

@@ -28,6 +28,16 @@ ORDERS = SowTopic(
     indexes=("/price",),
 )
 PARTS = SowTopic("PARTS", keys=("/id",))
+TAGGED = SowTopic(
+    "TAGGED",
+    keys=("/id",),
+    hash_indexes=(
+        HashIndexSpec(("/tags",)),
+        HashIndexSpec(("/flag",)),
+        HashIndexSpec(("/n",)),
+        HashIndexSpec(("/n", "/tags")),
+    ),
+)
 
 
 @dataclass
@@ -119,7 +129,7 @@ class Feed:
 
 @pytest.fixture
 def engine() -> tuple[QueryEngine, Feed]:
-    topology = Topology({"ORDERS": ORDERS, "PARTS": PARTS})
+    topology = Topology({"ORDERS": ORDERS, "PARTS": PARTS, "TAGGED": TAGGED})
     replica = Replica(topology, tail=lambda: None)  # type: ignore[arg-type, return-value]
     return QueryEngine(topology, replica), Feed(replica)
 
@@ -202,10 +212,10 @@ def test_order_by_text_hint_top_and_skip(engine: tuple[QueryEngine, Feed]) -> No
     got, stats = run(query_engine, topic="PARTS", order_by="/code DESC", top_n=2, skip_n=1)
     assert [r.get("code") for r in got] == ["abc", "100"]
     assert (stats.matches, stats.records_returned) == (5, 2)
-    all_by_key, _ = run(query_engine, topic="PARTS", top_n=10)
-    again, _ = run(query_engine, topic="PARTS", top_n=10)
-    assert all_by_key == again
-    assert len(all_by_key) == 5
+    result = query_engine.run(SowQuery(topic="PARTS", top_n=10))
+    keys = [e.sow_key for batch in result.batches for e in batch]
+    assert keys == sorted(keys, key=str.encode)
+    assert len(keys) == 5
 
 
 def test_aggregation_with_order_and_context_functions(engine: tuple[QueryEngine, Feed]) -> None:
@@ -270,3 +280,52 @@ def test_invalid_queries(
     with pytest.raises(error, match=None) as failure:
         query_engine.run(SowQuery(**fields))
     assert says in str(failure.value), json.dumps(str(failure.value))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "/tags = 'a'",
+        "/tags IN ('b', 'zz')",
+        "/flag = 1",
+        "/flag = 0",
+        "/n = 2",
+        "/n = '02'",
+        "/n IN (2.5, 3)",
+        "/n = 2 AND /tags = 'c'",
+    ],
+)
+def test_hash_index_plans_find_what_a_scan_finds(
+    engine: tuple[QueryEngine, Feed], text: str
+) -> None:
+    query_engine, feed = engine
+    for i, row in enumerate(
+        [
+            {"tags": ["a", "b"], "flag": True, "n": 2},
+            {"tags": "a", "flag": False, "n": 2.0},
+            {"tags": ["c"], "flag": 1, "n": "2"},
+            {"tags": [], "n": "02"},
+            {"tags": ["b", "c"], "flag": "true", "n": 2.5},
+            {"tags": "zz", "n": 3},
+            {"n": None},
+        ]
+    ):
+        feed.publish(TAGGED, {"id": i, **row})
+    indexed, stats = run(query_engine, topic="TAGGED", filter=text)
+    assert stats.plan.startswith("hash-index")
+    scanned, scan_stats = run(query_engine, topic="TAGGED", filter=f"({text}) OR 1 = 0")
+    assert scan_stats.plan == "memo-scan"
+    assert sorted(r["id"] for r in indexed) == sorted(r["id"] for r in scanned)
+    assert scanned  # every row above matches something
+
+
+def test_paging_over_a_pattern_keeps_topics_in_configuration_order(
+    engine: tuple[QueryEngine, Feed],
+) -> None:
+    query_engine, feed = engine
+    for i in range(5):
+        feed.publish(ORDERS, {"orderId": i, "region": "EU", "desk": "FX", "price": i})
+        feed.publish(PARTS, {"id": i})
+    result = query_engine.run(SowQuery(topic="^(ORDERS|PARTS)$", top_n=7, skip_n=1))
+    topics = [e.topic for batch in result.batches for e in batch]
+    assert topics == ["ORDERS"] * 4 + ["PARTS"] * 3

@@ -1,0 +1,136 @@
+"""sow_delete by filter as the processor applies it: the partition's matching records
+(this transaction's writes included) become tombstones carrying the command's position;
+a command that cannot be evaluated goes to the dead-letter topic and the batch goes on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from processor.changelog import POSITION_HEADER
+from processor.commands import FILTER_DELETE_KEY, FILTER_HEADER
+from processor.engine.apply import ERROR_HEADERS, Applier, Route
+from processor.engine.partition import PartitionState, make_writers
+from processor.keys import key_function
+from processor.messages import codec_for
+from processor.state.memory import MemoryStore
+from processor.topology.model import SowTopic
+
+TOPIC = SowTopic("ORDERS", keys=("/id",))
+
+
+@dataclass
+class LogRecord:
+    """A record of the input topic."""
+
+    offset_: int
+    key_: bytes | None
+    value_: bytes | None
+    headers_: list[tuple[str, bytes]] | None = None
+
+    def topic(self) -> str:
+        return TOPIC.kafka_topic
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def key(self) -> bytes | None:
+        return self.key_
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self.headers_
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1000)
+
+    def error(self) -> None:
+        return None
+
+
+@dataclass
+class Produced:
+    records: list[tuple[str, bytes | None, bytes | None, Any]] = field(default_factory=list)
+
+    def __call__(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        headers: Any = None,
+    ) -> None:
+        self.records.append((topic, value, key, headers))
+
+
+def applier_with(messages: list[dict[str, Any]]) -> tuple[Applier, PartitionState, Produced]:
+    produced = Produced()
+    applier = Applier(produced, "dead-letter")
+    state = PartitionState(
+        topic=TOPIC,
+        partition=0,
+        store=MemoryStore(),
+        codec=codec_for(TOPIC),
+        key_function=key_function(TOPIC),
+        writers=make_writers(TOPIC, 0),
+    )
+    applier.routes[(TOPIC.kafka_topic, 0)] = Route(state, TOPIC.kafka_topic, True)
+    key_of = key_function(TOPIC)
+    assert key_of is not None
+    publishes = [LogRecord(i, key_of(m).encode(), orjson.dumps(m)) for i, m in enumerate(messages)]
+    applier.apply(publishes, 1000)
+    state.store.write(state.pending, {})  # committed
+    state.pending.clear()
+    produced.records.clear()
+    return applier, state, produced
+
+
+def delete_command(offset: int, text: str) -> LogRecord:
+    return LogRecord(offset, FILTER_DELETE_KEY, None, [(FILTER_HEADER, text.encode())])
+
+
+def test_filter_delete_tombstones_matching_records_with_the_command_position() -> None:
+    applier, state, produced = applier_with([{"id": i, "qty": i} for i in range(10)])
+    key_of = key_function(TOPIC)
+    assert key_of is not None
+    uncommitted = {"id": 42, "qty": 42}
+    applier.apply(
+        [
+            LogRecord(10, key_of(uncommitted).encode(), orjson.dumps(uncommitted)),
+            delete_command(11, "/qty >= 7"),
+        ],
+        2000,
+    )
+    tombstones = [(key, headers) for _, value, key, headers in produced.records if value is None]
+    assert all(key is not None and state.lookup(key) is None for key, _ in tombstones)
+    assert len(tombstones) == 4  # 7, 8, 9 and the uncommitted 42
+    assert all((POSITION_HEADER, b"ORDERS/0/11") in headers for _, headers in tombstones)
+    assert sum(1 for k, v in state.items()) == 7
+
+
+def test_a_filter_that_cannot_be_evaluated_is_dead_lettered_and_changes_nothing() -> None:
+    applier, state, produced = applier_with([{"id": i} for i in range(3)])
+    applier.apply([delete_command(3, "SUM(/id) > 1"), delete_command(4, "/id = 0")], 2000)
+    dead = [r for r in produced.records if r[0] == "dead-letter"]
+    assert len(dead) == 1
+    reason = dict(dead[0][3])[ERROR_HEADERS[1]]
+    assert b"SUM" in reason
+    assert applier.dead_lettered == 1
+    assert sum(1 for _ in state.items()) == 2  # the second command still ran
+
+
+def test_a_damaged_stored_record_dead_letters_the_command_not_the_processor() -> None:
+    applier, state, produced = applier_with([{"id": 1}])
+    state.store.write({b"123": b"not an envelope"}, {})
+    applier.apply([delete_command(1, "1=1")], 2000)
+    dead = [r for r in produced.records if r[0] == "dead-letter"]
+    assert len(dead) == 1
+    assert b"filter delete failed" in dict(dead[0][3])[ERROR_HEADERS[1]]
+    assert not state.pending  # nothing half-applied
