@@ -86,6 +86,12 @@ def membership_test(part: ast.Node) -> Membership | None:
     return None
 
 
+def needs_scan(node: ast.Node) -> bool:
+    """True when no index can answer the filter (no top-level ``=``/``IN`` conjunct), so
+    it will be a memo scan whatever the topic's indexes."""
+    return not any(membership_test(part) for part in conjuncts(node))
+
+
 def exact_matches(
     node: ast.Node, text_of: Callable[[Value], str | None]
 ) -> dict[tuple[Step, ...], set[str]]:

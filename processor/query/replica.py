@@ -25,6 +25,7 @@ from processor.changelog import (
     decode_progress,
     parse_position,
 )
+from processor.expr import FieldInput
 from processor.log import ChangelogTail, Record
 from processor.messages import codec_for
 from processor.query.table import SowTable
@@ -143,6 +144,20 @@ class Replica:
         """How many records these delete commands removed (recent deletes only)."""
         with self._changed:
             return sum(self._deleted.get(position, 0) for position in positions)
+
+    def build_memo_indexes(self, topic: SowTopic, fields: Sequence[FieldInput]) -> None:
+        """Create the topic's missing memo indexes for ``fields`` while holding the lock
+        only to copy the record map and to install the result: the messages are decoded
+        without it, so the applier and other queries go on meanwhile."""
+        with self._changed:
+            table = self._tables[topic.name]
+            missing = [f for f in dict.fromkeys(fields) if f.steps not in table.memo]
+            if not missing:
+                return
+            snapshot = dict(table.envelopes)
+        columns = table.memo_values(missing, snapshot)
+        with self._changed:
+            table.install_memo(missing, snapshot, columns)
 
     def read(
         self, topics: Sequence[SowTopic], reader: Callable[[list[SowTable]], T]

@@ -30,6 +30,7 @@ from processor.expr import (
     Aggregation,
     ContextInput,
     Expression,
+    FieldInput,
     compile_aggregation,
     extract,
     field_getter,
@@ -40,7 +41,7 @@ from processor.expr.ast import OrderKey
 from processor.expr.operators import in_list
 from processor.expr.parser import parse_order_by
 from processor.keys import checksum_key
-from processor.query.planner import Plan, plan
+from processor.query.planner import Plan, needs_scan, plan
 from processor.query.replica import LogPosition, Replica
 from processor.query.table import SowTable
 from processor.query.topics import is_pattern, resolve_topics
@@ -192,6 +193,10 @@ class QueryEngine:
                     f"{timeout:g}s; the processor may be behind or stopped"
                 )
         started = time.perf_counter()
+        fields = memo_fields(prepared)
+        if fields:
+            for topic in prepared.topics:
+                self.replica.build_memo_indexes(topic, fields)
         selection, vector = self.replica.read(
             prepared.topics, lambda tables: select(prepared, tables)
         )
@@ -211,6 +216,20 @@ class QueryEngine:
             plan="; ".join(selection.plans),
         )
         return result
+
+
+def memo_fields(prepared: PreparedQuery) -> list[FieldInput]:
+    """The fields whose memo indexes the query will certainly read: OrderBy and
+    aggregation fields, and the filter's fields when no index can answer it."""
+    if prepared.aggregation is not None:
+        # OrderBy then sorts the aggregated results, not stored records.
+        fields = [i for i in prepared.aggregation.inputs if isinstance(i, FieldInput)]
+    else:
+        fields = [FieldInput(key.field.path, key.field.steps) for key in prepared.order]
+    expression = prepared.filter
+    if expression is not None and not prepared.sow_keys and needs_scan(expression.node):
+        fields += [i for i in expression.inputs if isinstance(i, FieldInput)]
+    return fields
 
 
 def _matches(prepared: PreparedQuery, table: SowTable, selection: _Selection) -> list[bytes]:

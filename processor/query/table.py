@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from processor import changelog
@@ -193,25 +193,62 @@ class SowTable:
         """The memo index of a field (``path`` is its spelling, for messages), built over
         every record on first use."""
         memo = self.memo.get(steps)
-        if memo is not None:
-            return memo
-        memo = MemoIndex(path, steps)
+        if memo is None:
+            field = FieldInput(path, steps)
+            self.install_memo([field], self.envelopes, self.memo_values([field], self.envelopes))
+            memo = self.memo[steps]
+        return memo
+
+    def memo_values(
+        self, fields: Sequence[FieldInput], envelopes: Mapping[bytes, bytes]
+    ) -> list[dict[bytes, Value]]:
+        """The values of ``fields`` for the given records, decoding each message once.
+
+        Reads only its arguments and the codec, so it may run without the replica's lock
+        over a copy of the records (see :meth:`install_memo`); logs progress on large
+        topics."""
+        getters = [field_getter(f.steps) for f in fields]
+        columns: list[dict[bytes, Value]] = [{} for _ in fields]
+        names = ", ".join(f.path for f in fields)
         started = time.monotonic()
-        total = len(self.envelopes)
-        for done, (sow_key, message) in enumerate(self.messages(), 1):
-            memo.put(sow_key, message)
+        total = len(envelopes)
+        for done, (sow_key, envelope) in enumerate(envelopes.items(), 1):
+            message = self._message(envelope)
+            for column, get in zip(columns, getters, strict=True):
+                column[sow_key] = get(message)
             if done % PROGRESS_EVERY == 0:
-                log.info("building memo index %s on %s: %d/%d", path, self.topic.name, done, total)
+                log.info("building memo index %s on %s: %d/%d", names, self.topic.name, done, total)
         if total >= PROGRESS_EVERY:
             log.info(
                 "built memo index %s on %s over %d records in %.1fs",
-                path,
+                names,
                 self.topic.name,
                 total,
                 time.monotonic() - started,
             )
-        self.memo[steps] = memo
-        return memo
+        return columns
+
+    def install_memo(
+        self,
+        fields: Sequence[FieldInput],
+        snapshot: Mapping[bytes, bytes],
+        columns: Sequence[Mapping[bytes, Value]],
+    ) -> None:
+        """Create memo indexes for ``fields`` from values :meth:`memo_values` computed over
+        ``snapshot``: records changed or added since are computed again, deleted ones
+        left out, and every index gets the table's record order. Fields that have a memo
+        index by now are skipped."""
+        for field, computed in zip(fields, columns, strict=True):
+            if field.steps in self.memo:
+                continue
+            memo = MemoIndex(field.path, field.steps)
+            values = memo.values
+            for sow_key, envelope in self.envelopes.items():
+                if snapshot.get(sow_key) is envelope:
+                    values[sow_key] = computed[sow_key]
+                else:
+                    values[sow_key] = memo.get(self._message(envelope))
+            self.memo[field.steps] = memo
 
     def messages(self, sow_keys: Iterable[bytes] | None = None) -> Iterator[tuple[bytes, Any]]:
         """(SowKey, decoded message) of every record, or of the given SowKeys that exist."""

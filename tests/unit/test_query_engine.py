@@ -15,6 +15,7 @@ import pytest
 
 from processor import changelog
 from processor.errors import ExpressionError, InvalidRequestError, UnknownTopicError
+from processor.expr import FieldInput
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.query.replica import Replica
 from processor.query.sow import QueryEngine, SowQuery
@@ -329,3 +330,25 @@ def test_paging_over_a_pattern_keeps_topics_in_configuration_order(
     result = query_engine.run(SowQuery(topic="^(ORDERS|PARTS)$", top_n=7, skip_n=1))
     topics = [e.topic for batch in result.batches for e in batch]
     assert topics == ["ORDERS"] * 4 + ["PARTS"] * 3
+
+
+def test_memo_indexes_built_outside_the_lock_catch_up_with_changes(
+    engine: tuple[QueryEngine, Feed],
+) -> None:
+    query_engine, feed = engine
+    orders(feed)
+    table = feed.replica._tables["ORDERS"]
+    field = FieldInput("/qty", ("qty",))
+    snapshot = dict(table.envelopes)
+    columns = table.memo_values([field], snapshot)
+    # The applier goes on meanwhile: an update, a delete and an insert.
+    feed.publish(ORDERS, {"orderId": 3, "region": "EU", "desk": "FX", "price": 1, "qty": 99})
+    feed.delete(ORDERS, FieldKeyGenerator(ORDERS.domain, ORDERS.keys)({"orderId": 4}))
+    feed.publish(ORDERS, {"orderId": 500, "region": "EU", "desk": "FX", "price": 1, "qty": 7})
+    table.install_memo([field], snapshot, columns)
+    memo = table.memo[("qty",)].values
+    assert list(memo) == list(table.envelopes)  # every record, in record order
+    fresh = table.memo_values([field], table.envelopes)[0]
+    assert memo == fresh
+    got, _ = run(query_engine, topic="ORDERS", filter="/qty = 99 OR /qty = 7", order_by="/qty")
+    assert [r["orderId"] for r in got][-2:] == [500, 3]
