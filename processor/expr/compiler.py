@@ -48,6 +48,12 @@ from processor.expr.values import truth
 AggregateHook = Callable[[ast.Call, "Compiler"], Code]
 
 
+def _float_safe(value: Any) -> bool:
+    """True for a constant that mixes with any float without raising: a float, or an int
+    within float range (a larger int raises OverflowError when converted)."""
+    return plain_number(value) and (value.__class__ is float or -1e300 < value < 1e300)
+
+
 def conjuncts(node: ast.Node) -> list[ast.Node]:
     """The operands of a top-level AND chain, left to right (``[node]`` if it is none)."""
     return _chain(node, "AND")
@@ -328,9 +334,9 @@ class Compiler:
                 check = NUMERIC_CHECK.format(f=a_first, u=a)
             elif left.const and left.value.__class__ is int and abs(left.value) < SMALL_INT:
                 check = NUMERIC_CHECK.format(f=b_first, u=b)
-            elif right.const and plain_number(right.value):
+            elif right.const and _float_safe(right.value):
                 check = f"{a_first}.__class__ is float"
-            elif left.const and plain_number(left.value):
+            elif left.const and _float_safe(left.value):
                 check = f"{b_first}.__class__ is float"
             elif not (left.const or right.const):
                 # int with int and float with float never raise; an int mixed with a float

@@ -70,9 +70,15 @@ def round_(value: Value, places: Value = None) -> Value:
     if number.__class__ is int:
         if digits >= 0:
             return number
+        if -digits > abs(number).bit_length():
+            return 0  # the step is over twice the number (and 10**-digits could be huge)
         step = 10**-digits
         magnitude = (abs(number) + step // 2) // step * step
         return magnitude if number >= 0 else -magnitude
+    if digits > 400:  # finer than any float's digits
+        return number
+    if digits < -400:  # coarser than any float's magnitude
+        return 0.0
     try:
         rounded = decimal.Decimal(repr(number)).quantize(
             decimal.Decimal(1).scaleb(-digits), rounding=decimal.ROUND_HALF_UP
