@@ -17,42 +17,19 @@ from processor.keys import key_function
 from processor.messages import codec_for
 from processor.state.memory import MemoryStore
 from processor.topology.model import SowTopic
+from tests.unit.log_records import LogRecord
 
 TOPIC = SowTopic("ORDERS", keys=("/id",))
 
 
-@dataclass
-class LogRecord:
-    """A record of the input topic."""
-
-    offset_: int
-    key_: bytes | None
-    value_: bytes | None
-    headers_: list[tuple[str, bytes]] | None = None
-
-    def topic(self) -> str:
-        return TOPIC.kafka_topic
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def key(self) -> bytes | None:
-        return self.key_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self.headers_
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1000)
-
-    def error(self) -> None:
-        return None
+def log_record(
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> LogRecord:
+    """A record of the input topic's partition 0."""
+    return LogRecord(TOPIC.kafka_topic, 0, offset, key, value, headers)
 
 
 @dataclass
@@ -84,7 +61,7 @@ def applier_with(messages: list[dict[str, Any]]) -> tuple[Applier, PartitionStat
     applier.routes[(TOPIC.kafka_topic, 0)] = Route(state, TOPIC.kafka_topic, True)
     key_of = key_function(TOPIC)
     assert key_of is not None
-    publishes = [LogRecord(i, key_of(m).encode(), orjson.dumps(m)) for i, m in enumerate(messages)]
+    publishes = [log_record(i, key_of(m).encode(), orjson.dumps(m)) for i, m in enumerate(messages)]
     applier.apply(publishes, 1000)
     state.store.write(state.pending, {})  # committed
     state.pending.clear()
@@ -93,7 +70,7 @@ def applier_with(messages: list[dict[str, Any]]) -> tuple[Applier, PartitionStat
 
 
 def delete_command(offset: int, text: str) -> LogRecord:
-    return LogRecord(offset, FILTER_DELETE_KEY, None, [(FILTER_HEADER, text.encode())])
+    return log_record(offset, FILTER_DELETE_KEY, None, [(FILTER_HEADER, text.encode())])
 
 
 def test_filter_delete_tombstones_matching_records_with_the_command_position() -> None:
@@ -103,7 +80,7 @@ def test_filter_delete_tombstones_matching_records_with_the_command_position() -
     uncommitted = {"id": 42, "qty": 42}
     applier.apply(
         [
-            LogRecord(10, key_of(uncommitted).encode(), orjson.dumps(uncommitted)),
+            log_record(10, key_of(uncommitted).encode(), orjson.dumps(uncommitted)),
             delete_command(11, "/qty >= 7"),
         ],
         2000,

@@ -1,13 +1,12 @@
 """The query engine over a replica fed changelog records directly (no broker).
 
-The replica's input is the changelog record protocol; ``ChangelogRecord`` is a plain
-implementation of it, so these tests exercise the same apply path the service runs.
+The replica's input is the log record protocol; ``LogRecord`` is a plain implementation
+of it, so these tests exercise the same apply path the service runs.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -20,6 +19,7 @@ from processor.keys import FieldKeyGenerator, partition_for
 from processor.query.replica import Replica
 from processor.query.sow import QueryEngine, SowQuery
 from processor.topology.model import HashIndexSpec, SowTopic, Topology
+from tests.unit.log_records import LogRecord
 
 ORDERS = SowTopic(
     "ORDERS",
@@ -39,42 +39,6 @@ TAGGED = SowTopic(
         HashIndexSpec(("/n", "/tags")),
     ),
 )
-
-
-@dataclass
-class ChangelogRecord:
-    """One record of a changelog topic."""
-
-    topic_: str
-    partition_: int
-    offset_: int
-    key_: bytes
-    value_: bytes | None
-    headers_: list[tuple[str, bytes]] | None = None
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def key(self) -> bytes:
-        return self.key_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self.headers_
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 0)
-
-    def error(self) -> None:
-        return None
 
 
 class Feed:
@@ -108,11 +72,7 @@ class Feed:
         )
         offset = self._next(topic, partition)
         self.replica.apply(
-            [
-                ChangelogRecord(
-                    topic.changelog_topic, partition, offset, raw, changelog.encode(envelope)
-                )
-            ]
+            [LogRecord(topic.changelog_topic, partition, offset, raw, changelog.encode(envelope))]
         )
         return sow_key
 
@@ -120,11 +80,7 @@ class Feed:
         raw = sow_key.encode()
         partition = partition_for(raw, topic.partitions)
         self.replica.apply(
-            [
-                ChangelogRecord(
-                    topic.changelog_topic, partition, self._next(topic, partition), raw, None
-                )
-            ]
+            [LogRecord(topic.changelog_topic, partition, self._next(topic, partition), raw, None)]
         )
 
 
@@ -194,7 +150,7 @@ def test_indexes_follow_updates_deletes_and_resets(engine: tuple[QueryEngine, Fe
     # A transient topic restarting empty resets one partition of the table.
     partition = 0
     feed.replica.apply(
-        [ChangelogRecord(ORDERS.changelog_topic, partition, 10_000, changelog.RESET_KEY, None)]
+        [LogRecord(ORDERS.changelog_topic, partition, 10_000, changelog.RESET_KEY, None)]
     )
     left, _ = run(query_engine, topic="ORDERS", filter="/price >= 0")
     key_of = FieldKeyGenerator(ORDERS.domain, ORDERS.keys)
