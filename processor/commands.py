@@ -3,6 +3,10 @@ change is a command on the log, applied by the processor in offset order).
 
 * **publish**: key = SowKey, value = the message; optional headers
   ``sow.expiration`` (seconds; 0 never expires) and ``sow.correlation_id``.
+  Duplicate detection: headers ``sow.publisher`` (the publisher's name) and
+  ``sow.sequence`` (its message number, decimal, increasing from 1); the processor applies
+  each (publisher, sequence) at most once per partition and discards a publish whose
+  sequence is not above the highest it applied for that publisher (as AMPS does).
 * **sow_delete by SowKey**: key = SowKey, value = None.
 * **sow_delete by filter**: key = :data:`FILTER_DELETE_KEY`, value = None, header
   ``sow.filter`` = the filter text (UTF-8). It is written to every partition of the
@@ -17,5 +21,7 @@ from __future__ import annotations
 EXPIRATION_HEADER = "sow.expiration"
 CORRELATION_HEADER = "sow.correlation_id"
 FILTER_HEADER = "sow.filter"
+PUBLISHER_HEADER = "sow.publisher"
+SEQUENCE_HEADER = "sow.sequence"
 #: Never a SowKey: keys starting with NUL are reserved for commands and control records.
 FILTER_DELETE_KEY = b"\x00sow:delete-filter"

@@ -94,6 +94,15 @@ class ParseError(ExpressionError):
         super().__init__(message, text=text, position=position)
 
 
+class MessageTooLargeError(InvalidRequestError):
+    """A published message is larger than the log (topic, broker or changelog) accepts."""
+
+
+class CatchingUpError(SowError):
+    """A query needs the complete SOW but the replica has not caught up with the
+    changelogs yet (after a start); retry, or ask the query to wait."""
+
+
 class UnsupportedError(SowError):
     """A request asks for something this release does not implement yet."""
 

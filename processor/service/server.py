@@ -29,6 +29,7 @@ STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
     (errors.InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.MessageError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.PositionTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.CatchingUpError, grpc.StatusCode.UNAVAILABLE),
     (errors.BrokerError, grpc.StatusCode.UNAVAILABLE),
     (errors.SowError, grpc.StatusCode.INTERNAL),
 )

@@ -17,31 +17,55 @@ class Position(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "data", "sow_key", "expiration", "correlation_id", "text_form")
+    __slots__ = ("topic", "data", "sow_key", "expiration", "correlation_id", "text_form", "publisher", "sequence")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     SOW_KEY_FIELD_NUMBER: _ClassVar[int]
     EXPIRATION_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     data: bytes
     sow_key: str
     expiration: float
     correlation_id: str
     text_form: bool
-    def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., text_form: _Optional[bool] = ...) -> None: ...
+    publisher: str
+    sequence: int
+    def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class PublishReply(_message.Message):
-    __slots__ = ("position", "sow_key")
+    __slots__ = ("position", "sow_key", "error_code", "error")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     SOW_KEY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     position: Position
     sow_key: str
-    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ...) -> None: ...
+    error_code: str
+    error: str
+    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ..., error_code: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class PublishBatch(_message.Message):
+    __slots__ = ("batch_id", "messages")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    messages: _containers.RepeatedCompositeFieldContainer[PublishRequest]
+    def __init__(self, batch_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ...) -> None: ...
+
+class PublishAck(_message.Message):
+    __slots__ = ("batch_id", "replies")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    replies: _containers.RepeatedCompositeFieldContainer[PublishReply]
+    def __init__(self, batch_id: _Optional[int] = ..., replies: _Optional[_Iterable[_Union[PublishReply, _Mapping]]] = ...) -> None: ...
 
 class SowQueryRequest(_message.Message):
-    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form", "grouping", "projection")
+    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form", "grouping", "projection", "wait_for_catch_up")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +79,7 @@ class SowQueryRequest(_message.Message):
     TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
     GROUPING_FIELD_NUMBER: _ClassVar[int]
     PROJECTION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_CATCH_UP_FIELD_NUMBER: _ClassVar[int]
     topic: str
     sow_keys: _containers.RepeatedScalarFieldContainer[str]
     query_id: str
@@ -68,7 +93,8 @@ class SowQueryRequest(_message.Message):
     text_form: bool
     grouping: str
     projection: str
-    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ..., grouping: _Optional[str] = ..., projection: _Optional[str] = ...) -> None: ...
+    wait_for_catch_up: bool
+    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ..., grouping: _Optional[str] = ..., projection: _Optional[str] = ..., wait_for_catch_up: _Optional[bool] = ...) -> None: ...
 
 class SowRecord(_message.Message):
     __slots__ = ("sow_key", "data", "topic", "message_type", "position", "publish_time_ms", "apply_time_ms", "expiration_ms", "correlation_id")
@@ -93,14 +119,16 @@ class SowRecord(_message.Message):
     def __init__(self, sow_key: _Optional[str] = ..., data: _Optional[bytes] = ..., topic: _Optional[str] = ..., message_type: _Optional[str] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., publish_time_ms: _Optional[int] = ..., apply_time_ms: _Optional[int] = ..., expiration_ms: _Optional[int] = ..., correlation_id: _Optional[str] = ...) -> None: ...
 
 class GroupBegin(_message.Message):
-    __slots__ = ("query_id", "topic", "snapshot")
+    __slots__ = ("query_id", "topic", "snapshot", "staleness_ms")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_MS_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     topic: str
     snapshot: _containers.RepeatedCompositeFieldContainer[Position]
-    def __init__(self, query_id: _Optional[str] = ..., topic: _Optional[str] = ..., snapshot: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
+    staleness_ms: int
+    def __init__(self, query_id: _Optional[str] = ..., topic: _Optional[str] = ..., snapshot: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., staleness_ms: _Optional[int] = ...) -> None: ...
 
 class Batch(_message.Message):
     __slots__ = ("records",)

@@ -39,6 +39,11 @@ class SowStub:
                 request_serializer=sow__pb2.PublishRequest.SerializeToString,
                 response_deserializer=sow__pb2.PublishReply.FromString,
                 _registered_method=True)
+        self.PublishStream = channel.stream_stream(
+                '/kafka_sow.v1.Sow/PublishStream',
+                request_serializer=sow__pb2.PublishBatch.SerializeToString,
+                response_deserializer=sow__pb2.PublishAck.FromString,
+                _registered_method=True)
         self.SowQuery = channel.unary_stream(
                 '/kafka_sow.v1.Sow/SowQuery',
                 request_serializer=sow__pb2.SowQueryRequest.SerializeToString,
@@ -55,6 +60,12 @@ class SowServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Publish(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishStream(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -79,6 +90,11 @@ def add_SowServicer_to_server(servicer, server):
                     servicer.Publish,
                     request_deserializer=sow__pb2.PublishRequest.FromString,
                     response_serializer=sow__pb2.PublishReply.SerializeToString,
+            ),
+            'PublishStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PublishStream,
+                    request_deserializer=sow__pb2.PublishBatch.FromString,
+                    response_serializer=sow__pb2.PublishAck.SerializeToString,
             ),
             'SowQuery': grpc.unary_stream_rpc_method_handler(
                     servicer.SowQuery,
@@ -118,6 +134,33 @@ class Sow:
             '/kafka_sow.v1.Sow/Publish',
             sow__pb2.PublishRequest.SerializeToString,
             sow__pb2.PublishReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/kafka_sow.v1.Sow/PublishStream',
+            sow__pb2.PublishBatch.SerializeToString,
+            sow__pb2.PublishAck.FromString,
             options,
             channel_credentials,
             insecure,
