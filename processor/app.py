@@ -98,6 +98,7 @@ class Application:
     replica: Replica | None = None
     grpc_server: Any = None
     grpc_address: str = ""
+    log_writer: KafkaLogWriter | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
 
@@ -117,6 +118,8 @@ class Application:
         """Stop everything this application started, in reverse order."""
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=1).wait()
+        if self.log_writer is not None:
+            self.log_writer.close()
         if self.replica is not None:
             self.replica.stop()
         if self.processor is not None:
@@ -155,7 +158,8 @@ def start(
 
             app.replica = Replica(topology, lambda: KafkaChangelogTail(bootstrap))
             app._spawn("sow-replica", app.replica.run)
-            gateway = Gateway(topology, KafkaLogWriter(bootstrap), app.replica)
+            app.log_writer = KafkaLogWriter(bootstrap)
+            gateway = Gateway(topology, app.log_writer, app.replica)
             engine = QueryEngine(topology, app.replica)
             app.grpc_server, app.grpc_address = start_server(engine, gateway, settings.grpc_address)
     except BaseException:

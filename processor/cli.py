@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
         "publish",
         help="Publish messages to a SOW topic.",
         description="Publish one message (DATA) or, without DATA, one message per line of "
-        "standard input. Prints the SowKey and log position of each as JSON lines.",
+        "standard input (streamed in batches; progress on stderr). Prints the SowKey and log "
+        "position of each as JSON lines; a refused message is reported on stderr with its "
+        "line number and the exit code is then 1.",
     )
     publish.add_argument("topic", help="SOW topic name")
     publish.add_argument(
@@ -113,6 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     publish.add_argument("--expiration", type=float, default=0.0, help="lifetime in seconds")
     publish.add_argument("--correlation-id", default="", help="passed through untouched")
+    publish.add_argument(
+        "--wait",
+        action="store_true",
+        help="after publishing, wait until the SOW reflects every message, then print a "
+        'summary line {"published", "refused", "applied"}: "applied" is the position '
+        "vector to pass as --min-position",
+    )
+    publish.add_argument(
+        "--wait-timeout", type=float, default=60.0, help="seconds --wait waits (default: 60)"
+    )
     _common_server(publish)
 
     query = sub.add_parser(
@@ -276,20 +289,77 @@ def _record_json(record: Any) -> dict[str, Any]:
 def cmd_publish(args: argparse.Namespace) -> int:
     from processor.service.client import SowClient
 
-    lines = [args.data] if args.data is not None else [line for line in sys.stdin if line.strip()]
+    options = {
+        "sow_key": args.sow_key,
+        "expiration": args.expiration,
+        "correlation_id": args.correlation_id,
+    }
+    published = refused = 0
+    vector: dict[tuple[str, int], int] = {}
+    last_key = ""
+    progress = _Progress("published")
     with SowClient(_address(args)) as client:
-        for line in lines:
-            reply = client.publish(
-                args.topic,
-                line.strip().encode(),
-                sow_key=args.sow_key,
-                expiration=args.expiration,
-                correlation_id=args.correlation_id,
-                text_form=True,
-            )
+        if args.data is not None:
+            replies: Any = [
+                client.publish(args.topic, args.data.encode(), text_form=True, **options)
+            ]
+        else:
+            lines = (line.strip().encode() for line in sys.stdin if line.strip())
+            replies = client.publish_stream(args.topic, lines, text_form=True, **options)
+        for number, reply in enumerate(replies, 1):
+            if reply.error_code:
+                refused += 1
+                sys.stderr.write(f"sow publish: message {number} refused: {reply.error}\n")
+                continue
+            published += 1
             p = reply.position
+            vector[(p.topic, p.partition)] = p.offset
+            last_key = reply.sow_key
             _out({"sow_key": reply.sow_key, "position": f"{p.topic}/{p.partition}/{p.offset}"})
-    return 0
+            progress.tick(published)
+        progress.done(published)
+        if args.wait and vector:
+            positions = [_position_text(t, p, o) for (t, p), o in sorted(vector.items())]
+            client.query(
+                args.topic,
+                sow_keys=[last_key],
+                min_position=[_parse_position(text) for text in positions],
+                timeout_seconds=args.wait_timeout,
+                timeout=args.wait_timeout + 5,
+            )
+            _out({"published": published, "refused": refused, "applied": positions})
+    return 1 if refused else 0
+
+
+class _Progress:
+    """Progress of long bulk commands on stderr: a line a second after the first second."""
+
+    def __init__(self, verb: str) -> None:
+        self.verb = verb
+        self.started = self.last = time.monotonic()
+        self.shown = False
+
+    def tick(self, count: int) -> None:
+        if count % 1000:
+            return
+        now = time.monotonic()
+        if now - self.last >= 1.0:
+            self.last = now
+            self.shown = True
+            rate = count / max(now - self.started, 1e-9)
+            sys.stderr.write(f"  {self.verb} {count:,} messages ({rate:,.0f}/s)\n")
+
+    def done(self, count: int) -> None:
+        if self.shown:
+            elapsed = time.monotonic() - self.started
+            sys.stderr.write(
+                f"  {self.verb} {count:,} messages in {elapsed:.1f}s "
+                f"({count / max(elapsed, 1e-9):,.0f}/s)\n"
+            )
+
+
+def _position_text(topic: str, partition: int, offset: int) -> str:
+    return f"{topic}/{partition}/{offset}"
 
 
 def _parse_position(text: str) -> Any:

@@ -115,6 +115,10 @@ class BrokerError(SowError):
     """The Kafka-protocol broker cannot be started, reached or used."""
 
 
+class UnconfirmedWriteError(BrokerError):
+    """The broker did not confirm a write in time: it may or may not be in the log."""
+
+
 class StoreError(SowError):
     """A state store cannot be opened, read or written."""
 

@@ -138,24 +138,40 @@ class ChangelogTail(Protocol):
     def close(self) -> None: ...
 
 
-class LogWriter(Protocol):
-    """Writes single commands to the log and reports where they landed (the gateway)."""
+LogRecord = tuple[str, bytes | None, bytes | None, int, Headers | None]
+"""A record to write: (topic, key, value, partition, headers)."""
 
-    def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int,
-        headers: Headers | None = None,
-    ) -> tuple[str, int, int]:
-        """Produce one record and wait for its (topic, partition, offset)."""
+
+class Delivery(Protocol):
+    """The outcome of records handed to a :class:`LogWriter`, filled in as the broker
+    acknowledges them. Thread-safe."""
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until every record is acknowledged or failed; False on timeout."""
         ...
 
-    def send_many(
-        self, records: Sequence[tuple[str, bytes | None, bytes | None, int, Headers | None]]
-    ) -> list[tuple[str, int, int]]:
-        """Produce records (topic, key, value, partition, headers); wait for all positions."""
+    def results(self) -> list[tuple[str, int, int] | Exception]:
+        """Per record, in submission order: its (topic, partition, offset), or the error
+        that refused it (a :class:`processor.errors.SowError`). Only after ``wait`` said
+        True."""
+        ...
+
+
+class LogWriter(Protocol):
+    """Writes commands to the log asynchronously (the publish and delete gateway).
+
+    ``submit`` never waits for the broker: records join the producer's batches (a small
+    linger lets concurrent callers share produce requests) and the returned Delivery
+    fills in as acknowledgements arrive. Thread-safe.
+    """
+
+    #: The largest record (key + value + headers) the writer accepts, in bytes.
+    max_record_bytes: int
+
+    def submit(self, records: Sequence[LogRecord]) -> Delivery:
+        """Hand records to the producer and return at once. A record the producer refuses
+        (over ``max_record_bytes``: MessageTooLargeError; queue full for long: BrokerError)
+        is not written and its result is that error; the others are unaffected."""
         ...
 
     def close(self) -> None: ...

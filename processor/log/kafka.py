@@ -9,7 +9,9 @@ rather than ListOffsets, which may under-report the end of a partition.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
@@ -24,8 +26,16 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from processor.errors import BrokerError, FencedError
-from processor.log import Headers, OnAssign, OnRevoke, Record, TopicPartitionKey, TopicSpec
+from processor.errors import BrokerError, FencedError, MessageTooLargeError, SowError
+from processor.log import (
+    Headers,
+    LogRecord,
+    OnAssign,
+    OnRevoke,
+    Record,
+    TopicPartitionKey,
+    TopicSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -354,62 +364,137 @@ class KafkaChangelogTail:
             self._consumer.close()
 
 
+#: librdkafka counts a record's framing against ``message.max.bytes`` too.
+RECORD_FRAMING_BYTES = 512
+_TOO_LARGE = frozenset(
+    {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_RECORD}
+)
+
+
+def _delivery_error(error: KafkaError, topic: str, limit: int) -> SowError:
+    if error.code() in _TOO_LARGE:
+        return MessageTooLargeError(
+            f"the broker refused a record for {topic} as too large ({error.str()}); the "
+            f"limit here is {limit:,} bytes: split the message or raise the topic's "
+            "max.message.bytes"
+        )
+    return BrokerError(f"the broker did not accept a record for {topic}: {error.str()}")
+
+
+class KafkaDelivery:
+    """Results of one ``KafkaLogWriter.submit`` (:class:`processor.log.Delivery`).
+
+    Delivery reports arrive on the writer's poller thread, refusals on the submitting
+    thread; the countdown is locked, ``wait`` is an Event wait.
+    """
+
+    __slots__ = ("_done", "_limit", "_lock", "_remaining", "_results")
+
+    def __init__(self, count: int, limit: int) -> None:
+        #: Per record: the delivered Message, (KafkaError, topic), a SowError, or None.
+        self._results: list[Any] = [None] * count
+        self._remaining = count
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        if count == 0:
+            self._done.set()
+
+    def reported(self, index: int, error: KafkaError | None, message: Any) -> None:
+        """A delivery report for record ``index`` (kept as it came: ``results`` reads it)."""
+        self._results[index] = message if error is None else (error, message.topic())
+        with self._lock:
+            self._remaining -= 1
+            if self._remaining == 0:
+                self._done.set()
+
+    def refused(self, index: int, error: SowError) -> None:
+        self._results[index] = error
+        self._finish_one()
+
+    def _finish_one(self) -> None:
+        with self._lock:
+            self._remaining -= 1
+            if self._remaining == 0:
+                self._done.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._done.wait(max(timeout_s, 0.0))
+
+    def results(self) -> list[tuple[str, int, int] | Exception]:
+        out: list[tuple[str, int, int] | Exception] = []
+        for result in self._results:
+            if isinstance(result, Exception):
+                out.append(result)
+            elif isinstance(result, tuple):
+                error, topic = result
+                out.append(_delivery_error(error, topic, self._limit))
+            else:
+                assert result is not None, "results() before wait() said True"
+                out.append((result.topic(), result.partition(), result.offset()))
+        return out
+
+
 class KafkaLogWriter:
-    """Idempotent producer for single commands (:class:`processor.log.LogWriter`)."""
+    """Idempotent producer for commands (:class:`processor.log.LogWriter`).
+
+    Never flushes per call: records go out in the producer's batches after at most
+    ``linger.ms`` (1 ms), so concurrent publishes share produce requests, and a poller
+    thread serves delivery reports as they arrive. Idempotence keeps each partition's
+    records in submission order, across the producer's internal retries too.
+    """
+
+    #: How long ``submit`` waits for room in a full producer queue before refusing.
+    QUEUE_FULL_WAIT_S = 5.0
 
     def __init__(self, bootstrap: str, **extra: Any) -> None:
-        self._producer = Producer(producer_settings(bootstrap, **{"linger.ms": 1, **extra}))
+        settings = producer_settings(bootstrap, **{"linger.ms": 1, **extra})
+        self._producer = Producer(settings)
+        self.max_record_bytes = (
+            int(settings.get("message.max.bytes", 1_000_000)) - RECORD_FRAMING_BYTES
+        )
+        self._closing = threading.Event()
+        self._poller = threading.Thread(
+            target=self._poll, name="sow-log-writer-poller", daemon=True
+        )
+        self._poller.start()
 
-    def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int,
-        headers: Headers | None = None,
-    ) -> tuple[str, int, int]:
-        return self.send_many([(topic, key, value, partition, headers)])[0]
+    def _poll(self) -> None:
+        while not self._closing.is_set():
+            self._producer.poll(0.05)
 
-    def send_many(
-        self, records: Sequence[tuple[str, bytes | None, bytes | None, int, Headers | None]]
-    ) -> list[tuple[str, int, int]]:
-        results: list[tuple[str, int, int] | KafkaError | None] = [None] * len(records)
-
-        def delivered(index: int) -> Any:
-            def callback(error: KafkaError | None, message: Any) -> None:
-                results[index] = (
-                    error
-                    if error is not None
-                    else (message.topic(), message.partition(), message.offset())
-                )
-
-            return callback
-
+    def submit(self, records: Sequence[LogRecord]) -> KafkaDelivery:
+        limit = self.max_record_bytes
+        delivery = KafkaDelivery(len(records), limit)
+        produce = self._producer.produce
         for index, (topic, key, value, partition, headers) in enumerate(records):
+            report = functools.partial(delivery.reported, index)
+            deadline = None
             while True:
                 try:
-                    self._producer.produce(
-                        topic,
-                        value,
-                        key,
-                        partition,
-                        on_delivery=delivered(index),
-                        headers=cast(Any, headers),
-                    )
+                    produce(topic, value, key, partition, on_delivery=report, headers=headers)
                     break
                 except BufferError:
-                    self._producer.poll(0.05)
+                    now = time.monotonic()
+                    deadline = deadline or now + self.QUEUE_FULL_WAIT_S
+                    if now >= deadline:
+                        delivery.refused(
+                            index,
+                            BrokerError(
+                                f"the producer's queue stayed full for "
+                                f"{self.QUEUE_FULL_WAIT_S:g}s: the broker is not taking "
+                                "records; retry later"
+                            ),
+                        )
+                        break
+                    time.sleep(0.005)
                 except KafkaException as exc:
-                    raise BrokerError(f"cannot publish to {topic}: {exc}") from exc
-        remaining = self._producer.flush(30)
-        if remaining:
-            raise BrokerError(f"{remaining} records were not delivered within 30s")
-        positions: list[tuple[str, int, int]] = []
-        for result in results:
-            if not isinstance(result, tuple):
-                raise BrokerError(f"the broker did not accept a record: {result}")
-            positions.append(result)
-        return positions
+                    error = exc.args[0]
+                    delivery.refused(index, _delivery_error(error, topic, limit))
+                    break
+        return delivery
 
     def close(self) -> None:
+        self._closing.set()
+        self._poller.join(timeout=5)
         self._producer.flush(5)

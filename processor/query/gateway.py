@@ -1,33 +1,72 @@
 """The publish and sow_delete gateway: commands become records on the transaction log.
 
-The gRPC service and the CLI use it; the rules (validation, SowKey computation, waiting for
-the effect of a delete) live here once. Nothing here writes state: the processor applies
-the commands in log order (see :mod:`processor.commands`).
+The gRPC service and the CLI use it; the rules (validation, SowKey computation, size
+limits, duplicate-detection headers, waiting for the effect of a delete) live here once.
+Nothing here writes state: the processor applies the commands in log order (see
+:mod:`processor.commands`).
+
+Publishes never wait for a flush: records join the log writer's batches and each caller
+waits only for its own acknowledgement, so concurrent publishes share produce requests.
+A publish the broker has not confirmed by the caller's deadline fails with
+UnconfirmedWriteError: it may still be written, which is why publishers name themselves
+and number their messages (the processor applies each (publisher, sequence) once).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from processor.commands import (
     CORRELATION_HEADER,
     EXPIRATION_HEADER,
     FILTER_DELETE_KEY,
     FILTER_HEADER,
+    PUBLISHER_HEADER,
+    SEQUENCE_HEADER,
 )
-from processor.errors import InvalidRequestError, PositionTimeoutError
+from processor.errors import (
+    InvalidRequestError,
+    MessageTooLargeError,
+    PositionTimeoutError,
+    SowError,
+    UnconfirmedWriteError,
+)
 from processor.expr import compile as compile_expression
-from processor.keys import KeyFunction, key_function, partition_for, validate_user_key
-from processor.log import Headers, LogWriter
+from processor.keys import key_function, partition_for, validate_user_key
+from processor.log import Delivery, Headers, LogRecord, LogWriter
 from processor.messages import Codec, codec_for
 from processor.query.replica import LogPosition, Replica
 from processor.query.topics import resolve_topic, resolve_topics
 from processor.topology.model import SowTopic, Topology
 
 DEFAULT_TIMEOUT_S = 30.0
+#: What a changelog envelope adds to a message besides the names and the SowKey
+#: (version, partition, offset, lengths, two times, expiration; see processor.changelog).
+ENVELOPE_FIXED_BYTES = 64
+#: Headers are measured exactly only for messages this close to the limit.
+HEADERS_ALLOWANCE = 4096
+#: Longest publisher name accepted (it travels in every record's headers).
+MAX_PUBLISHER_LENGTH = 256
 
-LogRecord = tuple[str, bytes | None, bytes | None, int, Headers | None]
+
+class PublishCommand(NamedTuple):
+    """One publish: the message (``text_form``: JSON, or Base64 for binary topics, to be
+    encoded in the topic's type) and its options (``expiration`` in seconds).
+    ``publisher`` and ``sequence`` (> 0) ask for duplicate detection.
+
+    The field names are the gRPC PublishRequest's, so the gateway takes either."""
+
+    topic: str
+    data: bytes
+    sow_key: str = ""
+    expiration: float = 0.0
+    correlation_id: str = ""
+    text_form: bool = False
+    publisher: str = ""
+    sequence: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +86,82 @@ class Deleted:
     positions: list[LogPosition]
 
 
+class PublishFields(Protocol):
+    """What a publish carries: a PublishCommand, or a gRPC PublishRequest as it came."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def sow_key(self) -> str: ...
+    @property
+    def expiration(self) -> float: ...
+    @property
+    def correlation_id(self) -> str: ...
+    @property
+    def text_form(self) -> bool: ...
+    @property
+    def publisher(self) -> str: ...
+    @property
+    def sequence(self) -> int: ...
+
+
+class _PublishRoute:
+    """What publishing to one topic needs, worked out once: codec, key generator,
+    partition count and the size limit of a message."""
+
+    __slots__ = ("codec", "kafka_topic", "key_function", "limit", "partitions", "topic")
+
+    def __init__(self, topic: SowTopic, max_record_bytes: int) -> None:
+        self.topic = topic
+        self.codec = codec_for(topic)
+        self.key_function = key_function(topic)
+        self.kafka_topic = topic.kafka_topic
+        self.partitions = topic.partitions
+        names = len(topic.name) + len(topic.message_type) + len(topic.repartition_topic)
+        self.limit = max_record_bytes - names - ENVELOPE_FIXED_BYTES
+
+
+class PendingPublishes:
+    """Publishes handed to the log writer, in the order given; thread-safe.
+
+    A publish refused before it reached the writer (bad message, too large, unknown
+    topic) already has its error; the others complete as the broker acknowledges them.
+    """
+
+    __slots__ = ("_delivery", "_keyed", "_slots")
+
+    def __init__(self, keyed: list[str | SowError], delivery: Delivery, slots: list[int]) -> None:
+        self._keyed = keyed
+        self._delivery = delivery
+        self._slots = slots
+
+    def __len__(self) -> int:
+        return len(self._keyed)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until every publish is acknowledged or refused; False on timeout."""
+        return self._delivery.wait(timeout_s)
+
+    def results(self) -> list[Published | SowError]:
+        """Per publish: where it landed, or why it was refused (after ``wait``)."""
+        delivered = self._delivery.results()
+        out: list[Published | SowError] = []
+        for keyed, slot in zip(self._keyed, self._slots, strict=True):
+            if isinstance(keyed, SowError):
+                out.append(keyed)
+                continue
+            result = delivered[slot]
+            if isinstance(result, SowError):
+                out.append(result)
+            elif isinstance(result, Exception):
+                out.append(SowError(f"the publish failed: {result!r}"))
+            else:
+                out.append(Published(result, keyed))
+        return out
+
+
 class Gateway:
     """Turns publish and delete commands into log records. Thread-safe.
 
@@ -58,58 +173,82 @@ class Gateway:
         self.topology = topology
         self.writer = writer
         self.replica = replica
-        self._codecs: dict[str, Codec] = {}
-        self._key_functions: dict[str, KeyFunction | None] = {}
+        self._routes: dict[str, _PublishRoute] = {}
+
+    def _route(self, topic_name: str) -> _PublishRoute:
+        route = self._routes.get(topic_name)
+        if route is None:
+            topic = resolve_topic(self.topology, topic_name)
+            route = self._routes[topic_name] = _PublishRoute(topic, self.writer.max_record_bytes)
+        return route
 
     def codec(self, topic: SowTopic) -> Codec:
         """The topic's codec (made once)."""
-        codec = self._codecs.get(topic.name)
-        if codec is None:
-            codec = self._codecs[topic.name] = codec_for(topic)
-        return codec
+        return self._route(topic.name).codec
 
     def sow_key_for(self, topic: SowTopic, data: bytes, sow_key: str = "") -> str:
         """The SowKey of a message: generated, or validated when publisher-provided."""
-        if topic.name not in self._key_functions:
-            self._key_functions[topic.name] = key_function(topic)
-        function = self._key_functions[topic.name]
-        if function is None:
-            return validate_user_key(sow_key)
-        if sow_key:
-            raise InvalidRequestError(
-                f"topic {topic.name} generates its SowKeys "
-                f"({', '.join(topic.keys) or 'custom key generator'}); do not pass a SowKey"
-            )
-        return function(self.codec(topic).decode(data))
+        return _sow_key(self._route(topic.name), data, sow_key)
 
-    def publish(
-        self,
-        topic_name: str,
-        data: bytes,
-        sow_key: str = "",
-        expiration_s: float = 0.0,
-        correlation_id: str = "",
-        text_form: bool = False,
-    ) -> Published:
-        """Validate and key a message, write it to the log, return its position.
+    def max_message_bytes(self, topic: SowTopic) -> int:
+        """The largest message the topic accepts: the log's record limit less what the
+        record's changelog envelope adds, so an accepted message always fits there too."""
+        return self._route(topic.name).limit
 
-        With ``text_form`` the message arrives as text (JSON; Base64 for binary topics)
-        and is encoded in the topic's message type first.
-        """
-        topic = resolve_topic(self.topology, topic_name)
-        if text_form:
-            data = self.codec(topic).from_text(data)
-        key = self.sow_key_for(topic, data, sow_key)
-        headers: Headers = []
-        if expiration_s:
-            headers.append((EXPIRATION_HEADER, str(max(expiration_s, 0)).encode()))
-        if correlation_id:
-            headers.append((CORRELATION_HEADER, correlation_id.encode()))
+    def record_for(self, command: PublishFields) -> tuple[LogRecord, str]:
+        """Validate and key a publish: its log record and SowKey (raises SowError)."""
+        route = self._route(command.topic)
+        data = command.data
+        if command.text_form:
+            data = route.codec.from_text(data)
+        key = _sow_key(route, data, command.sow_key)
         raw = key.encode()
-        position = self.writer.send(
-            topic.kafka_topic, raw, data, partition_for(raw, topic.partitions), headers or None
-        )
-        return Published(position, key)
+        limit = route.limit - len(raw)
+        headers: Headers | None = None
+        if command.expiration or command.correlation_id or command.sequence or command.publisher:
+            headers = _headers(command)
+            if len(data) > limit - HEADERS_ALLOWANCE:
+                limit -= sum(len(name) + len(value) for name, value in headers)
+        if len(data) > limit:
+            raise MessageTooLargeError(
+                f"the message is {len(data):,} bytes; topic {route.topic.name} accepts at most "
+                f"{limit:,} (the log's record limit less the key, headers and changelog "
+                "envelope); split it or store large payloads elsewhere"
+            )
+        return (route.kafka_topic, raw, data, partition_for(raw, route.partitions), headers), key
+
+    def publish_many(self, commands: Sequence[PublishFields]) -> PendingPublishes:
+        """Hand publishes to the log writer without waiting: one call for a batch, so the
+        records share produce requests. Bad publishes are refused one by one."""
+        keyed: list[str | SowError] = []
+        slots: list[int] = []
+        records: list[LogRecord] = []
+        for command in commands:
+            try:
+                record, key = self.record_for(command)
+            except SowError as exc:
+                keyed.append(exc)
+                slots.append(-1)
+                continue
+            keyed.append(key)
+            slots.append(len(records))
+            records.append(record)
+        return PendingPublishes(keyed, self.writer.submit(records), slots)
+
+    def publish(self, command: PublishCommand, timeout_s: float = DEFAULT_TIMEOUT_S) -> Published:
+        """Publish one message and wait up to ``timeout_s`` for the broker's
+        acknowledgement; return its position."""
+        pending = self.publish_many([command])
+        if not pending.wait(timeout_s):
+            raise UnconfirmedWriteError(
+                f"the broker did not confirm the publish to {command.topic} within "
+                f"{timeout_s:.3g}s; it may still be written. Resend it with the same "
+                "publisher and sequence (a duplicate is then discarded), or query to see"
+            )
+        result = pending.results()[0]
+        if isinstance(result, SowError):
+            raise result
+        return result
 
     def delete(self, topic_name: str, sow_keys: Sequence[str], timeout_s: float = 0.0) -> Deleted:
         """Delete records by SowKey."""
@@ -165,13 +304,63 @@ class Gateway:
         return self.delete(topic.name, [self.sow_key_for(topic, data)], timeout_s)
 
     def _write_deletes(self, commands: list[LogRecord], timeout_s: float) -> Deleted:
-        positions = self.writer.send_many(commands)
+        timeout = timeout_s or DEFAULT_TIMEOUT_S
+        deadline = time.monotonic() + timeout
+        delivery = self.writer.submit(commands)
+        if not delivery.wait(timeout):
+            raise UnconfirmedWriteError(
+                f"the broker did not confirm the {len(commands)} delete commands within "
+                f"{timeout:g}s; they may still be written and applied"
+            )
+        positions: list[LogPosition] = []
+        for result in delivery.results():
+            if isinstance(result, Exception):
+                raise result if isinstance(result, SowError) else SowError(repr(result))
+            positions.append(result)
         if self.replica is None:
             return Deleted(-1, positions)
-        timeout = timeout_s or DEFAULT_TIMEOUT_S
-        if not self.replica.wait_for(positions, timeout):
+        if not self.replica.wait_for(positions, max(deadline - time.monotonic(), 0.0)):
             raise PositionTimeoutError(
                 f"the deletes were written to the log at {positions} but not applied within "
                 f"{timeout:g}s; they will still be applied when the processor catches up"
             )
         return Deleted(self.replica.deleted(positions), positions)
+
+
+def _sow_key(route: _PublishRoute, data: bytes, sow_key: str) -> str:
+    function = route.key_function
+    if function is None:
+        return validate_user_key(sow_key)
+    if sow_key:
+        topic = route.topic
+        raise InvalidRequestError(
+            f"topic {topic.name} generates its SowKeys "
+            f"({', '.join(topic.keys) or 'custom key generator'}); do not pass a SowKey"
+        )
+    return function(route.codec.decode(data))
+
+
+def _headers(command: PublishFields) -> Headers:
+    """The option headers of a publish."""
+    headers: Headers = []
+    if command.expiration:
+        headers.append((EXPIRATION_HEADER, str(max(command.expiration, 0)).encode()))
+    if command.correlation_id:
+        headers.append((CORRELATION_HEADER, command.correlation_id.encode()))
+    if command.sequence or command.publisher:
+        headers += _sequence_headers(command.publisher, command.sequence)
+    return headers
+
+
+def _sequence_headers(publisher: str, sequence: int) -> Headers:
+    """The duplicate-detection headers of a publish (both or neither)."""
+    if not publisher or sequence <= 0:
+        raise InvalidRequestError(
+            "duplicate detection needs both a publisher name and a sequence number above 0 "
+            f"(got publisher={publisher!r}, sequence={sequence})"
+        )
+    if len(publisher) > MAX_PUBLISHER_LENGTH:
+        raise InvalidRequestError(
+            f"the publisher name is {len(publisher)} characters; use at most {MAX_PUBLISHER_LENGTH}"
+        )
+    return [(PUBLISHER_HEADER, publisher.encode()), (SEQUENCE_HEADER, str(sequence).encode())]

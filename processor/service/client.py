@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import collections
+import itertools
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -25,12 +32,31 @@ def _translate(exc: grpc.RpcError) -> ServiceError:
     return ServiceError(code.name if code else "UNKNOWN", exc.details() or "")
 
 
-class SowClient:
-    """Blocking client. ``address`` is ``host:port``."""
+#: Status codes after which a publish with a sequence number is sent again: it may or may
+#: not be in the log, and the processor discards a duplicate.
+RETRYABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
 
-    def __init__(self, address: str) -> None:
+
+class SowClient:
+    """Blocking client. ``address`` is ``host:port``. Thread-safe.
+
+    Publishes carry duplicate detection by default: each thread publishes under its own
+    publisher name (``publisher`` plus a per-thread suffix; default: host, process and a
+    random part) with sequence numbers 1, 2, 3, ...; a publish that fails with
+    UNAVAILABLE or DEADLINE_EXCEEDED is sent again with the same name and sequence up to
+    ``retries`` times, and the processor applies it once. ``publisher=""`` turns this off
+    (then a timed-out publish may or may not have been written; nothing is retried).
+    """
+
+    def __init__(self, address: str, publisher: str | None = None, retries: int = 3) -> None:
         self._channel = grpc.insecure_channel(address)
         self._stub = sow_pb2_grpc.SowStub(self._channel)  # type: ignore[no-untyped-call]
+        if publisher is None:
+            publisher = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._publisher = publisher
+        self._retries = retries
+        self._names = itertools.count(1)
+        self._local = threading.local()
 
     def close(self) -> None:
         self._channel.close()
@@ -40,6 +66,20 @@ class SowClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def new_publisher(self) -> str:
+        """A publisher name of this client not used before ("" when detection is off)."""
+        return f"{self._publisher}.{next(self._names)}" if self._publisher else ""
+
+    def _next_sequence(self) -> tuple[str, int]:
+        local = self._local
+        if getattr(local, "name", None) is None:
+            local.name = self.new_publisher()
+            local.sequence = 0
+        if not local.name:
+            return "", 0
+        local.sequence += 1
+        return local.name, local.sequence
 
     def publish(
         self,
@@ -51,7 +91,9 @@ class SowClient:
         timeout: float = 30.0,
         text_form: bool = False,
     ) -> Any:
-        """Publish one message; the reply has its log position and SowKey."""
+        """Publish one message; the reply has its log position and SowKey. ``timeout``
+        covers every attempt."""
+        publisher, sequence = self._next_sequence()
         request = sow_pb2.PublishRequest(
             topic=topic,
             data=data,
@@ -59,11 +101,66 @@ class SowClient:
             expiration=expiration,
             correlation_id=correlation_id,
             text_form=text_form,
+            publisher=publisher,
+            sequence=sequence,
         )
-        try:
-            return self._stub.Publish(request, timeout=timeout)
-        except grpc.RpcError as exc:
-            raise _translate(exc) from exc
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            try:
+                return self._stub.Publish(request, timeout=max(deadline - time.monotonic(), 0))
+            except grpc.RpcError as exc:
+                error = _translate(exc)
+                attempt += 1
+                pause = 0.05 * 2**attempt
+                if (
+                    not sequence
+                    or error.code not in RETRYABLE
+                    or attempt > self._retries
+                    or time.monotonic() + pause >= deadline
+                ):
+                    raise error from exc
+                time.sleep(pause)
+
+    def publish_stream(
+        self,
+        topic: str,
+        messages: Iterable[bytes],
+        *,
+        text_form: bool = False,
+        batch_size: int = 500,
+        window: int = 8,
+        **options: Any,
+    ) -> Iterator[Any]:
+        """Publish many messages over one stream; yield one reply per message, in order
+        (a refused message's reply has ``error_code`` and ``error``; the others have
+        position and SowKey). ``options`` are PublishRequest fields for every message
+        (expiration, correlation_id, sow_key).
+
+        At most ``window`` batches are unacknowledged at a time. When the stream breaks
+        with UNAVAILABLE, it is opened again and the unacknowledged batches are resent
+        with their sequence numbers (up to ``retries`` times in a row), so no message is
+        lost or applied twice.
+        """
+        publish = _StreamPublish(
+            self._stub, topic, iter(messages), self.new_publisher(), batch_size, window, options
+        )
+        publish.text_form = text_form
+        failures = 0
+        while True:
+            try:
+                for replies in publish.run():
+                    failures = 0
+                    yield from replies
+                return
+            except grpc.RpcError as exc:
+                error = _translate(exc)
+                failures += 1
+                if not publish.publisher or error.code not in RETRYABLE:
+                    raise error from exc
+                if failures > self._retries:
+                    raise error from exc
+                time.sleep(0.05 * 2**failures)
 
     def query_stream(
         self,
@@ -121,3 +218,89 @@ class SowClient:
             return self._stub.SowDelete(request, timeout=timeout)
         except grpc.RpcError as exc:
             raise _translate(exc) from exc
+
+
+class _StreamPublish:
+    """One bulk publish over PublishStream, resumable: batches stay in ``unacked`` until
+    their ack arrives; ``run`` (re)opens the stream, resends them first, then goes on with
+    the source."""
+
+    def __init__(
+        self,
+        stub: Any,
+        topic: str,
+        source: Iterator[bytes],
+        publisher: str,
+        batch_size: int,
+        window: int,
+        options: dict[str, Any],
+    ) -> None:
+        self.stub = stub
+        self.topic = topic
+        self.source = source
+        self.publisher = publisher
+        self.batch_size = max(batch_size, 1)
+        self.window = max(window, 1)
+        self.options = options
+        self.text_form = False
+        self.sequence = 0
+        self.batch_id = 0
+        self.unacked: collections.deque[Any] = collections.deque()
+
+    def _next_batch(self) -> Any:
+        messages = []
+        for data in itertools.islice(self.source, self.batch_size):
+            sequence = 0
+            if self.publisher:
+                self.sequence += 1
+                sequence = self.sequence
+            messages.append(
+                sow_pb2.PublishRequest(
+                    topic=self.topic,
+                    data=data,
+                    text_form=self.text_form,
+                    publisher=self.publisher,
+                    sequence=sequence,
+                    **self.options,
+                )
+            )
+        if not messages:
+            return None
+        self.batch_id += 1
+        return sow_pb2.PublishBatch(batch_id=self.batch_id, messages=messages)
+
+    def run(self) -> Iterator[list[Any]]:
+        credits = threading.Semaphore(self.window)
+        closed = threading.Event()
+        resend = list(self.unacked)
+
+        def requests() -> Iterator[Any]:
+            for batch in resend:
+                while not credits.acquire(timeout=0.1):
+                    if closed.is_set():
+                        return
+                yield batch
+            while True:
+                while not credits.acquire(timeout=0.1):
+                    if closed.is_set():
+                        return
+                batch = self._next_batch()
+                if batch is None:
+                    return
+                self.unacked.append(batch)
+                yield batch
+
+        call = self.stub.PublishStream(requests())
+        try:
+            for ack in call:
+                batch = self.unacked.popleft()
+                if batch.batch_id != ack.batch_id:
+                    raise SowError(
+                        f"the service acknowledged batch {ack.batch_id} but {batch.batch_id} "
+                        "was next; the stream is out of order"
+                    )
+                credits.release()
+                yield list(ack.replies)
+        finally:
+            closed.set()
+            call.cancel()

@@ -7,6 +7,8 @@ The one table mapping failure reasons to gRPC status codes is :data:`STATUS_FOR`
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -15,12 +17,24 @@ import grpc
 
 from processor import errors
 from processor.changelog import Envelope
-from processor.query.gateway import Deleted, Gateway
+from processor.query.gateway import Deleted, Gateway, PendingPublishes, Published
 from processor.query.replica import LogPosition
 from processor.query.sow import QueryEngine, SowQuery
 from processor.service._generated import sow_pb2, sow_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+#: gRPC worker threads, and how many of them publishes may hold while they wait for the
+#: broker: the others always serve reads, which answer from memory even while the broker
+#: is unreachable.
+WORKERS = 32
+PUBLISH_SLOTS = 24
+#: Unacknowledged batches a publish stream may have in the log writer.
+STREAM_WINDOW = 16
+#: The longest a publish waits for the broker when the request has no deadline.
+DEFAULT_WAIT_S = 30.0
+#: A request's deadline is honoured with up to this much room to send the answer.
+DEADLINE_MARGIN_S = 0.25
 
 #: Failure reason -> gRPC status code. Order matters: the first matching class wins.
 STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
@@ -41,6 +55,31 @@ def status_for(error: errors.SowError) -> grpc.StatusCode:
         if isinstance(error, kind):
             return code
     return grpc.StatusCode.INTERNAL
+
+
+def _time_left(context: Any, default: float = DEFAULT_WAIT_S) -> float:
+    """How long a request may still wait: its deadline less room to answer, capped."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return default
+    return max(min(remaining - min(DEADLINE_MARGIN_S, remaining * 0.1), default), 0.0)
+
+
+def _busy() -> errors.SowError:
+    return errors.BrokerError(
+        f"{PUBLISH_SLOTS} publishes are already waiting for the broker; retry shortly "
+        "(reads are still served)"
+    )
+
+
+def _reply(result: Published | errors.SowError) -> Any:
+    if isinstance(result, errors.SowError):
+        return sow_pb2.PublishReply(error_code=status_for(result).name, error=str(result))
+    topic, partition, offset = result.position
+    return sow_pb2.PublishReply(
+        position=sow_pb2.Position(topic=topic, partition=partition, offset=offset),
+        sow_key=result.sow_key,
+    )
 
 
 def _position(position: LogPosition) -> sow_pb2.Position:
@@ -72,26 +111,80 @@ class SowServicer(sow_pb2_grpc.SowServicer):
     def __init__(self, engine: QueryEngine, gateway: Gateway) -> None:
         self._engine = engine
         self._gateway = gateway
+        self._publish_slots = threading.BoundedSemaphore(PUBLISH_SLOTS)
 
     @staticmethod
     def _abort(context: Any, error: errors.SowError) -> None:
         context.abort(status_for(error), str(error))
 
     def Publish(self, request: Any, context: Any) -> Any:
+        if not self._publish_slots.acquire(blocking=False):
+            self._abort(context, _busy())
         try:
-            published = self._gateway.publish(
-                request.topic,
-                request.data,
-                request.sow_key,
-                request.expiration,
-                request.correlation_id,
-                request.text_form,
-            )
+            published = self._gateway.publish(request, _time_left(context))
         except errors.SowError as exc:
             self._abort(context, exc)
-        return sow_pb2.PublishReply(
-            position=_position(published.position), sow_key=published.sow_key
-        )
+        finally:
+            self._publish_slots.release()
+        return _reply(published)
+
+    def PublishStream(self, request_iterator: Any, context: Any) -> Iterator[Any]:
+        """Bulk publish: batches are handed to the log as they arrive (up to
+        STREAM_WINDOW unacknowledged), each acknowledged in order once the broker has all
+        of it. A bad message is refused in its ack; the stream goes on."""
+        if not self._publish_slots.acquire(blocking=False):
+            self._abort(context, _busy())
+        pending: queue.Queue[tuple[int, PendingPublishes] | BaseException | None]
+        pending = queue.Queue(maxsize=STREAM_WINDOW)
+        ended = threading.Event()
+
+        def hand_over(item: tuple[int, PendingPublishes] | BaseException | None) -> bool:
+            while not ended.is_set():
+                try:
+                    pending.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def read() -> None:
+            try:
+                for batch in request_iterator:
+                    publishes = self._gateway.publish_many(batch.messages)
+                    if not hand_over((batch.batch_id, publishes)):
+                        return
+                hand_over(None)
+            except BaseException as exc:  # the client cancelled, or a bug: end the stream
+                hand_over(exc)
+
+        threading.Thread(target=read, name="sow-publish-stream", daemon=True).start()
+        try:
+            while True:
+                item = pending.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    if context.is_active() and not isinstance(item, grpc.RpcError):
+                        log.error("publish stream failed", exc_info=item)
+                        context.abort(grpc.StatusCode.INTERNAL, f"publish stream failed: {item!r}")
+                    return
+                batch_id, publishes = item
+                timeout = _time_left(context)
+                if not publishes.wait(timeout):
+                    self._abort(
+                        context,
+                        errors.UnconfirmedWriteError(
+                            f"the broker did not confirm batch {batch_id} within {timeout:.3g}s; "
+                            "its messages may still be written. Resend the unacknowledged "
+                            "batches with the same publisher and sequences"
+                        ),
+                    )
+                yield sow_pb2.PublishAck(
+                    batch_id=batch_id, replies=[_reply(r) for r in publishes.results()]
+                )
+        finally:
+            ended.set()
+            self._publish_slots.release()
 
     def SowQuery(self, request: Any, context: Any) -> Iterator[Any]:
         query = SowQuery(
@@ -179,7 +272,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
 def start_server(engine: QueryEngine, gateway: Gateway, address: str) -> tuple[Any, str]:
     """Start the gRPC server on ``address``; return it and the address it bound."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS))
     sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway), server)  # type: ignore[no-untyped-call]
     host, _, _port = address.rpartition(":")
     bound = server.add_insecure_port(address)
