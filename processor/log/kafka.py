@@ -472,7 +472,9 @@ class KafkaLogWriter:
             deadline = None
             while True:
                 try:
-                    produce(topic, value, key, partition, on_delivery=report, headers=headers)
+                    produce(
+                        topic, value, key, partition, on_delivery=report, headers=cast(Any, headers)
+                    )
                     break
                 except BufferError:
                     now = time.monotonic()

@@ -59,7 +59,7 @@ def status_for(error: errors.SowError) -> grpc.StatusCode:
 
 def _time_left(context: Any, default: float = DEFAULT_WAIT_S) -> float:
     """How long a request may still wait: its deadline less room to answer, capped."""
-    remaining = context.time_remaining()
+    remaining: float | None = context.time_remaining()
     if remaining is None:
         return default
     return max(min(remaining - min(DEADLINE_MARGIN_S, remaining * 0.1), default), 0.0)
