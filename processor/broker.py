@@ -116,6 +116,11 @@ class TansuBroker:
         """Where the broker's own output is written."""
         return self._log_dir / "tansu.log"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (fault tests freeze it with SIGSTOP)."""
+        return None if self._process is None else self._process.pid
+
     def start(self, timeout_s: float = 30.0) -> TansuBroker:
         """Start the broker and wait until it answers; returns self."""
         try:

@@ -1,0 +1,133 @@
+"""Publishing through the gateway: unary and streaming, size limits, concurrency, the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+
+from processor.service.client import ServiceError
+from processor.topology.model import SowTopic
+from tests.integration.harness import namespaced, running_sow
+
+
+def orders(unique: str) -> object:
+    return namespaced(unique, SowTopic(name="ORDERS", keys=("/orderId",), partitions=2))
+
+
+def count(client: object, positions: dict[tuple[str, int], int]) -> int:
+    from processor.service._generated import sow_pb2
+
+    wait = [sow_pb2.Position(topic=t, partition=p, offset=o) for (t, p), o in positions.items()]
+    records, _, _ = client.query("ORDERS", min_position=wait)  # type: ignore[attr-defined]
+    return len(records)
+
+
+def test_stream_acks_every_message_in_order_and_refuses_bad_ones_alone(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    messages = [orjson.dumps({"orderId": i, "n": i}) for i in range(3000)]
+    messages[1000] = b'{"orderId": '  # not JSON
+    messages[2000] = orjson.dumps({"orderId": 2000, "blob": "x" * 1_500_000})  # too large
+    messages[2500] = b'{"symbol": "no key"}'
+    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (_, client):
+        replies = list(client.publish_stream("ORDERS", iter(messages), batch_size=128, window=4))
+        assert len(replies) == 3000
+        refused = {i: r for i, r in enumerate(replies) if r.error_code}
+        assert sorted(refused) == [1000, 2000, 2500]
+        assert all(r.error_code == "INVALID_ARGUMENT" for r in refused.values())
+        assert "not valid JSON" in refused[1000].error
+        assert "1,500,0" in refused[2000].error
+        assert "accepts at most" in refused[2000].error
+        assert "/orderId" in refused[2500].error
+        vector: dict[tuple[str, int], int] = {}
+        for reply in replies:
+            if not reply.error_code:
+                p = reply.position
+                assert p.offset > vector.get((p.topic, p.partition), -1)  # in order
+                vector[(p.topic, p.partition)] = p.offset
+        assert count(client, vector) == 2997
+
+
+def test_a_message_over_the_limit_is_refused_at_publish(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (_, client):
+        big = orjson.dumps({"orderId": 1, "blob": "x" * 1_500_000})
+        with pytest.raises(ServiceError) as caught:
+            client.publish("ORDERS", big)
+        assert caught.value.code == "INVALID_ARGUMENT"
+        assert "accepts at most" in caught.value.details
+        # Just under the limit goes through and is applied.
+        limit = 999_000
+        fits = orjson.dumps({"orderId": 2, "blob": "y" * (limit - 40)})
+        position = client.publish("ORDERS", fits).position
+        records, _, _ = client.query("ORDERS", min_position=[position])
+        assert [orjson.loads(r.data)["orderId"] for r in records] == [2]
+
+
+def test_concurrent_unary_publishes_all_land_and_apply(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (_, client):
+        positions: list[tuple[str, int, int]] = []
+        lock = threading.Lock()
+
+        def publisher(k: int) -> None:
+            for i in range(50):
+                p = client.publish("ORDERS", orjson.dumps({"orderId": k * 100 + i})).position
+                with lock:
+                    positions.append((p.topic, p.partition, p.offset))
+
+        threads = [threading.Thread(target=publisher, args=(k,)) for k in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(set(positions)) == 400
+        vector: dict[tuple[str, int], int] = {}
+        for topic, partition, offset in positions:
+            vector[(topic, partition)] = max(offset, vector.get((topic, partition), -1))
+        assert count(client, vector) == 400
+
+
+def test_cli_publish_streams_stdin_and_waits_until_applied(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    lines = "\n".join(orjson.dumps({"orderId": i % 700, "n": i}).decode() for i in range(2000))
+    lines += '\n{"orderId": \n'  # one bad line at the end
+    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (app, client):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "processor.cli",
+                "publish",
+                "ORDERS",
+                "--wait",
+                "--server",
+                app.grpc_address,
+            ],
+            check=False,
+            input=lines,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1, done.stderr  # one message was refused
+        assert "message 2001 refused" in done.stderr
+        out = [orjson.loads(line) for line in done.stdout.splitlines()]
+        summary = out[-1]
+        assert summary["published"] == 2000
+        assert summary["refused"] == 1
+        assert len(out) == 2001
+        # The summary's positions are what a reader passes as min_position.
+        assert set(summary["applied"]) <= {r["position"] for r in out[:-1]}
+        records, _, _ = client.query("ORDERS")
+        assert len(records) == 700
+        latest = {orjson.loads(r.data)["orderId"]: orjson.loads(r.data)["n"] for r in records}
+        assert latest[0] == 1400  # the last message for key 0 won
