@@ -439,7 +439,7 @@ class KafkaLogWriter:
     """Idempotent producer for commands (:class:`processor.log.LogWriter`).
 
     Never flushes per call: records go out in the producer's batches after at most
-    ``linger.ms`` (1 ms), so concurrent publishes share produce requests, and a poller
+    ``linger.ms`` (0.5 ms), so concurrent publishes share produce requests, and a poller
     thread serves delivery reports as they arrive. Idempotence keeps each partition's
     records in submission order, across the producer's internal retries too.
     """
@@ -448,7 +448,7 @@ class KafkaLogWriter:
     QUEUE_FULL_WAIT_S = 5.0
 
     def __init__(self, bootstrap: str, **extra: Any) -> None:
-        settings = producer_settings(bootstrap, **{"linger.ms": 1, **extra})
+        settings = producer_settings(bootstrap, **{"linger.ms": 0.5, **extra})
         self._producer = Producer(settings)
         self.max_record_bytes = (
             int(settings.get("message.max.bytes", 1_000_000)) - RECORD_FRAMING_BYTES
