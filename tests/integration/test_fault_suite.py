@@ -128,10 +128,6 @@ def test_100_sigkills_during_a_publish_stream(bootstrap: str, unique: str, tmp_p
     sigkill_scenario(bootstrap, unique, tmp_path, 100)
 
 
-def test_sigkills_during_a_publish_stream(bootstrap: str, unique: str, tmp_path: Path) -> None:
-    sigkill_scenario(bootstrap, unique, tmp_path, 3)
-
-
 def freeze_scenario(tmp_path: Path, unique: str, seconds: float) -> None:
     """Publish, freeze the broker for ``seconds`` while publishing goes on, thaw, and
     check the SOW against the model of every acknowledged publish."""
