@@ -13,7 +13,7 @@ from processor.broker import Broker, start_broker
 from processor.config import Settings
 from processor.engine.commit import crash_hook_from_env
 from processor.engine.processor import Processor, ProcessorConnections
-from processor.errors import StoreCorruptedError
+from processor.errors import SowError, StoreCorruptedError
 from processor.log import TopicSpec
 from processor.log.kafka import (
     KafkaChangelogTail,
@@ -31,6 +31,7 @@ from processor.state.memory import MemoryStore
 from processor.state.rocksdb import RocksDBStore, quarantine
 from processor.topology import Topology
 from processor.topology.model import Durability, SowTopic
+from processor.worker import ProcessorChild
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class Application:
     grpc_server: Any = None
     grpc_address: str = ""
     log_writer: KafkaLogWriter | None = None
+    processor_child: ProcessorChild | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
 
@@ -114,6 +116,16 @@ class Application:
         thread.start()
         self.threads.append(thread)
 
+    @property
+    def processor_ready(self) -> threading.Event | None:
+        """Set once the processor (thread or child) has joined and restored; None when
+        this application runs no processor."""
+        if self.processor is not None:
+            return self.processor.ready
+        if self.processor_child is not None:
+            return self.processor_child.ready
+        return None
+
     def stop(self) -> None:
         """Stop everything this application started, in reverse order."""
         if self.grpc_server is not None:
@@ -124,6 +136,8 @@ class Application:
             self.replica.stop()
         if self.processor is not None:
             self.processor.stop()
+        if self.processor_child is not None:
+            self.processor_child.stop()
         for thread in self.threads:
             thread.join(timeout=30)
         self.broker.stop()
@@ -136,10 +150,14 @@ def start(
     processor: bool = True,
     service: bool = True,
     allow_docker: bool = True,
+    processor_process: bool = False,
 ) -> Application:
     """Start the broker (or use the configured one), create topics, and start components.
 
-    The topology is loaded from ``settings.topology`` unless given.
+    The topology is loaded from ``settings.topology`` unless given. With
+    ``processor_process`` the processor runs as a child process (``sow process``, reading
+    the topology from ``settings.topology``) instead of a thread: its own interpreter
+    lock, so it does not slow publishes and queries down (``sow serve`` does this).
     """
     if topology is None:
         from processor.topology.loader import load_topology
@@ -150,7 +168,15 @@ def start(
     try:
         bootstrap = broker.bootstrap_servers
         ensure_topics(bootstrap, topic_specs(topology, settings.dead_letter_topic))
-        if processor:
+        if processor and processor_process:
+
+            def exited(code: int) -> None:
+                app.errors.append(
+                    SowError(f"the processor process exited with code {code} (see its log)")
+                )
+
+            app.processor_child = ProcessorChild(settings, bootstrap, exited)
+        elif processor:
             app.processor = build_processor(settings, bootstrap, topology)
             app._spawn("sow-processor", app.processor.run)
         if service:

@@ -235,11 +235,13 @@ def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool
         processor=processor,
         service=service,
         allow_docker=not getattr(args, "no_docker", False),
+        processor_process=processor and service,
     )
-    if app.processor is not None:
+    ready = app.processor_ready
+    if ready is not None:
         sys.stderr.write("waiting for the processor to join its group and restore its stores...\n")
         waited = 0
-        while not app.processor.ready.wait(5):
+        while not ready.wait(5):
             waited += 5
             if app.errors:
                 app.stop()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from processor.errors import ConfigurationError
 
@@ -42,22 +42,34 @@ class Settings:
         """Stable per processor replica, so a restarted replica fences its predecessor."""
         return f"{self.group_id}-{self.instance_id}"
 
+    #: Setting -> the environment variable that sets it.
+    ENVIRONMENT: ClassVar[dict[str, str]] = {
+        "bootstrap_servers": "KAFKA_BOOTSTRAP_SERVERS",
+        "topology": "SOW_TOPOLOGY",
+        "state_dir": "SOW_STATE_DIR",
+        "grpc_address": "SOW_GRPC_ADDRESS",
+        "group_id": "SOW_GROUP_ID",
+        "instance_id": "SOW_INSTANCE_ID",
+        "dead_letter_topic": "SOW_DEAD_LETTER_TOPIC",
+        "max_batch": "SOW_MAX_BATCH",
+    }
+
+    def environment(self) -> dict[str, str]:
+        """These settings as environment variables (the inverse of ``from_env``), for a
+        child process that must run with them."""
+        values = {name: getattr(self, name) for name in self.ENVIRONMENT}
+        return {
+            self.ENVIRONMENT[name]: str(value)
+            for name, value in values.items()
+            if value is not None
+        }
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
         """Defaults, then environment variables, then non-None ``overrides``."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        names = {
-            "bootstrap_servers": "KAFKA_BOOTSTRAP_SERVERS",
-            "topology": "SOW_TOPOLOGY",
-            "state_dir": "SOW_STATE_DIR",
-            "grpc_address": "SOW_GRPC_ADDRESS",
-            "group_id": "SOW_GROUP_ID",
-            "instance_id": "SOW_INSTANCE_ID",
-            "dead_letter_topic": "SOW_DEAD_LETTER_TOPIC",
-            "max_batch": "SOW_MAX_BATCH",
-        }
-        for field_name, variable in names.items():
+        for field_name, variable in cls.ENVIRONMENT.items():
             raw = env.get(variable, "").strip()
             if raw:
                 values[field_name] = raw
