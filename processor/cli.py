@@ -309,7 +309,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             lines = (line.strip().encode() for line in sys.stdin if line.strip())
             replies = client.publish_stream(args.topic, lines, text_form=True, **options)
         for number, reply in enumerate(replies, 1):
-            if reply.error_code:
+            if reply.position is None:
                 refused += 1
                 sys.stderr.write(f"sow publish: message {number} refused: {reply.error}\n")
                 continue

@@ -69,8 +69,7 @@ class PublishCommand(NamedTuple):
     sequence: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Published:
+class Published(NamedTuple):
     """Where a publish landed, and the SowKey it was given."""
 
     position: LogPosition

@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -30,6 +30,24 @@ class ServiceError(SowError):
 def _translate(exc: grpc.RpcError) -> ServiceError:
     code = exc.code()
     return ServiceError(code.name if code else "UNKNOWN", exc.details() or "")
+
+
+class LogPosition(NamedTuple):
+    """Where a message landed in the log (pass it as a query's ``min_position``)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class PublishResult(NamedTuple):
+    """One message's outcome in a publish stream: its SowKey and position, or why it was
+    refused (``error_code`` is the gRPC status name; nothing was written for it)."""
+
+    sow_key: str
+    position: LogPosition | None
+    error_code: str = ""
+    error: str = ""
 
 
 #: Status codes after which a publish with a sequence number is sent again: it may or may
@@ -131,10 +149,10 @@ class SowClient:
         batch_size: int = 500,
         window: int = 8,
         **options: Any,
-    ) -> Iterator[Any]:
-        """Publish many messages over one stream; yield one reply per message, in order
-        (a refused message's reply has ``error_code`` and ``error``; the others have
-        position and SowKey). ``options`` are PublishRequest fields for every message
+    ) -> Iterator[PublishResult]:
+        """Publish many messages over one stream; yield one result per message, in order
+        (a refused message's has ``error_code`` and ``error``; the others have position
+        and SowKey). ``options`` are PublishRequest fields for every message
         (expiration, correlation_id, sow_key).
 
         At most ``window`` batches are unacknowledged at a time. When the stream breaks
@@ -172,13 +190,17 @@ class SowClient:
         timeout: float = 60.0,
         **fields: Any,
     ) -> Iterator[Any]:
-        """The raw reply stream: group begin, batches, group end."""
+        """The raw reply stream: group begin, batches, group end. ``min_position`` takes
+        anything with ``topic``, ``partition`` and ``offset`` (a reply's ``position``)."""
         request = sow_pb2.SowQueryRequest(
             topic=topic,
             sow_keys=list(sow_keys),
             query_id=query_id,
             batch_size=batch_size,
-            min_position=list(min_position),
+            min_position=[
+                sow_pb2.Position(topic=p.topic, partition=p.partition, offset=p.offset)
+                for p in min_position
+            ],
             **fields,
         )
         try:
@@ -269,7 +291,7 @@ class _StreamPublish:
         self.batch_id += 1
         return sow_pb2.PublishBatch(batch_id=self.batch_id, messages=messages)
 
-    def run(self) -> Iterator[list[Any]]:
+    def run(self) -> Iterator[list[PublishResult]]:
         credits = threading.Semaphore(self.window)
         closed = threading.Event()
         resend = list(self.unacked)
@@ -300,7 +322,19 @@ class _StreamPublish:
                         "was next; the stream is out of order"
                     )
                 credits.release()
-                yield list(ack.replies)
+                yield _results(ack)
         finally:
             closed.set()
             call.cancel()
+
+
+def _results(ack: Any) -> list[PublishResult]:
+    results = [
+        PublishResult(key, LogPosition(topic, partition, offset))
+        for topic, partition, offset, key in zip(
+            ack.log_topics, ack.partitions, ack.offsets, ack.sow_keys, strict=True
+        )
+    ]
+    for refusal in ack.refused:
+        results[refusal.index] = PublishResult("", None, refusal.error_code, refusal.error)
+    return results

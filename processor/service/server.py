@@ -72,13 +72,43 @@ def _busy() -> errors.SowError:
     )
 
 
-def _reply(result: Published | errors.SowError) -> Any:
-    if isinstance(result, errors.SowError):
-        return sow_pb2.PublishReply(error_code=status_for(result).name, error=str(result))
+def _reply(result: Published) -> Any:
     topic, partition, offset = result.position
     return sow_pb2.PublishReply(
         position=sow_pb2.Position(topic=topic, partition=partition, offset=offset),
         sow_key=result.sow_key,
+    )
+
+
+def _ack(batch_id: int, results: list[Published | errors.SowError]) -> Any:
+    """A batch's ack, built column by column."""
+    topics: list[str] = []
+    partitions: list[int] = []
+    offsets: list[int] = []
+    keys: list[str] = []
+    refused = []
+    for index, result in enumerate(results):
+        if isinstance(result, errors.SowError):
+            topics.append("")
+            partitions.append(-1)
+            offsets.append(-1)
+            keys.append("")
+            refused.append(
+                sow_pb2.Refusal(index=index, error_code=status_for(result).name, error=str(result))
+            )
+            continue
+        (topic, partition, offset), key = result
+        topics.append(topic)
+        partitions.append(partition)
+        offsets.append(offset)
+        keys.append(key)
+    return sow_pb2.PublishAck(
+        batch_id=batch_id,
+        log_topics=topics,
+        partitions=partitions,
+        offsets=offsets,
+        sow_keys=keys,
+        refused=refused,
     )
 
 
@@ -179,9 +209,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                             "batches with the same publisher and sequences"
                         ),
                     )
-                yield sow_pb2.PublishAck(
-                    batch_id=batch_id, replies=[_reply(r) for r in publishes.results()]
-                )
+                yield _ack(batch_id, publishes.results())
         finally:
             ended.set()
             self._publish_slots.release()

@@ -37,16 +37,12 @@ class PublishRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class PublishReply(_message.Message):
-    __slots__ = ("position", "sow_key", "error_code", "error")
+    __slots__ = ("position", "sow_key")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     SOW_KEY_FIELD_NUMBER: _ClassVar[int]
-    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
-    ERROR_FIELD_NUMBER: _ClassVar[int]
     position: Position
     sow_key: str
-    error_code: str
-    error: str
-    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ..., error_code: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
     __slots__ = ("batch_id", "messages")
@@ -57,12 +53,30 @@ class PublishBatch(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("batch_id", "replies")
+    __slots__ = ("batch_id", "log_topics", "partitions", "offsets", "sow_keys", "refused")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
-    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    LOG_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
-    replies: _containers.RepeatedCompositeFieldContainer[PublishReply]
-    def __init__(self, batch_id: _Optional[int] = ..., replies: _Optional[_Iterable[_Union[PublishReply, _Mapping]]] = ...) -> None: ...
+    log_topics: _containers.RepeatedScalarFieldContainer[str]
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    sow_keys: _containers.RepeatedScalarFieldContainer[str]
+    refused: _containers.RepeatedCompositeFieldContainer[Refusal]
+    def __init__(self, batch_id: _Optional[int] = ..., log_topics: _Optional[_Iterable[str]] = ..., partitions: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ..., sow_keys: _Optional[_Iterable[str]] = ..., refused: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ...) -> None: ...
+
+class Refusal(_message.Message):
+    __slots__ = ("index", "error_code", "error")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    error_code: str
+    error: str
+    def __init__(self, index: _Optional[int] = ..., error_code: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SowQueryRequest(_message.Message):
     __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form", "grouping", "projection", "wait_for_catch_up")
