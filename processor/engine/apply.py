@@ -44,7 +44,13 @@ from processor.engine.dead_letter import (
 )
 from processor.engine.headers import Sequenced, publish_options, sequenced
 from processor.engine.partition import PartitionState
-from processor.errors import ExpressionError, InvalidSowKeyError, MessageError, ProcessingError
+from processor.errors import (
+    ExpressionError,
+    InvalidSowKeyError,
+    MessageError,
+    ProcessingError,
+    RecordTooLargeError,
+)
 from processor.expr import Expression
 from processor.expr import compile as compile_expression
 from processor.keys import partition_for, validate_user_key
@@ -218,7 +224,14 @@ class Applier:
         error = self.dead_letters.failure(exc)
         if error is None:
             raise exc
-        if isinstance(error, ProcessingError):
+        if isinstance(error, RecordTooLargeError):
+            size = len(record.value() or b"")
+            error = RecordTooLargeError(
+                f"the {size:,}-byte message does not fit the log once the processor adds its "
+                f"SowKey and changelog envelope ({error}); publish smaller messages, or raise "
+                "the limit (message.max.bytes) for the processor and the broker together"
+            )
+        elif isinstance(error, ProcessingError):
             error = explain(
                 record.value(), route.decode, route.key_function, route.state.topic.name, error
             )
