@@ -155,7 +155,7 @@ def explain(
     except Exception:
         return error
     try:
-        key_function(message)
+        key_function(message).encode()
     except Exception as again:
         return KeyGenerationError(
             f"the key function of topic {topic} failed on this message: "

@@ -6,6 +6,8 @@ hot path never parses headers of a plain publish.
 
 from __future__ import annotations
 
+import math
+
 from processor.commands import (
     CORRELATION_HEADER,
     EXPIRATION_HEADER,
@@ -38,9 +40,12 @@ def publish_options(
                 try:
                     seconds = float(raw)
                 except ValueError:
+                    seconds = math.nan
+                if not math.isfinite(seconds):
                     raise MessageError(
-                        f"header {EXPIRATION_HEADER}={raw[:32]!r} is not a number of seconds"
-                    ) from None
+                        f"header {EXPIRATION_HEADER}={raw[:32]!r} is not a finite number of "
+                        "seconds (0 means the message never expires)"
+                    )
                 expiration_ms = None if seconds == 0 else now_ms + int(seconds * 1000)
             elif name == CORRELATION_HEADER and raw is not None:
                 correlation_id = raw.decode(errors="replace")
