@@ -13,7 +13,7 @@ from processor.broker import Broker, start_broker
 from processor.config import Settings
 from processor.engine.commit import crash_hook_from_env
 from processor.engine.processor import Processor, ProcessorConnections
-from processor.errors import SowError, StoreCorruptedError
+from processor.errors import ComponentFailedError, SowError, StoreCorruptedError
 from processor.log import TopicSpec
 from processor.log.kafka import (
     KafkaChangelogTail,
@@ -103,6 +103,9 @@ class Application:
     processor_child: ProcessorChild | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
+    #: Component threads that stopped on their own, first first (see :meth:`failure`).
+    failures: list[ComponentFailedError] = field(default_factory=list)
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         def run() -> None:
@@ -111,6 +114,15 @@ class Application:
             except BaseException as exc:
                 log.exception("%s stopped with an error", name)
                 self.errors.append(exc)
+                self.failures.append(ComponentFailedError(f"{name} thread", exc))
+                return
+            if not self.stopping.is_set():
+                # A component returns only when asked to stop; anything else is a bug
+                # that would leave the process serving without it.
+                error = SowError("it returned without being asked to stop")
+                log.error("%s stopped unexpectedly", name)
+                self.errors.append(error)
+                self.failures.append(ComponentFailedError(f"{name} thread", error))
 
         thread = threading.Thread(target=run, name=name, daemon=True)
         thread.start()
@@ -126,8 +138,23 @@ class Application:
             return self.processor_child.ready
         return None
 
+    def failure(self) -> ComponentFailedError | None:
+        """The first component thread (processor, replica) that stopped on its own, or
+        None while every one runs. Thread-safe; a process must not go on serving after a
+        failure (``sow serve`` stops and exits non-zero)."""
+        return self.failures[0] if self.failures else None
+
+    def wait(self, stop: threading.Event, poll_s: float = 0.2) -> ComponentFailedError | None:
+        """Block until ``stop`` is set (return None) or a component fails (return it)."""
+        while not stop.wait(poll_s):
+            failed = self.failure()
+            if failed is not None:
+                return failed
+        return None
+
     def stop(self) -> None:
         """Stop everything this application started, in reverse order."""
+        self.stopping.set()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=1).wait()
         if self.log_writer is not None:
@@ -171,9 +198,9 @@ def start(
         if processor and processor_process:
 
             def exited(code: int) -> None:
-                app.errors.append(
-                    SowError(f"the processor process exited with code {code} (see its log)")
-                )
+                error = SowError(f"it exited with code {code} (see its log above)")
+                app.errors.append(error)
+                app.failures.append(ComponentFailedError("processor (child process)", error))
 
             app.processor_child = ProcessorChild(settings, bootstrap, exited)
         elif processor:

@@ -12,13 +12,16 @@ Record kinds in a changelog topic partition (key, value, headers):
   and ``sow.position`` (``topic/partition/offset`` of the command).
 * control records, key starting with NUL, never a SowKey:
   ``PROGRESS_KEY`` (value: JSON ``{"log": [[topic, partition, next_offset], ...]}``, the
-  processor's input progress as of the end of a transaction) and ``RESET_KEY`` (the
+  processor's input progress as of the end of a transaction, plus
+  ``"publishers": {name: sequence, ...}``, the partition's whole duplicate-detection state,
+  when it has any) and ``RESET_KEY`` (the
   partition's state restarts empty from here, written when a transient topic rebuilds).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -287,14 +290,27 @@ def data_of(value: bytes) -> bytes:
         raise EnvelopeError("envelope ends inside a number") from None
 
 
-def encode_progress(positions: list[tuple[str, int, int]]) -> bytes:
-    """Value of a PROGRESS_KEY record: (log topic, partition, next offset) triples."""
-    return json.dumps({"log": [list(p) for p in positions]}, separators=(",", ":")).encode()
+def encode_progress(
+    positions: list[tuple[str, int, int]], publishers: Mapping[str, int] | None = None
+) -> bytes:
+    """Value of a PROGRESS_KEY record: (log topic, partition, next offset) triples, and
+    the partition's whole duplicate-detection map (publisher -> highest applied sequence)
+    when it is not empty."""
+    progress: dict[str, object] = {"log": [list(p) for p in positions]}
+    if publishers:
+        progress["publishers"] = dict(publishers)
+    return json.dumps(progress, separators=(",", ":")).encode()
 
 
 def decode_progress(value: bytes) -> list[tuple[str, int, int]]:
-    """Inverse of :func:`encode_progress`."""
+    """The positions of a PROGRESS_KEY record (see :func:`encode_progress`)."""
     return [(str(t), int(p), int(o)) for t, p, o in json.loads(value)["log"]]
+
+
+def decode_progress_publishers(value: bytes) -> dict[str, int]:
+    """The duplicate-detection map of a PROGRESS_KEY record (empty when it has none)."""
+    found = json.loads(value).get("publishers") or {}
+    return {str(name): int(sequence) for name, sequence in found.items()}
 
 
 def format_position(topic: str, partition: int, offset: int) -> bytes:

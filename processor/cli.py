@@ -14,12 +14,15 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from processor.config import DEFAULT_GRPC_ADDRESS, Settings
-from processor.errors import ConfigurationError, SowError
+from processor.errors import ComponentFailedError, ConfigurationError, SowError
+
+if TYPE_CHECKING:
+    from processor.app import Application
 
 log = logging.getLogger("sow")
 
@@ -213,15 +216,24 @@ def _out(value: Any) -> None:
     sys.stdout.flush()
 
 
-def _wait_for_signal() -> None:
+def _stop_on_signal() -> threading.Event:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(0.5):
-        pass
+    return stop
+
+
+def _failed(command: str, app: Application, failure: ComponentFailedError) -> int:
+    """Report a component that stopped, stop the rest; the exit status of ``sow serve``."""
+    sys.stderr.write(f"sow {command}: error: {failure}\nstopping...\n")
+    app.stop()
+    return 1
 
 
 def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool = True) -> int:
+    """Run until a signal (exit 0) or until a component thread stops on its own: then the
+    whole process stops with a message naming the component and exits 1, rather than
+    serving on without it."""
     from processor.app import start
 
     settings = _settings(args)
@@ -237,16 +249,23 @@ def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool
         allow_docker=not getattr(args, "no_docker", False),
         processor_process=processor and service,
     )
+    stop = _stop_on_signal()
     ready = app.processor_ready
     if ready is not None:
         sys.stderr.write("waiting for the processor to join its group and restore its stores...\n")
-        waited = 0
-        while not ready.wait(5):
-            waited += 5
-            if app.errors:
+        started = time.monotonic()
+        reported = 0
+        while not ready.wait(0.2):
+            failure = app.failure()
+            if failure is not None:
+                return _failed(args.command, app, failure)
+            if stop.is_set():
                 app.stop()
-                raise SowError(f"the processor stopped while starting: {app.errors[0]}")
-            sys.stderr.write(f"  still starting after {waited}s (see the log lines above)\n")
+                return 0
+            waited = int(time.monotonic() - started)
+            if waited >= reported + 5:
+                reported = waited
+                sys.stderr.write(f"  still starting after {waited}s (see the log lines above)\n")
     lines = [
         "kafka-sow is ready",
         f"  broker:     {app.broker.description}",
@@ -260,11 +279,15 @@ def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool
     lines.append("  stop with Ctrl-C")
     sys.stderr.write("\n".join(lines) + "\n")
     try:
-        _wait_for_signal()
-    finally:
-        sys.stderr.write("stopping...\n")
+        failure = app.wait(stop)
+    except BaseException:
         app.stop()
-    return 1 if app.errors else 0
+        raise
+    if failure is not None:
+        return _failed(args.command, app, failure)
+    sys.stderr.write("stopping...\n")
+    app.stop()
+    return 1 if app.failure() else 0
 
 
 def _address(args: argparse.Namespace) -> str:

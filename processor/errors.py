@@ -55,6 +55,34 @@ class InvalidSowKeyError(MessageError):
     reason_code = "invalid-sow-key"
 
 
+class RecordTooLargeError(MessageError):
+    """A record (or the changelog envelope made from it) is larger than the log accepts
+    (the producer's ``message.max.bytes``); it is dead-lettered without its value."""
+
+    reason_code = "too-large"
+
+
+class KeyGenerationError(MessageError):
+    """The topic's key function failed on a message: a custom KeyGenerator raised, or a
+    Key field holds a value that has no text form (for example an Avro decimal)."""
+
+    reason_code = "key-generation-failed"
+
+
+class InvalidSequenceError(MessageError):
+    """The duplicate-detection headers of a command are incomplete or malformed
+    (``sow.sequence`` must be a decimal integer and come with ``sow.publisher``)."""
+
+    reason_code = "invalid-sequence"
+
+
+class ProcessingError(MessageError):
+    """Applying one record failed in an unexpected way (a bug or an unforeseen input);
+    the record is dead-lettered with the exception and the processor goes on."""
+
+    reason_code = "processing-failed"
+
+
 class UnknownTopicError(SowError):
     """A command names a topic that has no SOW in the topology."""
 
@@ -129,3 +157,16 @@ class StoreCorruptedError(StoreError):
 
 class FencedError(SowError):
     """Another processor instance took over this processor's transactional identity."""
+
+
+class ComponentFailedError(SowError):
+    """A component of a running application (the processor thread or child process, the
+    read replica) stopped with an error; ``component`` names it and ``error`` says why."""
+
+    def __init__(self, component: str, error: BaseException) -> None:
+        self.component = component
+        self.error = error
+        super().__init__(
+            f"the {component} stopped: {type(error).__name__}: {error}; the process "
+            "cannot go on without it (fix the cause above, then start it again)"
+        )

@@ -13,8 +13,17 @@ Commands on the log (ARCHITECTURE.md: nothing else writes state):
 
 A record whose Kafka key is not its SowKey (or that sits on another partition than its
 SowKey's) is re-keyed through the topic's repartition topic and applied when it comes back.
-A record that cannot be applied (undecodable, missing a Key field, bad SowKey) goes to the
-dead-letter topic with the reason in its headers; the batch goes on.
+A record that cannot be applied (undecodable, missing a Key field, bad SowKey, a key
+function that fails, a changelog record over the size limit, any unexpected exception)
+goes to the dead-letter topic with the reason in its headers, in the batch's transaction;
+the batch goes on (:mod:`processor.engine.dead_letter`). Failures of the broker or the
+store are raised: they are not the record's.
+
+Duplicate detection: a command from the input topic with headers ``sow.publisher`` and
+``sow.sequence`` is applied only when its sequence is above the highest the partition
+applied for that publisher; otherwise it is discarded (counted, its offset committed).
+The check runs where the publisher's order holds, on the input partition, before a
+record is re-keyed; records back from the repartition topic are not checked again.
 """
 
 from __future__ import annotations
@@ -25,14 +34,23 @@ from typing import Any
 
 from processor import changelog
 from processor.changelog import POSITION_HEADER, REASON_HEADER, format_position
-from processor.commands import (
-    CORRELATION_HEADER,
-    EXPIRATION_HEADER,
-    FILTER_DELETE_KEY,
-    FILTER_HEADER,
+from processor.commands import FILTER_DELETE_KEY, FILTER_HEADER
+from processor.engine.dead_letter import (
+    ERROR_HEADERS,
+    DeadLetters,
+    ProduceError,
+    explain,
+    no_translation,
 )
+from processor.engine.headers import Sequenced, publish_options, sequenced
 from processor.engine.partition import PartitionState
-from processor.errors import ExpressionError, InvalidSowKeyError, MessageError
+from processor.errors import (
+    ExpressionError,
+    InvalidSowKeyError,
+    MessageError,
+    ProcessingError,
+    RecordTooLargeError,
+)
 from processor.expr import Expression
 from processor.expr import compile as compile_expression
 from processor.keys import partition_for, validate_user_key
@@ -40,7 +58,8 @@ from processor.log import Headers, Record, TopicPartitionKey
 
 log = logging.getLogger(__name__)
 
-ERROR_HEADERS = ("sow.error.reason", "sow.error.message")
+__all__ = ["ERROR_HEADERS", "Applier", "Route"]
+
 DELETED = b"deleted"
 
 Produce = Callable[..., None]
@@ -101,19 +120,31 @@ class Applier:
     ``routes`` maps (log topic, partition) to its Route; the processor keeps it current as
     partitions are assigned and revoked. ``produce`` is the transactional producer's raw
     ``produce(topic, value, key, partition, headers=...)``, which may raise BufferError when
-    its queue is full (then the record is retried after the queue drains).
+    its queue is full (then the record is retried after the queue drains) and other
+    exceptions that ``produce_error`` translates (a record over the size limit is the
+    record's failure; anything else is the log's).
     """
 
     def __init__(
-        self, produce: Produce, dead_letter_topic: str, drain: Callable[[], None] = lambda: None
+        self,
+        produce: Produce,
+        dead_letter_topic: str,
+        drain: Callable[[], None] = lambda: None,
+        produce_error: ProduceError = no_translation,
     ) -> None:
         self.produce = produce
         self.drain = drain
-        self.dead_letter_topic = dead_letter_topic
+        self.dead_letters = DeadLetters(produce, dead_letter_topic, drain, produce_error)
         self.routes: dict[TopicPartitionKey, Route] = {}
-        self.dead_lettered = 0
         self.repartitioned = 0
+        #: Commands discarded by duplicate detection since start.
+        self.duplicates = 0
         self._filters: dict[bytes, Expression] = {}
+
+    @property
+    def dead_lettered(self) -> int:
+        """Records sent to the dead-letter topic since start."""
+        return self.dead_letters.count
 
     def apply(
         self, records: Sequence[Record], now_ms: int
@@ -121,6 +152,8 @@ class Applier:
         """Apply records in offset order; return next offsets and the partitions touched.
 
         Records of one partition arrive in runs; the route is looked up once per run.
+        Raises only for failures that are not one record's (broker, store); the caller
+        then abandons the whole transaction.
         """
         produce = self.produce
         routes = self.routes
@@ -147,56 +180,107 @@ class Applier:
             value = record.value()
             key = record.key()
             key_function = route.key_function
-            if value is None or key_function is None:
-                self._apply_slow(record, route, value, key, now_ms)
-                continue
+            # Every step below may fail for this record alone; a try costs nothing until
+            # something raises, and then the record takes the slow path to the dead letters.
             try:
+                if value is None or key_function is None:
+                    self._apply_slow(record, route, value, key, now_ms)
+                    continue
                 sow_key = key_function(route.decode(value)).encode()
                 headers = record.headers()
                 if headers is None and route.plain:
                     expiration_ms = correlation_id = None
                 else:
-                    expiration_ms, correlation_id = _options(headers, route.state, now_ms)
-            except MessageError as exc:
-                self._dead_letter(record, exc)
+                    expiration_ms, correlation_id, sequence = publish_options(
+                        headers, route.state, now_ms
+                    )
+                    if sequence is not None and self._duplicate(record, route, sequence):
+                        continue
+                if route.from_input and route.misplaced(key, sow_key, partition):
+                    self._repartition(record, route.state, sow_key)
+                    continue
+                envelope = route.writer.encode(
+                    offset,
+                    sow_key,
+                    value,
+                    record.timestamp()[1],
+                    now_ms,
+                    expiration_ms,
+                    correlation_id,
+                )
+                try:
+                    produce(route.changelog, envelope, sow_key, partition)
+                except BufferError:
+                    self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
+            except Exception as exc:
+                self._reject(record, route, exc)
                 continue
-            if route.from_input and route.misplaced(key, sow_key, partition):
-                self._repartition(record, route.state, sow_key)
-                continue
-            envelope = route.writer.encode(
-                offset,
-                sow_key,
-                value,
-                record.timestamp()[1],
-                now_ms,
-                expiration_ms,
-                correlation_id,
-            )
             route.pending[sow_key] = envelope
-            try:
-                produce(route.changelog, envelope, sow_key, partition)
-            except BufferError:
-                self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
         return offsets, touched
+
+    def _reject(self, record: Record, route: Route, exc: Exception) -> None:
+        """A record failed before its change was recorded: dead-letter it when the failure
+        is its own, re-raise when it is the broker's or the store's."""
+        error = self.dead_letters.failure(exc)
+        if error is None:
+            raise exc
+        if isinstance(error, RecordTooLargeError):
+            size = len(record.value() or b"")
+            error = RecordTooLargeError(
+                f"the {size:,}-byte message does not fit the log once the processor adds its "
+                f"SowKey and changelog envelope ({error}); publish smaller messages, or raise "
+                "the limit (message.max.bytes) for the processor and the broker together"
+            )
+        elif isinstance(error, ProcessingError):
+            error = explain(
+                record.value(), route.decode, route.key_function, route.state.topic.name, error
+            )
+            log.debug(
+                "record %s[%d]@%d failed",
+                record.topic(),
+                record.partition(),
+                record.offset(),
+                exc_info=exc,
+            )
+        self.dead_letters.send(record, error)
+
+    def _duplicate(self, record: Record, route: Route, sequence: Sequenced) -> bool:
+        """True (and the command is discarded) when it repeats an applied sequence."""
+        if not route.from_input or route.state.accept_sequence(*sequence):
+            return False
+        self.duplicates += 1
+        log.debug(
+            "discarded %s[%d]@%d: publisher %r sequence %d was already applied",
+            record.topic(),
+            record.partition(),
+            record.offset(),
+            sequence[0],
+            sequence[1],
+        )
+        return True
 
     def _apply_slow(
         self, record: Record, route: Route, value: bytes | None, key: bytes | None, now_ms: int
     ) -> None:
-        """Deletes, and publishes to topics whose publishers provide the SowKey."""
+        """Deletes, and publishes to topics whose publishers provide the SowKey.
+
+        Raises MessageError (and anything unexpected) for the caller to dead-letter.
+        """
         state = route.state
         if value is None and key == FILTER_DELETE_KEY:
             self._delete_by_filter(record, route)
             return
-        try:
-            if value is None:
-                sow_key = self._delete_key(state, key)
-                expiration_ms = correlation_id = None
-            else:
-                route.decode(value)
-                sow_key = validate_user_key(key).encode()
-                expiration_ms, correlation_id = _options(record.headers(), state, now_ms)
-        except MessageError as exc:
-            self._dead_letter(record, exc)
+        if value is None:
+            sow_key = self._delete_key(state, key)
+            expiration_ms = correlation_id = None
+            sequence = sequenced(record.headers()) if route.from_input else None
+        else:
+            route.decode(value)
+            sow_key = validate_user_key(key).encode()
+            expiration_ms, correlation_id, sequence = publish_options(
+                record.headers(), state, now_ms
+            )
+        if sequence is not None and self._duplicate(record, route, sequence):
             return
         partition = record.partition()
         if route.from_input and route.misplaced(key, sow_key, partition):
@@ -205,10 +289,10 @@ class Applier:
         if value is None:
             if state.lookup(sow_key) is None:
                 return  # deleting what is not there changes nothing
-            state.pending[sow_key] = None
             position = format_position(record.topic(), partition, record.offset())
             headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
             self._produce_after_drain(route.changelog, None, sow_key, partition, headers)
+            state.pending[sow_key] = None
             return
         envelope = route.writer.encode(
             record.offset(),
@@ -219,12 +303,13 @@ class Applier:
             expiration_ms,
             correlation_id,
         )
-        state.pending[sow_key] = envelope
         self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
+        state.pending[sow_key] = envelope
 
     def _delete_by_filter(self, record: Record, route: Route) -> None:
         """Delete every record of the partition that matches the command's filter."""
-        text = next((raw for name, raw in record.headers() or () if name == FILTER_HEADER), None)
+        headers = record.headers()
+        text = next((raw for name, raw in headers or () if name == FILTER_HEADER), None)
         try:
             if not text:
                 raise MessageError(
@@ -237,8 +322,10 @@ class Applier:
                 if len(self._filters) >= 1024:
                     self._filters.clear()
                 self._filters[text] = expression
-        except (MessageError, ExpressionError) as exc:
-            self._dead_letter(record, MessageError(str(exc)))
+        except ExpressionError as exc:
+            raise MessageError(str(exc)) from exc
+        sequence = sequenced(headers) if route.from_input else None
+        if sequence is not None and self._duplicate(record, route, sequence):
             return
         state = route.state
         try:
@@ -246,14 +333,13 @@ class Applier:
         except Exception as exc:
             # Nothing was written yet: the command goes to the dead-letter topic whole
             # and the loop goes on (a filter too deep to compile, a damaged record).
-            self._dead_letter(record, MessageError(f"the filter delete failed: {exc!r}"))
-            return
+            raise MessageError(f"the filter delete failed: {exc!r}") from exc
         partition = record.partition()
         position = format_position(record.topic(), partition, record.offset())
-        headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
+        tombstone = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
         for sow_key in matched:
             state.pending[sow_key] = None
-            self._produce_after_drain(route.changelog, None, sow_key, partition, headers)
+            self._produce_after_drain(route.changelog, None, sow_key, partition, tombstone)
         log.info(
             "filter delete at %s deleted %d records of %s[%d]",
             position.decode(),
@@ -298,25 +384,6 @@ class Applier:
         )
         self.repartitioned += 1
 
-    def _dead_letter(self, record: Record, error: MessageError) -> None:
-        headers: Headers = list(record.headers() or [])
-        headers += [
-            (ERROR_HEADERS[0], error.reason_code.encode()),
-            (ERROR_HEADERS[1], str(error).encode()),
-            ("sow.source.topic", record.topic().encode()),
-            ("sow.source.partition", str(record.partition()).encode()),
-            ("sow.source.offset", str(record.offset()).encode()),
-        ]
-        self._produce_after_drain(self.dead_letter_topic, record.value(), record.key(), -1, headers)
-        self.dead_lettered += 1
-        log.warning(
-            "dead-lettered %s[%d]@%d: %s",
-            record.topic(),
-            record.partition(),
-            record.offset(),
-            error,
-        )
-
 
 def _matching(
     state: PartitionState, decode: Callable[[bytes], Any], expression: Expression
@@ -333,25 +400,3 @@ def _matching(
         if expression.matches(message, decoded.context()):
             matched.append(sow_key)
     return matched
-
-
-def _options(
-    headers: Headers | None, state: PartitionState, now_ms: int
-) -> tuple[int | None, str | None]:
-    """Expiration instant and correlation id from a publish's headers and the topic."""
-    default_s = state.topic.expiration_s
-    expiration_ms = None if not default_s else now_ms + int(default_s * 1000)
-    correlation_id = None
-    if headers:
-        for name, raw in headers:
-            if name == EXPIRATION_HEADER and default_s is not None and raw:
-                try:
-                    seconds = float(raw)
-                except ValueError:
-                    raise MessageError(
-                        f"header {EXPIRATION_HEADER}={raw[:32]!r} is not a number of seconds"
-                    ) from None
-                expiration_ms = None if seconds == 0 else now_ms + int(seconds * 1000)
-            elif name == CORRELATION_HEADER and raw is not None:
-                correlation_id = raw.decode(errors="replace")
-    return expiration_ms, correlation_id

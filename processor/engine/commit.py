@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 
 from processor.changelog import PROGRESS_KEY, encode_progress
-from processor.engine.partition import PartitionState
+from processor.engine.partition import PUBLISHERS_META, PartitionState, encode_publishers
 from processor.engine.transaction import Transaction, TransactionStatus
 from processor.log import TopicPartitionKey, TransactionalLog
 from processor.state import CHANGELOG_OFFSET, offset_bytes
@@ -54,12 +54,12 @@ def commit(
 
     The changelog records of the batch were produced while it was applied. Then:
 
-    1. Produce one PROGRESS control record per touched partition; their offsets come back
-       with step 3.
+    1. Produce one PROGRESS control record per touched partition (input positions and the
+       whole duplicate-detection map); their offsets come back with step 3.
     2. Send the consumer offsets (next offset per input partition) to the transaction.
     3. Commit the Kafka transaction: changelog records and offsets become visible at once.
-    4. Write each touched store's batch: its data and the changelog offset it now reflects,
-       in one atomic RocksDB write.
+    4. Write each touched store's batch: its data, the changelog offset it now reflects
+       and (when it changed) the duplicate-detection map, in one atomic RocksDB write.
 
     A crash before 3 leaves an aborted transaction (Kafka drops it; stores untouched; the
     batch is re-read from the committed offsets). A crash between 3 and 4 leaves stores
@@ -71,9 +71,8 @@ def commit(
         for state in partitions:
             changelog = state.topic.changelog_topic
             positions = [(topic, state.partition, nxt) for topic, nxt in state.progress.items()]
-            producer.produce_tracked(
-                changelog, encode_progress(positions), PROGRESS_KEY, state.partition
-            )
+            progress = encode_progress(positions, state.publishers)
+            producer.produce_tracked(changelog, progress, PROGRESS_KEY, state.partition)
         transaction.advance(TransactionStatus.STARTED, TransactionStatus.PREPARED)
         if crash:
             crash("produced")
@@ -85,9 +84,13 @@ def commit(
             crash("committed")
         for state in partitions:
             end = ends[(state.topic.changelog_topic, state.partition)]
-            state.store.write(state.pending, {CHANGELOG_OFFSET: offset_bytes(end + 1)})
+            meta = {CHANGELOG_OFFSET: offset_bytes(end + 1)}
+            if state.publishers_changed:
+                meta[PUBLISHERS_META] = encode_publishers(state.publishers)
+            state.store.write(state.pending, meta)
             state.pending.clear()
             state.progress.clear()
+            state.publishers_changed = False
         if crash:
             crash("stored")
         transaction.advance(TransactionStatus.PREPARED, TransactionStatus.COMPLETE)

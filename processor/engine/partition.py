@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from processor.changelog import EnvelopeWriter
@@ -19,6 +20,12 @@ class PartitionState:
     ``pending`` holds the current transaction's writes (SowKey -> envelope, None for a
     delete); reads during a batch check it before the store. ``progress`` holds the next
     input offset per log topic reached in the current transaction.
+
+    ``publishers`` is duplicate detection: the highest sequence applied per publisher on
+    this partition's input, committed state and this transaction's together. Like
+    ``pending`` it is only valid while the transaction can still commit: after a failed
+    transaction the processor drops the whole PartitionState and reopens it from the
+    store, whose meta column holds the map as of the last commit (:data:`PUBLISHERS_META`).
     """
 
     topic: SowTopic
@@ -31,10 +38,23 @@ class PartitionState:
     progress: dict[str, int] = field(default_factory=dict)
     #: Next input offset per log topic that recovery found applied in the changelog.
     log_next: dict[str, int] = field(default_factory=dict)
+    publishers: dict[str, int] = field(default_factory=dict)
+    #: True when the current transaction changed ``publishers``.
+    publishers_changed: bool = False
 
     @property
     def transient(self) -> bool:
         return self.topic.durability is Durability.TRANSIENT
+
+    def accept_sequence(self, publisher: str, sequence: int) -> bool:
+        """Note (publisher, sequence) as applied and return True, or return False for a
+        duplicate: a sequence not above the highest this partition applied for it."""
+        last = self.publishers.get(publisher)
+        if last is not None and sequence <= last:
+            return False
+        self.publishers[publisher] = sequence
+        self.publishers_changed = True
+        return True
 
     def lookup(self, sow_key: bytes) -> bytes | None:
         """The current envelope of a SowKey, including this transaction's writes."""
@@ -62,3 +82,20 @@ def make_writers(topic: SowTopic, partition: int) -> dict[str, EnvelopeWriter]:
         log_topic: EnvelopeWriter(topic.name, topic.message_type, log_topic, partition)
         for log_topic in (topic.kafka_topic, topic.repartition_topic)
     }
+
+
+#: Store meta key: the partition's publisher -> highest applied sequence map (JSON), written
+#: in the same atomic batch as the data it reflects.
+PUBLISHERS_META = b"publishers"
+
+
+def encode_publishers(publishers: Mapping[str, int]) -> bytes:
+    """The store meta value of a publisher -> sequence map."""
+    return json.dumps(publishers, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_publishers(value: bytes | None) -> dict[str, int]:
+    """Inverse of :func:`encode_publishers`; None (never written) is the empty map."""
+    if not value:
+        return {}
+    return {str(name): int(sequence) for name, sequence in json.loads(value).items()}

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook, commit
-from processor.engine.partition import PartitionState, make_writers
+from processor.engine.partition import (
+    PUBLISHERS_META,
+    PartitionState,
+    decode_publishers,
+    make_writers,
+)
 from processor.engine.recovery import (
     republish,
     restore_from_changelog,
@@ -25,7 +30,13 @@ from processor.engine.recovery import (
 from processor.engine.transaction import Transaction
 from processor.errors import BrokerError, FencedError
 from processor.keys import key_function
-from processor.log import InputLog, PartitionReader, TopicPartitionKey, TransactionalLog
+from processor.log import (
+    InputLog,
+    PartitionReader,
+    Record,
+    TopicPartitionKey,
+    TransactionalLog,
+)
 from processor.messages import codec_for
 from processor.state import Store
 from processor.topology.model import SowTopic, Topology
@@ -51,6 +62,9 @@ class Processor:
     the pipeline down and starts it again from the committed offsets (stores replay their
     changelog); a fenced processor stops with FencedError.
     """
+
+    #: How long an idle processor blocks waiting for a record (it checks ``stop`` between).
+    IDLE_WAIT_S = 0.1
 
     def __init__(
         self,
@@ -95,6 +109,11 @@ class Processor:
         """Records sent to the dead-letter topic since start."""
         return 0 if self._applier is None else self._applier.dead_lettered
 
+    @property
+    def duplicates(self) -> int:
+        """Commands discarded by duplicate detection since start."""
+        return 0 if self._applier is None else self._applier.duplicates
+
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch; thread-safe."""
         self._stop.set()
@@ -118,7 +137,7 @@ class Processor:
         consumer = self._connections.input_log()
         self._reader = self._connections.reader()
         applier = self._applier = Applier(
-            producer.raw_produce, self._dead_letter_topic, producer.drain
+            producer.raw_produce, self._dead_letter_topic, producer.drain, producer.produce_error
         )
         try:
             consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
@@ -127,7 +146,7 @@ class Processor:
                 ", ".join(sorted(self.topology.topics)),
             )
             while not self._stop.is_set():
-                records = consumer.consume(self._max_batch, 0.2)
+                records = self._next_batch(consumer)
                 if not records:
                     continue
                 if self.first_batch_at is None:
@@ -155,6 +174,21 @@ class Processor:
             consumer.close()
             producer.close()
             self._reader.close()
+
+    def _next_batch(self, consumer: InputLog) -> Sequence[Record]:
+        """The next batch: whatever is already fetched (up to ``max_batch``) without
+        waiting; when nothing is, wait up to ``IDLE_WAIT_S`` for the first record and take
+        it with whatever arrived alongside. A batch thus grows with the load (records
+        queue up while the previous transaction commits) and a lone record is applied as
+        soon as it arrives, never after a fixed batching delay."""
+        records = consumer.consume(self._max_batch, 0)
+        if records:
+            return records
+        first = consumer.consume(1, self.IDLE_WAIT_S)
+        if not first or self._max_batch == 1:
+            return first
+        rest = consumer.consume(self._max_batch - 1, 0)
+        return [*first, *rest] if rest else first
 
     def _on_assign(
         self,
@@ -211,6 +245,7 @@ class Processor:
         else:
             restored = restore_from_changelog(store, topic, partition, self._reader)
             state.log_next = restored.log_next
+            state.publishers = decode_publishers(store.get_meta(PUBLISHERS_META))
             if restored.log_lost:
                 republish(state, self._producer)
         return state

@@ -19,10 +19,15 @@ from processor.changelog import (
     RESET_KEY,
     decode,
     decode_progress,
+    decode_progress_publishers,
     encode_progress,
     parse_position,
 )
-from processor.engine.partition import PartitionState
+from processor.engine.partition import (
+    PUBLISHERS_META,
+    PartitionState,
+    encode_publishers,
+)
 from processor.log import PartitionReader, Record, TransactionalLog
 from processor.state import CHANGELOG_OFFSET, Store, offset_bytes, offset_from
 from processor.topology.model import RecoveryKind, SowTopic
@@ -45,9 +50,11 @@ class Restored:
         self.log_lost = False
         self.log_next: dict[str, int] = {}
 
-    def saw_progress(self, value: bytes) -> None:
+    def saw_progress(self, value: bytes) -> dict[str, int]:
+        """Note a PROGRESS record; return its duplicate-detection map."""
         for log_topic, _, nxt in decode_progress(value):
             self.log_next[log_topic] = max(self.log_next.get(log_topic, 0), nxt)
+        return decode_progress_publishers(value)
 
     def saw_change(self, record: Record) -> None:
         """An upsert or delete after the last progress record (an unfinished batch)."""
@@ -76,6 +83,10 @@ def restore_from_changelog(
     keeps its state and takes no other action, as AMPS does when its transaction log is
     older than its SOW; ``log_lost`` tells the caller, which re-publishes the state.
 
+    The last PROGRESS record replayed carries the partition's duplicate-detection map as
+    of that commit; it replaces the store's (meta :data:`PUBLISHERS_META`), so a store
+    rebuilt from the changelog discards the same repeated sequences as before.
+
     ``log_next`` records how far the replayed records show the input applied. A broker
     may expose the records of a transaction a crashed processor left open (Kafka aborts
     it; Tansu commits it), so the changelog can be ahead of the committed consumer offsets;
@@ -95,20 +106,23 @@ def restore_from_changelog(
     unfinished: list[Record] = []
     for batch in reader.read_to_end(changelog, partition, start):
         updates: dict[bytes, bytes | None] = {}
+        meta: dict[bytes, bytes] = {}
         for record in batch:
             key = record.key() or b""
             if key.startswith(CONTROL_PREFIX):
                 if key == RESET_KEY:
                     updates.clear()
-                    store.clear({})
+                    store.clear({PUBLISHERS_META: encode_publishers({})})
                 elif key == PROGRESS_KEY and record.value() is not None:
-                    restored.saw_progress(record.value() or b"")
+                    publishers = restored.saw_progress(record.value() or b"")
+                    meta[PUBLISHERS_META] = encode_publishers(publishers)
                     unfinished.clear()
                 continue
             unfinished.append(record)
             updates[key] = record.value()
         end = batch[-1].offset() + 1
-        store.write(updates, {CHANGELOG_OFFSET: offset_bytes(end)})
+        meta[CHANGELOG_OFFSET] = offset_bytes(end)
+        store.write(updates, meta)
         applied += len(batch)
         now = time.monotonic()
         if now - last_report >= 1.0:
@@ -190,7 +204,8 @@ def republish(
             count += 1
             if count >= chunk:
                 break
-        producer.produce_tracked(changelog, encode_progress([]), PROGRESS_KEY, state.partition)
+        progress = encode_progress([], state.publishers)
+        producer.produce_tracked(changelog, progress, PROGRESS_KEY, state.partition)
         ends = producer.commit()
         end = ends[(changelog, state.partition)]
         state.store.write({}, {CHANGELOG_OFFSET: offset_bytes(end + 1)})

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from processor.errors import SowError
+
 Headers = list[tuple[str, bytes]]
 TopicPartitionKey = tuple[str, int]
 
@@ -73,6 +75,13 @@ class TransactionalLog(Protocol):
 
     def drain(self) -> None:
         """Wait briefly for queued records to be sent (after a BufferError)."""
+        ...
+
+    def produce_error(self, exc: Exception) -> SowError | None:
+        """Translate an exception ``raw_produce`` raised (other than BufferError):
+        RecordTooLargeError when that one record is over the size limit (nothing was
+        queued), BrokerError or FencedError for a failure of the log, None when the
+        exception did not come from the log client."""
         ...
 
     def begin(self) -> None: ...

@@ -26,7 +26,13 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from processor.errors import BrokerError, FencedError, MessageTooLargeError, SowError
+from processor.errors import (
+    BrokerError,
+    FencedError,
+    MessageTooLargeError,
+    RecordTooLargeError,
+    SowError,
+)
 from processor.log import (
     Headers,
     LogRecord,
@@ -184,6 +190,22 @@ class KafkaTransactionalLog:
 
     def drain(self) -> None:
         self._producer.poll(0.05)
+
+    def produce_error(self, exc: Exception) -> SowError | None:
+        """What an exception raised by ``raw_produce`` means: RecordTooLargeError for a
+        record over the producer's ``message.max.bytes`` (nothing was queued; the
+        transaction is intact), FencedError or BrokerError for other Kafka errors, None
+        for an exception that did not come from Kafka."""
+        if not isinstance(exc, KafkaException):
+            return None
+        error = exc.args[0]
+        if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            return RecordTooLargeError(f"{error.str()} (over message.max.bytes)")
+        try:
+            _raise_for(exc, "cannot produce")
+        except SowError as translated:
+            return translated
+        return None  # pragma: no cover - _raise_for always raises
 
     def begin(self) -> None:
         self._tracked.clear()

@@ -191,16 +191,14 @@ class SowClient:
         **fields: Any,
     ) -> Iterator[Any]:
         """The raw reply stream: group begin, batches, group end. ``min_position`` takes
-        anything with ``topic``, ``partition`` and ``offset`` (a reply's ``position``)."""
+        Positions, anything with ``topic``, ``partition`` and ``offset`` (a publish's
+        ``position``), or dicts of those."""
         request = sow_pb2.SowQueryRequest(
             topic=topic,
             sow_keys=list(sow_keys),
             query_id=query_id,
             batch_size=batch_size,
-            min_position=[
-                sow_pb2.Position(topic=p.topic, partition=p.partition, offset=p.offset)
-                for p in min_position
-            ],
+            min_position=[_position(p) for p in min_position],
             **fields,
         )
         try:
@@ -338,3 +336,13 @@ def _results(ack: Any) -> list[PublishResult]:
     for refusal in ack.refused:
         results[refusal.index] = PublishResult("", None, refusal.error_code, refusal.error)
     return results
+
+
+def _position(position: Any) -> Any:
+    if isinstance(position, sow_pb2.Position):
+        return position
+    if isinstance(position, dict):
+        return sow_pb2.Position(**position)
+    return sow_pb2.Position(
+        topic=position.topic, partition=position.partition, offset=position.offset
+    )
