@@ -266,8 +266,10 @@ class Translator:
             if letter == "A" and letter not in off and at_start:
                 continue
             if letter not in _FLAG_NAMES or (on + off).count(letter) > 1:
+                twice = " twice" if (on + off).count(letter) > 1 else ""
+                here = " here" if letter == "A" else ""
                 self.fail(
-                    f"the flag {letter!r} is not supported" + (" here" if letter == "A" else ""),
+                    f"the flag {letter!r}{twice} is not supported{here}",
                     index,
                     "the flags are i, m, s, x, U, and (?A) at the very start of the pattern",
                 )
