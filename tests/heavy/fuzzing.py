@@ -96,10 +96,15 @@ MESSAGES.extend(row[2] for row in language_rows.ROWS[::40])
 
 _WORDS = [
     *TOKENS,
-    *"ABS CEILING COALESCE CONCAT FLOOR IF INSTR LEFT LENGTH LOWER MOD NOW POWER REGEXP_REPLACE "
-    "REPLACE REVERSE RIGHT ROUND SQRT SUBSTR TRIM UNIX_TIMESTAMP UPPER SUM COUNT".split(),
+    "ABS", "CEILING", "COALESCE", "CONCAT", "FLOOR", "IF", "INSTR", "LEFT", "LENGTH", "LOWER",
+    "MOD", "NOW", "POWER", "REGEXP_REPLACE", "REPLACE", "REVERSE", "RIGHT", "ROUND", "SQRT",
+    "SUBSTR", "TRIM", "UNIX_TIMESTAMP", "UPPER", "SUM", "COUNT",
     "1e999", "-1e999", "9" * 5000, "0x10", "1" * 30, "-0", "NaN", "'\\x00'", "/a[999999999999]",
     "r'", "'''", "'\\'", "(?i)", "''.*''", "/" * 50, "[", "((((", "))))",
+]  # fmt: skip
+_LITERALS = [
+    "0", "-1", "1.5", "1e308", "1e999", "9" * 400, "'a'", "'é'", "'\\x00'", "'9' ", "'1e3'",
+    "NULL", "TRUE", "NAN_VALUE()", "/a", "/c[1]", "/o/p/q", "'" + "x" * 5000 + "'",
 ]  # fmt: skip
 _REGEXES = [pattern for pattern, _, _ in SEMANTICS] + AGREED + [p for p, _, _ in REFUSED]
 _REGEXES += [".*.*.*.*.*.*.*.*yz", "(a+)+$", "(x+x+)+y", "(a|aa)*c", "a{1000}", "[" * 3]
@@ -125,7 +130,7 @@ def _random_char(rng: random.Random) -> str:
 def mutate_expression(rng: random.Random, seeds: list[str]) -> str:
     """One mutated expression: 1 to 4 token or character edits of a seed."""
     text = rng.choice(seeds)
-    for _ in range(rng.randint(1, 4)):
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
         text = _EDITS[rng.randrange(len(_EDITS))](rng, text, seeds)
     return text
 
@@ -150,6 +155,15 @@ def _duplicate_token(rng: random.Random, text: str, _: list[str]) -> str:
 def _replace_token(rng: random.Random, text: str, _: list[str]) -> str:
     tokens = _tokens(text)
     tokens[rng.randrange(len(tokens))] = f" {rng.choice(_WORDS)} "
+    return "".join(tokens)
+
+
+def _replace_literal(rng: random.Random, text: str, _: list[str]) -> str:
+    tokens = _tokens(text)
+    places = [i for i, token in enumerate(tokens) if token[:1] in "'\"0123456789"]
+    if not places:
+        return text
+    tokens[rng.choice(places)] = rng.choice(_LITERALS)
     return "".join(tokens)
 
 
@@ -200,8 +214,8 @@ def _like(rng: random.Random, text: str, _: list[str]) -> str:
 
 
 _EDITS = [
-    _delete_token, _delete_token, _duplicate_token, _replace_token, _replace_token,
-    _swap_tokens, _bytes, _bytes, _splice, _combine, _nest, _like, _like,
+    _delete_token, _duplicate_token, _replace_token, _replace_literal, _replace_literal,
+    _replace_literal, _swap_tokens, _bytes, _splice, _combine, _combine, _nest, _like, _like,
 ]  # fmt: skip
 
 
