@@ -40,8 +40,11 @@ from processor.expr.pcre_class import (
 
 #: RE2 refuses a counted repetition above this (PCRE allows 65535).
 MAX_REPEAT = 1000
-#: The end of the text, or before a newline that ends it (PCRE ``$`` and ``\Z``).
-END = r"(?:(\n)?\z)"
+#: Stands for PCRE's ``$`` (outside multiline mode) and ``\Z``: the end of the text, or
+#: before a newline that ends it. RE2 has no such assertion; :mod:`processor.expr.regex`
+#: replaces this mark (a character the translation never emits otherwise) by the RE2 form
+#: exact for the text at hand (see :data:`processor.expr.regex.ENDINGS`).
+END = "\x00"
 
 _QUANTIFIER = re.compile(r"\{([0-9]+)(?:(,)([0-9]*))?\}")
 _FLAG_GROUP = re.compile(r"\(\?([A-Za-z]*)(?:-([A-Za-z]*))?([:)])")

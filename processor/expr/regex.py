@@ -17,13 +17,14 @@ from typing import Any
 import re2  # type: ignore[import-untyped]
 
 from processor.errors import ExpressionError
-from processor.expr.pcre import Translator
+from processor.expr.pcre import END, Translator
 
 # The low-level RE2 object of google-re2 (the version is pinned in pyproject.toml): its
 # Match answers spans directly, about ten times faster than the re-like wrapper, which
 # builds a generator and a match object per search.
 _RE2 = re2._re2.RE2
 _UNANCHORED = _RE2.Anchor.UNANCHORED
+_ANCHOR_START = _RE2.Anchor.ANCHOR_START
 _MISS = (-1, -1)
 #: RE2's budget for one compiled pattern (its default); a larger program is refused.
 MAX_MEMORY = 8 << 20
@@ -33,67 +34,102 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def _options(capture: bool) -> Any:
+def _options(capture: bool, longest: bool = False) -> Any:
     options = re2.Options()
+    options.longest_match = longest
     options.log_errors = False
     options.never_capture = not capture
     options.max_mem = MAX_MEMORY
     return options
 
 
+#: What the END mark of a translation becomes, by the kind of text: one that does not end
+#: in a newline (the end is the only place), one whose only newline ends it (RE2's
+#: multiline ``$`` is then exact), and one with more newlines (a group that consumes the
+#: final newline, given back by ``replace``; a pattern that must match something after
+#: that newline, such as ``a$\\n``, then misses).
+ENDINGS = {"end": r"\z", "one-newline": "(?m:$)", "newlines": r"(?:(\n)?\z)"}
+
+
 class Regex:
     """A compiled pattern. ``search`` answers whether it matches anywhere in a text;
     ``replace`` substitutes a literal for every match. Both are thread-safe and take
-    time linear in the text."""
+    time linear in the text.
 
-    __slots__ = ("_match", "_replacer", "pattern", "source")
+    ``source`` is the RE2 translation with END marks; the RE2 programs for each kind of
+    text (:data:`ENDINGS`) are compiled when first needed."""
 
-    def __init__(self, pattern: str, source: str, match: Any) -> None:
+    __slots__ = ("_ends", "_plain", "_programs", "pattern", "source")
+
+    def __init__(self, pattern: str, source: str, plain: Any) -> None:
         self.pattern = pattern
         self.source = source
-        self._match = match
-        self._replacer: Any = None
+        self._plain = plain.Match
+        self._ends = END in source
+        self._programs: dict[tuple[str, bool], Any] = {("end", False): plain.Match}
 
     def __repr__(self) -> str:
         return f"Regex({self.pattern!r})"
 
+    def _program(self, data: bytes, longest: bool = False) -> Any:
+        ending = "end"
+        if self._ends and data.endswith(b"\n"):
+            ending = "one-newline" if data.count(b"\n") == 1 else "newlines"
+        program = self._programs.get((ending, longest))
+        if program is None:
+            source = self.source.replace(END, ENDINGS[ending])
+            compiled = _RE2(_encode(source), _options(capture=True, longest=longest))
+            # The variants differ from the checked one only in an anchor or a group.
+            program = compiled.Match if compiled.ok() else self._plain
+            self._programs[ending, longest] = program
+        return program
+
     def search(self, text: str) -> bool:
         """True when the pattern matches somewhere in ``text``."""
         data = _encode(text)
-        found: bool = self._match(_UNANCHORED, data, 0, len(data))[0] != _MISS
+        match = self._program(data) if self._ends else self._plain
+        found: bool = match(_UNANCHORED, data, 0, len(data))[0] != _MISS
         return found
 
     def replace(self, text: str, replacement: str) -> str:
         """``text`` with every non-overlapping match replaced by ``replacement`` taken
-        literally, left to right; an empty match is replaced too (also right after a
-        non-empty one, as Python's ``re.sub`` does)."""
-        if self._replacer is None:
-            self._replacer = _RE2(_encode(self.source), _options(capture=True)).Match
-        match, data, literal = self._replacer, _encode(text), _encode(replacement)
-        size, position, kept = len(data), 0, 0
+        literally, left to right, as PCRE's global substitution does: after an empty
+        match, a non-empty match at the same place is tried (the longest one; PCRE takes
+        its preferred one, which differs only for alternatives that are prefixes of each
+        other), else the next character is kept and the search goes on after it."""
+        data, literal = _encode(text), _encode(replacement)
+        search, longest = self._program(data), self._program(data, longest=True)
+        size, position, kept, after_empty = len(data), 0, 0, False
         pieces: list[bytes] = []
         while position <= size:
-            spans = match(_UNANCHORED, data, position, size)
-            start, end = spans[0]
-            if start < 0:
-                break
-            # The only capturing groups are the final newline a PCRE ``$`` or ``\Z`` may
-            # stand before; the match ends before it (the newline is not replaced).
-            for group_start, _ in spans[1:]:
-                if group_start >= 0:
-                    end = min(end, group_start)
+            if after_empty:
+                start, end = _span(longest(_ANCHOR_START, data, position, size))
+                after_empty = False
+                if end <= position:
+                    position += 1
+                    while position < size and data[position] & 0xC0 == 0x80:
+                        position += 1
+                    continue
+            else:
+                start, end = _span(search(_UNANCHORED, data, position, size))
+                if start < 0:
+                    break
             pieces += (data[kept:start], literal)
-            kept = end
-            if end > start:
-                position = end
-                continue
-            if start >= size:
-                break
-            position = start + 1
-            while position < size and data[position] & 0xC0 == 0x80:
-                position += 1
+            kept = position = end
+            after_empty = end == start
         pieces.append(data[kept:])
         return b"".join(pieces).decode("utf-8", "surrogatepass")
+
+
+def _span(spans: list[tuple[int, int]]) -> tuple[int, int]:
+    """The span of a match. The only capturing groups are the final newline a PCRE ``$``
+    or ``\\Z`` may stand before (the "newlines" ending); the match ends before it (the
+    newline is not replaced)."""
+    start, end = spans[0]
+    for group_start, _ in spans[1:]:
+        if group_start >= 0:
+            end = min(end, group_start)
+    return start, end
 
 
 def compile_regex(
@@ -111,7 +147,7 @@ def compile_regex(
     source = translation.source
     if translation.anchored:
         source = f"\\A(?:{source})"
-    compiled = _RE2(_encode(source), _options(capture=False))
+    compiled = _RE2(_encode(source.replace(END, ENDINGS["end"])), _options(capture=False))
     if not compiled.ok():
         problem = compiled.error()
         if isinstance(problem, bytes):
@@ -122,4 +158,4 @@ def compile_regex(
             text=text,
             position=position,
         )
-    return Regex(pattern, source, compiled.Match)
+    return Regex(pattern, source, compiled)

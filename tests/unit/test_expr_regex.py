@@ -109,6 +109,11 @@ SEMANTICS: list[tuple[str, Any, bool]] = [
     # $ and \Z: the end, or before a final newline (PCRE); \z: the very end.
     ("c$", "abc\n", True),
     ("c$", "abc\nd", False),
+    ("c$", "a\nbc\n", True),
+    ("c$\n", "abc\n", True),
+    ("c\\Z\\s", "abc\n", True),
+    ("^$", "\n", True),
+    ("$\\A", "\n", True),
     (r"c\Z", "abc\n", True),
     (r"c\z", "abc\n", False),
     (r"c\z", "abc", True),
@@ -276,6 +281,9 @@ def test_replace_agrees_with_python_re() -> None:
 
 def test_regexp_replace_keeps_the_final_newline_before_dollar() -> None:
     assert compile_regex("c$").replace("abc\n", "X") == "abX\n"
+    assert compile_regex("c$").replace("c\nabc\n", "X") == "c\nabX\n"
+    assert compile_regex("$").replace("a\n", "X") == "aX\nX"
+    assert compile_regex("$").replace("a\nb\n", "X") == "a\nbX\nX"
     assert compile_regex(r"c\Z").replace("abc\n", "X") == "abX\n"
     assert evaluate("REGEXP_REPLACE(/a, 'c$', 'X')", {"a": "abc\n"}) == "abX\n"
     assert compile_regex("é+").replace("aééb", "-") == "a-b"
