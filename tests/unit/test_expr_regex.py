@@ -31,6 +31,17 @@ def test_backtracking_pattern_runs_in_linear_time(size: int) -> None:
     assert time.perf_counter() - started < 0.5
 
 
+def test_the_largest_accepted_patterns_stay_fast_on_long_text() -> None:
+    # Near the program-size cap RE2 may fall back from its DFA to its NFA, whose time per
+    # character grows with the program: the cap keeps 100 KB within a loose bound.
+    text = "ab " * 33_333 + "1"
+    for pattern in (r"(\w+\s?){285}!", r"(?s)(.?){249}x", r"(\s*\w*\W*){100}!"):
+        regex = compile_regex(pattern)
+        started = time.perf_counter()
+        assert regex.search(text) is False
+        assert time.perf_counter() - started < 0.5
+
+
 def test_backtracking_regexp_replace_runs_in_linear_time() -> None:
     started = time.perf_counter()
     result = evaluate("REGEXP_REPLACE(/b, '(x+x+)+y', 'z')", {"b": "x" * 5_000})
@@ -97,6 +108,8 @@ def test_refused_constructs_name_what_and_where(pattern: str, construct: str, of
         (r"\p{Nope}", "invalid regular expression"),
         ("*a", "no argument for repetition operator"),
         ("(a{1000}){1000}", "invalid regular expression"),
+        (".{300}", "compiling to 2404 RE2 instructions (above 2000)"),
+        ("\\p{L}{3}", "RE2 instructions (above 2000)"),
     ],
 )
 def test_invalid_patterns_are_expression_errors(pattern: str, fragment: str) -> None:
