@@ -42,7 +42,7 @@ from processor.expr.codegen import (
 )
 from processor.expr.functions import UNSUPPORTED, lookup, suggestions
 from processor.expr.inputs import ContextInput, FieldInput, Input
-from processor.expr.operators import compile_regex
+from processor.expr.regex import compile_regex
 from processor.expr.values import truth
 
 AggregateHook = Callable[[ast.Call, "Compiler"], Code]

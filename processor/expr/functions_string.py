@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
 from processor.expr.ast import Value
-from processor.expr.operators import compile_regex
+from processor.expr.regex import Regex, compile_regex
 from processor.expr.values import isnan, num, text_of
 
 _UPPER = {code: code - 32 for code in range(ord("a"), ord("z") + 1)}
@@ -82,17 +81,16 @@ def replace(value: Value, find: Value, replacement: Value = None) -> Value:
 
 
 @functools.lru_cache(maxsize=256)
-def _regex(pattern: str) -> re.Pattern[str]:
+def _regex(pattern: str) -> Regex:
     return compile_regex(pattern, what="REGEXP_REPLACE pattern")
 
 
 def regexp_replace(value: Value, pattern: Value, replacement: Value = None) -> Value:
     """REGEXP_REPLACE(s, pattern, repl): every PCRE match replaced by ``repl`` taken
     literally (back-references in the replacement are unconfirmed in AMPS, so none are
-    interpreted); an invalid pattern gives NULL."""
-    regex = _regex(_text(pattern))
-    literal = _text(replacement)
-    return regex.sub(lambda _match: literal, _text(value))
+    interpreted); an invalid pattern, or one that needs backtracking, gives NULL (a
+    constant one is refused when the expression is compiled). Linear time in the text."""
+    return _regex(_text(pattern)).replace(_text(value), _text(replacement))
 
 
 def substr(value: Value, start: Value, count: Value = None) -> Value:

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 from collections.abc import Callable
 from typing import Any
 
-from processor.errors import ExpressionError
 from processor.expr.ast import Value
+from processor.expr.regex import compile_regex
 from processor.expr.values import NAN, compare, isnan, num, text_of, to_number
 
 # --- comparison ------------------------------------------------------------------------
@@ -244,22 +243,20 @@ ARITHMETIC: dict[str, Callable[[Value, Value], Value]] = {
 
 # --- LIKE (spec 1.11) ------------------------------------------------------------------------
 
-_FLAG_GROUP = re.compile(r"\(\?([A-Za-z]+)\)")
-_ANY_FLAGS = re.compile(r"\(\?[A-Za-z]*U[A-Za-z]*[:)]")
 _META = frozenset("\\.^$*+?()[]{}|")
-_PYTHON_FLAGS = frozenset("imsx")
 
 
 class LikePattern:
-    """A compiled LIKE pattern: ``matches(text)`` is a PCRE-style search anywhere in the
-    text (anchored at the start for ``(?A)``).
+    """A compiled LIKE pattern: ``matches(text)`` is True when the PCRE-style pattern
+    matches anywhere in the text (anchored at the start for ``(?A)``), in time linear in
+    the text (see :mod:`processor.expr.regex`).
 
     ``plain`` is the pattern itself when it has no regular-expression metacharacters and
     no flags, so a substring test (``plain in text``) is equivalent."""
 
     __slots__ = ("matches", "plain", "source")
 
-    def __init__(self, source: str, matches: Callable[[str], Any], plain: str | None) -> None:
+    def __init__(self, source: str, matches: Callable[[str], bool], plain: str | None) -> None:
         self.source = source
         self.matches = matches
         self.plain = plain
@@ -274,65 +271,16 @@ class LikePattern:
             return False
         if self.plain is not None:
             return self.plain in text
-        return self.matches(text) is not None
-
-
-def compile_regex(
-    pattern: str, *, what: str = "LIKE pattern", text: str = "", position: int = -1
-) -> re.Pattern[str]:
-    """Compile a PCRE-style pattern to a Python regular expression.
-
-    Leading inline flag groups ``(?i)`` ``(?m)`` ``(?s)`` ``(?x)`` work as in PCRE;
-    ``(?A)`` anchors the match at the start of the text (``\\A``); ``(?U)`` (ungreedy)
-    has no Python equivalent and is rejected rather than silently mis-evaluated. Matching
-    is not Unicode-aware (``\\w``, ``(?i)`` are ASCII), as in AMPS. Raises
-    ExpressionError for an invalid or unsupported pattern."""
-    if _ANY_FLAGS.search(pattern):
-        raise ExpressionError(
-            f"the PCRE ungreedy flag (?U) in {what} {pattern!r} is not supported; "
-            "write lazy quantifiers (*?, +?) instead",
-            text=text,
-            position=position,
-        )
-    flags: set[str] = set()
-    rest = pattern
-    while True:
-        match = _FLAG_GROUP.match(rest)
-        if match is None:
-            break
-        unknown = set(match.group(1)) - _PYTHON_FLAGS - {"A"}
-        if unknown:
-            raise ExpressionError(
-                f"unsupported regular-expression flag(s) {''.join(sorted(unknown))!r} in "
-                f"{what} {pattern!r}; supported: i, m, s, x, A",
-                text=text,
-                position=position,
-            )
-        flags.update(match.group(1))
-        rest = rest[match.end() :]
-    anchored = "A" in flags
-    flags.discard("A")
-    source = (f"(?{''.join(sorted(flags))})" if flags else "") + (
-        f"\\A(?:{rest})" if anchored else rest
-    )
-    try:
-        return re.compile(source, re.ASCII)
-    except (re.error, OverflowError, RecursionError, ValueError) as exc:
-        raise ExpressionError(
-            f"invalid regular expression in {what} {pattern!r}: {exc}",
-            text=text,
-            position=position,
-        ) from exc
+        return self.matches(text)
 
 
 def compile_like(pattern: str, raw: bool, *, text: str = "", position: int = -1) -> LikePattern:
     """Compile a LIKE pattern once: raw patterns (``r'...'``) match literally, others are
-    PCRE (see :func:`compile_regex`); a pattern without metacharacters or flags becomes a
-    substring test."""
+    PCRE (see :func:`processor.expr.regex.compile_regex`; ExpressionError for an invalid
+    pattern or one that needs backtracking); a pattern without metacharacters or flags
+    becomes a substring test."""
     if raw or not (_META & set(pattern)):
-        return LikePattern(
-            pattern, lambda subject: subject if pattern in subject else None, pattern
-        )
+        return LikePattern(pattern, lambda subject: pattern in subject, pattern)
     regex = compile_regex(pattern, text=text, position=position)
     return LikePattern(pattern, regex.search, None)
 

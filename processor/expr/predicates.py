@@ -103,7 +103,7 @@ def like(c: Compiler, node: ast.Like) -> Code:
     if pattern.plain is not None:
         fast = f"{pattern.plain!r} in {use}"
     else:
-        fast = f"{c.global_(pattern.matches)}({use}) is not None"
+        fast = f"{c.global_(pattern.matches)}({use})"
     src = select(first, use, [(STRING_CHECK, fast)], lambda x: f"{name}.test({x})")
     return negate(c, c.make(src, BOOL, operand, strict=operand.nulls), node.negated)
 

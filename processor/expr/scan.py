@@ -32,6 +32,10 @@ from processor.expr.codegen import Code, predicate
 SAMPLE = 256
 #: Cost of a random lookup in a large dict, in sequential column items.
 RANDOM_LOOKUP = 6
+#: Conjuncts that get a driver, at most (the first ones that can drive). Each driver's
+#: ``_rest`` inlines every other conjunct, so the generated source grows with drivers
+#: times conjuncts: a filter of 100 drivable conjuncts took a second to compile.
+MAX_DRIVERS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +79,15 @@ def driver_sources(
     conjuncts: list[Code],
     refs: list[int],
 ) -> tuple[str, list[tuple[int, int, int]]]:
-    """Source of ``_first_<j>``/``_rest_<j>`` for every conjunct ``j`` that can drive,
-    and (j, column position, inputs the other conjuncts read) for each."""
+    """Source of ``_first_<j>``/``_rest_<j>`` for the first :data:`MAX_DRIVERS` conjuncts
+    ``j`` that can drive, and (j, column position, inputs the other conjuncts read) for
+    each."""
     position = {index: n for n, index in enumerate(refs)}
     chunks: list[str] = []
     drivers: list[tuple[int, int, int]] = []
     for j, conjunct in enumerate(conjuncts):
+        if len(drivers) == MAX_DRIVERS:
+            break
         if len(conjunct.refs) != 1 or not conjunct.refs <= conjunct.strict:
             continue
         (driving,) = conjunct.refs

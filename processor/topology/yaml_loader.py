@@ -187,9 +187,37 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
 }
 
 
+#: Deepest nesting of YAML collections accepted (a topology needs four levels). PyYAML
+#: composes recursively: a deeper document would exhaust the Python stack, slowly.
+MAX_DEPTH = 64
+_TOO_DEEP = f"collections nested deeper than {MAX_DEPTH} levels; a topology needs a few levels"
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last) and
-    leaves timestamps as text, so that every timestamp goes through ``parse_timestamp``."""
+    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last),
+    leaves timestamps as text, so that every timestamp goes through ``parse_timestamp``,
+    and rejects collections nested deeper than :data:`MAX_DEPTH`."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        # Checked while scanning, too: PyYAML's scanner takes time quadratic in the number
+        # of flow collections open on one line.
+        if self.flow_level >= MAX_DEPTH:
+            raise yaml.scanner.ScannerError(None, None, _TOO_DEEP, self.get_mark())
+        super().fetch_flow_collection_start(token_class)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(None, None, _TOO_DEEP, mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -237,6 +265,18 @@ def _load_document(text: str, source: str) -> object:
 
 def parse_yaml(text: str, source: str) -> Topology:
     """Parse YAML topology ``text``; ``source`` names the file in messages and anchors paths."""
+    try:
+        return _parse_yaml(text, source)
+    except RecursionError:
+        # Aliases can nest values deeper than MAX_DEPTH without composing them again.
+        raise TopologyError(
+            f"the document nests values too deeply (more than {MAX_DEPTH} levels, or aliases "
+            "that refer to themselves); a topology needs a few levels",
+            source=source,
+        ) from None
+
+
+def _parse_yaml(text: str, source: str) -> Topology:
     document = _load_document(text, source)
     if document is None:
         raise TopologyError(

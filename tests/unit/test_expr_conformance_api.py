@@ -46,7 +46,12 @@ def test_matches_false(text: str, message: dict[str, Any]) -> None:
         pytest.param("SUBSTR('a')", "SUBSTR() takes 2 to 3 arguments, got 1", id="arity"),
         pytest.param("LENGTH('a', 'b')", "LENGTH() takes 1 argument, got 2", id="arity-one"),
         pytest.param("SUM(/a) > 1", "aggregate function SUM()", id="aggregate-in-filter"),
-        pytest.param("/a LIKE '(?U)a+'", "(?U)", id="ungreedy-flag"),
+        pytest.param("/a LIKE '(?u)a+'", "the flag 'u' is not supported", id="unknown-flag"),
+        pytest.param(r"/a LIKE '(.)\1'", "backreference", id="backreference"),
+        pytest.param("/a LIKE 'a(?=b)'", "lookahead", id="lookahead"),
+        pytest.param(
+            "REGEXP_REPLACE(/a, '(?<=a)b', 'x')", "lookbehind", id="regexp-replace-lookbehind"
+        ),
         pytest.param("/a LIKE '('", "invalid regular expression", id="invalid-regex"),
         pytest.param(
             "REGEXP_REPLACE(/a, '(', 'x')",

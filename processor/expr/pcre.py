@@ -1,0 +1,411 @@
+"""PCRE patterns (LIKE, REGEXP_REPLACE) translated to RE2 syntax.
+
+AMPS evaluates patterns with PCRE, a backtracking engine: a pattern such as
+``.*.*.*.*.*.*.*.*yz`` takes time exponential in the length of the text. Here patterns
+run on RE2 (:mod:`processor.expr.regex`), whose time is linear in the text, so no filter
+can hang a thread. RE2 cannot run the PCRE features that need backtracking; they are
+refused at compile time with an ExpressionError that names the construct, its offset in
+the pattern and what to write instead (the list is in docs/expressions.md).
+
+:func:`translate` reads the PCRE syntax itself rather than handing the pattern to RE2,
+because the two dialects differ in ways that would otherwise change results silently.
+The translation applies every flag itself and emits flag-free RE2 syntax:
+
+* ``(?i)`` folds ASCII letters only (AMPS strings are bytes; RE2 would fold Unicode);
+* ``(?x)`` (extended) is not an RE2 flag: whitespace and ``#`` comments are dropped here;
+* ``$`` and ``\\Z`` match at the end or before a final newline, as in PCRE (RE2's ``$``
+  is the very end); ``\\s`` includes the vertical tab, as in PCRE;
+* ``\\h`` ``\\v`` ``\\R`` ``\\N`` ``\\e`` ``\\cX`` ``\\o{}`` ``(?#...)`` and named groups
+  in every PCRE spelling are rewritten into forms RE2 knows;
+* every group becomes non-capturing; the only capturing groups of the result are the
+  final newline that ``$``/``\\Z`` may consume (REGEXP_REPLACE gives it back).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import NoReturn
+
+from processor.errors import ExpressionError
+from processor.expr.pcre_class import (
+    HSPACE,
+    MAX_CODE_POINT,
+    SPACE,
+    VSPACE,
+    ClassReader,
+    literal,
+    ranges,
+)
+
+#: RE2 refuses a counted repetition above this (PCRE allows 65535).
+MAX_REPEAT = 1000
+#: Stands for PCRE's ``$`` (outside multiline mode) and ``\Z``: the end of the text, or
+#: before a newline that ends it. RE2 has no such assertion; :mod:`processor.expr.regex`
+#: replaces this mark (a character the translation never emits otherwise) by the RE2 form
+#: exact for the text at hand (see :data:`processor.expr.regex.ENDINGS`).
+END = "\x00"
+
+_QUANTIFIER = re.compile(r"\{([0-9]+)(?:(,)([0-9]*))?\}")
+_FLAG_GROUP = re.compile(r"\(\?([A-Za-z]*)(?:-([A-Za-z]*))?([:)])")
+_NAMED_GROUP = re.compile(r"\(\?(?:P?<([A-Za-z_][A-Za-z0-9_]*)>|'([A-Za-z_][A-Za-z0-9_]*)')")
+_SIMPLE_ESCAPES = {"a": 0x07, "e": 0x1B, "f": 0x0C, "n": 0x0A, "r": 0x0D, "t": 0x09}
+_BACKREF = "write the repeated text out, e.g. '(ab|cd)\\1' as 'abab|cdcd'"
+_LOOKAROUND = "match the text itself, or combine two conditions: /f LIKE 'a' AND /f NOT LIKE 'ab'"
+_NO_BACKTRACKING = "RE2 never backtracks, so there is nothing to limit"
+
+
+@dataclasses.dataclass(frozen=True)
+class Flags:
+    """The PCRE option settings in force at one point of a pattern."""
+
+    caseless: bool = False
+    extended: bool = False
+    multiline: bool = False
+    dotall: bool = False
+    ungreedy: bool = False
+
+
+_FLAG_NAMES = {"i": "caseless", "x": "extended", "m": "multiline", "s": "dotall", "U": "ungreedy"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Translation:
+    """``source`` is RE2 syntax meaning what the PCRE pattern means; ``anchored`` is
+    set by a leading ``(?A)`` (the match must start at the start of the text)."""
+
+    source: str
+    anchored: bool
+
+
+class Translator:
+    """One pass over a PCRE pattern (see the module docstring); :meth:`run` returns the
+    translation or raises ExpressionError naming ``what`` (for example "LIKE pattern")."""
+
+    def __init__(self, pattern: str, *, what: str, text: str, position: int) -> None:
+        self.pattern = pattern
+        self.what = what
+        self.text = text
+        self.position = position
+        self.out: list[str] = []
+        self.flags = Flags()
+        self.stack: list[Flags] = []
+        self.anchored = False
+
+    # -- errors -----------------------------------------------------------------------
+
+    def fail(self, problem: str, offset: int, advice: str) -> NoReturn:
+        """Raise the ExpressionError for an invalid pattern (a problem at ``offset``)."""
+        raise ExpressionError(
+            f"invalid regular expression in {self.what} {self.pattern!r}: {problem} "
+            f"(at offset {offset} of the pattern); {advice}",
+            text=self.text,
+            position=self.position,
+        )
+
+    def refuse(self, construct: str, offset: int, advice: str) -> NoReturn:
+        """Raise the ExpressionError for a PCRE construct RE2 cannot run."""
+        raise ExpressionError(
+            f"{self.what} {self.pattern!r}: {construct} (at offset {offset} of the pattern) "
+            "is not supported, because patterns run in linear time (RE2, see "
+            f"docs/expressions.md); {advice}",
+            text=self.text,
+            position=self.position,
+        )
+
+    # -- the pattern ------------------------------------------------------------------
+
+    def run(self) -> Translation:
+        """Translate the whole pattern."""
+        pattern, index = self.pattern, 0
+        while index < len(pattern):
+            index = self.item(index)
+        if self.stack:
+            self.fail("a group is not closed", len(pattern), "add the missing ')'")
+        return Translation("".join(self.out), self.anchored)
+
+    def item(self, index: int) -> int:
+        """Translate the item at ``index``; returns the index after it."""
+        char = self.pattern[index]
+        if self.flags.extended and ord(char) in SPACE:
+            return index + 1
+        if self.flags.extended and char == "#":
+            end = self.pattern.find("\n", index)
+            return len(self.pattern) if end < 0 else end + 1
+        if char == "\\":
+            return self.escape(index)
+        if char == "[":
+            return self.char_class(index)
+        if char == "(":
+            return self.group(index)
+        if char == ")":
+            if not self.stack:
+                self.fail("')' closes no group", index, "remove it or escape it as '\\)'")
+            self.flags = self.stack.pop()
+            self.out.append(")")
+            return index + 1
+        if char in "*+?":
+            return self.quantifier(index, char, index + 1)
+        if char == "{":
+            match = _QUANTIFIER.match(self.pattern, index)
+            if match is not None:
+                return self.counted(index, match)
+        self.out.append(self.atom(char))
+        return index + 1
+
+    def atom(self, char: str) -> str:
+        """A character of the pattern outside any class."""
+        if char == "|":
+            return "|"
+        if char == ".":
+            return "(?s:.)" if self.flags.dotall else "[^\\n]"
+        if char == "^":
+            return "(?m:^)" if self.flags.multiline else "\\A"
+        if char == "$":
+            return "(?m:$)" if self.flags.multiline else END
+        return self.char(ord(char))
+
+    def char(self, code: int) -> str:
+        """A literal character, folded when caseless (ASCII letters only, as in AMPS)."""
+        if self.flags.caseless and chr(code).isascii() and chr(code).isalpha():
+            return f"[{chr(code).lower()}{chr(code).upper()}]"
+        return literal(code)
+
+    # -- quantifiers --------------------------------------------------------------------
+
+    def counted(self, index: int, match: re.Match[str]) -> int:
+        """``{n}``, ``{n,}``, ``{n,m}``."""
+        for number in (match.group(1), match.group(3)):
+            if number and int(number) > MAX_REPEAT:
+                self.refuse(
+                    f"the repetition count {int(number)} (above {MAX_REPEAT})",
+                    index,
+                    f"use a count of at most {MAX_REPEAT}, or '*' / '+'",
+                )
+        return self.quantifier(index, match.group(0), match.end())
+
+    def quantifier(self, index: int, operator: str, after: int) -> int:
+        lazy = False
+        following = self.pattern[after : after + 1]
+        if following == "?":
+            lazy, after = True, after + 1
+        elif following == "+":
+            self.refuse(
+                f"the possessive quantifier '{operator}+'",
+                index,
+                f"write '{operator}' ({_NO_BACKTRACKING})",
+            )
+        if self.flags.ungreedy:
+            lazy = not lazy
+        self.out.append(operator + ("?" if lazy else ""))
+        return after
+
+    # -- groups -------------------------------------------------------------------------
+
+    def open(self, inner: Flags) -> None:
+        self.stack.append(self.flags)
+        self.flags = inner
+        self.out.append("(?:")
+
+    def group(self, index: int) -> int:
+        """``(`` and every ``(?...)`` / ``(*...)`` form."""
+        pattern = self.pattern
+        if pattern.startswith("(*", index):
+            self.refuse("a backtracking control verb '(*...)'", index, "remove it")
+        if not pattern.startswith("(?", index):
+            self.open(self.flags)
+            return index + 1
+        head = pattern[index + 2 : index + 4]
+        if head.startswith("#"):
+            end = pattern.find(")", index)
+            if end < 0:
+                self.fail("the comment '(?#' is not closed", index, "add ')'")
+            return end + 1
+        if head.startswith(":"):
+            self.open(self.flags)
+            return index + 3
+        self.refuse_group(index, head)
+        named = _NAMED_GROUP.match(pattern, index)
+        if named is not None:
+            self.open(self.flags)
+            return named.end()
+        flagged = _FLAG_GROUP.match(pattern, index)
+        if flagged is None:
+            self.fail(f"unknown group syntax {pattern[index : index + 4]!r}", index, _GROUP_HELP)
+        return self.flag_group(index, flagged)
+
+    def refuse_group(self, index: int, head: str) -> None:
+        """Refuse the ``(?`` forms RE2 cannot run (``head``: the two characters after)."""
+        first = head[:1]
+        if first in ("=", "!"):
+            self.refuse(f"the lookahead assertion '(?{first}'", index, _LOOKAROUND)
+        if head in ("<=", "<!"):
+            self.refuse(f"the lookbehind assertion '(?{head}'", index, _LOOKAROUND)
+        if first == ">":
+            self.refuse("the atomic group '(?>'", index, f"write '(?:' ({_NO_BACKTRACKING})")
+        if first == "|":
+            self.refuse("the branch-reset group '(?|'", index, "write a plain group '(?:'")
+        if first == "(":
+            self.refuse("the conditional group '(?('", index, "split it into alternatives with '|'")
+        if (
+            first in ("R", "&")
+            or first.isdigit()
+            or head == "P>"
+            or (first in ("+", "-") and head[1:].isdigit())
+        ):
+            self.refuse(
+                f"the recursion or subroutine call '(?{head}'", index, "spell the sub-pattern out"
+            )
+        if head == "P=":
+            self.refuse("the named backreference '(?P='", index, _BACKREF)
+        if first == "C":
+            self.refuse("the callout '(?C'", index, "remove it")
+
+    def flag_group(self, index: int, match: re.Match[str]) -> int:
+        """``(?flags)`` (to the end of the enclosing group) or ``(?flags:...)``."""
+        on, off = match.group(1), match.group(2) or ""
+        at_start = not self.out and not self.stack and match.group(3) == ")"
+        for letter in on + off:
+            if letter == "A" and letter not in off and at_start:
+                continue
+            if letter not in _FLAG_NAMES or (on + off).count(letter) > 1:
+                twice = " twice" if (on + off).count(letter) > 1 else ""
+                here = " here" if letter == "A" else ""
+                self.fail(
+                    f"the flag {letter!r}{twice} is not supported{here}",
+                    index,
+                    "the flags are i, m, s, x, U, and (?A) at the very start of the pattern",
+                )
+        self.anchored = self.anchored or "A" in on
+        changes = {_FLAG_NAMES[x]: True for x in on if x != "A"}
+        changes.update({_FLAG_NAMES[x]: False for x in off})
+        flags = dataclasses.replace(self.flags, **changes)
+        if match.group(3) == ")":
+            self.flags = flags
+        else:
+            self.open(flags)
+        return match.end()
+
+    # -- escapes ------------------------------------------------------------------------
+
+    def escape(self, index: int) -> int:
+        """A backslash sequence outside a character class."""
+        pattern = self.pattern
+        if index + 1 >= len(pattern):
+            self.fail("the pattern ends with a backslash", index, "escape it as '\\\\'")
+        letter = pattern[index + 1]
+        simple = {"d": "\\d", "D": "\\D", "w": "\\w", "W": "\\W", "b": "\\b", "B": "\\B"}
+        simple.update({"A": "\\A", "z": "\\z", "Z": END, "N": "[^\\n]", "E": ""})
+        if letter in simple:
+            self.out.append(simple[letter])
+            return index + 2
+        spaces = {"s": SPACE, "h": HSPACE, "v": VSPACE}
+        if letter.lower() in spaces:
+            points = spaces[letter.lower()]
+            self.out.append(f"[{ranges(points, letter.isupper())}]")
+            return index + 2
+        if letter == "R":
+            self.out.append(f"(?:\\r\\n|[{ranges(VSPACE, False)}])")
+            return index + 2
+        if letter == "Q":
+            return self.quoted(index)
+        if letter in "pP":
+            return self.property(index)
+        if letter in "123456789" and not re.match(r"[1-3][0-7][0-7]", pattern[index + 1 :]):
+            self.refuse(f"the backreference '{pattern[index : index + 2]}'", index, _BACKREF)
+        self.refuse_escape(index, letter)
+        code, after = self.code_point(index, in_class=False)
+        self.out.append(self.char(code))
+        return after
+
+    def refuse_escape(self, index: int, letter: str) -> None:
+        if letter in "gk":
+            self.refuse(f"the backreference or subroutine '\\{letter}'", index, _BACKREF)
+        refused = {
+            "G": ("the match-start assertion '\\G'", "anchor with '^' instead"),
+            "K": ("the match-reset '\\K'", "match the whole text you mean"),
+            "X": ("the grapheme cluster '\\X'", "use '.' (one character)"),
+            "C": ("the single code unit '\\C'", "use '.' (one character)"),
+        }
+        if letter in refused:
+            construct, advice = refused[letter]
+            self.refuse(construct, index, advice)
+
+    def quoted(self, index: int) -> int:
+        """``\\Q...\\E``: literal text."""
+        end = self.pattern.find("\\E", index + 2)
+        stop = len(self.pattern) if end < 0 else end
+        self.out.extend(self.char(ord(char)) for char in self.pattern[index + 2 : stop])
+        return stop if end < 0 else end + 2
+
+    def property(self, index: int) -> int:
+        """``\\pL``, ``\\p{Greek}``, ``\\P{...}``: passed to RE2 as written."""
+        item, after = self.property_item(index)
+        self.out.append(item)
+        return after
+
+    def property_item(self, index: int) -> tuple[str, int]:
+        """The Unicode property escape at ``index`` and the index after it."""
+        pattern = self.pattern
+        if pattern.startswith("{", index + 2):
+            end = pattern.find("}", index)
+            if end < 0:
+                self.fail("the property '\\p{' is not closed", index, "add '}'")
+            after = end + 1
+        else:
+            after = index + 3
+        item = pattern[index:after]
+        if not re.fullmatch(r"\\[pP](?:[A-Za-z]|\{\^?[A-Za-z_]+\})", item):
+            self.fail(f"the property {item!r} is invalid", index, "write \\p{Name}, e.g. \\p{Lu}")
+        return item, after
+
+    def code_point(self, index: int, *, in_class: bool) -> tuple[int, int]:
+        """The character a backslash sequence denotes, and the index after it."""
+        pattern = self.pattern
+        letter = pattern[index + 1]
+        if letter in _SIMPLE_ESCAPES:
+            return _SIMPLE_ESCAPES[letter], index + 2
+        if in_class and letter == "b":
+            return 0x08, index + 2
+        digits = re.compile(r"[0-7]{1,3}" if in_class else r"0[0-7]{0,2}|[1-3][0-7][0-7]")
+        octal = digits.match(pattern, index + 1)
+        braced = re.compile(r"([ox])\{([0-9A-Fa-f]*)\}|x([0-9A-Fa-f]{0,2})").match(
+            pattern, index + 1
+        )
+        if octal is not None:
+            return int(octal.group(0), 8), octal.end()
+        if braced is not None:
+            digits_text, base = (braced.group(2), 16 if braced.group(1) == "x" else 8)
+            if braced.group(1) is None:
+                digits_text, base = braced.group(3), 16
+            try:
+                code = int(digits_text or "0", base)
+            except ValueError:
+                self.fail(f"the escape {braced.group(0)!r} is invalid", index, "use \\x{hex}")
+            if code > MAX_CODE_POINT:
+                self.fail(
+                    f"the character code {braced.group(0)!r} is too large",
+                    index,
+                    "use a code of at most \\x{10ffff}",
+                )
+            return code, braced.end()
+        if letter == "c" and index + 2 < len(pattern) and 0x20 <= ord(pattern[index + 2]) < 0x7F:
+            return ord(pattern[index + 2].upper()) ^ 0x40, index + 3
+        if letter.isascii() and letter.isalnum():
+            self.fail(
+                f"the escape '\\{letter}' is unknown",
+                index,
+                f"write '{letter}' for the letter itself, or see docs/expressions.md",
+            )
+        return ord(letter), index + 2
+
+    # -- character classes -----------------------------------------------------------------
+
+    def char_class(self, index: int) -> int:
+        """``[...]`` with ranges, escapes, POSIX names and ``\\Q...\\E``."""
+        source, after = ClassReader(self, index).read()
+        self.out.append(source)
+        return after
+
+
+_GROUP_HELP = "groups are '(...)', '(?:...)', '(?<name>...)', '(?i)' and '(?i:...)'"

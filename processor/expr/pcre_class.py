@@ -1,0 +1,183 @@
+"""PCRE character classes (``[...]``) translated to RE2 syntax, for :mod:`processor.expr.pcre`.
+
+Every character is written as ``\\x{hex}`` (or itself when alphanumeric), so no
+character can change meaning between the dialects. Caseless classes gain the other case
+of their ASCII letters (AMPS folds ASCII only); ``\\s`` ``\\h`` ``\\v`` and their negations
+become explicit ranges, because RE2's ``\\s`` lacks the vertical tab and RE2 has no
+``\\h``/``\\v``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from processor.expr.pcre import Translator
+
+#: ``\s`` in PCRE (and Python's ASCII ``\s``): tab, newline, vertical tab, form feed,
+#: carriage return, space.
+SPACE = (0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20)
+#: ``\h``: horizontal white space (tab, space, no-break space).
+HSPACE = (0x09, 0x20, 0xA0)
+#: ``\v``: vertical white space (newline, vertical tab, form feed, return, NEL).
+VSPACE = (0x0A, 0x0B, 0x0C, 0x0D, 0x85)
+MAX_CODE_POINT = 0x10FFFF
+
+_POSIX_CLASS = re.compile(r"\[:(\^?)([a-z]+):\]")
+_POSIX_NAMES = frozenset(
+    [
+        "alnum",
+        "alpha",
+        "ascii",
+        "blank",
+        "cntrl",
+        "digit",
+        "graph",
+        "lower",
+        "print",
+        "punct",
+        "space",
+        "upper",
+        "word",
+        "xdigit",
+    ]
+)
+_SETS = {"s": SPACE, "h": HSPACE, "v": VSPACE}
+
+
+def literal(code: int) -> str:
+    """One character as RE2 syntax, outside or inside a character class."""
+    char = chr(code)
+    if char.isascii() and char.isalnum():
+        return char
+    return f"\\x{{{code:x}}}"
+
+
+def ranges(points: tuple[int, ...], negate: bool) -> str:
+    """Class items for a set of characters, or for every character outside it."""
+    if not negate:
+        return "".join(literal(point) for point in points)
+    items, start = [], 0
+    for point in sorted(points):
+        if point > start:
+            items.append(f"{literal(start)}-{literal(point - 1)}")
+        start = point + 1
+    items.append(f"{literal(start)}-{literal(MAX_CODE_POINT)}")
+    return "".join(items)
+
+
+def swapped_letters(low: int, high: int) -> str:
+    """Class items adding the other case of the ASCII letters in ``low..high``."""
+    items = []
+    for first, last, shift in ((0x41, 0x5A, 0x20), (0x61, 0x7A, -0x20)):
+        start, stop = max(low, first), min(high, last)
+        if start <= stop:
+            items.append(f"{literal(start + shift)}-{literal(stop + shift)}")
+    return "".join(items)
+
+
+class ClassReader:
+    """Reads one ``[...]`` starting at ``start`` for a :class:`Translator` (whose flags,
+    errors and escape decoding it uses)."""
+
+    def __init__(self, translator: Translator, start: int) -> None:
+        self.translator = translator
+        self.pattern = translator.pattern
+        self.start = start
+        self.items: list[str] = []
+        self.caseless = translator.flags.caseless
+
+    def read(self) -> tuple[str, int]:
+        """The RE2 class and the index after the closing ``]``."""
+        pattern, index = self.pattern, self.start + 1
+        negate = pattern.startswith("^", index)
+        index += negate
+        first = True
+        while True:
+            if index >= len(pattern):
+                self.translator.fail(
+                    "the character class is not closed", self.start, "add ']' or escape '\\['"
+                )
+            if pattern[index] == "]" and not first:
+                break
+            first = False
+            index = self.member(index)
+        return f"[{'^' if negate else ''}{''.join(self.items)}]", index + 1
+
+    def member(self, index: int) -> int:
+        """One member (character, range, escape, POSIX name, quoted text)."""
+        pattern = self.pattern
+        if pattern.startswith("[:", index):
+            posix = _POSIX_CLASS.match(pattern, index)
+            if posix is None or posix.group(2) not in _POSIX_NAMES:
+                self.translator.fail(
+                    "unknown POSIX class", index, f"use one of {', '.join(sorted(_POSIX_NAMES))}"
+                )
+            name = posix.group(2)
+            if self.caseless and name in ("upper", "lower"):
+                name = "alpha"
+            self.items.append(f"[:{posix.group(1)}{name}:]")
+            return posix.end()
+        if pattern.startswith(("[=", "[."), index):
+            self.translator.refuse("a POSIX collating element", index, "list the characters")
+        if pattern.startswith("\\Q", index):
+            end = pattern.find("\\E", index + 2)
+            stop = len(pattern) if end < 0 else end
+            for char in pattern[index + 2 : stop]:
+                self.add(ord(char), ord(char))
+            return stop if end < 0 else end + 2
+        if pattern.startswith("\\E", index):
+            return index + 2
+        low, after = self.single(index)
+        if low is None:
+            return after
+        if pattern.startswith("-", after) and not pattern.startswith("]", after + 1):
+            if after + 1 >= len(pattern):
+                return after
+            high, end = self.single(after + 1)
+            if high is None:
+                self.translator.fail(
+                    "a range ends in a class escape", after, "escape the '-' as '\\-'"
+                )
+            if high < low:
+                self.translator.fail(
+                    f"the range {pattern[index:end]!r} is out of order", index, "swap its ends"
+                )
+            self.add(low, high)
+            return end
+        self.add(low, low)
+        return after
+
+    def add(self, low: int, high: int) -> None:
+        """Add the characters ``low..high`` (and their other case when caseless)."""
+        item = literal(low) if low == high else f"{literal(low)}-{literal(high)}"
+        self.items.append(item)
+        if self.caseless:
+            self.items.append(swapped_letters(low, high))
+
+    def single(self, index: int) -> tuple[int | None, int]:
+        """A character (its code) or a class escape (None; its items are added)."""
+        pattern = self.pattern
+        if pattern[index] != "\\":
+            return ord(pattern[index]), index + 1
+        if index + 1 >= len(pattern):
+            self.translator.fail("the pattern ends with a backslash", index, "escape it as '\\\\'")
+        letter = pattern[index + 1]
+        if letter in ("d", "D", "w", "W"):
+            self.items.append("\\" + letter)
+            return None, index + 2
+        if letter.lower() in _SETS:
+            self.items.append(ranges(_SETS[letter.lower()], negate=letter.isupper()))
+            return None, index + 2
+        if letter in ("p", "P"):
+            item, after = self.translator.property_item(index)
+            self.items.append(item)
+            return None, after
+        if letter.isascii() and letter.isalpha() and letter not in "abefnrtxoc":
+            self.translator.fail(
+                f"the escape '\\{letter}' is not allowed in a character class",
+                index,
+                "move it out of the brackets, or write the characters themselves",
+            )
+        return self.translator.code_point(index, in_class=True)
