@@ -153,7 +153,12 @@ def start(
         if service:
             from processor.service.server import start_server
 
-            app.replica = Replica(topology, lambda: KafkaChangelogTail(bootstrap))
+            app.replica = Replica(
+                topology,
+                lambda: KafkaChangelogTail(bootstrap),
+                snapshot_dir=settings.state_dir / "replica",
+            )
+            app.replica.start_catching_up()
             app._spawn("sow-replica", app.replica.run)
             gateway = Gateway(topology, KafkaLogWriter(bootstrap), app.replica)
             engine = QueryEngine(topology, app.replica)
