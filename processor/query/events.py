@@ -8,11 +8,15 @@ events are delivered and under which lock.
 
 from __future__ import annotations
 
+import itertools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from processor import changelog
+
+log = logging.getLogger(__name__)
 
 #: (changelog topic, partition, offset) of the changelog record behind a change.
 ChangelogPosition = tuple[str, int, int]
@@ -73,7 +77,7 @@ class ListenerHandle:
 
     __slots__ = ("_close", "closed")
 
-    def __init__(self, close: Callable[[], None]) -> None:
+    def __init__(self, close: Callable[[], object]) -> None:
         self._close = close
         self.closed = False
 
@@ -87,3 +91,43 @@ class ListenerHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Listeners:
+    """The replica's registered listeners.
+
+    ``register`` and ``current`` run under the replica's lock (so a registration is
+    atomic with a read); ``deliver`` runs outside it, on the applier thread, and skips
+    listeners unregistered meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self._listeners: dict[int, Listener] = {}
+        self._numbers = itertools.count()
+
+    def __bool__(self) -> bool:
+        return bool(self._listeners)
+
+    def register(self, listener: Listener) -> ListenerHandle:
+        number = next(self._numbers)
+        self._listeners[number] = listener
+        return ListenerHandle(lambda: self._listeners.pop(number, None))
+
+    def current(self) -> list[tuple[int, Listener]]:
+        """The listeners registered now (the ones a unit being applied goes to)."""
+        return list(self._listeners.items())
+
+    def deliver(
+        self, to: Sequence[tuple[int, Listener]], units: Sequence[Sequence[ChangeEvent]]
+    ) -> None:
+        """Call each listener of ``to`` that is still registered with each unit's
+        events, in order; a listener that raises is logged and unregistered."""
+        for events in units:
+            for number, listener in to:
+                if number not in self._listeners:
+                    continue
+                try:
+                    listener(events)
+                except Exception:
+                    log.exception("a replica listener failed; unregistering it")
+                    self._listeners.pop(number, None)

@@ -42,7 +42,6 @@ the PROGRESS records, has passed given transaction-log positions.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -65,7 +64,8 @@ from processor.keys import partition_for
 from processor.log import ChangelogTail, Record, TailState, TopicPartitionKey
 from processor.messages import codec_for
 from processor.query import snapshot
-from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle
+from processor.query.catchup import CatchUp
+from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle, Listeners
 from processor.query.table import SowTable
 from processor.topology.model import SowTopic, Topology
 
@@ -78,8 +78,6 @@ RECENT_DELETES = 100_000
 BATCH = 10_000
 #: How long the applier blocks for a record when none is there.
 IDLE_WAIT_S = 0.05
-#: Confirmed this recently, the replica is current (staleness 0).
-CURRENT_S = 0.5
 SNAPSHOT_INTERVAL_S = 60.0
 
 T = TypeVar("T")
@@ -124,17 +122,14 @@ class Replica:
         self._log_next: dict[tuple[str, int], int] = {}
         #: Delete command position -> how many records it removed.
         self._deleted: OrderedDict[LogPosition, int] = OrderedDict()
-        self._listeners: dict[int, Listener] = {}
-        self._listener_ids = itertools.count()
+        self._listeners = Listeners()
         self._changed = threading.Condition()
         self._stop = threading.Event()
-        self._following = False
-        self._caught_up = False
-        self._started = time.monotonic()
-        self._reached: set[TopicPartitionKey] = set()
-        self._tail_states: Mapping[TopicPartitionKey, TailState] = {}
+        self._catch_up = CatchUp(partitions)
         self._dirty = False
-        self._snapshot_writer: threading.Thread | None = None
+        self._snapshots = (
+            None if snapshot_dir is None else snapshot.SnapshotWriter(snapshot_dir, topology)
+        )
         self.applied = 0
 
     # -- the applier -------------------------------------------------------------------
@@ -148,9 +143,7 @@ class Replica:
         (``run`` calls it; call it before starting ``run``'s thread so no query can
         slip in first)."""
         with self._changed:
-            if not self._following:
-                self._following = True
-                self._started = time.monotonic()
+            self._catch_up.begin()
 
     def run(self) -> None:
         """Load the snapshot, then apply changelog records until stopped; write a
@@ -170,18 +163,22 @@ class Replica:
                         records = [*records, *tail.consume(BATCH - 1, 0)]
                 self._advance(records, tail.states())
                 now = time.monotonic()
-                if not self._caught_up and now - last_report >= 1.0:
+                if not self._catch_up.done and now - last_report >= 1.0:
                     last_report = now
                     log.info("%s", self.catch_up_status())
-                if self._dirty and now - last_snapshot >= self._snapshot_interval_s:
+                snapshots = self._snapshots
+                if (
+                    snapshots is not None
+                    and self._dirty
+                    and now - last_snapshot >= self._snapshot_interval_s
+                    and not snapshots.busy()
+                ):
                     last_snapshot = now
-                    self._snapshot_in_background()
+                    snapshots.write_in_background(*self._snapshot_copy())
         finally:
             tail.close()
-            if self._snapshot_writer is not None:
-                self._snapshot_writer.join()
-            if self._dirty and self._snapshot_dir is not None:
-                self._write_snapshot(*self._snapshot_copy())
+            if self._snapshots is not None and self._dirty:
+                self._snapshots.write(*self._snapshot_copy())
 
     def _advance(
         self, records: Sequence[Record], states: Mapping[TopicPartitionKey, TailState]
@@ -219,8 +216,8 @@ class Replica:
                     units.append((tp, pending[tp]))
                     pending[tp] = []
                 ends[tp] = state.position
-        self._tail_states = states
-        if units or ends.keys() - self._reached:
+        self._catch_up.saw(states)
+        if units or self._catch_up.needs(ends):
             self._apply_units(units, ends)
 
     def _restart(self, tp: TopicPartitionKey, offset: int) -> None:
@@ -249,7 +246,7 @@ class Replica:
         """Apply units under the lock, then deliver their events outside it."""
         deliveries: list[list[ChangeEvent]] = []
         with self._changed:
-            listeners = list(self._listeners.items())
+            listeners = self._listeners.current()
             for tp, unit in units:
                 events: list[ChangeEvent] | None = [] if listeners else None
                 self._apply_unit(tp, unit, events)
@@ -259,24 +256,11 @@ class Replica:
                 # Past the transaction markers, which carry no records.
                 if not self._pending[tp] and position > self._changelog_next[tp]:
                     self._changelog_next[tp] = position
-                self._reached.add(tp)
-            if not self._caught_up and len(self._reached) == len(self._pending):
-                self._caught_up = True
-                log.info(
-                    "the replica caught up with the changelogs: %s records in %.1fs",
-                    f"{sum(len(t) for t in self._tables.values()):,}",
-                    time.monotonic() - self._started,
-                )
+            if ends:
+                self._catch_up.reached_end(ends, sum(len(t) for t in self._tables.values()))
             self._changed.notify_all()
-        for events in deliveries:
-            for number, listener in listeners:
-                if number not in self._listeners:
-                    continue
-                try:
-                    listener(events)
-                except Exception:
-                    log.exception("a replica listener failed; unregistering it")
-                    self._listeners.pop(number, None)
+        if deliveries:
+            self._listeners.deliver(listeners, deliveries)
 
     def _apply_unit(
         self, tp: TopicPartitionKey, unit: Sequence[Record], events: list[ChangeEvent] | None
@@ -359,13 +343,13 @@ class Replica:
     def caught_up(self) -> bool:
         """True once every changelog partition was read to its end since ``run`` began
         (and always for a replica that does not follow changelogs)."""
-        return self._caught_up or not self._following
+        return self._catch_up.caught_up
 
     def wait_caught_up(self, timeout_s: float) -> bool:
         """Block until ``caught_up()`` or the timeout; return whether it is."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
-            while not self.caught_up():
+            while not self._catch_up.caught_up:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -375,54 +359,20 @@ class Replica:
     def catch_up_status(self) -> str:
         """How far along catching up is, for errors and the log."""
         with self._changed:
-            if self.caught_up():
-                return "the replica is caught up with the changelogs"
-            states = self._tail_states
-            behind = 0
-            for tp, state in states.items():
-                if tp not in self._reached and state.end >= 0:
-                    behind += max(state.end - self._read_next.get(tp, 0), 0)
             records = sum(len(t) for t in self._tables.values())
-            estimate = f"; about {behind:,} changelog records to go" if behind else ""
-            return (
-                f"the replica is catching up with the changelogs: {records:,} records "
-                f"loaded in {time.monotonic() - self._started:.1f}s, "
-                f"{len(self._reached)} of {len(self._pending)} changelog partitions read "
-                f"to their end{estimate}"
-            )
+            return self._catch_up.status(self._read_next, records)
 
     def staleness_ms(self) -> int:
         """How long ago fetches last confirmed that the replica had every committed
-        changelog record (the oldest partition counts); 0 when that was within
-        ``CURRENT_S``, or for a replica that does not follow changelogs."""
-        if not self._following:
-            return 0
-        now = time.monotonic()
-        oldest = now
-        states = self._tail_states
-        for tp in self._pending:
-            state = states.get(tp)
-            confirmed = None if state is None else state.confirmed_at
-            oldest = min(oldest, self._started if confirmed is None else confirmed)
-        age = now - oldest
-        return 0 if age <= CURRENT_S else int(age * 1000)
+        changelog record (see :meth:`CatchUp.staleness_ms`)."""
+        return self._catch_up.staleness_ms()
 
     # -- listeners ---------------------------------------------------------------------
 
     def listen(self, listener: Listener) -> ListenerHandle:
         """Call ``listener`` with the events of every unit applied from now on."""
         with self._changed:
-            return self._register(listener)
-
-    def _register(self, listener: Listener) -> ListenerHandle:
-        number = next(self._listener_ids)
-        self._listeners[number] = listener
-
-        def close() -> None:
-            with self._changed:
-                self._listeners.pop(number, None)
-
-        return ListenerHandle(close)
+            return self._listeners.register(listener)
 
     def read_and_listen(
         self,
@@ -435,7 +385,7 @@ class Replica:
         changes meet with no gap and no duplicate)."""
         with self._changed:
             result, vector = self.read(topics, reader)
-            return result, vector, self._register(listener)
+            return result, vector, self._listeners.register(listener)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -496,18 +446,10 @@ class Replica:
     # -- snapshots ---------------------------------------------------------------------
 
     def _load_snapshot(self) -> None:
-        directory = self._snapshot_dir
-        if directory is None:
+        if self._snapshot_dir is None:
             return
-        began = time.monotonic()
-        log.info("loading the replica snapshot from %s", directory)
-        try:
-            loaded = snapshot.load(directory, self.topology)
-        except snapshot.SnapshotUnusableError as exc:
-            log.warning("%s; ignoring it and replaying the changelogs from offset 0", exc)
-            return
+        loaded = snapshot.load_or_replay(self._snapshot_dir, self.topology)
         if loaded is None:
-            log.info("no replica snapshot in %s: replaying the changelogs from offset 0", directory)
             return
         with self._changed:
             for name, records in loaded.records.items():
@@ -516,20 +458,8 @@ class Replica:
                 if tp in self._changelog_next:
                     self._changelog_next[tp] = offset
             self._log_next.update(loaded.log_next)
-        log.info(
-            "loaded the replica snapshot: %s records in %.1fs; reading the changelogs from "
-            "its positions",
-            f"{loaded.count:,}",
-            time.monotonic() - began,
-        )
 
-    def _snapshot_copy(
-        self,
-    ) -> tuple[
-        dict[str, tuple[list[bytes], list[bytes]]],
-        dict[TopicPartitionKey, int],
-        dict[TopicPartitionKey, int],
-    ]:
+    def _snapshot_copy(self) -> tuple[snapshot.Records, snapshot.Positions, snapshot.Positions]:
         """What a snapshot holds, copied (on the applier thread, between units)."""
         self._dirty = False
         records = {
@@ -537,38 +467,3 @@ class Replica:
             for name, table in self._tables.items()
         }
         return records, dict(self._changelog_next), dict(self._log_next)
-
-    def _snapshot_in_background(self) -> None:
-        if self._snapshot_dir is None:
-            return
-        writer = self._snapshot_writer
-        if writer is not None and writer.is_alive():
-            return
-        thread = threading.Thread(
-            target=self._write_snapshot,
-            args=self._snapshot_copy(),
-            name="sow-replica-snapshot",
-            daemon=True,
-        )
-        self._snapshot_writer = thread
-        thread.start()
-
-    def _write_snapshot(
-        self,
-        records: Mapping[str, tuple[list[bytes], list[bytes]]],
-        positions: Mapping[TopicPartitionKey, int],
-        log_next: Mapping[TopicPartitionKey, int],
-    ) -> None:
-        assert self._snapshot_dir is not None
-        began = time.monotonic()
-        try:
-            path = snapshot.write(self._snapshot_dir, self.topology, records, positions, log_next)
-        except OSError as exc:
-            log.warning("cannot write the replica snapshot to %s: %s", self._snapshot_dir, exc)
-            return
-        log.info(
-            "wrote the replica snapshot %s: %s records in %.1fs",
-            path,
-            f"{sum(len(keys) for keys, _ in records.values()):,}",
-            time.monotonic() - began,
-        )

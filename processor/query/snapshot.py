@@ -26,6 +26,7 @@ import logging
 import marshal
 import os
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -180,3 +181,74 @@ def load(directory: Path, topology: Topology) -> Snapshot | None:
         {(str(t), int(p)): int(o) for t, p, o in header["positions"]},
         {(str(t), int(p)): int(o) for t, p, o in header["log_next"]},
     )
+
+
+def load_or_replay(directory: Path, topology: Topology) -> Snapshot | None:
+    """``load``, saying in the log what was loaded, or why the changelogs will be
+    replayed from offset 0 instead (a warning for an unusable snapshot)."""
+    began = time.monotonic()
+    log.info("loading the replica snapshot from %s", directory)
+    try:
+        loaded = load(directory, topology)
+    except SnapshotUnusableError as exc:
+        log.warning("%s; ignoring it and replaying the changelogs from offset 0", exc)
+        return None
+    if loaded is None:
+        log.info("no replica snapshot in %s: replaying the changelogs from offset 0", directory)
+        return None
+    log.info(
+        "loaded the replica snapshot: %s records in %.1fs; reading the changelogs from its "
+        "positions",
+        f"{loaded.count:,}",
+        time.monotonic() - began,
+    )
+    return loaded
+
+
+Records = Mapping[str, tuple[Sequence[bytes], Sequence[bytes]]]
+Positions = Mapping[TopicPartitionKey, int]
+
+
+class SnapshotWriter:
+    """Writes a replica's snapshots to one directory, one at a time, on a background
+    thread or in the caller's; a failed write is logged (the snapshot only speeds up
+    the next start). Used by the replica's applier thread only."""
+
+    def __init__(self, directory: Path, topology: Topology) -> None:
+        self.directory = directory
+        self.topology = topology
+        self._thread: threading.Thread | None = None
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def write_in_background(
+        self, records: Records, positions: Positions, log_next: Positions
+    ) -> None:
+        """Start writing unless a write is still running (then skip this one)."""
+        if self.busy():
+            return
+        self._thread = threading.Thread(
+            target=self.write,
+            args=(records, positions, log_next),
+            name="sow-replica-snapshot",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def write(self, records: Records, positions: Positions, log_next: Positions) -> None:
+        """Write now, after any background write has finished."""
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        began = time.monotonic()
+        try:
+            path = write(self.directory, self.topology, records, positions, log_next)
+        except OSError as exc:
+            log.warning("cannot write the replica snapshot to %s: %s", self.directory, exc)
+            return
+        log.info(
+            "wrote the replica snapshot %s: %s records in %.1fs",
+            path,
+            f"{sum(len(keys) for keys, _ in records.values()):,}",
+            time.monotonic() - began,
+        )
