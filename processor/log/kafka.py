@@ -359,6 +359,7 @@ class KafkaChangelogTail:
     """
 
     STATS_INTERVAL_MS = 100
+    FETCH_WAIT_MS = 10
 
     def __init__(self, bootstrap: str, **extra: Any) -> None:
         self._consumer = Consumer(
@@ -367,6 +368,10 @@ class KafkaChangelogTail:
                 **{
                     "group.id": "sow-replica-unused",
                     "enable.partition.eof": True,
+                    # Some brokers (Tansu) answer a fetch only when its wait is over: the
+                    # wait bounds how long a committed change waits to be fetched
+                    # (measured: ~14 ms median at 50, ~3-4 ms at 10, for little CPU).
+                    "fetch.wait.max.ms": self.FETCH_WAIT_MS,
                     "statistics.interval.ms": self.STATS_INTERVAL_MS,
                     "stats_cb": self._on_stats,
                     **extra,
