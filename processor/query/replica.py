@@ -231,6 +231,12 @@ class Replica:
         )
         self._pending[tp] = []
         self._restarted.add(tp)
+        # The input log was most likely lost with it: progress read from the old
+        # changelog (or a snapshot of it) no longer says where the processor is.
+        topic = self._by_changelog[tp[0]]
+        with self._changed:
+            for log_topic in (topic.kafka_topic, topic.repartition_topic):
+                self._log_next.pop((log_topic, tp[1]), None)
 
     def apply(self, records: Sequence[Record]) -> None:
         """Apply records at once, as one unit per changelog partition, without waiting
