@@ -209,7 +209,12 @@ def start(
         if service:
             from processor.service.server import start_server
 
-            app.replica = Replica(topology, lambda: KafkaChangelogTail(bootstrap))
+            app.replica = Replica(
+                topology,
+                lambda: KafkaChangelogTail(bootstrap),
+                snapshot_dir=settings.state_dir / "replica",
+            )
+            app.replica.start_catching_up()
             app._spawn("sow-replica", app.replica.run)
             app.log_writer = KafkaLogWriter(bootstrap)
             gateway = Gateway(topology, app.log_writer, app.replica)

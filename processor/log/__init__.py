@@ -135,14 +135,48 @@ class PartitionReader(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class TailState:
+    """What fetches have shown about one followed changelog partition.
+
+    ``position`` is the next offset the tail reads from: past every record ``consume``
+    returned and past control records (transaction markers) it skipped. ``end`` is the
+    partition's committed end as the latest fetch response reported it (-1: none yet).
+    ``at_end`` is True when a fetch answered after the last record ``consume`` returned
+    showed nothing more committed (partition EOF): everything committed so far is in the
+    caller's hands. ``confirmed_at`` is the ``time.monotonic()`` of the latest fetch
+    response that showed the partition had nothing beyond ``position`` (None: never).
+    """
+
+    position: int
+    end: int
+    at_end: bool
+    confirmed_at: float | None
+
+
 class ChangelogTail(Protocol):
-    """Follows changelog partitions continuously (the query service's read replica)."""
+    """Follows changelog partitions continuously (the query service's read replica).
+
+    Reads committed data only. "At the end" is decided from fetched positions (partition
+    EOF and the end offsets fetch responses carry), never from ListOffsets, which some
+    brokers under-report. A partition whose end falls below the tail's position (the
+    broker lost its log) is read again from offset 0: its next records, or its state's
+    ``position``, go backwards.
+    """
 
     def assign(self, partitions: Sequence[tuple[str, int, int]]) -> None:
         """Read these (topic, partition, start offset) from now on."""
         ...
 
-    def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]: ...
+    def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
+        """Up to ``max_records`` data records, in offset order per partition, waiting up
+        to ``timeout_s`` for the first. Partition-end events and errors a retry cures are
+        not returned: they update :meth:`states` (and the log)."""
+        ...
+
+    def states(self) -> Mapping[TopicPartitionKey, TailState]:
+        """Each assigned partition's state as of the records ``consume`` returned so far."""
+        ...
 
     def close(self) -> None: ...
 

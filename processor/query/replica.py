@@ -1,11 +1,43 @@
 """The query service's read replica: follows every changelog into memory.
 
-One applier thread applies changelog records in offset order into one
-:class:`~processor.query.table.SowTable` per SOW topic, which keeps its indexes current.
-Queries run under the replica's lock, so they read a consistent state, together with the
-position vector it reflects (the next changelog offset per changelog partition).
+One applier thread (:meth:`Replica.run`) reads the changelogs and keeps one
+:class:`~processor.query.table.SowTable` per SOW topic current.
+
+Guarantees, per changelog partition:
+
+* **In order, one transaction at a time.** Records are applied in offset order, in
+  *units*: the processor ends each transaction with one PROGRESS record per changelog
+  partition it touched, so a unit is everything up to and including a PROGRESS record.
+  A RESET record (a transient partition restarting empty) also ends a unit; so does a
+  partition end confirmed by a fetch (read_committed exposes a transaction whole, so
+  records still open there came from another writer or a crashed processor's
+  transaction the broker exposed). A unit is applied under the replica's lock in one
+  piece: no query sees part of one. Units of different partitions are independent.
+* **Change events.** Each applied change becomes a
+  :class:`~processor.query.events.ChangeEvent` (old and new envelope, changelog
+  position, reason). The listeners registered when a unit is applied (under the lock)
+  are called with its events in order, on the applier thread, after the lock is
+  released: a listener registered together with a read (:meth:`Replica.read_and_listen`)
+  gets exactly the changes its read did not see, with no gap and no duplicate.
+  Listeners must return quickly (the applier waits for them) and may call any method
+  of the replica; one that raises is logged and unregistered.
+* **Caught up.** From the start of :meth:`run` until every changelog partition has been
+  read to the end a fetch showed (partition EOF, not ListOffsets, which some brokers
+  under-report), the replica is catching up: :meth:`caught_up` is False and
+  :meth:`catch_up_status` says how far along it is. A replica fed by :meth:`apply`
+  alone (tests, benchmarks) counts as caught up.
+* **Staleness.** :meth:`staleness_ms` is how long ago fetches last confirmed that the
+  replica had every committed record of every partition (0 within ``CURRENT_S``);
+  while the broker does not answer, queries still answer from memory and staleness
+  grows.
+* **Snapshots.** With a snapshot directory, the replica's records and the position
+  vector they reflect are written there (see :mod:`processor.query.snapshot`) every
+  ``snapshot_interval_s`` when something changed, and when it stops; on start it loads
+  the snapshot and tails the changelogs from its positions. An unusable snapshot is
+  ignored with a warning and the changelogs are replayed from offset 0.
+
 Read-your-writes: ``wait_for`` blocks until the processor's progress, as published in
-the changelog's PROGRESS control records, has passed given transaction-log positions.
+the PROGRESS records, has passed given transaction-log positions.
 """
 
 from __future__ import annotations
@@ -14,20 +46,26 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from processor.changelog import (
     CONTROL_PREFIX,
     POSITION_HEADER,
     PROGRESS_KEY,
+    REASON_HEADER,
     RESET_KEY,
     decode_progress,
     parse_position,
 )
 from processor.expr import FieldInput
-from processor.log import ChangelogTail, Record
+from processor.keys import partition_for
+from processor.log import ChangelogTail, Record, TailState, TopicPartitionKey
 from processor.messages import codec_for
+from processor.query import snapshot
+from processor.query.catchup import CatchUp
+from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle, Listeners
 from processor.query.table import SowTable
 from processor.topology.model import SowTopic, Topology
 
@@ -36,92 +74,326 @@ log = logging.getLogger(__name__)
 LogPosition = tuple[str, int, int]
 #: How many recent delete commands the replica remembers (to count a SowDelete's effect).
 RECENT_DELETES = 100_000
+#: Most records one read of the changelogs returns.
+BATCH = 10_000
+#: How long the applier blocks for a record when none is there.
+IDLE_WAIT_S = 0.05
+SNAPSHOT_INTERVAL_S = 60.0
 
 T = TypeVar("T")
+Unit = tuple[TopicPartitionKey, list[Record]]
 
 
 class Replica:
     """In-memory copy of every SOW topic, kept current from the changelogs.
 
-    Thread-safety: ``run`` is the only writer; every other method may be called from any
-    thread. Readers run under the lock, so they never see a half-applied batch.
+    Thread-safety: ``run`` (or, without it, ``apply``) is the only writer; every other
+    method may be called from any thread. Readers run under the lock.
     """
 
-    def __init__(self, topology: Topology, tail: Callable[[], ChangelogTail]) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        tail: Callable[[], ChangelogTail],
+        snapshot_dir: Path | None = None,
+        snapshot_interval_s: float = SNAPSHOT_INTERVAL_S,
+    ) -> None:
         self.topology = topology
         self._tail_factory = tail
+        self._snapshot_dir = snapshot_dir
+        self._snapshot_interval_s = snapshot_interval_s
         self._by_changelog: dict[str, SowTopic] = {
             t.changelog_topic: t for t in topology.topics.values()
         }
         self._tables: dict[str, SowTable] = {
             t.name: SowTable(t, codec_for(t)) for t in topology.topics.values()
         }
-        self._changelog_next: dict[tuple[str, int], int] = {
-            (t.changelog_topic, p): 0 for t in topology.topics.values() for p in range(t.partitions)
-        }
+        partitions = [
+            (t.changelog_topic, p) for t in topology.topics.values() for p in range(t.partitions)
+        ]
+        #: Next changelog offset per partition, as applied (the position vector).
+        self._changelog_next: dict[TopicPartitionKey, int] = dict.fromkeys(partitions, 0)
+        #: Next changelog offset per partition, as read (applied plus pending).
+        self._read_next: dict[TopicPartitionKey, int] = dict.fromkeys(partitions, 0)
+        #: Records read but not applied yet: the unit each partition is in the middle of.
+        self._pending: dict[TopicPartitionKey, list[Record]] = {p: [] for p in partitions}
+        #: Partitions whose log restarted: their records go before the next unit applies.
+        self._restarted: set[TopicPartitionKey] = set()
         self._log_next: dict[tuple[str, int], int] = {}
         #: Delete command position -> how many records it removed.
         self._deleted: OrderedDict[LogPosition, int] = OrderedDict()
+        self._listeners = Listeners()
         self._changed = threading.Condition()
         self._stop = threading.Event()
+        self._catch_up = CatchUp(partitions)
+        self._dirty = False
+        self._snapshots = (
+            None if snapshot_dir is None else snapshot.SnapshotWriter(snapshot_dir, topology)
+        )
         self.applied = 0
+
+    # -- the applier -------------------------------------------------------------------
 
     def stop(self) -> None:
         """Ask ``run`` to return; thread-safe."""
         self._stop.set()
 
+    def start_catching_up(self) -> None:
+        """Count as catching up from now until ``run`` reached every partition's end
+        (``run`` calls it; call it before starting ``run``'s thread so no query can
+        slip in first)."""
+        with self._changed:
+            self._catch_up.begin()
+
     def run(self) -> None:
-        """Apply changelog records until stopped."""
+        """Load the snapshot, then apply changelog records until stopped; write a
+        snapshot on the way out."""
+        self.start_catching_up()
         tail = self._tail_factory()
         try:
-            tail.assign([(topic, p, 0) for (topic, p) in self._changelog_next])
+            self._load_snapshot()
+            tail.assign([(t, p, o) for (t, p), o in self._changelog_next.items()])
+            self._read_next = dict(self._changelog_next)
+            last_snapshot = last_report = time.monotonic()
             while not self._stop.is_set():
-                records = tail.consume(10000, 0.1)
-                if records:
-                    self.apply(records)
+                records = tail.consume(BATCH, 0)
+                if not records:
+                    records = tail.consume(1, IDLE_WAIT_S)
+                    if records:
+                        records = [*records, *tail.consume(BATCH - 1, 0)]
+                self._advance(records, tail.states())
+                now = time.monotonic()
+                if not self._catch_up.done and now - last_report >= 1.0:
+                    last_report = now
+                    log.info("%s", self.catch_up_status())
+                snapshots = self._snapshots
+                if (
+                    snapshots is not None
+                    and self._dirty
+                    and now - last_snapshot >= self._snapshot_interval_s
+                    and not snapshots.busy()
+                ):
+                    last_snapshot = now
+                    snapshots.write_in_background(*self._snapshot_copy())
         finally:
             tail.close()
+            if self._snapshots is not None and self._dirty:
+                self._snapshots.write(*self._snapshot_copy())
+
+    def _advance(
+        self, records: Sequence[Record], states: Mapping[TopicPartitionKey, TailState]
+    ) -> None:
+        """Cut the records read into units, apply the complete ones, note partition ends."""
+        units: list[Unit] = []
+        pending = self._pending
+        read_next = self._read_next
+        for record in records:
+            tp = (record.topic(), record.partition())
+            if tp not in pending:
+                continue
+            offset = record.offset()
+            if offset < read_next[tp]:
+                self._restart(tp, offset)
+            pending[tp].append(record)
+            read_next[tp] = offset + 1
+            key = record.key()
+            if (
+                key is not None
+                and key.startswith(CONTROL_PREFIX)
+                and key in (PROGRESS_KEY, RESET_KEY)
+            ):
+                units.append((tp, pending[tp]))
+                pending[tp] = []
+        ends: dict[TopicPartitionKey, int] = {}
+        for tp, state in states.items():
+            if tp not in pending:
+                continue
+            if state.position < read_next[tp]:
+                self._restart(tp, state.position)
+                read_next[tp] = state.position
+            if state.at_end:
+                if pending[tp] or tp in self._restarted:
+                    units.append((tp, pending[tp]))
+                    pending[tp] = []
+                ends[tp] = state.position
+        self._catch_up.saw(states)
+        if units or self._catch_up.needs(ends):
+            self._apply_units(units, ends)
+
+    def _restart(self, tp: TopicPartitionKey, offset: int) -> None:
+        log.warning(
+            "changelog %s[%d] restarted at offset %d (this replica had read to %d): the "
+            "broker lost or truncated it; its records are replaced by what it holds now",
+            tp[0],
+            tp[1],
+            offset,
+            self._read_next[tp],
+        )
+        self._pending[tp] = []
+        self._restarted.add(tp)
+        # The input log was most likely lost with it: progress read from the old
+        # changelog (or a snapshot of it) no longer says where the processor is.
+        topic = self._by_changelog[tp[0]]
+        with self._changed:
+            for log_topic in (topic.kafka_topic, topic.repartition_topic):
+                self._log_next.pop((log_topic, tp[1]), None)
 
     def apply(self, records: Sequence[Record]) -> None:
-        """Apply records of any changelog partitions in order (the applier thread only)."""
-        with self._changed:
-            for record in records:
-                if record.error() is not None:
-                    continue
-                changelog = record.topic()
-                partition = record.partition()
-                topic = self._by_changelog.get(changelog)
-                if topic is None:
-                    continue
-                self._changelog_next[(changelog, partition)] = record.offset() + 1
-                table = self._tables[topic.name]
-                key = record.key() or b""
-                value = record.value()
-                if key.startswith(CONTROL_PREFIX):
-                    if key == PROGRESS_KEY and value is not None:
-                        for log_topic, log_partition, nxt in decode_progress(value):
-                            if nxt > self._log_next.get((log_topic, log_partition), -1):
-                                self._log_next[(log_topic, log_partition)] = nxt
-                    elif key == RESET_KEY:
-                        table.reset_partition(partition)
-                    continue
-                if value is None:
-                    if table.delete(key):
-                        self._remember_delete(record)
-                else:
-                    table.put(key, value)
-                self.applied += 1
-            self._changed.notify_all()
+        """Apply records at once, as one unit per changelog partition, without waiting
+        for PROGRESS records: feeding a replica by hand (tests, benchmarks)."""
+        units: dict[TopicPartitionKey, list[Record]] = {}
+        for record in records:
+            tp = (record.topic(), record.partition())
+            if record.error() is None and tp in self._pending:
+                units.setdefault(tp, []).append(record)
+        self._apply_units(list(units.items()), {})
 
-    def _remember_delete(self, record: Record) -> None:
+    def _apply_units(self, units: Sequence[Unit], ends: Mapping[TopicPartitionKey, int]) -> None:
+        """Apply units under the lock, then deliver their events outside it."""
+        deliveries: list[list[ChangeEvent]] = []
+        with self._changed:
+            listeners = self._listeners.current()
+            for tp, unit in units:
+                events: list[ChangeEvent] | None = [] if listeners else None
+                self._apply_unit(tp, unit, events)
+                if events:
+                    deliveries.append(events)
+            for tp, position in ends.items():
+                # Past the transaction markers, which carry no records.
+                if not self._pending[tp] and position > self._changelog_next[tp]:
+                    self._changelog_next[tp] = position
+            if ends:
+                self._catch_up.reached_end(ends, sum(len(t) for t in self._tables.values()))
+            self._changed.notify_all()
+        if deliveries:
+            self._listeners.deliver(listeners, deliveries)
+
+    def _apply_unit(
+        self, tp: TopicPartitionKey, unit: Sequence[Record], events: list[ChangeEvent] | None
+    ) -> None:
+        changelog, partition = tp
+        topic = self._by_changelog[changelog]
+        table = self._tables[topic.name]
+        if tp in self._restarted:
+            self._restarted.discard(tp)
+            first = unit[0].offset() if unit else self._read_next[tp]
+            self._reset(table, partition, (changelog, partition, first), events)
+            self._changelog_next[tp] = first
+        envelopes = table.envelopes
+        for record in unit:
+            key = record.key() or b""
+            value = record.value()
+            if key.startswith(CONTROL_PREFIX):
+                if key == PROGRESS_KEY and value is not None:
+                    for log_topic, log_partition, nxt in decode_progress(value):
+                        if nxt > self._log_next.get((log_topic, log_partition), -1):
+                            self._log_next[(log_topic, log_partition)] = nxt
+                elif key == RESET_KEY:
+                    self._reset(table, partition, (changelog, partition, record.offset()), events)
+                continue
+            if value is None:
+                old = envelopes.get(key)
+                if table.delete(key):
+                    reason = self._remember_delete(record)
+                    if events is not None:
+                        position = (changelog, partition, record.offset())
+                        events.append(ChangeEvent(topic.name, key, old, None, position, reason))
+            else:
+                if events is not None:
+                    position = (changelog, partition, record.offset())
+                    old = envelopes.get(key)
+                    events.append(
+                        ChangeEvent(topic.name, key, old, value, position, ChangeReason.PUBLISH)
+                    )
+                table.put(key, value)
+            self.applied += 1
+        if unit:
+            self._changelog_next[tp] = unit[-1].offset() + 1
+            self._dirty = True
+
+    def _reset(
+        self,
+        table: SowTable,
+        partition: int,
+        position: LogPosition,
+        events: list[ChangeEvent] | None,
+    ) -> None:
+        """Drop every record of one partition of a table."""
+        self._dirty = True
+        if events is None:
+            table.reset_partition(partition)
+            return
+        count = table.topic.partitions
+        for sow_key in [k for k in table.envelopes if partition_for(k, count) == partition]:
+            old = table.envelopes[sow_key]
+            table.delete(sow_key)
+            events.append(
+                ChangeEvent(table.topic.name, sow_key, old, None, position, ChangeReason.DELETE)
+            )
+
+    def _remember_delete(self, record: Record) -> ChangeReason:
+        reason = None
         for name, raw in record.headers() or ():
-            if name == POSITION_HEADER:
+            if name == REASON_HEADER:
+                reason = raw
+            elif name == POSITION_HEADER:
                 position = parse_position(raw)
                 deleted = self._deleted
                 deleted[position] = deleted.get(position, 0) + 1
                 if len(deleted) > RECENT_DELETES:
                     deleted.popitem(last=False)
-                return
+        return ChangeReason.of_tombstone(reason)
+
+    # -- catching up and staleness -----------------------------------------------------
+
+    def caught_up(self) -> bool:
+        """True once every changelog partition was read to its end since ``run`` began
+        (and always for a replica that does not follow changelogs)."""
+        return self._catch_up.caught_up
+
+    def wait_caught_up(self, timeout_s: float) -> bool:
+        """Block until ``caught_up()`` or the timeout; return whether it is."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not self._catch_up.caught_up:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, 0.1))
+        return True
+
+    def catch_up_status(self) -> str:
+        """How far along catching up is, for errors and the log."""
+        with self._changed:
+            records = sum(len(t) for t in self._tables.values())
+            return self._catch_up.status(self._read_next, records)
+
+    def staleness_ms(self) -> int:
+        """How long ago fetches last confirmed that the replica had every committed
+        changelog record (see :meth:`CatchUp.staleness_ms`)."""
+        return self._catch_up.staleness_ms()
+
+    # -- listeners ---------------------------------------------------------------------
+
+    def listen(self, listener: Listener) -> ListenerHandle:
+        """Call ``listener`` with the events of every unit applied from now on."""
+        with self._changed:
+            return self._listeners.register(listener)
+
+    def read_and_listen(
+        self,
+        topics: Sequence[SowTopic],
+        reader: Callable[[list[SowTable]], T],
+        listener: Listener,
+    ) -> tuple[T, list[LogPosition], ListenerHandle]:
+        """``read`` and ``listen`` at one position: the listener gets exactly the units
+        applied after the state ``reader`` saw (a subscription's snapshot and its live
+        changes meet with no gap and no duplicate)."""
+        with self._changed:
+            result, vector = self.read(topics, reader)
+            return result, vector, self._listeners.register(listener)
+
+    # -- reads -------------------------------------------------------------------------
 
     def reached(self, positions: Iterable[LogPosition]) -> bool:
         """True when the processor has applied every given log position and this replica
@@ -154,10 +426,10 @@ class Replica:
             missing = [f for f in dict.fromkeys(fields) if f.steps not in table.memo]
             if not missing:
                 return
-            snapshot = dict(table.envelopes)
-        columns = table.memo_values(missing, snapshot)
+            records = dict(table.envelopes)
+        columns = table.memo_values(missing, records)
         with self._changed:
-            table.install_memo(missing, snapshot, columns)
+            table.install_memo(missing, records, columns)
 
     def read(
         self, topics: Sequence[SowTopic], reader: Callable[[list[SowTable]], T]
@@ -176,3 +448,28 @@ class Replica:
                 for p in range(t.partitions)
             ]
         return result, vector
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def _load_snapshot(self) -> None:
+        if self._snapshot_dir is None:
+            return
+        loaded = snapshot.load_or_replay(self._snapshot_dir, self.topology)
+        if loaded is None:
+            return
+        with self._changed:
+            for name, records in loaded.records.items():
+                self._tables[name].load(records)
+            for tp, offset in loaded.positions.items():
+                if tp in self._changelog_next:
+                    self._changelog_next[tp] = offset
+            self._log_next.update(loaded.log_next)
+
+    def _snapshot_copy(self) -> tuple[snapshot.Records, snapshot.Positions, snapshot.Positions]:
+        """What a snapshot holds, copied (on the applier thread, between units)."""
+        self._dirty = False
+        records = {
+            name: (list(table.envelopes), list(table.envelopes.values()))
+            for name, table in self._tables.items()
+        }
+        return records, dict(self._changelog_next), dict(self._log_next)

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from processor import changelog
-from processor.errors import InvalidRequestError, PositionTimeoutError
+from processor.errors import CatchingUpError, InvalidRequestError, PositionTimeoutError
 from processor.expr import (
     Aggregation,
     ContextInput,
@@ -75,6 +75,9 @@ class SowQuery:
     order_by: str = ""
     grouping: str = ""
     projection: str = ""
+    #: While the replica is catching up: wait for it (up to ``timeout_s``) rather than
+    #: fail with CatchingUpError.
+    wait_for_catch_up: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +186,20 @@ class QueryEngine:
         )
 
     def run(self, query: SowQuery) -> QueryResult:
-        """Validate, wait for ``min_position``, select under the lock, and batch."""
+        """Validate, check the replica has caught up (or wait for it when the query asks),
+        wait for ``min_position``, select under the lock, and batch."""
         prepared = self.prepare(query)
+        if not self.replica.caught_up():
+            timeout = query.timeout_s or DEFAULT_TIMEOUT_S
+            if not query.wait_for_catch_up:
+                raise CatchingUpError(
+                    f"{self.replica.catch_up_status()}; retry shortly, or set "
+                    "wait_for_catch_up to wait for it"
+                )
+            if not self.replica.wait_caught_up(timeout):
+                raise CatchingUpError(
+                    f"not caught up within {timeout:g}s: {self.replica.catch_up_status()}"
+                )
         if query.min_position:
             timeout = query.timeout_s or DEFAULT_TIMEOUT_S
             if not self.replica.wait_for(query.min_position, timeout):

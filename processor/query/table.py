@@ -183,6 +183,24 @@ class SowTable:
             index.remove(sow_key)
         return True
 
+    def load(self, envelopes: dict[bytes, bytes]) -> None:
+        """Replace every record by ``envelopes`` (SowKey -> envelope, in record order; the
+        table keeps the dict) and rebuild the indexes over them (a snapshot load)."""
+        self.envelopes = envelopes
+        fields = [FieldInput(memo.path, steps) for steps, memo in self.memo.items()]
+        self.memo = {}
+        if fields:
+            self.install_memo(fields, envelopes, self.memo_values(fields, envelopes))
+        for index in self.hash_indexes:
+            index.buckets.clear()
+            index.entries.clear()
+            index.always.clear()
+        if self.hash_indexes:
+            for sow_key, envelope in envelopes.items():
+                message = self._message(envelope)
+                for index in self.hash_indexes:
+                    index.put(sow_key, message)
+
     def reset_partition(self, partition: int) -> None:
         """Drop every record of one partition (a transient topic restarting empty)."""
         partitions = self.topic.partitions

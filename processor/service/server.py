@@ -228,6 +228,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             order_by=request.order_by,
             grouping=request.grouping,
             projection=request.projection,
+            wait_for_catch_up=request.wait_for_catch_up,
         )
         try:
             result = self._engine.run(query)
@@ -238,6 +239,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                 query_id=result.query_id,
                 topic=result.topic,
                 snapshot=[_position(p) for p in result.snapshot],
+                staleness_ms=self._engine.replica.staleness_ms(),
             )
         )
         text_form = request.text_form and not result.aggregated

@@ -1,0 +1,146 @@
+"""The read replica against changelogs on the real broker: catching up, snapshots and
+staleness (changelog transactions written as the processor writes them)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from processor.broker import TansuBroker
+from processor.errors import CatchingUpError
+from processor.query.replica import Replica
+from processor.query.snapshot import FILE_NAME
+from processor.query.sow import QueryEngine, SowQuery
+from processor.topology.model import SowTopic
+from tests.integration.replica_helpers import (
+    ChangelogWriter,
+    contents,
+    eventually,
+    following,
+    single,
+    tail_on,
+)
+
+
+def topic_for(unique: str, partitions: int = 2) -> SowTopic:
+    return SowTopic("ITEMS", keys=("/id",), kafka_topic=f"{unique}.ITEMS", partitions=partitions)
+
+
+def fill(writer: ChangelogWriter, count: int, per_transaction: int = 5000, tag: str = "a") -> None:
+    for partition in range(writer.topic.partitions):
+        for start in range(0, count, per_transaction):
+            writer.transaction(
+                partition,
+                [
+                    (f"k{partition}-{i}", {"id": i, "tag": tag})
+                    for i in range(start, min(start + per_transaction, count))
+                ],
+            )
+
+
+def test_queries_fail_while_catching_up_and_wait_when_asked(bootstrap: str, unique: str) -> None:
+    topic = topic_for(unique)
+    writer = ChangelogWriter(bootstrap, topic, f"{unique}-tx")
+    fill(writer, 40_000)
+    writer.close()
+    replica = Replica(single(topic), tail_on(bootstrap))
+    engine = QueryEngine(single(topic), replica)
+    with following(replica):
+        with pytest.raises(CatchingUpError, match="catching up with the changelogs"):
+            engine.run(SowQuery("ITEMS", top_n=1))
+        result = engine.run(SowQuery("ITEMS", wait_for_catch_up=True, timeout_s=60))
+        assert result.stats is not None
+        assert result.stats.records_returned == 80_000
+        assert replica.caught_up()
+        # The position vector is past every record of both partitions.
+        assert all(offset > 40_000 for _, _, offset in result.snapshot)
+
+
+def test_snapshot_restart_equals_replay_and_a_damaged_snapshot_is_ignored(
+    bootstrap: str, unique: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = topic_for(unique)
+    topology = single(topic)
+    writer = ChangelogWriter(bootstrap, topic, f"{unique}-tx")
+    fill(writer, 3000, per_transaction=1000)
+    snapshots = tmp_path / "replica"
+    first = Replica(topology, tail_on(bootstrap), snapshot_dir=snapshots)
+    with following(first):
+        assert first.wait_caught_up(30)
+        before = contents(first, topic)
+    assert len(before) == 6000
+    assert (snapshots / FILE_NAME).exists()
+    # Changes after the snapshot: updates, deletes, inserts.
+    writer.transaction(0, [("k0-1", {"id": 1, "tag": "b"}), ("k0-2", None), ("new", {"id": -1})])
+    writer.transaction(1, [("k1-5", None)])
+    writer.close()
+
+    restarted = Replica(topology, tail_on(bootstrap), snapshot_dir=snapshots)
+    replayed = Replica(topology, tail_on(bootstrap))
+    with following(restarted), following(replayed):
+        assert restarted.wait_caught_up(30)
+        assert replayed.wait_caught_up(30)
+        after = contents(restarted, topic)
+        assert after == contents(replayed, topic)
+        # Same record order within each partition (partitions interleave as read).
+        for prefix in (b"k0-", b"k1-"):
+            assert [k for k in after if k.startswith(prefix)] == [
+                k for k in contents(replayed, topic) if k.startswith(prefix)
+            ]
+        # The restarted replica read only what came after its snapshot.
+        assert restarted.applied == 4
+        assert replayed.applied == 6000 + 4
+    assert b"k0-2" not in after
+    assert b"new" in after
+    assert len(after) == 6000 - 2 + 1
+
+    raw = bytearray((snapshots / FILE_NAME).read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (snapshots / FILE_NAME).write_bytes(bytes(raw))
+    damaged = Replica(topology, tail_on(bootstrap), snapshot_dir=snapshots)
+    with caplog.at_level(logging.WARNING), following(damaged):
+        assert damaged.wait_caught_up(30)
+        assert contents(damaged, topic) == after
+        assert damaged.applied == 6000 + 4
+    assert "is damaged" in caplog.text
+    assert "replaying the changelogs from offset 0" in caplog.text
+
+
+def test_staleness_grows_while_the_broker_is_frozen(unique: str) -> None:
+    broker = TansuBroker().start()
+    try:
+        topic = topic_for(unique, partitions=1)
+        writer = ChangelogWriter(broker.bootstrap_servers, topic, f"{unique}-tx")
+        writer.transaction(0, [("a", {"id": 1})])
+        replica = Replica(single(topic), tail_on(broker.bootstrap_servers))
+        engine = QueryEngine(single(topic), replica)
+        with following(replica):
+            assert replica.wait_caught_up(30)
+            eventually(lambda: replica.staleness_ms() == 0)
+            process = broker._process  # the test owns this broker and freezes it
+            assert process is not None
+            os.kill(process.pid, signal.SIGSTOP)
+            try:
+                time.sleep(1.5)
+                began = time.monotonic()
+                result = engine.run(SowQuery("ITEMS"))
+                assert time.monotonic() - began < 0.5  # answered from memory at once
+                assert result.stats is not None
+                assert result.stats.records_returned == 1
+                frozen = replica.staleness_ms()
+                assert frozen >= 1000
+                time.sleep(0.3)
+                assert replica.staleness_ms() > frozen
+            finally:
+                os.kill(process.pid, signal.SIGCONT)
+            eventually(lambda: replica.staleness_ms() == 0)
+            writer.transaction(0, [("b", {"id": 2})])
+            eventually(lambda: len(contents(replica, topic)) == 2)
+        writer.close()
+    finally:
+        broker.stop()
