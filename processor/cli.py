@@ -418,6 +418,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             order_by=args.order_by,
             grouping=args.grouping,
             projection=args.projection,
+            wait_for_catch_up=True,
         ):
             part = reply.WhichOneof("part")
             if part == "batch":

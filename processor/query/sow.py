@@ -186,12 +186,13 @@ class QueryEngine:
         )
 
     def run(self, query: SowQuery) -> QueryResult:
-        """Validate, check the replica has caught up (or wait for it when the query asks),
-        wait for ``min_position``, select under the lock, and batch."""
+        """Validate, check the replica has caught up (or wait for it when the query asks,
+        or names a ``min_position``, which is asking to wait), wait for ``min_position``,
+        select under the lock, and batch."""
         prepared = self.prepare(query)
         if not self.replica.caught_up():
             timeout = query.timeout_s or DEFAULT_TIMEOUT_S
-            if not query.wait_for_catch_up:
+            if not (query.wait_for_catch_up or query.min_position):
                 raise CatchingUpError(
                     f"{self.replica.catch_up_status()}; retry shortly, or set "
                     "wait_for_catch_up to wait for it"
