@@ -20,6 +20,7 @@ Progress goes to stderr, a Markdown table to stdout, every figure to ``--json-ou
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -149,7 +150,7 @@ def streaming(address: str, count: int, keys: int) -> dict[str, Any]:
                 say(f"  streaming: {done:,} acknowledged")
         elapsed = time.perf_counter() - started
     edges = [started, *marks]
-    rates = [100_000 / (b - a) for a, b in zip(edges, edges[1:], strict=False)]
+    rates = [100_000 / (b - a) for a, b in itertools.pairwise(edges)]
     return {
         "messages": count,
         "refused": refused,
@@ -171,9 +172,11 @@ def _unary_client(address: str, start: int, count: int, keys: int, out: Any) -> 
 
 
 def unary(address: str, clients: int, per_client: int, keys: int) -> dict[str, Any]:
-    out: Any = mp.Queue()
+    # Client processes are spawned, not forked: this process already uses gRPC.
+    context = mp.get_context("spawn")
+    out: Any = context.Queue()
     processes = [
-        mp.Process(target=_unary_client, args=(address, k * per_client, per_client, keys, out))
+        context.Process(target=_unary_client, args=(address, k * per_client, per_client, keys, out))
         for k in range(clients)
     ]
     for process in processes:
@@ -193,6 +196,40 @@ def unary(address: str, clients: int, per_client: int, keys: int) -> dict[str, A
         "msgs_per_s": total / elapsed,
         "slowest_client_s": max(seconds),
     }
+
+
+def _echo_server(port: int) -> None:
+    """A gRPC server whose Publish does no work: what unary gRPC alone costs here."""
+    from concurrent import futures
+
+    import grpc
+
+    from processor.service._generated import sow_pb2, sow_pb2_grpc
+
+    class Echo(sow_pb2_grpc.SowServicer):
+        def Publish(self, request: Any, context: Any) -> Any:  # noqa: N802
+            return sow_pb2.PublishReply(
+                position=sow_pb2.Position(topic="BENCH", partition=0, offset=1), sow_key="1"
+            )
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
+    sow_pb2_grpc.add_SowServicer_to_server(Echo(), server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    server.wait_for_termination()
+
+
+def echo_ceiling(clients: int, per_client: int, keys: int) -> dict[str, Any]:
+    """Unary calls per second to a server that does nothing, same clients as ``unary``."""
+    context = mp.get_context("spawn")
+    port = 51400 + os.getpid() % 300
+    server = context.Process(target=_echo_server, args=(port,), daemon=True)
+    server.start()
+    time.sleep(2)
+    try:
+        return unary(f"127.0.0.1:{port}", clients, per_client, keys)
+    finally:
+        server.kill()
 
 
 def _background(address: str, rate: int, stop: Any) -> None:
@@ -268,12 +305,15 @@ def main() -> None:
             results["streaming"] = streaming(address, args.messages, args.keys)
             say(f"  {results['streaming']['msgs_per_s']:,.0f} msg/s; unary publish")
             results["unary"] = unary(address, args.clients, args.per_client, args.keys)
-            say(f"  {results['unary']['msgs_per_s']:,.0f} msg/s; visibility at idle")
+            say(f"  {results['unary']['msgs_per_s']:,.0f} msg/s; unary gRPC ceiling (echo)")
+            results["unary_echo_ceiling"] = echo_ceiling(args.clients, args.per_client, args.keys)
+            say(f"  {results['unary_echo_ceiling']['msgs_per_s']:,.0f} calls/s; visibility at idle")
             time.sleep(2)  # let the processor finish the backlog: "idle"
             results["visible_idle"] = visibility(address, args.samples)
             say(f"  {results['visible_idle']}; visibility under load")
-            stop = mp.Event()
-            loader = mp.Process(target=_background, args=(address, args.background, stop))
+            context = mp.get_context("spawn")
+            stop = context.Event()
+            loader = context.Process(target=_background, args=(address, args.background, stop))
             loader.start()
             time.sleep(2)
             results["visible_loaded"] = visibility(address, args.samples)
@@ -300,12 +340,16 @@ def main() -> None:
             f"{results['unary']['msgs_per_s'] / raw:.2f}x",
         ),
     ]
+    echo = results["unary_echo_ceiling"]["msgs_per_s"]
+    rows.append((f"unary gRPC call that does nothing, {args.clients} client processes", echo, "-"))
     print("| path | msgs/s | vs raw |\n|---|---:|---:|")
     for name, rate, ratio in rows:
         print(f"| {name} | {rate:,.0f} | {ratio} |")
     for name in ("visible_idle", "visible_loaded"):
         v = results[name]
-        print(f"\n{name}: p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms, max {v['max_ms']:.1f}")
+        print(
+            f"\n{name}: p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms, max {v['max_ms']:.1f}"
+        )
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2) + "\n")
 
