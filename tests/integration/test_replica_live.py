@@ -99,7 +99,7 @@ def test_a_filter_delete_is_never_seen_half_applied(
         commands.append((topic.kafka_topic, key, data, 0, None))
         if i % 2 == 0:
             even.add(key)
-    gateway.writer.send_many(commands)
+    assert gateway.writer.submit(commands).wait(60)
     gateway.writer.close()
 
     def evens(tables: list[SowTable]) -> int:
