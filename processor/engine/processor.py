@@ -119,16 +119,29 @@ class Processor:
         self._stop.set()
 
     def run(self) -> None:
-        """Process until stopped; restarts the pipeline after a failed transaction."""
+        """Process until stopped.
+
+        A broker failure tears the pipeline down and restarts it from the committed
+        offsets after a back-off (0.5 s doubling to 10 s, back to 0.5 s once a
+        transaction commits again). Anything else (FencedError, StoreError, a bug) is
+        raised: the caller must stop the process rather than run without a processor.
+        """
         backoff = 0.5
         while not self._stop.is_set():
+            committed = self.transactions
             try:
                 self._run_pipeline()
                 return
             except FencedError:
                 raise
             except BrokerError as exc:
-                log.error("processing failed (%s); restarting from committed offsets", exc)
+                if self.transactions > committed:
+                    backoff = 0.5
+                log.error(
+                    "processing failed (%s); restarting from committed offsets in %.1fs",
+                    exc,
+                    backoff,
+                )
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
 
