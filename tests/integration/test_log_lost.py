@@ -22,9 +22,11 @@ def test_store_survives_a_broker_that_lost_its_log(tmp_path: Path, unique: str) 
     first = TansuBroker().start()
     try:
         with running_sow(first.bootstrap_servers, topology, tmp_path, unique) as (_, client):
+            last = {}  # a min_position covers one partition: wait for each one's last write
             for order in range(20):
-                last = client.publish("ORDERS", orjson.dumps({"orderId": order, "v": 1}))
-            records, _, _ = client.query("ORDERS", min_position=[last.position])
+                reply = client.publish("ORDERS", orjson.dumps({"orderId": order, "v": 1}))
+                last[reply.position.partition] = reply.position
+            records, _, _ = client.query("ORDERS", min_position=list(last.values()))
             assert len(records) == 20
     finally:
         first.stop()
