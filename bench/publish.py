@@ -139,12 +139,15 @@ def raw_producer(bootstrap: str, count: int, keys: int) -> dict[str, Any]:
 def streaming(address: str, count: int, keys: int) -> dict[str, Any]:
     marks: list[float] = []
     refused = 0
+    vector: dict[int, Any] = {}
     with SowClient(address) as client:
         started = time.perf_counter()
         source = (message(i, keys) for i in range(count))
         for done, reply in enumerate(client.publish_stream("BENCH", source, batch_size=1000), 1):
-            if reply.error_code:
+            if reply.position is None:
                 refused += 1
+            else:
+                vector[reply.position.partition] = reply.position
             if done % 100_000 == 0:
                 marks.append(time.perf_counter())
                 say(f"  streaming: {done:,} acknowledged")
@@ -158,6 +161,7 @@ def streaming(address: str, count: int, keys: int) -> dict[str, Any]:
         "msgs_per_s": count / elapsed,
         "per_100k_msgs_per_s": rates,
         "last_vs_first_100k": rates[-1] / rates[0] if len(rates) >= 2 else None,
+        "_vector": list(vector.values()),
     }
 
 
@@ -303,7 +307,15 @@ def main() -> None:
             )
             say(f"  {results['raw_producer']['msgs_per_s']:,.0f} msg/s; streaming publish")
             results["streaming"] = streaming(address, args.messages, args.keys)
-            say(f"  {results['streaming']['msgs_per_s']:,.0f} msg/s; unary publish")
+            vector = results["streaming"].pop("_vector")
+            say(f"  {results['streaming']['msgs_per_s']:,.0f} msg/s; waiting until applied")
+            began = time.perf_counter()
+            with SowClient(address) as client:
+                client.query(
+                    "BENCH", top_n=1, min_position=vector, timeout=600, timeout_seconds=590
+                )
+            results["streaming"]["applied_after_s"] = time.perf_counter() - began
+            say(f"  applied {results['streaming']['applied_after_s']:.1f}s later; unary publish")
             results["unary"] = unary(address, args.clients, args.per_client, args.keys)
             say(f"  {results['unary']['msgs_per_s']:,.0f} msg/s; unary gRPC ceiling (echo)")
             results["unary_echo_ceiling"] = echo_ceiling(args.clients, args.per_client, args.keys)
