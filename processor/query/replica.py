@@ -6,13 +6,9 @@ One applier thread (:meth:`Replica.run`) reads the changelogs and keeps one
 Guarantees, per changelog partition:
 
 * **In order, one transaction at a time.** Records are applied in offset order, in
-  *units*: the processor ends each transaction with one PROGRESS record per changelog
-  partition it touched, so a unit is everything up to and including a PROGRESS record.
-  A RESET record (a transient partition restarting empty) also ends a unit; so does a
-  partition end confirmed by a fetch (read_committed exposes a transaction whole, so
-  records still open there came from another writer or a crashed processor's
-  transaction the broker exposed). A unit is applied under the replica's lock in one
-  piece: no query sees part of one. Units of different partitions are independent.
+  units (:mod:`processor.query.units`): one processor transaction, a RESET, or what a
+  fetch-confirmed partition end closes. A unit is applied under the replica's lock in
+  one piece: no query sees part of one. Units of different partitions are independent.
 * **Change events.** Each applied change becomes a
   :class:`~processor.query.events.ChangeEvent` (old and new envelope, changelog
   position, reason). The listeners registered when a unit is applied (under the lock)
@@ -27,14 +23,15 @@ Guarantees, per changelog partition:
   :meth:`catch_up_status` says how far along it is. A replica fed by :meth:`apply`
   alone (tests, benchmarks) counts as caught up.
 * **Staleness.** :meth:`staleness_ms` is how long ago fetches last confirmed that the
-  replica had every committed record of every partition (0 within ``CURRENT_S``);
-  while the broker does not answer, queries still answer from memory and staleness
-  grows.
+  replica had every committed record of every partition (0 within
+  :data:`~processor.query.catchup.CURRENT_S`); while the broker does not answer,
+  queries still answer from memory and staleness grows.
 * **Snapshots.** With a snapshot directory, the replica's records and the position
   vector they reflect are written there (see :mod:`processor.query.snapshot`) every
-  ``snapshot_interval_s`` when something changed, and when it stops; on start it loads
-  the snapshot and tails the changelogs from its positions. An unusable snapshot is
-  ignored with a warning and the changelogs are replayed from offset 0.
+  ``snapshot_interval_s`` when something changed, and when it stops (whole units
+  only); on start it loads the snapshot and tails the changelogs from its positions.
+  An unusable snapshot is ignored with a warning and the changelogs are replayed from
+  offset 0.
 
 Read-your-writes: ``wait_for`` blocks until the processor's progress, as published in
 the PROGRESS records, has passed given transaction-log positions.
@@ -67,6 +64,7 @@ from processor.query import snapshot
 from processor.query.catchup import CatchUp
 from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle, Listeners
 from processor.query.table import SowTable
+from processor.query.units import Unit, UnitCutter
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
@@ -81,7 +79,6 @@ IDLE_WAIT_S = 0.05
 SNAPSHOT_INTERVAL_S = 60.0
 
 T = TypeVar("T")
-Unit = tuple[TopicPartitionKey, list[Record]]
 
 
 class Replica:
@@ -113,12 +110,7 @@ class Replica:
         ]
         #: Next changelog offset per partition, as applied (the position vector).
         self._changelog_next: dict[TopicPartitionKey, int] = dict.fromkeys(partitions, 0)
-        #: Next changelog offset per partition, as read (applied plus pending).
-        self._read_next: dict[TopicPartitionKey, int] = dict.fromkeys(partitions, 0)
-        #: Records read but not applied yet: the unit each partition is in the middle of.
-        self._pending: dict[TopicPartitionKey, list[Record]] = {p: [] for p in partitions}
-        #: Partitions whose log restarted: their records go before the next unit applies.
-        self._restarted: set[TopicPartitionKey] = set()
+        self._units = UnitCutter(partitions)
         self._log_next: dict[tuple[str, int], int] = {}
         #: Delete command position -> how many records it removed.
         self._deleted: OrderedDict[LogPosition, int] = OrderedDict()
@@ -153,7 +145,7 @@ class Replica:
         try:
             self._load_snapshot()
             tail.assign([(t, p, o) for (t, p), o in self._changelog_next.items()])
-            self._read_next = dict(self._changelog_next)
+            self._units.start(self._changelog_next)
             last_snapshot = last_report = time.monotonic()
             while not self._stop.is_set():
                 records = tail.consume(BATCH, 0)
@@ -184,83 +176,43 @@ class Replica:
         self, records: Sequence[Record], states: Mapping[TopicPartitionKey, TailState]
     ) -> None:
         """Cut the records read into units, apply the complete ones, note partition ends."""
-        units: list[Unit] = []
-        pending = self._pending
-        read_next = self._read_next
-        for record in records:
-            tp = (record.topic(), record.partition())
-            if tp not in pending:
-                continue
-            offset = record.offset()
-            if offset < read_next[tp]:
-                self._restart(tp, offset)
-            pending[tp].append(record)
-            read_next[tp] = offset + 1
-            key = record.key()
-            if (
-                key is not None
-                and key.startswith(CONTROL_PREFIX)
-                and key in (PROGRESS_KEY, RESET_KEY)
-            ):
-                units.append((tp, pending[tp]))
-                pending[tp] = []
-        ends: dict[TopicPartitionKey, int] = {}
-        for tp, state in states.items():
-            if tp not in pending:
-                continue
-            if state.position < read_next[tp]:
-                self._restart(tp, state.position)
-                read_next[tp] = state.position
-            if state.at_end:
-                if pending[tp] or tp in self._restarted:
-                    units.append((tp, pending[tp]))
-                    pending[tp] = []
-                ends[tp] = state.position
+        units, ends, restarted = self._units.cut(records, states)
+        if restarted:
+            # The input log was most likely lost with the changelog: progress read from
+            # the old changelog (or a snapshot of it) no longer says where the
+            # processor is.
+            with self._changed:
+                for changelog, partition in restarted:
+                    topic = self._by_changelog[changelog]
+                    for log_topic in (topic.kafka_topic, topic.repartition_topic):
+                        self._log_next.pop((log_topic, partition), None)
         self._catch_up.saw(states)
         if units or self._catch_up.needs(ends):
             self._apply_units(units, ends)
 
-    def _restart(self, tp: TopicPartitionKey, offset: int) -> None:
-        log.warning(
-            "changelog %s[%d] restarted at offset %d (this replica had read to %d): the "
-            "broker lost or truncated it; its records are replaced by what it holds now",
-            tp[0],
-            tp[1],
-            offset,
-            self._read_next[tp],
-        )
-        self._pending[tp] = []
-        self._restarted.add(tp)
-        # The input log was most likely lost with it: progress read from the old
-        # changelog (or a snapshot of it) no longer says where the processor is.
-        topic = self._by_changelog[tp[0]]
-        with self._changed:
-            for log_topic in (topic.kafka_topic, topic.repartition_topic):
-                self._log_next.pop((log_topic, tp[1]), None)
-
     def apply(self, records: Sequence[Record]) -> None:
         """Apply records at once, as one unit per changelog partition, without waiting
         for PROGRESS records: feeding a replica by hand (tests, benchmarks)."""
-        units: dict[TopicPartitionKey, list[Record]] = {}
+        units: dict[TopicPartitionKey, Unit] = {}
         for record in records:
             tp = (record.topic(), record.partition())
-            if record.error() is None and tp in self._pending:
-                units.setdefault(tp, []).append(record)
-        self._apply_units(list(units.items()), {})
+            if record.error() is None and tp in self._changelog_next:
+                units.setdefault(tp, Unit(tp, [])).records.append(record)
+        self._apply_units(list(units.values()), {})
 
     def _apply_units(self, units: Sequence[Unit], ends: Mapping[TopicPartitionKey, int]) -> None:
         """Apply units under the lock, then deliver their events outside it."""
         deliveries: list[list[ChangeEvent]] = []
         with self._changed:
             listeners = self._listeners.current()
-            for tp, unit in units:
+            for unit in units:
                 events: list[ChangeEvent] | None = [] if listeners else None
-                self._apply_unit(tp, unit, events)
+                self._apply_unit(unit, events)
                 if events:
                     deliveries.append(events)
             for tp, position in ends.items():
                 # Past the transaction markers, which carry no records.
-                if not self._pending[tp] and position > self._changelog_next[tp]:
+                if not self._units.pending[tp] and position > self._changelog_next[tp]:
                     self._changelog_next[tp] = position
             if ends:
                 self._catch_up.reached_end(ends, sum(len(t) for t in self._tables.values()))
@@ -268,19 +220,18 @@ class Replica:
         if deliveries:
             self._listeners.deliver(listeners, deliveries)
 
-    def _apply_unit(
-        self, tp: TopicPartitionKey, unit: Sequence[Record], events: list[ChangeEvent] | None
-    ) -> None:
+    def _apply_unit(self, unit: Unit, events: list[ChangeEvent] | None) -> None:
+        tp = unit.partition
         changelog, partition = tp
         topic = self._by_changelog[changelog]
         table = self._tables[topic.name]
-        if tp in self._restarted:
-            self._restarted.discard(tp)
-            first = unit[0].offset() if unit else self._read_next[tp]
+        records = unit.records
+        if unit.restart_at is not None:
+            first = records[0].offset() if records else unit.restart_at
             self._reset(table, partition, (changelog, partition, first), events)
             self._changelog_next[tp] = first
         envelopes = table.envelopes
-        for record in unit:
+        for record in records:
             key = record.key() or b""
             value = record.value()
             if key.startswith(CONTROL_PREFIX):
@@ -307,8 +258,8 @@ class Replica:
                     )
                 table.put(key, value)
             self.applied += 1
-        if unit:
-            self._changelog_next[tp] = unit[-1].offset() + 1
+        if records:
+            self._changelog_next[tp] = records[-1].offset() + 1
             self._dirty = True
 
     def _reset(
@@ -366,7 +317,7 @@ class Replica:
         """How far along catching up is, for errors and the log."""
         with self._changed:
             records = sum(len(t) for t in self._tables.values())
-            return self._catch_up.status(self._read_next, records)
+            return self._catch_up.status(self._units.read_next, records)
 
     def staleness_ms(self) -> int:
         """How long ago fetches last confirmed that the replica had every committed
