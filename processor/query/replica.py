@@ -409,8 +409,20 @@ class Replica:
         if loaded is None:
             return
         with self._changed:
-            for name, records in loaded.records.items():
-                self._tables[name].load(records)
+            try:
+                for name, state in loaded.tables.items():
+                    self._tables[name].restore(state)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning(
+                    "the replica snapshot in %s does not fit this release's tables (%r); "
+                    "ignoring it and replaying the changelogs from offset 0",
+                    self._snapshot_dir,
+                    exc,
+                )
+                self._tables = {
+                    t.name: SowTable(t, codec_for(t)) for t in self.topology.topics.values()
+                }
+                return
             for tp, offset in loaded.positions.items():
                 if tp in self._changelog_next:
                     self._changelog_next[tp] = offset
@@ -419,8 +431,5 @@ class Replica:
     def _snapshot_copy(self) -> tuple[snapshot.Records, snapshot.Positions, snapshot.Positions]:
         """What a snapshot holds, copied (on the applier thread, between units)."""
         self._dirty = False
-        records = {
-            name: (list(table.envelopes), list(table.envelopes.values()))
-            for name, table in self._tables.items()
-        }
-        return records, dict(self._changelog_next), dict(self._log_next)
+        tables = {name: table.export() for name, table in self._tables.items()}
+        return tables, dict(self._changelog_next), dict(self._log_next)

@@ -9,7 +9,9 @@ File layout (``<dir>/replica.snapshot``)::
 The header holds the format, the Python marshal version, the topology's fingerprint,
 the position vector (next changelog offset per changelog partition), the processor's
 input progress and the record count; the payload is ``marshal`` of, per topic in header
-order, the list of SowKeys and the list of envelopes in record order. The CRC covers
+order, its state as :meth:`~processor.query.table.SowTable.export` gives it (SowKeys and
+envelopes in record order, hash and memo index contents, so a restart decodes no
+message). The CRC covers
 header and payload. The file is written to a temporary name, synced and renamed, so a
 reader sees the previous snapshot or the new one, never a mixture.
 
@@ -29,9 +31,10 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from processor.errors import StoreError
 from processor.topology.model import Topology
@@ -39,7 +42,7 @@ from processor.topology.model import Topology
 log = logging.getLogger(__name__)
 
 MAGIC = b"SOW-REPLICA-SNAPSHOT\n"
-FORMAT = 1
+FORMAT = 2
 FILE_NAME = "replica.snapshot"
 
 TopicPartitionKey = tuple[str, int]
@@ -51,16 +54,13 @@ class SnapshotUnusableError(StoreError):
 
 @dataclass(slots=True)
 class Snapshot:
-    """A replica's content: per SOW topic, its records in record order; the next
-    changelog offset per changelog partition; the processor's input progress."""
+    """A replica's content: per SOW topic, its exported table state; the next changelog
+    offset per changelog partition; the processor's input progress; the record count."""
 
-    records: dict[str, dict[bytes, bytes]]
+    tables: dict[str, Any]
     positions: dict[TopicPartitionKey, int]
     log_next: dict[TopicPartitionKey, int]
-
-    @property
-    def count(self) -> int:
-        return sum(len(r) for r in self.records.values())
+    count: int
 
 
 def fingerprint(topology: Topology) -> str:
@@ -77,16 +77,16 @@ def fingerprint(topology: Topology) -> str:
 def write(
     directory: Path,
     topology: Topology,
-    records: Mapping[str, tuple[Sequence[bytes], Sequence[bytes]]],
+    tables: Mapping[str, Mapping[str, Any]],
     positions: Mapping[TopicPartitionKey, int],
     log_next: Mapping[TopicPartitionKey, int],
 ) -> Path:
     """Write a snapshot atomically (temporary file, fsync, rename); return its path.
 
-    ``records`` holds, per SOW topic, its SowKeys and its envelopes in record order; they
-    must not change while this runs (the replica passes copies)."""
+    ``tables`` holds each SOW topic's exported state (``SowTable.export``: plain data,
+    with at least ``keys``); it must not change while this runs."""
     directory.mkdir(parents=True, exist_ok=True)
-    names = list(records)
+    names = list(tables)
     header = json.dumps(
         {
             "format": FORMAT,
@@ -95,11 +95,11 @@ def write(
             "topics": names,
             "positions": [[t, p, o] for (t, p), o in positions.items()],
             "log_next": [[t, p, o] for (t, p), o in log_next.items()],
-            "records": sum(len(keys) for keys, _ in records.values()),
+            "records": sum(len(t["keys"]) for t in tables.values()),
             "written_ms": int(time.time() * 1000),
         }
     ).encode()
-    payload = marshal.dumps([(list(records[n][0]), list(records[n][1])) for n in names])
+    payload = marshal.dumps([dict(tables[n]) for n in names])
     crc = zlib.crc32(payload, zlib.crc32(header))
     path = directory / FILE_NAME
     temporary = directory / f".{FILE_NAME}.{os.getpid()}.tmp"
@@ -166,20 +166,18 @@ def load(directory: Path, topology: Topology) -> Snapshot | None:
     enabled = gc.isenabled()
     gc.disable()  # millions of new objects, none cyclic: collections would only cost
     try:
-        tables: Sequence[tuple[list[bytes], list[bytes]]] = marshal.loads(payload)
-        records = {
-            name: dict(zip(keys, values, strict=True))
-            for name, (keys, values) in zip(header["topics"], tables, strict=True)
-        }
+        states: list[Any] = marshal.loads(payload)
+        tables = dict(zip(header["topics"], states, strict=True))
     except (ValueError, EOFError, TypeError) as exc:
         raise SnapshotUnusableError(f"{path} is damaged: {exc}") from exc
     finally:
         if enabled:
             gc.enable()
     return Snapshot(
-        records,
+        tables,
         {(str(t), int(p)): int(o) for t, p, o in header["positions"]},
         {(str(t), int(p)): int(o) for t, p, o in header["log_next"]},
+        int(header.get("records", 0)),
     )
 
 
@@ -205,7 +203,7 @@ def load_or_replay(directory: Path, topology: Topology) -> Snapshot | None:
     return loaded
 
 
-Records = Mapping[str, tuple[Sequence[bytes], Sequence[bytes]]]
+Records = Mapping[str, Mapping[str, Any]]
 Positions = Mapping[TopicPartitionKey, int]
 
 
@@ -249,6 +247,6 @@ class SnapshotWriter:
         log.info(
             "wrote the replica snapshot %s: %s records in %.1fs",
             path,
-            f"{sum(len(keys) for keys, _ in records.values()):,}",
+            f"{sum(len(t['keys']) for t in records.values()):,}",
             time.monotonic() - began,
         )
