@@ -58,7 +58,7 @@ from processor.changelog import (
 )
 from processor.expr import FieldInput
 from processor.keys import partition_for
-from processor.log import ChangelogTail, Record, TailState, TopicPartitionKey
+from processor.log import ChangelogTail, Record, TopicPartitionKey
 from processor.messages import codec_for
 from processor.query import snapshot
 from processor.query.catchup import CatchUp
@@ -112,6 +112,10 @@ class Replica:
         self._changelog_next: dict[TopicPartitionKey, int] = dict.fromkeys(partitions, 0)
         self._units = UnitCutter(partitions)
         self._log_next: dict[tuple[str, int], int] = {}
+        #: The last record applied per changelog partition, and the check that a loaded
+        #: snapshot's changelogs are the ones it was taken from.
+        self._last_record: dict[TopicPartitionKey, snapshot.RecordMark] = {}
+        self._check = snapshot.LogCheck({})
         #: Delete command position -> how many records it removed.
         self._deleted: OrderedDict[LogPosition, int] = OrderedDict()
         self._listeners = Listeners()
@@ -144,8 +148,11 @@ class Replica:
         tail = self._tail_factory()
         try:
             self._load_snapshot()
-            tail.assign([(t, p, o) for (t, p), o in self._changelog_next.items()])
-            self._units.start(self._changelog_next)
+            # A loaded snapshot's partitions are read from their last record (see LogCheck).
+            starts = dict(self._changelog_next)
+            starts.update((tp, mark[0]) for tp, mark in self._check.waiting.items())
+            tail.assign([(t, p, o) for (t, p), o in starts.items()])
+            self._units.start(starts)
             last_snapshot = last_report = time.monotonic()
             while not self._stop.is_set():
                 records = tail.consume(BATCH, 0)
@@ -153,7 +160,7 @@ class Replica:
                     records = tail.consume(1, IDLE_WAIT_S)
                     if records:
                         records = [*records, *tail.consume(BATCH - 1, 0)]
-                self._advance(records, tail.states())
+                self._advance(records, tail)
                 now = time.monotonic()
                 if not self._catch_up.done and now - last_report >= 1.0:
                     last_report = now
@@ -172,10 +179,13 @@ class Replica:
             if self._snapshots is not None and self._dirty:
                 self._snapshots.write(*self._snapshot_copy())
 
-    def _advance(
-        self, records: Sequence[Record], states: Mapping[TopicPartitionKey, TailState]
-    ) -> None:
+    def _advance(self, records: Sequence[Record], tail: ChangelogTail) -> None:
         """Cut the records read into units, apply the complete ones, note partition ends."""
+        if self._check:
+            records, mismatched = self._check.filter(records, tail.states())
+            for changelog, partition in mismatched:
+                tail.seek(changelog, partition, 0)
+        states = tail.states()
         units, ends, restarted = self._units.cut(records, states)
         if restarted:
             # The input log was most likely lost with the changelog: progress read from
@@ -230,6 +240,7 @@ class Replica:
             first = records[0].offset() if records else unit.restart_at
             self._reset(table, partition, (changelog, partition, first), events)
             self._changelog_next[tp] = first
+            self._last_record.pop(tp, None)
         envelopes = table.envelopes
         for record in records:
             key = record.key() or b""
@@ -259,7 +270,9 @@ class Replica:
                 table.put(key, value)
             self.applied += 1
         if records:
-            self._changelog_next[tp] = records[-1].offset() + 1
+            last = records[-1]
+            self._changelog_next[tp] = last.offset() + 1
+            self._last_record[tp] = (last.offset(), last.timestamp()[1], last.key() or b"")
             self._dirty = True
 
     def _reset(
@@ -427,9 +440,14 @@ class Replica:
                 if tp in self._changelog_next:
                     self._changelog_next[tp] = offset
             self._log_next.update(loaded.log_next)
+            self._last_record.update(loaded.last_records)
+            self._check = snapshot.LogCheck(loaded.last_records)
 
-    def _snapshot_copy(self) -> tuple[snapshot.Records, snapshot.Positions, snapshot.Positions]:
+    def _snapshot_copy(
+        self,
+    ) -> tuple[snapshot.Records, snapshot.Positions, snapshot.Positions, snapshot.Marks]:
         """What a snapshot holds, copied (on the applier thread, between units)."""
         self._dirty = False
         tables = {name: table.export() for name, table in self._tables.items()}
-        return tables, dict(self._changelog_next), dict(self._log_next)
+        positions, log_next = dict(self._changelog_next), dict(self._log_next)
+        return tables, positions, log_next, dict(self._last_record)

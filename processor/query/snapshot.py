@@ -31,12 +31,13 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from processor.errors import StoreError
+from processor.log import Record, TailState
 from processor.topology.model import Topology
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class Snapshot:
     positions: dict[TopicPartitionKey, int]
     log_next: dict[TopicPartitionKey, int]
     count: int
+    #: The last record applied per changelog partition (see :class:`LogCheck`).
+    last_records: dict[TopicPartitionKey, tuple[int, int, bytes]]
 
 
 def fingerprint(topology: Topology) -> str:
@@ -80,6 +83,7 @@ def write(
     tables: Mapping[str, Mapping[str, Any]],
     positions: Mapping[TopicPartitionKey, int],
     log_next: Mapping[TopicPartitionKey, int],
+    last_records: Mapping[TopicPartitionKey, tuple[int, int, bytes]],
 ) -> Path:
     """Write a snapshot atomically (temporary file, fsync, rename); return its path.
 
@@ -95,6 +99,7 @@ def write(
             "topics": names,
             "positions": [[t, p, o] for (t, p), o in positions.items()],
             "log_next": [[t, p, o] for (t, p), o in log_next.items()],
+            "last_records": [[t, p, o, ts, k.hex()] for (t, p), (o, ts, k) in last_records.items()],
             "records": sum(len(t["keys"]) for t in tables.values()),
             "written_ms": int(time.time() * 1000),
         }
@@ -178,6 +183,10 @@ def load(directory: Path, topology: Topology) -> Snapshot | None:
         {(str(t), int(p)): int(o) for t, p, o in header["positions"]},
         {(str(t), int(p)): int(o) for t, p, o in header["log_next"]},
         int(header.get("records", 0)),
+        {
+            (str(t), int(p)): (int(o), int(ts), bytes.fromhex(k))
+            for t, p, o, ts, k in header.get("last_records", [])
+        },
     )
 
 
@@ -205,6 +214,7 @@ def load_or_replay(directory: Path, topology: Topology) -> Snapshot | None:
 
 Records = Mapping[str, Mapping[str, Any]]
 Positions = Mapping[TopicPartitionKey, int]
+Marks = Mapping[TopicPartitionKey, tuple[int, int, bytes]]
 
 
 class SnapshotWriter:
@@ -221,26 +231,28 @@ class SnapshotWriter:
         return self._thread is not None and self._thread.is_alive()
 
     def write_in_background(
-        self, records: Records, positions: Positions, log_next: Positions
+        self, records: Records, positions: Positions, log_next: Positions, marks: Marks
     ) -> None:
         """Start writing unless a write is still running (then skip this one)."""
         if self.busy():
             return
         self._thread = threading.Thread(
             target=self.write,
-            args=(records, positions, log_next),
+            args=(records, positions, log_next, marks),
             name="sow-replica-snapshot",
             daemon=True,
         )
         self._thread.start()
 
-    def write(self, records: Records, positions: Positions, log_next: Positions) -> None:
+    def write(
+        self, records: Records, positions: Positions, log_next: Positions, marks: Marks
+    ) -> None:
         """Write now, after any background write has finished."""
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         began = time.monotonic()
         try:
-            path = write(self.directory, self.topology, records, positions, log_next)
+            path = write(self.directory, self.topology, records, positions, log_next, marks)
         except OSError as exc:
             log.warning("cannot write the replica snapshot to %s: %s", self.directory, exc)
             return
@@ -250,3 +262,57 @@ class SnapshotWriter:
             f"{sum(len(t['keys']) for t in records.values()):,}",
             time.monotonic() - began,
         )
+
+
+#: A changelog record as a snapshot remembers it: offset, timestamp (ms) and key.
+RecordMark = tuple[int, int, bytes]
+
+
+class LogCheck:
+    """Checks that the changelogs a loaded snapshot is tailed from are the ones it was
+    taken from (a memory-only broker that restarted starts new logs, which may have
+    grown past the snapshot's positions by then).
+
+    The replica reads each partition from the offset of the last record the snapshot
+    holds; that record must come back unchanged (offset, key, timestamp). When it does,
+    it is dropped (already applied); when another record comes first, or the partition
+    ends before it, the partition is *mismatched*: read it again from offset 0.
+    """
+
+    def __init__(self, marks: Mapping[TopicPartitionKey, RecordMark]) -> None:
+        self.waiting = dict(marks)
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting)
+
+    def filter(
+        self, records: Sequence[Record], states: Mapping[TopicPartitionKey, TailState]
+    ) -> tuple[list[Record], list[TopicPartitionKey]]:
+        """The records to apply, and the partitions found mismatched (their records are
+        left out: they are read again)."""
+        kept: list[Record] = []
+        mismatched: list[TopicPartitionKey] = []
+        waiting = self.waiting
+        for record in records:
+            tp = (record.topic(), record.partition())
+            mark = waiting.pop(tp, None)
+            if mark is None:
+                if tp not in mismatched:
+                    kept.append(record)
+            elif mark == (record.offset(), record.timestamp()[1], record.key() or b""):
+                continue  # the snapshot's last record: the log it was taken from
+            else:
+                mismatched.append(tp)
+        for tp in list(waiting):
+            state = states.get(tp)
+            if state is not None and state.at_end:
+                del waiting[tp]
+                mismatched.append(tp)
+        for tp in mismatched:
+            log.warning(
+                "changelog %s[%d] does not hold the records the replica snapshot was taken "
+                "from (the broker's log is a new one); reading it again from offset 0",
+                tp[0],
+                tp[1],
+            )
+        return kept, mismatched

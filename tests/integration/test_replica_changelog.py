@@ -173,3 +173,35 @@ def test_staleness_grows_while_the_broker_is_frozen(unique: str) -> None:
         writer.close()
     finally:
         broker.stop()
+
+
+def test_a_snapshot_of_another_log_is_not_tailed(unique: str, tmp_path: Path) -> None:
+    """A memory-only broker restarted: its new changelog has grown past the snapshot's
+    positions, with other records. The replica must not apply them on top of the
+    snapshot but read the new log from offset 0."""
+    topic = topic_for(unique, partitions=1)
+    snapshots = tmp_path / "replica"
+    first = TansuBroker().start()
+    port = int(first.bootstrap_servers.rsplit(":", 1)[1])
+    try:
+        writer = ChangelogWriter(first.bootstrap_servers, topic, f"{unique}-tx")
+        writer.transaction(0, [(f"old{i}", {"id": i}) for i in range(10)])
+        writer.close()
+        replica = Replica(single(topic), tail_on(first.bootstrap_servers), snapshots)
+        with following(replica):
+            assert replica.wait_caught_up(30)
+    finally:
+        first.stop()
+    second = TansuBroker(port=port).start()
+    try:
+        writer = ChangelogWriter(second.bootstrap_servers, topic, f"{unique}-tx2")
+        for start in (0, 10, 20):
+            writer.transaction(0, [(f"new{i}", {"id": i}) for i in range(start, start + 10)])
+        writer.close()
+        restarted = Replica(single(topic), tail_on(second.bootstrap_servers), snapshots)
+        with following(restarted):
+            assert restarted.wait_caught_up(30)
+            held = contents(restarted, topic)
+        assert sorted(held) == sorted(f"new{i}".encode() for i in range(30))
+    finally:
+        second.stop()

@@ -147,12 +147,14 @@ def test_snapshot_round_trip_keeps_records_and_indexes(feed: Feed, tmp_path: Pat
     table = feed.replica.read([ITEMS], lambda tables: tables[0])[0]
     table.memo_index(("id",), "/id")  # a memo index a query created
     positions = {(ITEMS.changelog_topic, 0): 7, (ITEMS.changelog_topic, 1): 9}
-    snapshot.write(tmp_path, TOPOLOGY, {"ITEMS": table.export()}, positions, {("in", 0): 30})
+    marks = {(ITEMS.changelog_topic, 1): (8, 1000, b"k2")}
+    snapshot.write(tmp_path, TOPOLOGY, {"ITEMS": table.export()}, positions, {("in", 0): 30}, marks)
     loaded = snapshot.load(tmp_path, TOPOLOGY)
     assert loaded is not None
     assert loaded.positions == positions
     assert loaded.log_next == {("in", 0): 30}
     assert loaded.count == 29
+    assert loaded.last_records == marks
     fresh = SowTable(ITEMS, codec_for(ITEMS))
     fresh.restore(loaded.tables["ITEMS"])
     assert list(fresh.envelopes.items()) == list(table.envelopes.items())
@@ -172,7 +174,7 @@ def test_snapshot_round_trip_keeps_records_and_indexes(feed: Feed, tmp_path: Pat
 
 def test_unusable_snapshots_are_refused_with_the_reason(tmp_path: Path) -> None:
     assert snapshot.load(tmp_path, TOPOLOGY) is None
-    snapshot.write(tmp_path, TOPOLOGY, {"ITEMS": {"keys": [b"a"]}}, {}, {})
+    snapshot.write(tmp_path, TOPOLOGY, {"ITEMS": {"keys": [b"a"]}}, {}, {}, {})
     other = Topology({"ITEMS": SowTopic("ITEMS", keys=("/id",), partitions=3)})
     with pytest.raises(snapshot.SnapshotUnusableError, match="another topology"):
         snapshot.load(tmp_path, other)
