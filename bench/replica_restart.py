@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -231,6 +232,9 @@ def main(argv: list[str] | None = None) -> None:
                     "samples": len(latencies),
                 },
                 "target": "complete query within 3 s of a restart",
+                # The machine is shared: its load says how much the figures are disturbed.
+                "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+                "cpus": os.cpu_count(),
             }
         )
         print(json.dumps(results, indent=2))
