@@ -147,11 +147,16 @@ class Replica:
         self.start_catching_up()
         tail = self._tail_factory()
         try:
+            early = None
+            if self._snapshot_dir is not None:
+                early = snapshot.peek(self._snapshot_dir, self.topology)
+            if early is not None:
+                # Fetching starts while the snapshot loads.
+                tail.assign([(t, p, o) for (t, p), o in self._starts(*early).items()])
             self._load_snapshot()
-            # A loaded snapshot's partitions are read from their last record (see LogCheck).
-            starts = dict(self._changelog_next)
-            starts.update((tp, mark[0]) for tp, mark in self._check.waiting.items())
-            tail.assign([(t, p, o) for (t, p), o in starts.items()])
+            starts = self._starts(self._changelog_next, self._check.waiting)
+            if early is None or starts != self._starts(*early):
+                tail.assign([(t, p, o) for (t, p), o in starts.items()])
             self._units.start(starts)
             last_snapshot = last_report = time.monotonic()
             while not self._stop.is_set():
@@ -178,6 +183,18 @@ class Replica:
             tail.close()
             if self._snapshots is not None and self._dirty:
                 self._snapshots.write(*self._snapshot_copy())
+
+    def _starts(
+        self,
+        positions: Mapping[TopicPartitionKey, int],
+        marks: Mapping[TopicPartitionKey, snapshot.RecordMark],
+    ) -> dict[TopicPartitionKey, int]:
+        """Where to read each partition from: its position, or for a loaded snapshot's
+        partition, its last record (see :class:`~processor.query.snapshot.LogCheck`)."""
+        starts = dict.fromkeys(self._changelog_next, 0)
+        starts.update((tp, o) for tp, o in positions.items() if tp in starts)
+        starts.update((tp, mark[0]) for tp, mark in marks.items() if tp in starts)
+        return starts
 
     def _advance(self, records: Sequence[Record], tail: ChangelogTail) -> None:
         """Cut the records read into units, apply the complete ones, note partition ends."""

@@ -47,6 +47,8 @@ FORMAT = 2
 FILE_NAME = "replica.snapshot"
 
 TopicPartitionKey = tuple[str, int]
+#: A changelog record as a snapshot remembers it: offset, timestamp (ms) and key.
+RecordMark = tuple[int, int, bytes]
 
 
 class SnapshotUnusableError(StoreError):
@@ -190,6 +192,32 @@ def load(directory: Path, topology: Topology) -> Snapshot | None:
     )
 
 
+def peek(
+    directory: Path, topology: Topology
+) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, RecordMark]] | None:
+    """The positions and last records a snapshot's header names, read without loading
+    or checking the rest (so the changelogs can be fetched while it loads); None when
+    there is no usable-looking snapshot. Only :func:`load` vouches for the snapshot."""
+    path = directory / FILE_NAME
+    try:
+        with open(path, "rb") as source:
+            if source.read(len(MAGIC)) != MAGIC:
+                return None
+            (header_size,) = struct.unpack(">I", source.read(4))
+            header = json.loads(source.read(header_size))
+        if header.get("format") != FORMAT or header.get("topology") != fingerprint(topology):
+            return None
+        return (
+            {(str(t), int(p)): int(o) for t, p, o in header["positions"]},
+            {
+                (str(t), int(p)): (int(o), int(ts), bytes.fromhex(k))
+                for t, p, o, ts, k in header["last_records"]
+            },
+        )
+    except (OSError, struct.error, ValueError, KeyError, TypeError):
+        return None
+
+
 def load_or_replay(directory: Path, topology: Topology) -> Snapshot | None:
     """``load``, saying in the log what was loaded, or why the changelogs will be
     replayed from offset 0 instead (a warning for an unusable snapshot)."""
@@ -262,10 +290,6 @@ class SnapshotWriter:
             f"{sum(len(t['keys']) for t in records.values()):,}",
             time.monotonic() - began,
         )
-
-
-#: A changelog record as a snapshot remembers it: offset, timestamp (ms) and key.
-RecordMark = tuple[int, int, bytes]
 
 
 class LogCheck:

@@ -155,6 +155,7 @@ def test_snapshot_round_trip_keeps_records_and_indexes(feed: Feed, tmp_path: Pat
     assert loaded.log_next == {("in", 0): 30}
     assert loaded.count == 29
     assert loaded.last_records == marks
+    assert snapshot.peek(tmp_path, TOPOLOGY) == (positions, marks)
     fresh = SowTable(ITEMS, codec_for(ITEMS))
     fresh.restore(loaded.tables["ITEMS"])
     assert list(fresh.envelopes.items()) == list(table.envelopes.items())
@@ -178,6 +179,7 @@ def test_unusable_snapshots_are_refused_with_the_reason(tmp_path: Path) -> None:
     other = Topology({"ITEMS": SowTopic("ITEMS", keys=("/id",), partitions=3)})
     with pytest.raises(snapshot.SnapshotUnusableError, match="another topology"):
         snapshot.load(tmp_path, other)
+    assert snapshot.peek(tmp_path, other) is None
     path = tmp_path / snapshot.FILE_NAME
     raw = bytearray(path.read_bytes())
     raw[-6] ^= 0x01
@@ -190,3 +192,4 @@ def test_unusable_snapshots_are_refused_with_the_reason(tmp_path: Path) -> None:
     path.write_bytes(b"something else")
     with pytest.raises(snapshot.SnapshotUnusableError, match="not a replica snapshot"):
         snapshot.load(tmp_path, TOPOLOGY)
+    assert snapshot.peek(tmp_path, TOPOLOGY) is None
