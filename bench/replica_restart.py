@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -44,7 +45,7 @@ from processor.query.events import ChangeEvent
 from processor.query.replica import Replica
 from processor.query.sow import QueryEngine, SowQuery
 from processor.query.table import SowTable
-from processor.topology.model import SowTopic, Topology
+from processor.topology.model import HashIndexSpec, SowTopic, Topology
 
 TRANSACTION = 10_000
 
@@ -166,6 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument(
+        "--hash-index", action="store_true", help="give the topic a hash index on /clientId"
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="  %(name)s: %(message)s")
@@ -174,7 +178,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         bootstrap = broker.bootstrap_servers
         topic = SowTopic(
-            "ORDERS", keys=("/orderId",), partitions=2, kafka_topic=f"bench-{time.time_ns()}"
+            "ORDERS",
+            keys=("/orderId",),
+            partitions=2,
+            kafka_topic=f"bench-{time.time_ns()}",
+            hash_indexes=(HashIndexSpec(("/clientId",)),) if args.hash_index else (),
         )
         topology = Topology({"ORDERS": topic})
         filler = Filler(bootstrap, topic)
@@ -183,7 +191,11 @@ def main(argv: list[str] | None = None) -> None:
         fill_s = time.perf_counter() - began
         print(f"filled {args.records:,} records in {fill_s:.1f}s", file=sys.stderr)
         total = args.records
-        results: dict[str, object] = {"records": args.records, "fill_s": round(fill_s, 2)}
+        results: dict[str, object] = {
+            "records": args.records,
+            "hash_indexes": [list(h.keys) for h in topic.hash_indexes],
+            "fill_s": round(fill_s, 2),
+        }
         replay, restart, snapshot_write = [], [], []
         with tempfile.TemporaryDirectory(prefix="sow-replica-bench-") as scratch:
             for run in range(args.runs):
@@ -220,6 +232,9 @@ def main(argv: list[str] | None = None) -> None:
                     "samples": len(latencies),
                 },
                 "target": "complete query within 3 s of a restart",
+                # The machine is shared: its load says how much the figures are disturbed.
+                "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+                "cpus": os.cpu_count(),
             }
         )
         print(json.dumps(results, indent=2))

@@ -168,6 +168,11 @@ class ChangelogTail(Protocol):
         """Read these (topic, partition, start offset) from now on."""
         ...
 
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read an assigned partition from ``offset`` on (records fetched before are
+        dropped; its state's ``position`` becomes ``offset``)."""
+        ...
+
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
         """Up to ``max_records`` data records, in offset order per partition, waiting up
         to ``timeout_s`` for the first. Partition-end events and errors a retry cures are

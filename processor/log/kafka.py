@@ -454,8 +454,22 @@ class KafkaChangelogTail:
                 log.warning("reading changelog %s[%d]: %s (retrying)", key[0], key[1], error)
         return records
 
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        key = (topic, partition)
+        self._position[key] = offset
+        self._end[key] = -1
+        self._at_end[key] = False
+        self._past_end.discard(key)
+        self._rewind.discard(key)
+        try:
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot read changelog {topic}[{partition}] from {offset}: {exc}"
+            ) from exc
+
     def _read_again(self) -> None:
-        for topic, partition in self._rewind:
+        for topic, partition in list(self._rewind):
             log.warning(
                 "changelog %s[%d] ends before offset %d, where this replica reads from: the "
                 "broker lost or truncated the log; reading it again from offset 0",
@@ -463,10 +477,7 @@ class KafkaChangelogTail:
                 partition,
                 self._position[(topic, partition)],
             )
-            self._position[(topic, partition)] = 0
-            self._end[(topic, partition)] = -1
-            self._at_end[(topic, partition)] = False
-            self._consumer.seek(TopicPartition(topic, partition, 0))
+            self.seek(topic, partition, 0)
         self._rewind.clear()
 
     def _on_stats(self, raw: str) -> None:

@@ -6,13 +6,9 @@ One applier thread (:meth:`Replica.run`) reads the changelogs and keeps one
 Guarantees, per changelog partition:
 
 * **In order, one transaction at a time.** Records are applied in offset order, in
-  *units*: the processor ends each transaction with one PROGRESS record per changelog
-  partition it touched, so a unit is everything up to and including a PROGRESS record.
-  A RESET record (a transient partition restarting empty) also ends a unit; so does a
-  partition end confirmed by a fetch (read_committed exposes a transaction whole, so
-  records still open there came from another writer or a crashed processor's
-  transaction the broker exposed). A unit is applied under the replica's lock in one
-  piece: no query sees part of one. Units of different partitions are independent.
+  units (:mod:`processor.query.units`): one processor transaction, a RESET, or what a
+  fetch-confirmed partition end closes. A unit is applied under the replica's lock in
+  one piece: no query sees part of one. Units of different partitions are independent.
 * **Change events.** Each applied change becomes a
   :class:`~processor.query.events.ChangeEvent` (old and new envelope, changelog
   position, reason). The listeners registered when a unit is applied (under the lock)
@@ -27,14 +23,15 @@ Guarantees, per changelog partition:
   :meth:`catch_up_status` says how far along it is. A replica fed by :meth:`apply`
   alone (tests, benchmarks) counts as caught up.
 * **Staleness.** :meth:`staleness_ms` is how long ago fetches last confirmed that the
-  replica had every committed record of every partition (0 within ``CURRENT_S``);
-  while the broker does not answer, queries still answer from memory and staleness
-  grows.
+  replica had every committed record of every partition (0 within
+  :data:`~processor.query.catchup.CURRENT_S`); while the broker does not answer,
+  queries still answer from memory and staleness grows.
 * **Snapshots.** With a snapshot directory, the replica's records and the position
   vector they reflect are written there (see :mod:`processor.query.snapshot`) every
-  ``snapshot_interval_s`` when something changed, and when it stops; on start it loads
-  the snapshot and tails the changelogs from its positions. An unusable snapshot is
-  ignored with a warning and the changelogs are replayed from offset 0.
+  ``snapshot_interval_s`` when something changed, and when it stops (whole units
+  only); on start it loads the snapshot and tails the changelogs from its positions.
+  An unusable snapshot is ignored with a warning and the changelogs are replayed from
+  offset 0.
 
 Read-your-writes: ``wait_for`` blocks until the processor's progress, as published in
 the PROGRESS records, has passed given transaction-log positions.
@@ -61,12 +58,13 @@ from processor.changelog import (
 )
 from processor.expr import FieldInput
 from processor.keys import partition_for
-from processor.log import ChangelogTail, Record, TailState, TopicPartitionKey
+from processor.log import ChangelogTail, Record, TopicPartitionKey
 from processor.messages import codec_for
 from processor.query import snapshot
 from processor.query.catchup import CatchUp
 from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle, Listeners
 from processor.query.table import SowTable
+from processor.query.units import Unit, UnitCutter
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
@@ -81,7 +79,6 @@ IDLE_WAIT_S = 0.05
 SNAPSHOT_INTERVAL_S = 60.0
 
 T = TypeVar("T")
-Unit = tuple[TopicPartitionKey, list[Record]]
 
 
 class Replica:
@@ -113,13 +110,12 @@ class Replica:
         ]
         #: Next changelog offset per partition, as applied (the position vector).
         self._changelog_next: dict[TopicPartitionKey, int] = dict.fromkeys(partitions, 0)
-        #: Next changelog offset per partition, as read (applied plus pending).
-        self._read_next: dict[TopicPartitionKey, int] = dict.fromkeys(partitions, 0)
-        #: Records read but not applied yet: the unit each partition is in the middle of.
-        self._pending: dict[TopicPartitionKey, list[Record]] = {p: [] for p in partitions}
-        #: Partitions whose log restarted: their records go before the next unit applies.
-        self._restarted: set[TopicPartitionKey] = set()
+        self._units = UnitCutter(partitions)
         self._log_next: dict[tuple[str, int], int] = {}
+        #: The last record applied per changelog partition, and the check that a loaded
+        #: snapshot's changelogs are the ones it was taken from.
+        self._last_record: dict[TopicPartitionKey, snapshot.RecordMark] = {}
+        self._check = snapshot.LogCheck({})
         #: Delete command position -> how many records it removed.
         self._deleted: OrderedDict[LogPosition, int] = OrderedDict()
         self._listeners = Listeners()
@@ -151,9 +147,17 @@ class Replica:
         self.start_catching_up()
         tail = self._tail_factory()
         try:
+            early = None
+            if self._snapshot_dir is not None:
+                early = snapshot.peek(self._snapshot_dir, self.topology)
+            if early is not None:
+                # Fetching starts while the snapshot loads.
+                tail.assign([(t, p, o) for (t, p), o in self._starts(*early).items()])
             self._load_snapshot()
-            tail.assign([(t, p, o) for (t, p), o in self._changelog_next.items()])
-            self._read_next = dict(self._changelog_next)
+            starts = self._starts(self._changelog_next, self._check.waiting)
+            if early is None or starts != self._starts(*early):
+                tail.assign([(t, p, o) for (t, p), o in starts.items()])
+            self._units.start(starts)
             last_snapshot = last_report = time.monotonic()
             while not self._stop.is_set():
                 records = tail.consume(BATCH, 0)
@@ -161,7 +165,7 @@ class Replica:
                     records = tail.consume(1, IDLE_WAIT_S)
                     if records:
                         records = [*records, *tail.consume(BATCH - 1, 0)]
-                self._advance(records, tail.states())
+                self._advance(records, tail)
                 now = time.monotonic()
                 if not self._catch_up.done and now - last_report >= 1.0:
                     last_report = now
@@ -180,87 +184,62 @@ class Replica:
             if self._snapshots is not None and self._dirty:
                 self._snapshots.write(*self._snapshot_copy())
 
-    def _advance(
-        self, records: Sequence[Record], states: Mapping[TopicPartitionKey, TailState]
-    ) -> None:
+    def _starts(
+        self,
+        positions: Mapping[TopicPartitionKey, int],
+        marks: Mapping[TopicPartitionKey, snapshot.RecordMark],
+    ) -> dict[TopicPartitionKey, int]:
+        """Where to read each partition from: its position, or for a loaded snapshot's
+        partition, its last record (see :class:`~processor.query.snapshot.LogCheck`)."""
+        starts = dict.fromkeys(self._changelog_next, 0)
+        starts.update((tp, o) for tp, o in positions.items() if tp in starts)
+        starts.update((tp, mark[0]) for tp, mark in marks.items() if tp in starts)
+        return starts
+
+    def _advance(self, records: Sequence[Record], tail: ChangelogTail) -> None:
         """Cut the records read into units, apply the complete ones, note partition ends."""
-        units: list[Unit] = []
-        pending = self._pending
-        read_next = self._read_next
-        for record in records:
-            tp = (record.topic(), record.partition())
-            if tp not in pending:
-                continue
-            offset = record.offset()
-            if offset < read_next[tp]:
-                self._restart(tp, offset)
-            pending[tp].append(record)
-            read_next[tp] = offset + 1
-            key = record.key()
-            if (
-                key is not None
-                and key.startswith(CONTROL_PREFIX)
-                and key in (PROGRESS_KEY, RESET_KEY)
-            ):
-                units.append((tp, pending[tp]))
-                pending[tp] = []
-        ends: dict[TopicPartitionKey, int] = {}
-        for tp, state in states.items():
-            if tp not in pending:
-                continue
-            if state.position < read_next[tp]:
-                self._restart(tp, state.position)
-                read_next[tp] = state.position
-            if state.at_end:
-                if pending[tp] or tp in self._restarted:
-                    units.append((tp, pending[tp]))
-                    pending[tp] = []
-                ends[tp] = state.position
+        if self._check:
+            records, mismatched = self._check.filter(records, tail.states())
+            for changelog, partition in mismatched:
+                tail.seek(changelog, partition, 0)
+        states = tail.states()
+        units, ends, restarted = self._units.cut(records, states)
+        if restarted:
+            # The input log was most likely lost with the changelog: progress read from
+            # the old changelog (or a snapshot of it) no longer says where the
+            # processor is.
+            with self._changed:
+                for changelog, partition in restarted:
+                    topic = self._by_changelog[changelog]
+                    for log_topic in (topic.kafka_topic, topic.repartition_topic):
+                        self._log_next.pop((log_topic, partition), None)
         self._catch_up.saw(states)
         if units or self._catch_up.needs(ends):
             self._apply_units(units, ends)
 
-    def _restart(self, tp: TopicPartitionKey, offset: int) -> None:
-        log.warning(
-            "changelog %s[%d] restarted at offset %d (this replica had read to %d): the "
-            "broker lost or truncated it; its records are replaced by what it holds now",
-            tp[0],
-            tp[1],
-            offset,
-            self._read_next[tp],
-        )
-        self._pending[tp] = []
-        self._restarted.add(tp)
-        # The input log was most likely lost with it: progress read from the old
-        # changelog (or a snapshot of it) no longer says where the processor is.
-        topic = self._by_changelog[tp[0]]
-        with self._changed:
-            for log_topic in (topic.kafka_topic, topic.repartition_topic):
-                self._log_next.pop((log_topic, tp[1]), None)
-
     def apply(self, records: Sequence[Record]) -> None:
         """Apply records at once, as one unit per changelog partition, without waiting
         for PROGRESS records: feeding a replica by hand (tests, benchmarks)."""
-        units: dict[TopicPartitionKey, list[Record]] = {}
+        units: dict[TopicPartitionKey, Unit] = {}
         for record in records:
             tp = (record.topic(), record.partition())
-            if record.error() is None and tp in self._pending:
-                units.setdefault(tp, []).append(record)
-        self._apply_units(list(units.items()), {})
+            if record.error() is None and tp in self._changelog_next:
+                units.setdefault(tp, Unit(tp, [])).records.append(record)
+        self._apply_units(list(units.values()), {})
 
     def _apply_units(self, units: Sequence[Unit], ends: Mapping[TopicPartitionKey, int]) -> None:
         """Apply units under the lock, then deliver their events outside it."""
         deliveries: list[list[ChangeEvent]] = []
         with self._changed:
             listeners = self._listeners.current()
-            for tp, unit in units:
+            for unit in units:
                 events: list[ChangeEvent] | None = [] if listeners else None
-                self._apply_unit(tp, unit, events)
+                self._apply_unit(unit, events)
                 if events:
                     deliveries.append(events)
             for tp, position in ends.items():
                 # Past the transaction markers, which carry no records.
-                if not self._pending[tp] and position > self._changelog_next[tp]:
+                if not self._units.pending[tp] and position > self._changelog_next[tp]:
                     self._changelog_next[tp] = position
             if ends:
                 self._catch_up.reached_end(ends, sum(len(t) for t in self._tables.values()))
@@ -268,19 +247,19 @@ class Replica:
         if deliveries:
             self._listeners.deliver(listeners, deliveries)
 
-    def _apply_unit(
-        self, tp: TopicPartitionKey, unit: Sequence[Record], events: list[ChangeEvent] | None
-    ) -> None:
+    def _apply_unit(self, unit: Unit, events: list[ChangeEvent] | None) -> None:
+        tp = unit.partition
         changelog, partition = tp
         topic = self._by_changelog[changelog]
         table = self._tables[topic.name]
-        if tp in self._restarted:
-            self._restarted.discard(tp)
-            first = unit[0].offset() if unit else self._read_next[tp]
+        records = unit.records
+        if unit.restart_at is not None:
+            first = records[0].offset() if records else unit.restart_at
             self._reset(table, partition, (changelog, partition, first), events)
             self._changelog_next[tp] = first
+            self._last_record.pop(tp, None)
         envelopes = table.envelopes
-        for record in unit:
+        for record in records:
             key = record.key() or b""
             value = record.value()
             if key.startswith(CONTROL_PREFIX):
@@ -307,8 +286,10 @@ class Replica:
                     )
                 table.put(key, value)
             self.applied += 1
-        if unit:
-            self._changelog_next[tp] = unit[-1].offset() + 1
+        if records:
+            last = records[-1]
+            self._changelog_next[tp] = last.offset() + 1
+            self._last_record[tp] = (last.offset(), last.timestamp()[1], last.key() or b"")
             self._dirty = True
 
     def _reset(
@@ -366,7 +347,7 @@ class Replica:
         """How far along catching up is, for errors and the log."""
         with self._changed:
             records = sum(len(t) for t in self._tables.values())
-            return self._catch_up.status(self._read_next, records)
+            return self._catch_up.status(self._units.read_next, records)
 
     def staleness_ms(self) -> int:
         """How long ago fetches last confirmed that the replica had every committed
@@ -458,18 +439,32 @@ class Replica:
         if loaded is None:
             return
         with self._changed:
-            for name, records in loaded.records.items():
-                self._tables[name].load(records)
+            try:
+                for name, state in loaded.tables.items():
+                    self._tables[name].restore(state)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning(
+                    "the replica snapshot in %s does not fit this release's tables (%r); "
+                    "ignoring it and replaying the changelogs from offset 0",
+                    self._snapshot_dir,
+                    exc,
+                )
+                self._tables = {
+                    t.name: SowTable(t, codec_for(t)) for t in self.topology.topics.values()
+                }
+                return
             for tp, offset in loaded.positions.items():
                 if tp in self._changelog_next:
                     self._changelog_next[tp] = offset
             self._log_next.update(loaded.log_next)
+            self._last_record.update(loaded.last_records)
+            self._check = snapshot.LogCheck(loaded.last_records)
 
-    def _snapshot_copy(self) -> tuple[snapshot.Records, snapshot.Positions, snapshot.Positions]:
+    def _snapshot_copy(
+        self,
+    ) -> tuple[snapshot.Records, snapshot.Positions, snapshot.Positions, snapshot.Marks]:
         """What a snapshot holds, copied (on the applier thread, between units)."""
         self._dirty = False
-        records = {
-            name: (list(table.envelopes), list(table.envelopes.values()))
-            for name, table in self._tables.items()
-        }
-        return records, dict(self._changelog_next), dict(self._log_next)
+        tables = {name: table.export() for name, table in self._tables.items()}
+        positions, log_next = dict(self._changelog_next), dict(self._log_next)
+        return tables, positions, log_next, dict(self._last_record)

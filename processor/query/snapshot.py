@@ -9,7 +9,9 @@ File layout (``<dir>/replica.snapshot``)::
 The header holds the format, the Python marshal version, the topology's fingerprint,
 the position vector (next changelog offset per changelog partition), the processor's
 input progress and the record count; the payload is ``marshal`` of, per topic in header
-order, the list of SowKeys and the list of envelopes in record order. The CRC covers
+order, its state as :meth:`~processor.query.table.SowTable.export` gives it (SowKeys and
+envelopes in record order, hash and memo index contents, so a restart decodes no
+message). The CRC covers
 header and payload. The file is written to a temporary name, synced and renamed, so a
 reader sees the previous snapshot or the new one, never a mixture.
 
@@ -32,17 +34,21 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from processor.errors import StoreError
+from processor.log import Record, TailState
 from processor.topology.model import Topology
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"SOW-REPLICA-SNAPSHOT\n"
-FORMAT = 1
+FORMAT = 2
 FILE_NAME = "replica.snapshot"
 
 TopicPartitionKey = tuple[str, int]
+#: A changelog record as a snapshot remembers it: offset, timestamp (ms) and key.
+RecordMark = tuple[int, int, bytes]
 
 
 class SnapshotUnusableError(StoreError):
@@ -51,16 +57,15 @@ class SnapshotUnusableError(StoreError):
 
 @dataclass(slots=True)
 class Snapshot:
-    """A replica's content: per SOW topic, its records in record order; the next
-    changelog offset per changelog partition; the processor's input progress."""
+    """A replica's content: per SOW topic, its exported table state; the next changelog
+    offset per changelog partition; the processor's input progress; the record count."""
 
-    records: dict[str, dict[bytes, bytes]]
+    tables: dict[str, Any]
     positions: dict[TopicPartitionKey, int]
     log_next: dict[TopicPartitionKey, int]
-
-    @property
-    def count(self) -> int:
-        return sum(len(r) for r in self.records.values())
+    count: int
+    #: The last record applied per changelog partition (see :class:`LogCheck`).
+    last_records: dict[TopicPartitionKey, tuple[int, int, bytes]]
 
 
 def fingerprint(topology: Topology) -> str:
@@ -77,16 +82,17 @@ def fingerprint(topology: Topology) -> str:
 def write(
     directory: Path,
     topology: Topology,
-    records: Mapping[str, tuple[Sequence[bytes], Sequence[bytes]]],
+    tables: Mapping[str, Mapping[str, Any]],
     positions: Mapping[TopicPartitionKey, int],
     log_next: Mapping[TopicPartitionKey, int],
+    last_records: Mapping[TopicPartitionKey, tuple[int, int, bytes]],
 ) -> Path:
     """Write a snapshot atomically (temporary file, fsync, rename); return its path.
 
-    ``records`` holds, per SOW topic, its SowKeys and its envelopes in record order; they
-    must not change while this runs (the replica passes copies)."""
+    ``tables`` holds each SOW topic's exported state (``SowTable.export``: plain data,
+    with at least ``keys``); it must not change while this runs."""
     directory.mkdir(parents=True, exist_ok=True)
-    names = list(records)
+    names = list(tables)
     header = json.dumps(
         {
             "format": FORMAT,
@@ -95,11 +101,12 @@ def write(
             "topics": names,
             "positions": [[t, p, o] for (t, p), o in positions.items()],
             "log_next": [[t, p, o] for (t, p), o in log_next.items()],
-            "records": sum(len(keys) for keys, _ in records.values()),
+            "last_records": [[t, p, o, ts, k.hex()] for (t, p), (o, ts, k) in last_records.items()],
+            "records": sum(len(t["keys"]) for t in tables.values()),
             "written_ms": int(time.time() * 1000),
         }
     ).encode()
-    payload = marshal.dumps([(list(records[n][0]), list(records[n][1])) for n in names])
+    payload = marshal.dumps([dict(tables[n]) for n in names])
     crc = zlib.crc32(payload, zlib.crc32(header))
     path = directory / FILE_NAME
     temporary = directory / f".{FILE_NAME}.{os.getpid()}.tmp"
@@ -166,21 +173,49 @@ def load(directory: Path, topology: Topology) -> Snapshot | None:
     enabled = gc.isenabled()
     gc.disable()  # millions of new objects, none cyclic: collections would only cost
     try:
-        tables: Sequence[tuple[list[bytes], list[bytes]]] = marshal.loads(payload)
-        records = {
-            name: dict(zip(keys, values, strict=True))
-            for name, (keys, values) in zip(header["topics"], tables, strict=True)
-        }
+        states: list[Any] = marshal.loads(payload)
+        tables = dict(zip(header["topics"], states, strict=True))
     except (ValueError, EOFError, TypeError) as exc:
         raise SnapshotUnusableError(f"{path} is damaged: {exc}") from exc
     finally:
         if enabled:
             gc.enable()
     return Snapshot(
-        records,
+        tables,
         {(str(t), int(p)): int(o) for t, p, o in header["positions"]},
         {(str(t), int(p)): int(o) for t, p, o in header["log_next"]},
+        int(header.get("records", 0)),
+        {
+            (str(t), int(p)): (int(o), int(ts), bytes.fromhex(k))
+            for t, p, o, ts, k in header.get("last_records", [])
+        },
     )
+
+
+def peek(
+    directory: Path, topology: Topology
+) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, RecordMark]] | None:
+    """The positions and last records a snapshot's header names, read without loading
+    or checking the rest (so the changelogs can be fetched while it loads); None when
+    there is no usable-looking snapshot. Only :func:`load` vouches for the snapshot."""
+    path = directory / FILE_NAME
+    try:
+        with open(path, "rb") as source:
+            if source.read(len(MAGIC)) != MAGIC:
+                return None
+            (header_size,) = struct.unpack(">I", source.read(4))
+            header = json.loads(source.read(header_size))
+        if header.get("format") != FORMAT or header.get("topology") != fingerprint(topology):
+            return None
+        return (
+            {(str(t), int(p)): int(o) for t, p, o in header["positions"]},
+            {
+                (str(t), int(p)): (int(o), int(ts), bytes.fromhex(k))
+                for t, p, o, ts, k in header["last_records"]
+            },
+        )
+    except (OSError, struct.error, ValueError, KeyError, TypeError):
+        return None
 
 
 def load_or_replay(directory: Path, topology: Topology) -> Snapshot | None:
@@ -205,8 +240,9 @@ def load_or_replay(directory: Path, topology: Topology) -> Snapshot | None:
     return loaded
 
 
-Records = Mapping[str, tuple[Sequence[bytes], Sequence[bytes]]]
+Records = Mapping[str, Mapping[str, Any]]
 Positions = Mapping[TopicPartitionKey, int]
+Marks = Mapping[TopicPartitionKey, tuple[int, int, bytes]]
 
 
 class SnapshotWriter:
@@ -223,32 +259,84 @@ class SnapshotWriter:
         return self._thread is not None and self._thread.is_alive()
 
     def write_in_background(
-        self, records: Records, positions: Positions, log_next: Positions
+        self, records: Records, positions: Positions, log_next: Positions, marks: Marks
     ) -> None:
         """Start writing unless a write is still running (then skip this one)."""
         if self.busy():
             return
         self._thread = threading.Thread(
             target=self.write,
-            args=(records, positions, log_next),
+            args=(records, positions, log_next, marks),
             name="sow-replica-snapshot",
             daemon=True,
         )
         self._thread.start()
 
-    def write(self, records: Records, positions: Positions, log_next: Positions) -> None:
+    def write(
+        self, records: Records, positions: Positions, log_next: Positions, marks: Marks
+    ) -> None:
         """Write now, after any background write has finished."""
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         began = time.monotonic()
         try:
-            path = write(self.directory, self.topology, records, positions, log_next)
+            path = write(self.directory, self.topology, records, positions, log_next, marks)
         except OSError as exc:
             log.warning("cannot write the replica snapshot to %s: %s", self.directory, exc)
             return
         log.info(
             "wrote the replica snapshot %s: %s records in %.1fs",
             path,
-            f"{sum(len(keys) for keys, _ in records.values()):,}",
+            f"{sum(len(t['keys']) for t in records.values()):,}",
             time.monotonic() - began,
         )
+
+
+class LogCheck:
+    """Checks that the changelogs a loaded snapshot is tailed from are the ones it was
+    taken from (a memory-only broker that restarted starts new logs, which may have
+    grown past the snapshot's positions by then).
+
+    The replica reads each partition from the offset of the last record the snapshot
+    holds; that record must come back unchanged (offset, key, timestamp). When it does,
+    it is dropped (already applied); when another record comes first, or the partition
+    ends before it, the partition is *mismatched*: read it again from offset 0.
+    """
+
+    def __init__(self, marks: Mapping[TopicPartitionKey, RecordMark]) -> None:
+        self.waiting = dict(marks)
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting)
+
+    def filter(
+        self, records: Sequence[Record], states: Mapping[TopicPartitionKey, TailState]
+    ) -> tuple[list[Record], list[TopicPartitionKey]]:
+        """The records to apply, and the partitions found mismatched (their records are
+        left out: they are read again)."""
+        kept: list[Record] = []
+        mismatched: list[TopicPartitionKey] = []
+        waiting = self.waiting
+        for record in records:
+            tp = (record.topic(), record.partition())
+            mark = waiting.pop(tp, None)
+            if mark is None:
+                if tp not in mismatched:
+                    kept.append(record)
+            elif mark == (record.offset(), record.timestamp()[1], record.key() or b""):
+                continue  # the snapshot's last record: the log it was taken from
+            else:
+                mismatched.append(tp)
+        for tp in list(waiting):
+            state = states.get(tp)
+            if state is not None and state.at_end:
+                del waiting[tp]
+                mismatched.append(tp)
+        for tp in mismatched:
+            log.warning(
+                "changelog %s[%d] does not hold the records the replica snapshot was taken "
+                "from (the broker's log is a new one); reading it again from offset 0",
+                tp[0],
+                tp[1],
+            )
+        return kept, mismatched

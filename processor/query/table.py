@@ -183,23 +183,54 @@ class SowTable:
             index.remove(sow_key)
         return True
 
-    def load(self, envelopes: dict[bytes, bytes]) -> None:
-        """Replace every record by ``envelopes`` (SowKey -> envelope, in record order; the
-        table keeps the dict) and rebuild the indexes over them (a snapshot load)."""
+    def export(self) -> dict[str, Any]:
+        """The records and index contents as plain data that ``marshal`` can write, copied
+        so the table can change right after (a replica snapshot; not under any lock of
+        its own: the caller keeps writers out)."""
+        envelopes = self.envelopes
+        return {
+            "keys": list(envelopes),
+            "envelopes": list(envelopes.values()),
+            "hash": [
+                {
+                    "paths": index.paths,
+                    "entries": dict(index.entries),
+                    "buckets": {entry: set(keys) for entry, keys in index.buckets.items()},
+                    "always": set(index.always),
+                }
+                for index in self.hash_indexes
+            ],
+            "memo": [
+                {"steps": steps, "path": memo.path, "values": dict(memo.values)}
+                for steps, memo in self.memo.items()
+            ],
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Replace the records and indexes by what :meth:`export` returned (the dicts are
+        kept). A configured index the state lacks is built over the records."""
+        envelopes = dict(zip(state["keys"], state["envelopes"], strict=True))
         self.envelopes = envelopes
-        fields = [FieldInput(memo.path, steps) for steps, memo in self.memo.items()]
-        self.memo = {}
-        if fields:
-            self.install_memo(fields, envelopes, self.memo_values(fields, envelopes))
+        saved = {tuple(h["paths"]): h for h in state["hash"]}
+        missing = []
         for index in self.hash_indexes:
-            index.buckets.clear()
-            index.entries.clear()
-            index.always.clear()
-        if self.hash_indexes:
+            found = saved.get(index.paths)
+            if found is None:
+                missing.append(index)
+                index.entries, index.buckets, index.always = {}, {}, set()
+            else:
+                index.entries, index.buckets = found["entries"], found["buckets"]
+                index.always = found["always"]
+        for index in missing:
             for sow_key, envelope in envelopes.items():
-                message = self._message(envelope)
-                for index in self.hash_indexes:
-                    index.put(sow_key, message)
+                index.put(sow_key, self._message(envelope))
+        self.memo = {}
+        for memo_state in state["memo"]:
+            memo = MemoIndex(memo_state["path"], tuple(memo_state["steps"]))
+            memo.values = memo_state["values"]
+            self.memo[memo_state["steps"]] = memo
+        for path in self.topic.indexes:
+            self.memo_index(parse_path(path), path)
 
     def reset_partition(self, partition: int) -> None:
         """Drop every record of one partition (a transient topic restarting empty)."""

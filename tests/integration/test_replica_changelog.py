@@ -3,19 +3,25 @@ staleness (changelog transactions written as the processor writes them)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from processor.broker import TansuBroker
 from processor.errors import CatchingUpError
+from processor.log.kafka import KafkaLogWriter
+from processor.query.gateway import Gateway
 from processor.query.replica import Replica
 from processor.query.snapshot import FILE_NAME
 from processor.query.sow import QueryEngine, SowQuery
+from processor.service.client import ServiceError, SowClient
+from processor.service.server import start_server
 from processor.topology.model import SowTopic
 from tests.integration.replica_helpers import (
     ChangelogWriter,
@@ -25,6 +31,19 @@ from tests.integration.replica_helpers import (
     single,
     tail_on,
 )
+
+
+@contextlib.contextmanager
+def serving(engine: QueryEngine, bootstrap: str) -> Iterator[SowClient]:
+    """The gRPC service over ``engine`` on a free loopback port, and a client of it."""
+    gateway = Gateway(engine.topology, KafkaLogWriter(bootstrap), engine.replica)
+    server, address = start_server(engine, gateway, "127.0.0.1:0")
+    client = SowClient(address)
+    try:
+        yield client
+    finally:
+        client.close()
+        server.stop(grace=0).wait()
 
 
 def topic_for(unique: str, partitions: int = 2) -> SowTopic:
@@ -46,19 +65,25 @@ def fill(writer: ChangelogWriter, count: int, per_transaction: int = 5000, tag: 
 def test_queries_fail_while_catching_up_and_wait_when_asked(bootstrap: str, unique: str) -> None:
     topic = topic_for(unique)
     writer = ChangelogWriter(bootstrap, topic, f"{unique}-tx")
-    fill(writer, 40_000)
+    fill(writer, 100_000)  # long enough to catch up that the first queries come first
     writer.close()
     replica = Replica(single(topic), tail_on(bootstrap))
     engine = QueryEngine(single(topic), replica)
-    with following(replica):
+    with following(replica), serving(engine, bootstrap) as client:
+        with pytest.raises(ServiceError, match="catching up with the changelogs") as failed:
+            client.query("ITEMS", top_n=1)
+        assert failed.value.code == "UNAVAILABLE"
         with pytest.raises(CatchingUpError, match="catching up with the changelogs"):
             engine.run(SowQuery("ITEMS", top_n=1))
+        records, begin, _ = client.query("ITEMS", top_n=3, wait_for_catch_up=True)
+        assert len(records) == 3
+        assert begin.staleness_ms == 0
         result = engine.run(SowQuery("ITEMS", wait_for_catch_up=True, timeout_s=60))
         assert result.stats is not None
-        assert result.stats.records_returned == 80_000
+        assert result.stats.records_returned == 200_000
         assert replica.caught_up()
         # The position vector is past every record of both partitions.
-        assert all(offset > 40_000 for _, _, offset in result.snapshot)
+        assert all(offset > 100_000 for _, _, offset in result.snapshot)
 
 
 def test_snapshot_restart_equals_replay_and_a_damaged_snapshot_is_ignored(
@@ -69,10 +94,11 @@ def test_snapshot_restart_equals_replay_and_a_damaged_snapshot_is_ignored(
     writer = ChangelogWriter(bootstrap, topic, f"{unique}-tx")
     fill(writer, 3000, per_transaction=1000)
     snapshots = tmp_path / "replica"
-    first = Replica(topology, tail_on(bootstrap), snapshot_dir=snapshots)
+    first = Replica(topology, tail_on(bootstrap), snapshot_dir=snapshots, snapshot_interval_s=0.2)
     with following(first):
         assert first.wait_caught_up(30)
         before = contents(first, topic)
+        eventually((snapshots / FILE_NAME).exists)  # written while running
     assert len(before) == 6000
     assert (snapshots / FILE_NAME).exists()
     # Changes after the snapshot: updates, deletes, inserts.
@@ -119,7 +145,7 @@ def test_staleness_grows_while_the_broker_is_frozen(unique: str) -> None:
         writer.transaction(0, [("a", {"id": 1})])
         replica = Replica(single(topic), tail_on(broker.bootstrap_servers))
         engine = QueryEngine(single(topic), replica)
-        with following(replica):
+        with following(replica), serving(engine, broker.bootstrap_servers) as client:
             assert replica.wait_caught_up(30)
             eventually(lambda: replica.staleness_ms() == 0)
             process = broker._process  # the test owns this broker and freezes it
@@ -134,6 +160,9 @@ def test_staleness_grows_while_the_broker_is_frozen(unique: str) -> None:
                 assert result.stats.records_returned == 1
                 frozen = replica.staleness_ms()
                 assert frozen >= 1000
+                records, begin, _ = client.query("ITEMS", timeout=5)
+                assert len(records) == 1
+                assert begin.staleness_ms >= frozen
                 time.sleep(0.3)
                 assert replica.staleness_ms() > frozen
             finally:
@@ -144,3 +173,35 @@ def test_staleness_grows_while_the_broker_is_frozen(unique: str) -> None:
         writer.close()
     finally:
         broker.stop()
+
+
+def test_a_snapshot_of_another_log_is_not_tailed(unique: str, tmp_path: Path) -> None:
+    """A memory-only broker restarted: its new changelog has grown past the snapshot's
+    positions, with other records. The replica must not apply them on top of the
+    snapshot but read the new log from offset 0."""
+    topic = topic_for(unique, partitions=1)
+    snapshots = tmp_path / "replica"
+    first = TansuBroker().start()
+    port = int(first.bootstrap_servers.rsplit(":", 1)[1])
+    try:
+        writer = ChangelogWriter(first.bootstrap_servers, topic, f"{unique}-tx")
+        writer.transaction(0, [(f"old{i}", {"id": i}) for i in range(10)])
+        writer.close()
+        replica = Replica(single(topic), tail_on(first.bootstrap_servers), snapshots)
+        with following(replica):
+            assert replica.wait_caught_up(30)
+    finally:
+        first.stop()
+    second = TansuBroker(port=port).start()
+    try:
+        writer = ChangelogWriter(second.bootstrap_servers, topic, f"{unique}-tx2")
+        for start in (0, 10, 20):
+            writer.transaction(0, [(f"new{i}", {"id": i}) for i in range(start, start + 10)])
+        writer.close()
+        restarted = Replica(single(topic), tail_on(second.bootstrap_servers), snapshots)
+        with following(restarted):
+            assert restarted.wait_caught_up(30)
+            held = contents(restarted, topic)
+        assert sorted(held) == sorted(f"new{i}".encode() for i in range(30))
+    finally:
+        second.stop()

@@ -141,31 +141,45 @@ def test_queries_fail_or_wait_while_catching_up(feed: Feed) -> None:
         engine.run(SowQuery("ITEMS", skip_n=1))
 
 
-def test_snapshot_round_trip_rebuilds_indexes(feed: Feed, tmp_path: Path) -> None:
+def test_snapshot_round_trip_keeps_records_and_indexes(feed: Feed, tmp_path: Path) -> None:
     feed.apply(*(feed.record(f"k{i}", {"id": i, "c": i % 3}) for i in range(30)))
+    feed.apply(feed.record("k1", None, b"deleted"), feed.record("k2", {"id": 2, "c": 1}))
     table = feed.replica.read([ITEMS], lambda tables: tables[0])[0]
-    records = {"ITEMS": (list(table.envelopes), list(table.envelopes.values()))}
+    table.memo_index(("id",), "/id")  # a memo index a query created
     positions = {(ITEMS.changelog_topic, 0): 7, (ITEMS.changelog_topic, 1): 9}
-    snapshot.write(tmp_path, TOPOLOGY, records, positions, {("in", 0): 30})
+    marks = {(ITEMS.changelog_topic, 1): (8, 1000, b"k2")}
+    snapshot.write(tmp_path, TOPOLOGY, {"ITEMS": table.export()}, positions, {("in", 0): 30}, marks)
     loaded = snapshot.load(tmp_path, TOPOLOGY)
     assert loaded is not None
     assert loaded.positions == positions
     assert loaded.log_next == {("in", 0): 30}
-    assert list(loaded.records["ITEMS"].items()) == list(table.envelopes.items())
+    assert loaded.count == 29
+    assert loaded.last_records == marks
+    assert snapshot.peek(tmp_path, TOPOLOGY) == (positions, marks)
     fresh = SowTable(ITEMS, codec_for(ITEMS))
-    fresh.load(loaded.records["ITEMS"])
-    index = fresh.hash_indexes[0]
+    fresh.restore(loaded.tables["ITEMS"])
+    assert list(fresh.envelopes.items()) == list(table.envelopes.items())
+    assert list(fresh.memo[("id",)].values.items()) == list(table.memo[("id",)].values.items())
+    index, original = fresh.hash_indexes[0], table.hash_indexes[0]
+    assert (index.entries, index.buckets) == (original.entries, original.buckets)
     assert sorted(index.lookup([("1",)])) == sorted(
         k for k in table.envelopes if message(table.envelopes[k])["c"] == 1
     )
+    # The restored table goes on changing like the original.
+    for each in (fresh, table):
+        each.put(b"k2", table.envelopes[b"k3"])
+        each.delete(b"k4")
+    assert (index.entries, index.buckets) == (original.entries, original.buckets)
+    assert fresh.memo[("id",)].values == table.memo[("id",)].values
 
 
 def test_unusable_snapshots_are_refused_with_the_reason(tmp_path: Path) -> None:
     assert snapshot.load(tmp_path, TOPOLOGY) is None
-    snapshot.write(tmp_path, TOPOLOGY, {"ITEMS": ([b"a"], [b"x"])}, {}, {})
+    snapshot.write(tmp_path, TOPOLOGY, {"ITEMS": {"keys": [b"a"]}}, {}, {}, {})
     other = Topology({"ITEMS": SowTopic("ITEMS", keys=("/id",), partitions=3)})
     with pytest.raises(snapshot.SnapshotUnusableError, match="another topology"):
         snapshot.load(tmp_path, other)
+    assert snapshot.peek(tmp_path, other) is None
     path = tmp_path / snapshot.FILE_NAME
     raw = bytearray(path.read_bytes())
     raw[-6] ^= 0x01
@@ -178,3 +192,4 @@ def test_unusable_snapshots_are_refused_with_the_reason(tmp_path: Path) -> None:
     path.write_bytes(b"something else")
     with pytest.raises(snapshot.SnapshotUnusableError, match="not a replica snapshot"):
         snapshot.load(tmp_path, TOPOLOGY)
+    assert snapshot.peek(tmp_path, TOPOLOGY) is None
