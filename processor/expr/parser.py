@@ -6,7 +6,8 @@ predicates (one non-associative level: ``a = b = c`` is an error); ``NOT``; ``AN
 ``OR``. Within one nesting level operators are resolved with an operator stack, so only
 parentheses, calls and lists recurse. :data:`MAX_DEPTH` caps both that nesting and the
 depth of the returned tree, so the parser and every recursive walk of its trees stay well
-inside Python's default stack limit. Every syntax error raises
+inside Python's default stack limit; :data:`MAX_LENGTH` caps the text, so that parsing
+takes well under a second. Every syntax error raises
 :class:`~processor.errors.ParseError` with the position where parsing stopped; no other
 exception escapes, whatever the input.
 """
@@ -23,6 +24,10 @@ from processor.expr.lexer import OPERAND_EXPECTED, Kind, Lexer, Token
 
 #: Deepest nesting of parentheses, calls and lists, and deepest syntax tree, accepted.
 MAX_DEPTH = 200
+#: Longest text accepted, in characters. Parsing takes about 10 microseconds per
+#: character of dense syntax, so this bounds one parse to well under a second; without
+#: it a filter the size of a gRPC request (megabytes) would hold a thread for minutes.
+MAX_LENGTH = 65_536
 
 _OR, _AND, _NOT, _PRED, _ADD, _MUL, _UNARY = 1, 2, 3, 4, 5, 6, 7
 _PUNCT_OPS = {
@@ -366,6 +371,12 @@ def parse_order_by(text: str) -> tuple[ast.OrderKey, ...]:
 
 
 def _run(text: str, what: str, body: Callable[[_Parser], _T], *, wrapper: bool) -> _T:
+    if len(text) > MAX_LENGTH:
+        message = (
+            f"{what} too long: {len(text):,} characters, above {MAX_LENGTH:,}; shorten it "
+            "(split a long IN list over several queries, or use a key or index lookup)"
+        )
+        raise ParseError(message, text=text, position=-1, expected=f"a shorter {what}")
     lo, hi = _trim(text, 0, len(text))
     try:
         if wrapper and hi - lo >= 2 and text[lo] == "[" and text[hi - 1] == "]":

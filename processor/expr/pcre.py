@@ -30,10 +30,10 @@ from typing import NoReturn
 from processor.errors import ExpressionError
 from processor.expr.pcre_class import (
     HSPACE,
-    MAX_CODE_POINT,
     SPACE,
     VSPACE,
     ClassReader,
+    code_point,
     literal,
     ranges,
 )
@@ -49,7 +49,6 @@ END = "\x00"
 _QUANTIFIER = re.compile(r"\{([0-9]+)(?:(,)([0-9]*))?\}")
 _FLAG_GROUP = re.compile(r"\(\?([A-Za-z]*)(?:-([A-Za-z]*))?([:)])")
 _NAMED_GROUP = re.compile(r"\(\?(?:P?<([A-Za-z_][A-Za-z0-9_]*)>|'([A-Za-z_][A-Za-z0-9_]*)')")
-_SIMPLE_ESCAPES = {"a": 0x07, "e": 0x1B, "f": 0x0C, "n": 0x0A, "r": 0x0D, "t": 0x09}
 _BACKREF = "write the repeated text out, e.g. '(ab|cd)\\1' as 'abab|cdcd'"
 _LOOKAROUND = "match the text itself, or combine two conditions: /f LIKE 'a' AND /f NOT LIKE 'ab'"
 _NO_BACKTRACKING = "RE2 never backtracks, so there is nothing to limit"
@@ -314,7 +313,7 @@ class Translator:
         if letter in "123456789" and not re.match(r"[1-3][0-7][0-7]", pattern[index + 1 :]):
             self.refuse(f"the backreference '{pattern[index : index + 2]}'", index, _BACKREF)
         self.refuse_escape(index, letter)
-        code, after = self.code_point(index, in_class=False)
+        code, after = code_point(self, index, in_class=False)
         self.out.append(self.char(code))
         return after
 
@@ -358,46 +357,6 @@ class Translator:
         if not re.fullmatch(r"\\[pP](?:[A-Za-z]|\{\^?[A-Za-z_]+\})", item):
             self.fail(f"the property {item!r} is invalid", index, "write \\p{Name}, e.g. \\p{Lu}")
         return item, after
-
-    def code_point(self, index: int, *, in_class: bool) -> tuple[int, int]:
-        """The character a backslash sequence denotes, and the index after it."""
-        pattern = self.pattern
-        letter = pattern[index + 1]
-        if letter in _SIMPLE_ESCAPES:
-            return _SIMPLE_ESCAPES[letter], index + 2
-        if in_class and letter == "b":
-            return 0x08, index + 2
-        digits = re.compile(r"[0-7]{1,3}" if in_class else r"0[0-7]{0,2}|[1-3][0-7][0-7]")
-        octal = digits.match(pattern, index + 1)
-        braced = re.compile(r"([ox])\{([0-9A-Fa-f]*)\}|x([0-9A-Fa-f]{0,2})").match(
-            pattern, index + 1
-        )
-        if octal is not None:
-            return int(octal.group(0), 8), octal.end()
-        if braced is not None:
-            digits_text, base = (braced.group(2), 16 if braced.group(1) == "x" else 8)
-            if braced.group(1) is None:
-                digits_text, base = braced.group(3), 16
-            try:
-                code = int(digits_text or "0", base)
-            except ValueError:
-                self.fail(f"the escape {braced.group(0)!r} is invalid", index, "use \\x{hex}")
-            if code > MAX_CODE_POINT:
-                self.fail(
-                    f"the character code {braced.group(0)!r} is too large",
-                    index,
-                    "use a code of at most \\x{10ffff}",
-                )
-            return code, braced.end()
-        if letter == "c" and index + 2 < len(pattern) and 0x20 <= ord(pattern[index + 2]) < 0x7F:
-            return ord(pattern[index + 2].upper()) ^ 0x40, index + 3
-        if letter.isascii() and letter.isalnum():
-            self.fail(
-                f"the escape '\\{letter}' is unknown",
-                index,
-                f"write '{letter}' for the letter itself, or see docs/expressions.md",
-            )
-        return ord(letter), index + 2
 
     # -- character classes -----------------------------------------------------------------
 

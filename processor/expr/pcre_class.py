@@ -1,4 +1,5 @@
-"""PCRE character classes (``[...]``) translated to RE2 syntax, for :mod:`processor.expr.pcre`.
+"""PCRE character classes (``[...]``) and character escapes (``\\x41``, ``\\101``,
+``\\cA``...) translated to RE2 syntax, for :mod:`processor.expr.pcre`.
 
 Every character is written as ``\\x{hex}`` (or itself when alphanumeric), so no
 character can change meaning between the dialects. Caseless classes gain the other case
@@ -23,6 +24,7 @@ HSPACE = (0x09, 0x20, 0xA0)
 #: ``\v``: vertical white space (newline, vertical tab, form feed, return, NEL).
 VSPACE = (0x0A, 0x0B, 0x0C, 0x0D, 0x85)
 MAX_CODE_POINT = 0x10FFFF
+_SIMPLE_ESCAPES = {"a": 0x07, "e": 0x1B, "f": 0x0C, "n": 0x0A, "r": 0x0D, "t": 0x09}
 
 _POSIX_CLASS = re.compile(r"\[:(\^?)([a-z]+):\]")
 _POSIX_NAMES = frozenset(
@@ -75,6 +77,45 @@ def swapped_letters(low: int, high: int) -> str:
         if start <= stop:
             items.append(f"{literal(start + shift)}-{literal(stop + shift)}")
     return "".join(items)
+
+
+def code_point(translator: Translator, index: int, *, in_class: bool) -> tuple[int, int]:
+    """The character the backslash sequence at ``index`` denotes, and the index after it."""
+    pattern = translator.pattern
+    letter = pattern[index + 1]
+    if letter in _SIMPLE_ESCAPES:
+        return _SIMPLE_ESCAPES[letter], index + 2
+    if in_class and letter == "b":
+        return 0x08, index + 2
+    digits = re.compile(r"[0-7]{1,3}" if in_class else r"0[0-7]{0,2}|[1-3][0-7][0-7]")
+    octal = digits.match(pattern, index + 1)
+    braced = re.compile(r"([ox])\{([0-9A-Fa-f]*)\}|x([0-9A-Fa-f]{0,2})").match(pattern, index + 1)
+    if octal is not None:
+        return int(octal.group(0), 8), octal.end()
+    if braced is not None:
+        digits_text, base = (braced.group(2), 16 if braced.group(1) == "x" else 8)
+        if braced.group(1) is None:
+            digits_text, base = braced.group(3), 16
+        try:
+            code = int(digits_text or "0", base)
+        except ValueError:
+            translator.fail(f"the escape {braced.group(0)!r} is invalid", index, "use \\x{hex}")
+        if code > MAX_CODE_POINT:
+            translator.fail(
+                f"the character code {braced.group(0)!r} is too large",
+                index,
+                "use a code of at most \\x{10ffff}",
+            )
+        return code, braced.end()
+    if letter == "c" and index + 2 < len(pattern) and 0x20 <= ord(pattern[index + 2]) < 0x7F:
+        return ord(pattern[index + 2].upper()) ^ 0x40, index + 3
+    if letter.isascii() and letter.isalnum():
+        translator.fail(
+            f"the escape '\\{letter}' is unknown",
+            index,
+            f"write '{letter}' for the letter itself, or see docs/expressions.md",
+        )
+    return ord(letter), index + 2
 
 
 class ClassReader:
@@ -180,4 +221,4 @@ class ClassReader:
                 index,
                 "move it out of the brackets, or write the characters themselves",
             )
-        return self.translator.code_point(index, in_class=True)
+        return code_point(self.translator, index, in_class=True)

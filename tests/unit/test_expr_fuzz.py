@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from processor.errors import ExpressionError
+from processor.errors import ExpressionError, ParseError
 from processor.expr import compile
 from tests.heavy.fuzzing import LIMIT_S, MESSAGES, fuzz_expressions
 
@@ -43,3 +43,15 @@ def test_a_filter_of_many_drivable_conjuncts_builds_quickly() -> None:
     columns = [{"yes": i + 1, "no": i + (i != 60)} for i in range(120)]
     assert expression.scan(keys, columns) == ["yes"]
     assert expression.scan(keys, columns, aligned=True) == ["yes"]
+
+
+def test_an_overlong_expression_is_refused_before_parsing() -> None:
+    # Found by the fault suite: a 124 KB chain took over a second to parse before failing.
+    text = "/a = 1" + " + 1" * 20_000
+    started = time.perf_counter()
+    with pytest.raises(ParseError, match="expression too long: 80,006 characters"):
+        compile(text)
+    assert time.perf_counter() - started < 0.1
+    long_in_list = f"/a IN ({', '.join(str(i) for i in range(10_000))})"
+    assert 50_000 < len(long_in_list) < 65_536
+    assert compile(long_in_list).matches({"a": 9_999}) is True
