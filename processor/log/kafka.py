@@ -128,6 +128,15 @@ def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float =
     raise BrokerError(f"topics {sorted(names)} did not appear within {timeout_s:.0f}s")
 
 
+def _close_producer(producer: Producer, timeout_s: float = 5.0) -> None:
+    """Deliver what is queued (up to ``timeout_s``), then release the producer's
+    connections at once, rather than whenever the object is collected. A producer that
+    could not deliver everything is left to the collector (its close would wait on)."""
+    if producer.flush(timeout_s) == 0:
+        with contextlib.suppress(RuntimeError, KafkaException):
+            producer.close()
+
+
 def _raise_for(exc: KafkaException, what: str) -> None:
     error = exc.args[0]
     if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or error.fatal():
@@ -290,7 +299,7 @@ class KafkaTransactionalLog:
             _raise_for(exc, "cannot abort the transaction")
 
     def close(self) -> None:
-        self._producer.flush(5)
+        _close_producer(self._producer)
 
 
 class KafkaPartitionReader:
@@ -666,4 +675,4 @@ class KafkaLogWriter:
     def close(self) -> None:
         self._closing.set()
         self._poller.join(timeout=5)
-        self._producer.flush(5)
+        _close_producer(self._producer)
