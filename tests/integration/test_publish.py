@@ -131,3 +131,36 @@ def test_cli_publish_streams_stdin_and_waits_until_applied(
         assert len(records) == 700
         latest = {orjson.loads(r.data)["orderId"]: orjson.loads(r.data)["n"] for r in records}
         assert latest[0] == 1400  # the last message for key 0 won
+
+
+def test_a_resent_publish_is_applied_once_also_after_a_restart(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """What a client does after a timeout: send the same (publisher, sequence) again."""
+    import grpc
+
+    from processor.service._generated import sow_pb2, sow_pb2_grpc
+
+    def send(address: str, sequence: int, value: str) -> object:
+        with grpc.insecure_channel(address) as channel:
+            stub = sow_pb2_grpc.SowStub(channel)  # type: ignore[no-untyped-call]
+            request = sow_pb2.PublishRequest(
+                topic="ORDERS",
+                data=orjson.dumps({"orderId": 1, "v": value}),
+                publisher="desk-7",
+                sequence=sequence,
+            )
+            return stub.Publish(request, timeout=30).position
+
+    def value(client: object, position: object) -> str:
+        records, _, _ = client.query("ORDERS", min_position=[position])  # type: ignore[attr-defined]
+        return str(orjson.loads(records[0].data)["v"])
+
+    topology = orders(unique)
+    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+        assert value(client, send(app.grpc_address, 1, "first")) == "first"
+        assert value(client, send(app.grpc_address, 1, "resent")) == "first"
+        assert value(client, send(app.grpc_address, 2, "second")) == "second"
+    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+        assert value(client, send(app.grpc_address, 2, "resent after restart")) == "second"
+        assert value(client, send(app.grpc_address, 3, "third")) == "third"
