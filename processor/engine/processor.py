@@ -15,12 +15,7 @@ from dataclasses import dataclass
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook, commit
-from processor.engine.partition import (
-    PUBLISHERS_META,
-    PartitionState,
-    decode_publishers,
-    make_writers,
-)
+from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
     republish,
     restore_from_changelog,
@@ -245,7 +240,7 @@ class Processor:
         else:
             restored = restore_from_changelog(store, topic, partition, self._reader)
             state.log_next = restored.log_next
-            state.publishers = decode_publishers(store.get_meta(PUBLISHERS_META))
+            state.publishers.load()
             if restored.log_lost:
                 republish(state, self._producer)
         return state

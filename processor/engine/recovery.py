@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from itertools import chain
 
 from processor.changelog import (
     CONTROL_PREFIX,
     POSITION_HEADER,
     PROGRESS_KEY,
+    PUBLISHER_PREFIX,
     RESET_KEY,
     decode,
     decode_progress,
@@ -23,10 +25,12 @@ from processor.changelog import (
     encode_progress,
     parse_position,
 )
-from processor.engine.partition import (
-    PUBLISHERS_META,
-    PartitionState,
-    encode_publishers,
+from processor.engine.partition import PartitionState
+from processor.engine.publishers import (
+    PUBLISHER_META_PREFIX,
+    control_records,
+    meta_key,
+    meta_key_of_control,
 )
 from processor.log import PartitionReader, Record, TransactionalLog
 from processor.state import CHANGELOG_OFFSET, Store, offset_bytes, offset_from
@@ -50,11 +54,15 @@ class Restored:
         self.log_lost = False
         self.log_next: dict[str, int] = {}
 
-    def saw_progress(self, value: bytes) -> dict[str, int]:
-        """Note a PROGRESS record; return its duplicate-detection map."""
+    def saw_progress(self, value: bytes) -> dict[bytes, bytes]:
+        """Note a PROGRESS record; return the publisher meta entries it carries (only
+        PROGRESS records of earlier releases carry any)."""
         for log_topic, _, nxt in decode_progress(value):
             self.log_next[log_topic] = max(self.log_next.get(log_topic, 0), nxt)
-        return decode_progress_publishers(value)
+        if b'"publishers"' not in value:
+            return {}
+        legacy = decode_progress_publishers(value)
+        return {meta_key(name): str(sequence).encode() for name, sequence in legacy.items()}
 
     def saw_change(self, record: Record) -> None:
         """An upsert or delete after the last progress record (an unfinished batch)."""
@@ -83,8 +91,7 @@ def restore_from_changelog(
     keeps its state and takes no other action, as AMPS does when its transaction log is
     older than its SOW; ``log_lost`` tells the caller, which re-publishes the state.
 
-    The last PROGRESS record replayed carries the partition's duplicate-detection map as
-    of that commit; it replaces the store's (meta :data:`PUBLISHERS_META`), so a store
+    Publisher control records become the store's publisher meta entries, so a store
     rebuilt from the changelog discards the same repeated sequences as before.
 
     ``log_next`` records how far the replayed records show the input applied. A broker
@@ -106,16 +113,19 @@ def restore_from_changelog(
     unfinished: list[Record] = []
     for batch in reader.read_to_end(changelog, partition, start):
         updates: dict[bytes, bytes | None] = {}
-        meta: dict[bytes, bytes] = {}
+        meta: dict[bytes, bytes | None] = {}
         for record in batch:
             key = record.key() or b""
             if key.startswith(CONTROL_PREFIX):
-                if key == RESET_KEY:
+                if key.startswith(PUBLISHER_PREFIX):
+                    meta[meta_key_of_control(key)] = record.value()
+                elif key == RESET_KEY:
                     updates.clear()
-                    store.clear({PUBLISHERS_META: encode_publishers({})})
+                    meta.clear()
+                    stale = [k for k, _ in store.meta_items(PUBLISHER_META_PREFIX)]
+                    store.clear(dict.fromkeys(stale))
                 elif key == PROGRESS_KEY and record.value() is not None:
-                    publishers = restored.saw_progress(record.value() or b"")
-                    meta[PUBLISHERS_META] = encode_publishers(publishers)
+                    meta.update(restored.saw_progress(record.value() or b""))
                     unfinished.clear()
                 continue
             unfinished.append(record)
@@ -188,13 +198,14 @@ def republish(
     """Write a store's records back to its (lost) changelog, so readers see the SOW again.
 
     Used after the broker lost its log while the store kept its state. Transactions of
-    ``chunk`` records; the store's changelog offset follows each commit.
+    ``chunk`` records (the SOW records, then one control record per publisher); the
+    store's changelog offset follows each commit.
     """
     changelog = state.topic.changelog_topic
     name = f"{state.topic.name}[{state.partition}]"
     total = state.store.count()
     report(f"{name}: the changelog was lost; re-publishing {total:,} records from the store")
-    items = state.store.items()
+    items = chain(state.store.items(), control_records(state.store))
     written = 0
     while True:
         producer.begin()
@@ -204,7 +215,7 @@ def republish(
             count += 1
             if count >= chunk:
                 break
-        progress = encode_progress([], state.publishers)
+        progress = encode_progress([])
         producer.produce_tracked(changelog, progress, PROGRESS_KEY, state.partition)
         ends = producer.commit()
         end = ends[(changelog, state.partition)]

@@ -86,7 +86,16 @@ class RocksDBStore:
         value = self._meta_view.get(key)
         return None if value is None else bytes(value)
 
-    def write(self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes]) -> None:
+    def meta_items(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        found = cast(Iterator[tuple[bytes, bytes]], self._meta_view.items(from_key=prefix))
+        for key, value in found:
+            if not key.startswith(prefix):
+                return
+            yield key, value
+
+    def write(
+        self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes | None]
+    ) -> None:
         batch = WriteBatch(raw_mode=True)
         handle = self._records
         for key, value in records.items():
@@ -94,14 +103,18 @@ class RocksDBStore:
                 batch.delete(key, handle)
             else:
                 batch.put(key, value, handle)
+        meta_handle = self._meta
         for key, value in meta.items():
-            batch.put(key, value, self._meta)
+            if value is None:
+                batch.delete(key, meta_handle)
+            else:
+                batch.put(key, value, meta_handle)
         try:
             self._db.write(batch)
         except Exception as exc:
             raise StoreError(f"cannot write to the RocksDB store at {self.path}: {exc}") from exc
 
-    def clear(self, meta: Mapping[bytes, bytes]) -> None:
+    def clear(self, meta: Mapping[bytes, bytes | None]) -> None:
         keys: list[bytes] = list(self._records_view.keys())  # type: ignore[arg-type]
         self.write(dict.fromkeys(keys), meta)
 
