@@ -15,9 +15,10 @@ from processor.state import CHANGELOG_OFFSET, offset_bytes
 log = logging.getLogger(__name__)
 
 #: Test hook: ``SOW_CRASH_AT=step:n`` kills the process (exit 86) the n-th time ``step``
-#: is reached, so tests can crash the processor between any two commit steps.
+#: is reached, so tests can crash the processor between any two commit steps (and after
+#: a republish step, :mod:`processor.engine.republish`).
 CRASH_ENV = "SOW_CRASH_AT"
-STEPS = ("produced", "offsets-sent", "committed", "stored")
+STEPS = ("produced", "offsets-sent", "committed", "stored", "republished")
 
 CrashHook = Callable[[str], None]
 

@@ -134,31 +134,80 @@ def _raise_for(exc: KafkaException, what: str) -> None:
 
 
 class KafkaInputLog:
-    """The processor's consumer-group member (:class:`processor.log.InputLog`)."""
+    """The processor's consumer (:class:`processor.log.InputLog`).
 
-    def __init__(self, bootstrap: str, group_id: str, **extra: Any) -> None:
+    ``static=False``: a consumer-group member. ``static=True``: one processor instance
+    takes every partition of its topics with ``assign`` and joins no group, which skips
+    the group join (seconds on some brokers) at start. Exactly-once is unchanged: offsets
+    still go through the transactions with this consumer's group metadata (generation -1,
+    which brokers accept from group-less consumers) and are read back with ``committed``,
+    and the transactional id still fences an older instance. Running two static
+    instances, or a static one beside group members, on the same group is not supported.
+    """
+
+    def __init__(self, bootstrap: str, group_id: str, static: bool = False, **extra: Any) -> None:
         self._consumer = Consumer(consumer_settings(bootstrap, **{"group.id": group_id, **extra}))
+        self._static = static
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
         def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            keys = [(tp.topic, tp.partition) for tp in partitions]
-            try:
-                found = consumer.committed(partitions, 30)
-            except KafkaException as exc:
-                raise BrokerError(f"cannot read committed offsets: {exc}") from exc
-            committed = {(tp.topic, tp.partition): tp.offset for tp in found}
-            starts = on_assign(keys, committed)
-            for tp in partitions:
-                start = starts.get((tp.topic, tp.partition))
-                if start is not None:
-                    tp.offset = start
-            consumer.assign(partitions)
+            self._assign(partitions, on_assign)
 
         def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
             on_revoke([(tp.topic, tp.partition) for tp in partitions])
             consumer.unassign()
 
-        self._consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked)
+        if self._static:
+            self._assign(self._all_partitions(topics), on_assign)
+        else:
+            self._consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked)
+
+    def _all_partitions(self, topics: Sequence[str]) -> list[TopicPartition]:
+        try:
+            found = self._consumer.list_topics(timeout=30).topics
+        except KafkaException as exc:
+            raise BrokerError(f"cannot list the topics to assign: {exc}") from exc
+        partitions: list[TopicPartition] = []
+        for topic in topics:
+            metadata = found.get(topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                raise BrokerError(
+                    f"topic {topic} does not exist on the broker (static assignment reads "
+                    "its partitions at start); create the topics first (sow serve does)"
+                )
+            partitions.extend(TopicPartition(topic, p) for p in sorted(metadata.partitions))
+        return partitions
+
+    def _assign(self, partitions: list[TopicPartition], on_assign: OnAssign) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        try:
+            found = self._consumer.committed(partitions, 30)
+        except KafkaException as exc:
+            raise BrokerError(f"cannot read committed offsets: {exc}") from exc
+        committed = {(tp.topic, tp.partition): tp.offset for tp in found}
+        starts = on_assign(keys, committed)
+        held = []
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            if key in starts:
+                start = starts[key]
+                if start is None:
+                    held.append(tp)
+                else:
+                    tp.offset = start
+        self._consumer.assign(partitions)
+        if held:
+            self._consumer.pause(held)
+
+    def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+        partitions = [TopicPartition(topic, partition) for topic, partition in starts]
+        try:
+            for (topic, partition), start in starts.items():
+                if start is not None:
+                    self._consumer.seek(TopicPartition(topic, partition, start))
+            self._consumer.resume(partitions)
+        except KafkaException as exc:
+            raise BrokerError(f"cannot resume {sorted(starts)}: {exc}") from exc
 
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
         return cast(list[Record], self._consumer.consume(max_records, timeout_s))
@@ -294,11 +343,21 @@ class KafkaTransactionalLog:
 class KafkaPartitionReader:
     """Reads partitions to their end with a group-less consumer (restores, replays)."""
 
+    #: Records per batch ``read_to_end`` yields at most.
+    BATCH = 20000
+
     def __init__(self, bootstrap: str, **extra: Any) -> None:
         self._consumer = Consumer(
             consumer_settings(
                 bootstrap,
-                **{"group.id": "sow-reader-unused", "enable.partition.eof": True, **extra},
+                **{
+                    "group.id": "sow-reader-unused",
+                    "enable.partition.eof": True,
+                    # Restores read whole partitions: fewer, bigger fetches.
+                    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                    "fetch.min.bytes": 1,
+                    **extra,
+                },
             )
         )
         self.last_end_offset = -1
@@ -309,7 +368,7 @@ class KafkaPartitionReader:
         position = start
         try:
             while True:
-                batch: list[Any] = self._consumer.consume(5000, 0.05)
+                batch: list[Any] = self._consumer.consume(self.BATCH, 0.05)
                 if not batch and position > 0:
                     # Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE (then
                     # auto.offset.reset); some brokers (Tansu) answer with nothing, forever.
@@ -318,19 +377,19 @@ class KafkaPartitionReader:
                     if 0 <= high < position:
                         self.last_end_offset = int(high)
                         return
-                records: list[Record] = []
+                records: list[Record] = [m for m in batch if m.error() is None]
                 done = False
-                for message in batch:
-                    error = message.error()
-                    if error is None:
-                        records.append(message)
-                        position = int(message.offset() or 0) + 1
-                    elif error.code() == KafkaError._PARTITION_EOF:
+                if len(records) != len(batch):
+                    for message in batch:
+                        error = message.error()
+                        if error is None:
+                            continue
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            raise BrokerError(f"cannot read {topic}[{partition}]: {error}")
                         self.last_end_offset = int(message.offset() or 0)
                         done = True
-                    else:
-                        raise BrokerError(f"cannot read {topic}[{partition}]: {error}")
                 if records:
+                    position = records[-1].offset() + 1
                     yield records
                 if done:
                     return

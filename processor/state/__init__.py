@@ -25,8 +25,9 @@ class Store(Protocol):
         """The envelope stored for a SowKey, or None."""
         ...
 
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (SowKey, envelope), in key order for RocksDB, insertion order in memory."""
+    def items(self, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Every (SowKey, envelope), in key order for RocksDB, insertion order in memory;
+        with ``start``, only the keys from ``start`` on, in key order for both."""
         ...
 
     def count(self) -> int:

@@ -15,8 +15,10 @@ class MemoryStore:
     def get(self, sow_key: bytes) -> bytes | None:
         return self._records.get(sow_key)
 
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        return iter(list(self._records.items()))
+    def items(self, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        if start is None:
+            return iter(list(self._records.items()))
+        return iter(sorted((k, v) for k, v in self._records.items() if k >= start))
 
     def count(self) -> int:
         return len(self._records)
