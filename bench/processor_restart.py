@@ -110,6 +110,8 @@ def wait_for_key(bootstrap: str, topic: SowTopic, order: int, timeout_s: float) 
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "log_level": 3,
+            # Short long-polls: the measurement must not wait on the default 500 ms.
+            "fetch.wait.max.ms": 10,
         }
     )
     consumer.assign([TopicPartition(topic.changelog_topic, partition, 0)])

@@ -139,8 +139,9 @@ def restore_steps(
     end = start
     unfinished: list[Record] = []
     for batch in reader.read_to_end(changelog, partition, start):
-        keys = [record.key() for record in batch]
-        values = [record.value() for record in batch]
+        kind = type(batch[0])  # the log client's record class: its methods, looked up once
+        keys: list[bytes | None] = list(map(kind.key, batch))
+        values: list[bytes | None] = list(map(kind.value, batch))
         controls = [i for i, key in enumerate(keys) if not key or key < _CONTROL_END]
         meta: dict[bytes, bytes | None] = {}
         if not controls:

@@ -126,6 +126,10 @@ def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float =
     raise BrokerError(f"topics {sorted(names)} did not appear within {timeout_s:.0f}s")
 
 
+#: Marks "where committed" among start offsets (never a Kafka offset or logical offset).
+COMMITTED = -10_000
+
+
 def _raise_for(exc: KafkaException, what: str) -> None:
     error = exc.args[0]
     if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or error.fatal():
@@ -189,12 +193,16 @@ class KafkaInputLog:
         held = []
         for tp in partitions:
             key = (tp.topic, tp.partition)
-            if key in starts:
-                start = starts[key]
-                if start is None:
-                    held.append(tp)
-                else:
-                    tp.offset = start
+            start = starts.get(key, COMMITTED)
+            if start is None:
+                held.append(tp)
+                start = COMMITTED
+            if start == COMMITTED:
+                # Start at the offset just read, so no second look-up delays the start.
+                start = committed.get(key, -1)
+                if start < 0:
+                    continue  # none committed: auto.offset.reset
+            tp.offset = start
         self._consumer.assign(partitions)
         if held:
             self._consumer.pause(held)
@@ -377,9 +385,10 @@ class KafkaPartitionReader:
                     if 0 <= high < position:
                         self.last_end_offset = int(high)
                         return
-                records: list[Record] = [m for m in batch if m.error() is None]
+                records: list[Record] = batch
                 done = False
-                if len(records) != len(batch):
+                if any([m.error() for m in batch]):
+                    records = [m for m in batch if m.error() is None]
                     for message in batch:
                         error = message.error()
                         if error is None:
