@@ -152,6 +152,7 @@ class KafkaInputLog:
     def __init__(self, bootstrap: str, group_id: str, static: bool = False, **extra: Any) -> None:
         self._consumer = Consumer(consumer_settings(bootstrap, **{"group.id": group_id, **extra}))
         self._static = static
+        self._held: dict[TopicPartitionKey, TopicPartition] = {}
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
         def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -203,17 +204,31 @@ class KafkaInputLog:
                 if start < 0:
                     continue  # none committed: auto.offset.reset
             tp.offset = start
-        self._consumer.assign(partitions)
-        if held:
-            self._consumer.pause(held)
+        if self._static:
+            # Held partitions join the assignment when resumed (incremental_assign starts
+            # fetching at once; a paused partition's fetch resumes up to a second late).
+            self._held = {(tp.topic, tp.partition): tp for tp in held}
+            self._consumer.assign([tp for tp in partitions if tp not in held])
+        else:  # eager group protocol: the assignment is set here, once
+            self._consumer.assign(partitions)
+            if held:
+                self._consumer.pause(held)
 
     def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
-        partitions = [TopicPartition(topic, partition) for topic, partition in starts]
         try:
+            if self._static:
+                partitions = []
+                for key, start in starts.items():
+                    tp = self._held.pop(key)
+                    if start is not None:
+                        tp.offset = start
+                    partitions.append(tp)
+                self._consumer.incremental_assign(partitions)
+                return
             for (topic, partition), start in starts.items():
                 if start is not None:
                     self._consumer.seek(TopicPartition(topic, partition, start))
-            self._consumer.resume(partitions)
+            self._consumer.resume([TopicPartition(t, p) for t, p in starts])
         except KafkaException as exc:
             raise BrokerError(f"cannot resume {sorted(starts)}: {exc}") from exc
 
