@@ -6,9 +6,9 @@ it is given (input topic partition p and repartition topic partition p belong to
 partition p of the SOW topic; the range assignor keeps them together).
 
 Recovery runs in the poll loop, as in Kafka Streams and Quix Streams: a newly assigned
-persistent partition's input is held paused while its store replays its changelog (and
-republishes a lost one), one step between polls, so a long restore never holds up the
-consumer's poll and the other partitions keep being processed.
+persistent partition's input is held back (not fetched) while its store replays its
+changelog (and republishes a lost one), one step between polls, so a long restore never
+holds up the consumer's poll and the other partitions keep being processed.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class TopicSpec:
 
 #: Called with the assigned partitions and the group's committed offsets (-1: none);
 #: returns explicit start offsets for some of them (the others resume where committed),
-#: or None for a partition to hold paused until :meth:`InputLog.resume`.
+#: or None for a partition to hold (not fetched) until :meth:`InputLog.resume`.
 OnAssign = Callable[
     [Sequence[TopicPartitionKey], Mapping[TopicPartitionKey, int]],
     Mapping[TopicPartitionKey, int | None],
@@ -61,7 +61,7 @@ class InputLog(Protocol):
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
         """Join the group (or assign every partition); ``on_assign`` returns explicit start
-        offsets, or None to hold a partition paused (the others resume where committed)."""
+        offsets, or None to hold a partition back (the others resume where committed)."""
         ...
 
     def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:

@@ -152,6 +152,8 @@ class KafkaInputLog:
     def __init__(self, bootstrap: str, group_id: str, static: bool = False, **extra: Any) -> None:
         self._consumer = Consumer(consumer_settings(bootstrap, **{"group.id": group_id, **extra}))
         self._static = static
+        #: Partitions assigned and fetching, and those held until ``resume``.
+        self._active: dict[TopicPartitionKey, TopicPartition] = {}
         self._held: dict[TopicPartitionKey, TopicPartition] = {}
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
@@ -161,6 +163,8 @@ class KafkaInputLog:
         def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
             on_revoke([(tp.topic, tp.partition) for tp in partitions])
             consumer.unassign()
+            self._active.clear()
+            self._held.clear()
 
         if self._static:
             self._assign(self._all_partitions(topics), on_assign)
@@ -204,33 +208,34 @@ class KafkaInputLog:
                 if start < 0:
                     continue  # none committed: auto.offset.reset
             tp.offset = start
-        if self._static:
-            # Held partitions join the assignment when resumed (incremental_assign starts
-            # fetching at once; a paused partition's fetch resumes up to a second late).
-            self._held = {(tp.topic, tp.partition): tp for tp in held}
-            self._consumer.assign([tp for tp in partitions if tp not in held])
-        else:  # eager group protocol: the assignment is set here, once
-            self._consumer.assign(partitions)
-            if held:
-                self._consumer.pause(held)
+        # Held partitions join the assignment when resumed, rather than being assigned
+        # paused: a paused partition's fetch resumes up to a second late.
+        self._held = {(tp.topic, tp.partition): tp for tp in held}
+        self._active = {(tp.topic, tp.partition): tp for tp in partitions if tp not in held}
+        self._consumer.assign(list(self._active.values()))
 
     def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+        resumed = []
+        for key, start in starts.items():
+            tp = self._held.pop(key)
+            if start is not None:
+                tp.offset = start
+            resumed.append(tp)
         try:
             if self._static:
-                partitions = []
-                for key, start in starts.items():
-                    tp = self._held.pop(key)
-                    if start is not None:
-                        tp.offset = start
-                    partitions.append(tp)
-                self._consumer.incremental_assign(partitions)
-                return
-            for (topic, partition), start in starts.items():
-                if start is not None:
-                    self._consumer.seek(TopicPartition(topic, partition, start))
-            self._consumer.resume([TopicPartition(t, p) for t, p in starts])
+                self._consumer.incremental_assign(resumed)
+            else:
+                # The eager group protocol allows no incremental change: assign everything
+                # again, the active partitions at their positions (after the last record
+                # consume returned; the caller has committed everything it consumed).
+                active = list(self._active.values())
+                for tp, now in zip(active, self._consumer.position(active), strict=True):
+                    if now.offset >= 0:
+                        tp.offset = now.offset
+                self._consumer.assign(active + resumed)
         except KafkaException as exc:
             raise BrokerError(f"cannot resume {sorted(starts)}: {exc}") from exc
+        self._active.update(((tp.topic, tp.partition), tp) for tp in resumed)
 
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
         return cast(list[Record], self._consumer.consume(max_records, timeout_s))
