@@ -157,11 +157,10 @@ class Processor:
             producer.raw_produce, self._dead_letter_topic, producer.drain, producer.produce_error
         )
         try:
-            consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
             log.info(
-                "processor joining its consumer group for %s",
-                ", ".join(sorted(self.topology.topics)),
+                "processor taking its partitions of %s", ", ".join(sorted(self.topology.topics))
             )
+            consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
             while not self._stop.is_set():
                 if self._recoveries:
                     self._recover_step()
