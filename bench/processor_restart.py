@@ -10,6 +10,9 @@
    from process start to ready.
 
     python bench/processor_restart.py --keys 200000 --json-out bench/results/processor_restart.json
+
+``--assignment group`` restarts the processors as consumer-group members (the default of
+`sow process`) instead of with static assignment (what `sow serve`'s child uses).
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ def say(text: str) -> None:
 class Child:
     """`sow process` with its stderr collected."""
 
-    def __init__(self, bootstrap: str, topology: Path, state: Path, group: str) -> None:
+    def __init__(
+        self, bootstrap: str, topology: Path, state: Path, group: str, assignment: str
+    ) -> None:
         self.started = time.perf_counter()
         self.lines: list[tuple[float, str]] = []
         self.ready_at: float | None = None
@@ -60,6 +65,7 @@ class Child:
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
+            env={**os.environ, "SOW_ASSIGNMENT": assignment},
         )
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -104,6 +110,8 @@ def wait_for_key(bootstrap: str, topic: SowTopic, order: int, timeout_s: float) 
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "log_level": 3,
+            # Short long-polls: the measurement must not wait on the default 500 ms.
+            "fetch.wait.max.ms": 10,
         }
     )
     consumer.assign([TopicPartition(topic.changelog_topic, partition, 0)])
@@ -131,6 +139,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument(
+        "--assignment",
+        choices=("static", "group"),
+        default="static",
+        help="SOW_ASSIGNMENT of the restarted processors (sow serve's child uses static)",
+    )
     args = parser.parse_args()
     broker = start_broker(allow_docker=False)
     bootstrap = broker.bootstrap_servers
@@ -139,6 +153,8 @@ def main() -> None:
         "keys": args.keys,
         "broker": broker.description,
         "cpus": os.cpu_count(),
+        "assignment": args.assignment,
+        "command": " ".join(["python", *sys.argv]),
     }
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -155,13 +171,13 @@ def main() -> None:
             state = work / "state"
             say(f"writing {args.keys:,} orders and applying them")
             produce(bootstrap, topic, 0, args.keys)
-            first = Child(bootstrap, topology, state, "bench-restart")
+            first = Child(bootstrap, topology, state, "bench-restart", args.assignment)
             wait_ready(first, 120)
             wait_for_key(bootstrap, topic, args.keys - 1, 300)
             first.stop()
 
             say("restart with state intact")
-            child = Child(bootstrap, topology, state, "bench-restart")
+            child = Child(bootstrap, topology, state, "bench-restart", args.assignment)
             produce(bootstrap, topic, args.keys, 1)
             applied = wait_for_key(bootstrap, topic, args.keys, 120) - child.started
             ready = wait_ready(child, 120)
@@ -171,7 +187,7 @@ def main() -> None:
 
             say("rebuild from the changelog")
             shutil.rmtree(state)
-            child = Child(bootstrap, topology, state, "bench-restart")
+            child = Child(bootstrap, topology, state, "bench-restart", args.assignment)
             ready = wait_ready(child, 600)
             child.stop()
             replayed = [

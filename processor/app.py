@@ -74,7 +74,9 @@ def store_opener(state_dir: Path) -> Callable[[SowTopic, int], Store]:
 def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> Processor:
     """A processor wired to Kafka and RocksDB per the settings."""
     connections = ProcessorConnections(
-        input_log=lambda: KafkaInputLog(bootstrap, settings.group_id),
+        input_log=lambda: KafkaInputLog(
+            bootstrap, settings.group_id, static=settings.assignment == "static"
+        ),
         transactional_log=lambda: KafkaTransactionalLog(bootstrap, settings.transactional_id),
         reader=lambda: KafkaPartitionReader(bootstrap),
     )

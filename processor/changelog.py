@@ -12,16 +12,17 @@ Record kinds in a changelog topic partition (key, value, headers):
   and ``sow.position`` (``topic/partition/offset`` of the command).
 * control records, key starting with NUL, never a SowKey:
   ``PROGRESS_KEY`` (value: JSON ``{"log": [[topic, partition, next_offset], ...]}``, the
-  processor's input progress as of the end of a transaction, plus
-  ``"publishers": {name: sequence, ...}``, the partition's whole duplicate-detection state,
-  when it has any) and ``RESET_KEY`` (the
-  partition's state restarts empty from here, written when a transient topic rebuilds).
+  processor's input progress as of the end of a transaction), ``RESET_KEY`` (the
+  partition's state restarts empty from here, written when a transient topic rebuilds) and
+  ``PUBLISHER_PREFIX + name`` (value: the highest sequence applied for that publisher, in
+  decimal; one per publisher whose sequence a transaction changed, before its PROGRESS
+  record; compaction keeps the latest per publisher). Readers must treat every key that
+  starts with ``CONTROL_PREFIX`` as control, including kinds they do not know.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,7 @@ ENVELOPE_VERSION = 1
 CONTROL_PREFIX = b"\x00"
 PROGRESS_KEY = b"\x00sow:progress"
 RESET_KEY = b"\x00sow:reset"
+PUBLISHER_PREFIX = b"\x00sow:publisher:"
 REASON_HEADER = "sow.reason"
 POSITION_HEADER = "sow.position"
 
@@ -290,16 +292,9 @@ def data_of(value: bytes) -> bytes:
         raise EnvelopeError("envelope ends inside a number") from None
 
 
-def encode_progress(
-    positions: list[tuple[str, int, int]], publishers: Mapping[str, int] | None = None
-) -> bytes:
-    """Value of a PROGRESS_KEY record: (log topic, partition, next offset) triples, and
-    the partition's whole duplicate-detection map (publisher -> highest applied sequence)
-    when it is not empty."""
-    progress: dict[str, object] = {"log": [list(p) for p in positions]}
-    if publishers:
-        progress["publishers"] = dict(publishers)
-    return json.dumps(progress, separators=(",", ":")).encode()
+def encode_progress(positions: list[tuple[str, int, int]]) -> bytes:
+    """Value of a PROGRESS_KEY record: (log topic, partition, next offset) triples."""
+    return json.dumps({"log": [list(p) for p in positions]}, separators=(",", ":")).encode()
 
 
 def decode_progress(value: bytes) -> list[tuple[str, int, int]]:
@@ -308,9 +303,22 @@ def decode_progress(value: bytes) -> list[tuple[str, int, int]]:
 
 
 def decode_progress_publishers(value: bytes) -> dict[str, int]:
-    """The duplicate-detection map of a PROGRESS_KEY record (empty when it has none)."""
+    """The duplicate-detection map that PROGRESS records of earlier releases carried
+    (``"publishers": {name: sequence}``); empty for current ones, which carry none."""
     found = json.loads(value).get("publishers") or {}
     return {str(name): int(sequence) for name, sequence in found.items()}
+
+
+def publisher_record(publisher: str, sequence: int) -> tuple[bytes, bytes]:
+    """The (key, value) of a publisher control record."""
+    return PUBLISHER_PREFIX + publisher.encode(), str(sequence).encode()
+
+
+def parse_publisher_record(key: bytes, value: bytes) -> tuple[str, int]:
+    """Inverse of :func:`publisher_record`; ValueError when it is not one."""
+    if not key.startswith(PUBLISHER_PREFIX) or not value.isdigit():
+        raise ValueError(f"not a publisher control record: {key!r} = {value!r}")
+    return key[len(PUBLISHER_PREFIX) :].decode(), int(value)
 
 
 def format_position(topic: str, partition: int, offset: int) -> bytes:

@@ -10,6 +10,7 @@
 | instance_id | SOW_INSTANCE_ID | ``0`` (part of the transactional id; unique per replica) |
 | dead_letter_topic | SOW_DEAD_LETTER_TOPIC | ``sow.dead-letter`` |
 | max_batch | SOW_MAX_BATCH | ``10000`` records per transaction |
+| assignment | SOW_ASSIGNMENT | ``group``; ``static``: one processor takes every partition |
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, ClassVar
 from processor.errors import ConfigurationError
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:50051"
+#: How the processor gets its partitions (SOW_ASSIGNMENT).
+ASSIGNMENTS = ("group", "static")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,8 @@ class Settings:
     instance_id: str = "0"
     dead_letter_topic: str = "sow.dead-letter"
     max_batch: int = 10000
+    #: None means ``group``; see the module table.
+    assignment: str | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -52,6 +57,7 @@ class Settings:
         "instance_id": "SOW_INSTANCE_ID",
         "dead_letter_topic": "SOW_DEAD_LETTER_TOPIC",
         "max_batch": "SOW_MAX_BATCH",
+        "assignment": "SOW_ASSIGNMENT",
     }
 
     def environment(self) -> dict[str, str]:
@@ -94,6 +100,12 @@ class Settings:
                     ) from None
                 if converted[name] < 1:
                     raise ConfigurationError(f"max_batch must be at least 1, got {value!r}")
+            elif name == "assignment":
+                if value not in ASSIGNMENTS:
+                    raise ConfigurationError(
+                        f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {value!r}"
+                    )
+                converted[name] = value
             else:
                 converted[name] = str(value)
         return replace(self, **converted)

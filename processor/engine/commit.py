@@ -6,8 +6,8 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 
-from processor.changelog import PROGRESS_KEY, encode_progress
-from processor.engine.partition import PUBLISHERS_META, PartitionState, encode_publishers
+from processor.changelog import PROGRESS_KEY, encode_progress, publisher_record
+from processor.engine.partition import PartitionState
 from processor.engine.transaction import Transaction, TransactionStatus
 from processor.log import TopicPartitionKey, TransactionalLog
 from processor.state import CHANGELOG_OFFSET, offset_bytes
@@ -15,9 +15,10 @@ from processor.state import CHANGELOG_OFFSET, offset_bytes
 log = logging.getLogger(__name__)
 
 #: Test hook: ``SOW_CRASH_AT=step:n`` kills the process (exit 86) the n-th time ``step``
-#: is reached, so tests can crash the processor between any two commit steps.
+#: is reached, so tests can crash the processor between any two commit steps (and after
+#: a republish step, :mod:`processor.engine.republish`).
 CRASH_ENV = "SOW_CRASH_AT"
-STEPS = ("produced", "offsets-sent", "committed", "stored")
+STEPS = ("produced", "offsets-sent", "committed", "stored", "republished")
 
 CrashHook = Callable[[str], None]
 
@@ -54,12 +55,13 @@ def commit(
 
     The changelog records of the batch were produced while it was applied. Then:
 
-    1. Produce one PROGRESS control record per touched partition (input positions and the
-       whole duplicate-detection map); their offsets come back with step 3.
+    1. Produce, per touched partition, one publisher control record for each publisher
+       whose sequence the batch changed, then one PROGRESS control record (input
+       positions); the PROGRESS offsets come back with step 3.
     2. Send the consumer offsets (next offset per input partition) to the transaction.
     3. Commit the Kafka transaction: changelog records and offsets become visible at once.
     4. Write each touched store's batch: its data, the changelog offset it now reflects
-       and (when it changed) the duplicate-detection map, in one atomic RocksDB write.
+       and the changed publishers' sequences, in one atomic RocksDB write.
 
     A crash before 3 leaves an aborted transaction (Kafka drops it; stores untouched; the
     batch is re-read from the committed offsets). A crash between 3 and 4 leaves stores
@@ -70,8 +72,11 @@ def commit(
     try:
         for state in partitions:
             changelog = state.topic.changelog_topic
+            for publisher, sequence in state.publishers.changed.items():
+                key, value = publisher_record(publisher, sequence)
+                producer.produce(changelog, value, key, state.partition)
             positions = [(topic, state.partition, nxt) for topic, nxt in state.progress.items()]
-            progress = encode_progress(positions, state.publishers)
+            progress = encode_progress(positions)
             producer.produce_tracked(changelog, progress, PROGRESS_KEY, state.partition)
         transaction.advance(TransactionStatus.STARTED, TransactionStatus.PREPARED)
         if crash:
@@ -84,13 +89,12 @@ def commit(
             crash("committed")
         for state in partitions:
             end = ends[(state.topic.changelog_topic, state.partition)]
-            meta = {CHANGELOG_OFFSET: offset_bytes(end + 1)}
-            if state.publishers_changed:
-                meta[PUBLISHERS_META] = encode_publishers(state.publishers)
+            meta = state.publishers.changed_meta()
+            meta[CHANGELOG_OFFSET] = offset_bytes(end + 1)
             state.store.write(state.pending, meta)
             state.pending.clear()
             state.progress.clear()
-            state.publishers_changed = False
+            state.publishers.committed()
         if crash:
             crash("stored")
         transaction.advance(TransactionStatus.PREPARED, TransactionStatus.COMPLETE)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from processor.changelog import EnvelopeWriter
+from processor.engine.publishers import PublisherSequences
 from processor.keys import KeyFunction
 from processor.messages import Codec
 from processor.state import Store
@@ -22,10 +22,11 @@ class PartitionState:
     input offset per log topic reached in the current transaction.
 
     ``publishers`` is duplicate detection: the highest sequence applied per publisher on
-    this partition's input, committed state and this transaction's together. Like
-    ``pending`` it is only valid while the transaction can still commit: after a failed
-    transaction the processor drops the whole PartitionState and reopens it from the
-    store, whose meta column holds the map as of the last commit (:data:`PUBLISHERS_META`).
+    this partition's input, committed state and this transaction's together
+    (:class:`~processor.engine.publishers.PublisherSequences`). Like ``pending`` it is only
+    valid while the transaction can still commit: after a failed transaction the processor
+    drops the whole PartitionState and reopens it from the store, whose meta column holds
+    one entry per publisher as of the last commit.
     """
 
     topic: SowTopic
@@ -38,9 +39,10 @@ class PartitionState:
     progress: dict[str, int] = field(default_factory=dict)
     #: Next input offset per log topic that recovery found applied in the changelog.
     log_next: dict[str, int] = field(default_factory=dict)
-    publishers: dict[str, int] = field(default_factory=dict)
-    #: True when the current transaction changed ``publishers``.
-    publishers_changed: bool = False
+    publishers: PublisherSequences = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.publishers = PublisherSequences(self.store)
 
     @property
     def transient(self) -> bool:
@@ -49,12 +51,7 @@ class PartitionState:
     def accept_sequence(self, publisher: str, sequence: int) -> bool:
         """Note (publisher, sequence) as applied and return True, or return False for a
         duplicate: a sequence not above the highest this partition applied for it."""
-        last = self.publishers.get(publisher)
-        if last is not None and sequence <= last:
-            return False
-        self.publishers[publisher] = sequence
-        self.publishers_changed = True
-        return True
+        return self.publishers.accept(publisher, sequence)
 
     def lookup(self, sow_key: bytes) -> bytes | None:
         """The current envelope of a SowKey, including this transaction's writes."""
@@ -82,20 +79,3 @@ def make_writers(topic: SowTopic, partition: int) -> dict[str, EnvelopeWriter]:
         log_topic: EnvelopeWriter(topic.name, topic.message_type, log_topic, partition)
         for log_topic in (topic.kafka_topic, topic.repartition_topic)
     }
-
-
-#: Store meta key: the partition's publisher -> highest applied sequence map (JSON), written
-#: in the same atomic batch as the data it reflects.
-PUBLISHERS_META = b"publishers"
-
-
-def encode_publishers(publishers: Mapping[str, int]) -> bytes:
-    """The store meta value of a publisher -> sequence map."""
-    return json.dumps(publishers, separators=(",", ":"), sort_keys=True).encode()
-
-
-def decode_publishers(value: bytes | None) -> dict[str, int]:
-    """Inverse of :func:`encode_publishers`; None (never written) is the empty map."""
-    if not value:
-        return {}
-    return {str(name): int(sequence) for name, sequence in json.loads(value).items()}

@@ -1,8 +1,14 @@
 """The SOW processor: consume the transaction log, apply it, commit exactly once.
 
-One processor is one consumer-group member. It owns the store partitions of the input
-partitions Kafka assigns it (input topic partition p and repartition topic partition p
-belong to store partition p of the SOW topic; the range assignor keeps them together).
+One processor is one consumer-group member, or in static assignment mode the one
+instance that takes every partition. It owns the store partitions of the input partitions
+it is given (input topic partition p and repartition topic partition p belong to store
+partition p of the SOW topic; the range assignor keeps them together).
+
+Recovery runs in the poll loop, as in Kafka Streams and Quix Streams: a newly assigned
+persistent partition's input is held back (not fetched) while its store replays its
+changelog (and republishes a lost one), one step between polls, so a long restore never
+holds up the consumer's poll and the other partitions keep being processed.
 """
 
 from __future__ import annotations
@@ -10,23 +16,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook, commit
-from processor.engine.partition import (
-    PUBLISHERS_META,
-    PartitionState,
-    decode_publishers,
-    make_writers,
-)
+from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
-    republish,
-    restore_from_changelog,
+    Restored,
+    restore_steps,
     transient_start_offset,
     write_reset,
 )
+from processor.engine.republish import republish_pending, republish_steps
 from processor.engine.transaction import Transaction
 from processor.errors import BrokerError, FencedError
 from processor.keys import key_function
@@ -44,6 +46,16 @@ from processor.topology.model import SowTopic, Topology
 log = logging.getLogger(__name__)
 
 StoreOpener = Callable[[SowTopic, int], Store]
+
+
+@dataclass(slots=True)
+class Recovery:
+    """A store partition being recovered: its steps and the input partitions held for it
+    (with the committed offset each was assigned at)."""
+
+    state: PartitionState
+    steps: Generator[object, None, Restored]
+    held: dict[TopicPartitionKey, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,7 @@ class Processor:
         dead_letter_topic: str,
         max_batch: int = 10000,
         crash_hook: CrashHook | None = None,
+        republish_chunk: int = 10000,
     ) -> None:
         self.topology = topology
         self._connections = connections
@@ -81,6 +94,9 @@ class Processor:
         self._dead_letter_topic = dead_letter_topic
         self._max_batch = max_batch
         self._crash = crash_hook
+        self._republish_chunk = republish_chunk
+        self._recoveries: dict[tuple[str, int], Recovery] = {}
+        self._input: InputLog | None = None
         self._stop = threading.Event()
         self._started_ms = int(time.time() * 1000)
         self._by_log_topic: dict[str, tuple[SowTopic, bool]] = {}
@@ -96,6 +112,7 @@ class Processor:
         self.records = 0
         #: ``time.perf_counter()`` when the first batch arrived (None before).
         self.first_batch_at: float | None = None
+        #: Set once the processor has its partitions and every store is recovered.
         self.ready = threading.Event()
 
     @property
@@ -147,19 +164,22 @@ class Processor:
 
     def _run_pipeline(self) -> None:
         producer = self._producer = self._connections.transactional_log()
-        consumer = self._connections.input_log()
+        consumer = self._input = self._connections.input_log()
         self._reader = self._connections.reader()
         applier = self._applier = Applier(
             producer.raw_produce, self._dead_letter_topic, producer.drain, producer.produce_error
         )
         try:
-            consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
             log.info(
-                "processor joining its consumer group for %s",
-                ", ".join(sorted(self.topology.topics)),
+                "processor taking its partitions of %s", ", ".join(sorted(self.topology.topics))
             )
+            consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
             while not self._stop.is_set():
-                records = self._next_batch(consumer)
+                if self._recoveries:
+                    self._recover_step()
+                    records = consumer.consume(self._max_batch, 0)
+                else:
+                    records = self._next_batch(consumer)
                 if not records:
                     continue
                 if self.first_batch_at is None:
@@ -184,6 +204,7 @@ class Processor:
                 self.records += len(records)
         finally:
             self._close_states(list(self._states))
+            self._input = None
             consumer.close()
             producer.close()
             self._reader.close()
@@ -207,10 +228,12 @@ class Processor:
         self,
         partitions: Sequence[TopicPartitionKey],
         committed: Mapping[TopicPartitionKey, int],
-    ) -> Mapping[TopicPartitionKey, int]:
+    ) -> Mapping[TopicPartitionKey, int | None]:
+        """Open the stores of newly assigned partitions; hold the input of those that
+        must recover (None) until :meth:`_recover_step` finishes them."""
         assert self._applier is not None
         assert self._reader is not None
-        starts: dict[TopicPartitionKey, int] = {}
+        starts: dict[TopicPartitionKey, int | None] = {}
         for log_topic, partition in sorted(partitions):
             topic, from_input = self._by_log_topic[log_topic]
             key = (topic.name, partition)
@@ -219,30 +242,49 @@ class Processor:
                 state = self._open(topic, partition)
                 self._states[key] = state
             self._applier.routes[(log_topic, partition)] = Route(state, log_topic, from_input)
+            tp = (log_topic, partition)
             if state.transient:
-                starts[(log_topic, partition)] = transient_start_offset(
+                starts[tp] = transient_start_offset(
                     topic, log_topic, partition, self._reader, self._started_ms
                 )
-                continue
-            applied = state.log_next.get(log_topic)
-            resume = max(committed.get((log_topic, partition), 0), 0)  # <0: none committed
-            if applied is not None and applied > resume:
-                log.warning(
-                    "%s[%d]: the changelog shows input applied up to offset %d, past the "
-                    "committed offset %d (the broker kept a transaction a crash left "
-                    "open); resuming there so nothing is applied twice",
-                    log_topic,
-                    partition,
-                    applied,
-                    resume,
-                )
-                starts[(log_topic, partition)] = applied
-        log.info("assigned %s", ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)))
-        self.ready.set()
+            elif key in self._recoveries:
+                self._recoveries[key].held[tp] = committed.get(tp, -1)
+                starts[tp] = None
+            else:
+                start = self._start_after_recovery(state, tp, committed.get(tp, -1))
+                if start is not None:
+                    starts[tp] = start
+        names = ", ".join(f"{t}[{p}]" for t, p in sorted(partitions))
+        if self._recoveries:
+            log.info("given %s; recovering %d store partitions first", names, len(self._recoveries))
+        else:
+            log.info("assigned %s", names)
+            self.ready.set()
         return starts
+
+    def _start_after_recovery(
+        self, state: PartitionState, tp: TopicPartitionKey, committed: int
+    ) -> int | None:
+        """Where a recovered partition's input resumes: None for its committed offset,
+        or the changelog's position when that is later."""
+        applied = state.log_next.get(tp[0])
+        resume = max(committed, 0)  # <0: none committed
+        if applied is None or applied <= resume:
+            return None
+        log.warning(
+            "%s[%d]: the changelog shows input applied up to offset %d, past the committed "
+            "offset %d (the broker kept a transaction a crash left open); resuming there so "
+            "nothing is applied twice",
+            tp[0],
+            tp[1],
+            applied,
+            resume,
+        )
+        return applied
 
     def _open(self, topic: SowTopic, partition: int) -> PartitionState:
         assert self._reader is not None
+        assert self._producer is not None
         store = self._open_store(topic, partition)
         state = PartitionState(
             topic=topic,
@@ -252,16 +294,53 @@ class Processor:
             key_function=key_function(topic),
             writers=make_writers(topic, partition),
         )
-        assert self._producer is not None
         if state.transient:
             write_reset(state, self._producer)
         else:
-            restored = restore_from_changelog(store, topic, partition, self._reader)
-            state.log_next = restored.log_next
-            state.publishers = decode_publishers(store.get_meta(PUBLISHERS_META))
-            if restored.log_lost:
-                republish(state, self._producer)
+            self._recoveries[(topic.name, partition)] = Recovery(state, self._recover(state), {})
         return state
+
+    def _recover(self, state: PartitionState) -> Generator[object, None, Restored]:
+        """The steps of one store partition's recovery: replay, then republish if the
+        log was lost (or a republish was cut short)."""
+        assert self._reader is not None
+        assert self._producer is not None
+        restored = yield from restore_steps(state.store, state.topic, state.partition, self._reader)
+        if republish_pending(state.store):
+            yield from republish_steps(
+                state, self._producer, self._republish_chunk, crash=self._crash
+            )
+        return restored
+
+    def _recover_step(self) -> None:
+        """Run one step of the first unfinished recovery; on its end, resume its input."""
+        key, recovery = next(iter(self._recoveries.items()))
+        try:
+            next(recovery.steps)
+            return
+        except StopIteration as done:
+            restored: Restored = done.value
+        del self._recoveries[key]
+        state = recovery.state
+        state.log_next = restored.log_next
+        state.publishers.load()
+        starts = {
+            tp: self._start_after_recovery(state, tp, committed)
+            for tp, committed in recovery.held.items()
+        }
+        assert self._input is not None
+        self._input.resume(starts)
+        log.info(
+            "recovered %s[%d]; resuming %s",
+            state.topic.name,
+            state.partition,
+            ", ".join(f"{t}[{p}]" for t, p in sorted(starts)),
+        )
+        if not self._recoveries:
+            assert self._applier is not None
+            routes = sorted(self._applier.routes)
+            log.info("assigned %s", ", ".join(f"{t}[{p}]" for t, p in routes))
+            self.ready.set()
 
     def _on_revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
         assert self._applier is not None
@@ -277,6 +356,9 @@ class Processor:
 
     def _close_states(self, keys: list[tuple[str, int]]) -> None:
         for key in keys:
+            recovery = self._recoveries.pop(key, None)
+            if recovery is not None:
+                recovery.steps.close()  # releases its reader and store iterators first
             state = self._states.pop(key, None)
             if state is not None:
                 state.store.close()

@@ -1,33 +1,33 @@
 """Recovery: bring a store partition up to its changelog before processing resumes.
 
-Runs on start and on every partition assignment. A persistent store replays its changelog
-from the offset it stored (a missing store starts from 0, a damaged one is moved aside and
-rebuilt). A transient store starts empty and instead re-reads the transaction log from its
-RecoveryPoint. Progress is logged at least every second while a replay runs.
+Runs on start and on every partition assignment, in the processor's poll loop while the
+partition's input is paused. A persistent store replays its changelog from the offset it
+stored (a missing store starts from 0, a damaged one is moved aside and rebuilt), one
+fetched batch per step. A transient store starts empty and instead re-reads the
+transaction log from its RecoveryPoint. Progress is logged at least every second while a
+replay runs.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 from processor.changelog import (
     CONTROL_PREFIX,
     POSITION_HEADER,
     PROGRESS_KEY,
+    PUBLISHER_PREFIX,
     RESET_KEY,
     decode,
     decode_progress,
     decode_progress_publishers,
-    encode_progress,
     parse_position,
 )
-from processor.engine.partition import (
-    PUBLISHERS_META,
-    PartitionState,
-    encode_publishers,
-)
+from processor.engine.partition import PartitionState
+from processor.engine.publishers import PUBLISHER_META_PREFIX, meta_key, meta_key_of_control
+from processor.engine.republish import REPUBLISH_CURSOR
 from processor.log import PartitionReader, Record, TransactionalLog
 from processor.state import CHANGELOG_OFFSET, Store, offset_bytes, offset_from
 from processor.topology.model import RecoveryKind, SowTopic
@@ -50,14 +50,21 @@ class Restored:
         self.log_lost = False
         self.log_next: dict[str, int] = {}
 
-    def saw_progress(self, value: bytes) -> dict[str, int]:
-        """Note a PROGRESS record; return its duplicate-detection map."""
+    def saw_progress(self, value: bytes) -> dict[bytes, bytes]:
+        """Note a PROGRESS record; return the publisher meta entries it carries (only
+        PROGRESS records of earlier releases carry any)."""
         for log_topic, _, nxt in decode_progress(value):
             self.log_next[log_topic] = max(self.log_next.get(log_topic, 0), nxt)
-        return decode_progress_publishers(value)
+        if b'"publishers"' not in value:
+            return {}
+        legacy = decode_progress_publishers(value)
+        return {meta_key(name): str(sequence).encode() for name, sequence in legacy.items()}
 
     def saw_change(self, record: Record) -> None:
-        """An upsert or delete after the last progress record (an unfinished batch)."""
+        """A record after the last progress record (an unfinished batch)."""
+        key = record.key()
+        if not key or key.startswith(CONTROL_PREFIX):
+            return
         value = record.value()
         if value is not None:
             envelope = decode(value)
@@ -77,14 +84,41 @@ def restore_from_changelog(
     reader: PartitionReader,
     report: ProgressReport = log.info,
 ) -> Restored:
-    """Replay the changelog into ``store`` from its stored offset to the end.
+    """Run :func:`restore_steps` to the end (for callers that may block)."""
+    steps = restore_steps(store, topic, partition, reader, report)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            restored: Restored = done.value
+            return restored
+
+
+#: Keys below this one are control records (they start with NUL), or empty.
+_CONTROL_END = b"\x01"
+
+
+def restore_steps(
+    store: Store,
+    topic: SowTopic,
+    partition: int,
+    reader: PartitionReader,
+    report: ProgressReport = log.info,
+    report_every_s: float = 1.0,
+) -> Generator[int, None, Restored]:
+    """Replay the changelog into ``store`` from its stored offset to the end, one fetched
+    batch per step: the generator yields the records replayed so far after each batch is
+    written (data and the changelog offset it reached, in one atomic write), so the
+    caller can poll its consumer between steps and a crash at any point loses nothing.
+    Its return value (``StopIteration.value``) says what the restore found. Progress is
+    reported at the start, every ``report_every_s`` and at the end.
 
     When the changelog ends before the store's offset (the broker lost its log), the store
     keeps its state and takes no other action, as AMPS does when its transaction log is
-    older than its SOW; ``log_lost`` tells the caller, which re-publishes the state.
+    older than its SOW; ``log_lost`` tells the caller, and the store is marked for
+    republishing (:mod:`processor.engine.republish`) in the same write.
 
-    The last PROGRESS record replayed carries the partition's duplicate-detection map as
-    of that commit; it replaces the store's (meta :data:`PUBLISHERS_META`), so a store
+    Publisher control records become the store's publisher meta entries, so a store
     rebuilt from the changelog discards the same repeated sequences as before.
 
     ``log_next`` records how far the replayed records show the input applied. A broker
@@ -105,30 +139,44 @@ def restore_from_changelog(
     end = start
     unfinished: list[Record] = []
     for batch in reader.read_to_end(changelog, partition, start):
-        updates: dict[bytes, bytes | None] = {}
-        meta: dict[bytes, bytes] = {}
-        for record in batch:
-            key = record.key() or b""
-            if key.startswith(CONTROL_PREFIX):
-                if key == RESET_KEY:
+        kind = type(batch[0])  # the log client's record class: its methods, looked up once
+        keys: list[bytes | None] = list(map(kind.key, batch))
+        values: list[bytes | None] = list(map(kind.value, batch))
+        controls = [i for i, key in enumerate(keys) if not key or key < _CONTROL_END]
+        meta: dict[bytes, bytes | None] = {}
+        if not controls:
+            updates: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))  # type: ignore[arg-type]
+            unfinished.extend(batch)
+        else:
+            updates = {}
+            begin = after_progress = 0
+            for i in controls:
+                updates.update(zip(keys[begin:i], values[begin:i], strict=True))  # type: ignore[arg-type]
+                begin = i + 1
+                key, value = keys[i] or b"", values[i]
+                if key.startswith(PUBLISHER_PREFIX):
+                    meta[meta_key_of_control(key)] = value
+                elif key == RESET_KEY:
                     updates.clear()
-                    store.clear({PUBLISHERS_META: encode_publishers({})})
-                elif key == PROGRESS_KEY and record.value() is not None:
-                    publishers = restored.saw_progress(record.value() or b"")
-                    meta[PUBLISHERS_META] = encode_publishers(publishers)
+                    meta.clear()
+                    stale = [k for k, _ in store.meta_items(PUBLISHER_META_PREFIX)]
+                    store.clear(dict.fromkeys(stale))
+                elif key == PROGRESS_KEY and value is not None:
+                    meta.update(restored.saw_progress(value))
                     unfinished.clear()
-                continue
-            unfinished.append(record)
-            updates[key] = record.value()
+                    after_progress = i + 1
+            updates.update(zip(keys[begin:], values[begin:], strict=True))  # type: ignore[arg-type]
+            unfinished.extend(batch[after_progress:])
         end = batch[-1].offset() + 1
         meta[CHANGELOG_OFFSET] = offset_bytes(end)
         store.write(updates, meta)
         applied += len(batch)
         now = time.monotonic()
-        if now - last_report >= 1.0:
+        if now - last_report >= report_every_s:
             last_report = now
             total = f" of about {behind:,}" if behind else ""
             report(f"restoring {name}: {applied:,}{total} changelog records replayed")
+        yield applied
     for record in unfinished:
         restored.saw_change(record)
     restored.applied = applied
@@ -145,7 +193,7 @@ def restore_from_changelog(
             start,
             store.count(),
         )
-        store.write({}, {CHANGELOG_OFFSET: offset_bytes(reached)})
+        store.write({}, {CHANGELOG_OFFSET: offset_bytes(reached), REPUBLISH_CURSOR: b""})
     if applied or behind:
         report(
             f"restored {name}: {applied:,} changelog records replayed in "
@@ -177,39 +225,3 @@ def write_reset(state: PartitionState, producer: TransactionalLog) -> None:
     producer.begin()
     producer.produce_tracked(changelog, b"reset", RESET_KEY, state.partition)
     producer.commit()
-
-
-def republish(
-    state: PartitionState,
-    producer: TransactionalLog,
-    chunk: int = 10000,
-    report: ProgressReport = log.info,
-) -> None:
-    """Write a store's records back to its (lost) changelog, so readers see the SOW again.
-
-    Used after the broker lost its log while the store kept its state. Transactions of
-    ``chunk`` records; the store's changelog offset follows each commit.
-    """
-    changelog = state.topic.changelog_topic
-    name = f"{state.topic.name}[{state.partition}]"
-    total = state.store.count()
-    report(f"{name}: the changelog was lost; re-publishing {total:,} records from the store")
-    items = state.store.items()
-    written = 0
-    while True:
-        producer.begin()
-        count = 0
-        for key, value in items:
-            producer.produce(changelog, value, key, state.partition)
-            count += 1
-            if count >= chunk:
-                break
-        progress = encode_progress([], state.publishers)
-        producer.produce_tracked(changelog, progress, PROGRESS_KEY, state.partition)
-        ends = producer.commit()
-        end = ends[(changelog, state.partition)]
-        state.store.write({}, {CHANGELOG_OFFSET: offset_bytes(end + 1)})
-        written += count
-        report(f"{name}: re-published {written:,} of {total:,} records")
-        if count < chunk:
-            return

@@ -40,19 +40,32 @@ class TopicSpec:
 
 
 #: Called with the assigned partitions and the group's committed offsets (-1: none);
-#: returns explicit start offsets for some of them (the others resume where committed).
+#: returns explicit start offsets for some of them (the others resume where committed),
+#: or None for a partition to hold (not fetched) until :meth:`InputLog.resume`.
 OnAssign = Callable[
     [Sequence[TopicPartitionKey], Mapping[TopicPartitionKey, int]],
-    Mapping[TopicPartitionKey, int],
+    Mapping[TopicPartitionKey, int | None],
 ]
 OnRevoke = Callable[[Sequence[TopicPartitionKey]], None]
 
 
 class InputLog(Protocol):
-    """The consumer-group side of the processor."""
+    """The consumer side of the processor.
+
+    Two ways to get partitions: as a consumer-group member (``on_assign`` and
+    ``on_revoke`` run inside ``consume`` on rebalances), or, in static assignment mode (one
+    processor instance owns every partition), all partitions of the topics at once,
+    ``on_assign`` running inside ``subscribe``. Both commit offsets through the
+    transactions with :meth:`group_metadata` and read them back as ``committed``.
+    """
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
-        """Join the group; ``on_assign`` returns explicit start offsets (others resume)."""
+        """Join the group (or assign every partition); ``on_assign`` returns explicit start
+        offsets, or None to hold a partition back (the others resume where committed)."""
+        ...
+
+    def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+        """Resume held partitions, from the given offset or (None) where committed."""
         ...
 
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:

@@ -137,6 +137,10 @@ def _close_producer(producer: Producer, timeout_s: float = 5.0) -> None:
             producer.close()
 
 
+#: Marks "where committed" among start offsets (never a Kafka offset or logical offset).
+COMMITTED = -10_000
+
+
 def _raise_for(exc: KafkaException, what: str) -> None:
     error = exc.args[0]
     if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or error.fatal():
@@ -145,31 +149,104 @@ def _raise_for(exc: KafkaException, what: str) -> None:
 
 
 class KafkaInputLog:
-    """The processor's consumer-group member (:class:`processor.log.InputLog`)."""
+    """The processor's consumer (:class:`processor.log.InputLog`).
 
-    def __init__(self, bootstrap: str, group_id: str, **extra: Any) -> None:
+    ``static=False``: a consumer-group member. ``static=True``: one processor instance
+    takes every partition of its topics with ``assign`` and joins no group, which skips
+    the group join (seconds on some brokers) at start. Exactly-once is unchanged: offsets
+    still go through the transactions with this consumer's group metadata (generation -1,
+    which brokers accept from group-less consumers) and are read back with ``committed``,
+    and the transactional id still fences an older instance. Running two static
+    instances, or a static one beside group members, on the same group is not supported.
+    """
+
+    def __init__(self, bootstrap: str, group_id: str, static: bool = False, **extra: Any) -> None:
         self._consumer = Consumer(consumer_settings(bootstrap, **{"group.id": group_id, **extra}))
+        self._static = static
+        #: Partitions assigned and fetching, and those held until ``resume``.
+        self._active: dict[TopicPartitionKey, TopicPartition] = {}
+        self._held: dict[TopicPartitionKey, TopicPartition] = {}
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
         def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            keys = [(tp.topic, tp.partition) for tp in partitions]
-            try:
-                found = consumer.committed(partitions, 30)
-            except KafkaException as exc:
-                raise BrokerError(f"cannot read committed offsets: {exc}") from exc
-            committed = {(tp.topic, tp.partition): tp.offset for tp in found}
-            starts = on_assign(keys, committed)
-            for tp in partitions:
-                start = starts.get((tp.topic, tp.partition))
-                if start is not None:
-                    tp.offset = start
-            consumer.assign(partitions)
+            self._assign(partitions, on_assign)
 
         def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
             on_revoke([(tp.topic, tp.partition) for tp in partitions])
             consumer.unassign()
+            self._active.clear()
+            self._held.clear()
 
-        self._consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked)
+        if self._static:
+            self._assign(self._all_partitions(topics), on_assign)
+        else:
+            self._consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked)
+
+    def _all_partitions(self, topics: Sequence[str]) -> list[TopicPartition]:
+        try:
+            found = self._consumer.list_topics(timeout=30).topics
+        except KafkaException as exc:
+            raise BrokerError(f"cannot list the topics to assign: {exc}") from exc
+        partitions: list[TopicPartition] = []
+        for topic in topics:
+            metadata = found.get(topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                raise BrokerError(
+                    f"topic {topic} does not exist on the broker (static assignment reads "
+                    "its partitions at start); create the topics first (sow serve does)"
+                )
+            partitions.extend(TopicPartition(topic, p) for p in sorted(metadata.partitions))
+        return partitions
+
+    def _assign(self, partitions: list[TopicPartition], on_assign: OnAssign) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        try:
+            found = self._consumer.committed(partitions, 30)
+        except KafkaException as exc:
+            raise BrokerError(f"cannot read committed offsets: {exc}") from exc
+        committed = {(tp.topic, tp.partition): tp.offset for tp in found}
+        starts = on_assign(keys, committed)
+        held = []
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            start = starts.get(key, COMMITTED)
+            if start is None:
+                held.append(tp)
+                start = COMMITTED
+            if start == COMMITTED:
+                # Start at the offset just read, so no second look-up delays the start.
+                start = committed.get(key, -1)
+                if start < 0:
+                    continue  # none committed: auto.offset.reset
+            tp.offset = start
+        # Held partitions join the assignment when resumed, rather than being assigned
+        # paused: a paused partition's fetch resumes up to a second late.
+        self._held = {(tp.topic, tp.partition): tp for tp in held}
+        self._active = {(tp.topic, tp.partition): tp for tp in partitions if tp not in held}
+        self._consumer.assign(list(self._active.values()))
+
+    def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+        resumed = []
+        for key, start in starts.items():
+            tp = self._held.pop(key)
+            if start is not None:
+                tp.offset = start
+            resumed.append(tp)
+        try:
+            if self._static:
+                self._consumer.incremental_assign(resumed)
+            else:
+                # The eager group protocol allows no incremental change: assign everything
+                # again, the active partitions at their positions (after the last record
+                # consume returned; the caller has committed everything it consumed).
+                active = list(self._active.values())
+                for tp, now in zip(active, self._consumer.position(active), strict=True):
+                    if now.offset >= 0:
+                        tp.offset = now.offset
+                self._consumer.assign(active + resumed)
+        except KafkaException as exc:
+            raise BrokerError(f"cannot resume {sorted(starts)}: {exc}") from exc
+        self._active.update(((tp.topic, tp.partition), tp) for tp in resumed)
 
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
         return cast(list[Record], self._consumer.consume(max_records, timeout_s))
@@ -305,11 +382,21 @@ class KafkaTransactionalLog:
 class KafkaPartitionReader:
     """Reads partitions to their end with a group-less consumer (restores, replays)."""
 
+    #: Records per batch ``read_to_end`` yields at most.
+    BATCH = 20000
+
     def __init__(self, bootstrap: str, **extra: Any) -> None:
         self._consumer = Consumer(
             consumer_settings(
                 bootstrap,
-                **{"group.id": "sow-reader-unused", "enable.partition.eof": True, **extra},
+                **{
+                    "group.id": "sow-reader-unused",
+                    "enable.partition.eof": True,
+                    # Restores read whole partitions: fewer, bigger fetches.
+                    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                    "fetch.min.bytes": 1,
+                    **extra,
+                },
             )
         )
         self.last_end_offset = -1
@@ -320,7 +407,7 @@ class KafkaPartitionReader:
         position = start
         try:
             while True:
-                batch: list[Any] = self._consumer.consume(5000, 0.05)
+                batch: list[Any] = self._consumer.consume(self.BATCH, 0.05)
                 if not batch and position > 0:
                     # Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE (then
                     # auto.offset.reset); some brokers (Tansu) answer with nothing, forever.
@@ -329,19 +416,20 @@ class KafkaPartitionReader:
                     if 0 <= high < position:
                         self.last_end_offset = int(high)
                         return
-                records: list[Record] = []
+                records: list[Record] = batch
                 done = False
-                for message in batch:
-                    error = message.error()
-                    if error is None:
-                        records.append(message)
-                        position = int(message.offset() or 0) + 1
-                    elif error.code() == KafkaError._PARTITION_EOF:
+                if any([m.error() for m in batch]):
+                    records = [m for m in batch if m.error() is None]
+                    for message in batch:
+                        error = message.error()
+                        if error is None:
+                            continue
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            raise BrokerError(f"cannot read {topic}[{partition}]: {error}")
                         self.last_end_offset = int(message.offset() or 0)
                         done = True
-                    else:
-                        raise BrokerError(f"cannot read {topic}[{partition}]: {error}")
                 if records:
+                    position = records[-1].offset() + 1
                     yield records
                 if done:
                     return

@@ -1,7 +1,8 @@
 """State stores: one per SOW topic partition, bytes in and bytes out.
 
 The records column holds ``SowKey -> changelog envelope``; the meta column holds the
-offsets the data reflects. ``write`` applies record changes and meta in one atomic batch,
+offsets the data reflects and the engine's per-partition bookkeeping (duplicate detection,
+the republish cursor). ``write`` applies record changes and meta in one atomic batch,
 so a store never holds data without the offsets it came from (or the reverse).
 """
 
@@ -24,8 +25,9 @@ class Store(Protocol):
         """The envelope stored for a SowKey, or None."""
         ...
 
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (SowKey, envelope), in key order for RocksDB, insertion order in memory."""
+    def items(self, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Every (SowKey, envelope), in key order for RocksDB, insertion order in memory;
+        with ``start``, only the keys from ``start`` on, in key order for both."""
         ...
 
     def count(self) -> int:
@@ -36,12 +38,20 @@ class Store(Protocol):
         """A metadata value, or None."""
         ...
 
-    def write(self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes]) -> None:
-        """Atomically put/delete (None) records and put meta values."""
+    def meta_items(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) of the meta column whose key starts with ``prefix``, in key
+        order for RocksDB, insertion order in memory. The caller must not write to the
+        store while iterating."""
         ...
 
-    def clear(self, meta: Mapping[bytes, bytes]) -> None:
-        """Atomically drop every record and set meta values."""
+    def write(
+        self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes | None]
+    ) -> None:
+        """Atomically put/delete (None) records and put/delete (None) meta values."""
+        ...
+
+    def clear(self, meta: Mapping[bytes, bytes | None]) -> None:
+        """Atomically drop every record and put/delete (None) meta values."""
         ...
 
     def close(self) -> None:

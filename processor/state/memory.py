@@ -15,8 +15,10 @@ class MemoryStore:
     def get(self, sow_key: bytes) -> bytes | None:
         return self._records.get(sow_key)
 
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        return iter(list(self._records.items()))
+    def items(self, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        if start is None:
+            return iter(list(self._records.items()))
+        return iter(sorted((k, v) for k, v in self._records.items() if k >= start))
 
     def count(self) -> int:
         return len(self._records)
@@ -24,18 +26,30 @@ class MemoryStore:
     def get_meta(self, key: bytes) -> bytes | None:
         return self._meta.get(key)
 
-    def write(self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes]) -> None:
+    def meta_items(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return iter([(k, v) for k, v in self._meta.items() if k.startswith(prefix)])
+
+    def write(
+        self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes | None]
+    ) -> None:
         target = self._records
         for key, value in records.items():
             if value is None:
                 target.pop(key, None)
             else:
                 target[key] = value
-        self._meta.update(meta)
+        self._put_meta(meta)
 
-    def clear(self, meta: Mapping[bytes, bytes]) -> None:
+    def clear(self, meta: Mapping[bytes, bytes | None]) -> None:
         self._records.clear()
-        self._meta.update(meta)
+        self._put_meta(meta)
+
+    def _put_meta(self, meta: Mapping[bytes, bytes | None]) -> None:
+        for key, value in meta.items():
+            if value is None:
+                self._meta.pop(key, None)
+            else:
+                self._meta[key] = value
 
     def close(self) -> None:
         """Nothing to release."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import cast
@@ -75,8 +76,8 @@ class RocksDBStore:
         value = self._records_view.get(sow_key)
         return None if value is None else bytes(value)
 
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        return cast(Iterator[tuple[bytes, bytes]], iter(self._records_view.items()))
+    def items(self, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        return cast(Iterator[tuple[bytes, bytes]], iter(self._records_view.items(from_key=start)))
 
     def count(self) -> int:
         keys = cast(Iterator[bytes], iter(self._records_view.keys()))
@@ -86,22 +87,39 @@ class RocksDBStore:
         value = self._meta_view.get(key)
         return None if value is None else bytes(value)
 
-    def write(self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes]) -> None:
+    def meta_items(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        found = cast(Iterator[tuple[bytes, bytes]], self._meta_view.items(from_key=prefix))
+        for key, value in found:
+            if not key.startswith(prefix):
+                return
+            yield key, value
+
+    def write(
+        self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes | None]
+    ) -> None:
         batch = WriteBatch(raw_mode=True)
-        handle = self._records
-        for key, value in records.items():
-            if value is None:
-                batch.delete(key, handle)
-            else:
-                batch.put(key, value, handle)
+        batch.set_default_column_family(self._records)
+        if None in records.values():
+            put, delete = batch.put, batch.delete
+            for key, value in records.items():
+                if value is None:
+                    delete(key)
+                else:
+                    put(key, value)
+        else:  # the common case (restores, upserts): puts driven from C
+            deque(map(batch.put, records.keys(), records.values()), maxlen=0)
+        meta_handle = self._meta
         for key, value in meta.items():
-            batch.put(key, value, self._meta)
+            if value is None:
+                batch.delete(key, meta_handle)
+            else:
+                batch.put(key, value, meta_handle)
         try:
             self._db.write(batch)
         except Exception as exc:
             raise StoreError(f"cannot write to the RocksDB store at {self.path}: {exc}") from exc
 
-    def clear(self, meta: Mapping[bytes, bytes]) -> None:
+    def clear(self, meta: Mapping[bytes, bytes | None]) -> None:
         keys: list[bytes] = list(self._records_view.keys())  # type: ignore[arg-type]
         self.write(dict.fromkeys(keys), meta)
 

@@ -109,3 +109,49 @@ def test_a_repeated_publisher_sequence_is_applied_once_across_restarts_and_rebui
     ]
     texts = sorted(orjson.loads(e.data)["text"] for e in upserts)
     assert texts == ["first", "marker", "new", "other publisher", "second"]
+
+
+def test_a_transaction_carries_only_the_publishers_it_changed(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """1,000 publishers (one per client process, as the client library names them) do not
+    make later transactions bigger, and a rebuild from the changelog still knows them."""
+    topology = namespaced(unique, ORDERS)
+    topic = topology.topic("ORDERS")
+    state_dir = tmp_path / "state"
+    many = [(n, "from many", f"host-{n}-pid.1", 1) for n in range(1000)]
+    with running_sow(bootstrap, topology, state_dir, unique) as (_, client):
+        last = _publish(bootstrap, topic, many)
+        assert len(_state(client, last)) == 1000
+        last = _publish(bootstrap, topic, [(5000, "one more", "host-0-pid.1", 2)])
+        assert _state(client, last)[5000] == "one more"
+
+    records = read_topic(bootstrap, topic.changelog_topic)
+    keys = [r.key() for r in records]  # type: ignore[attr-defined]
+    publisher_keys = [k for k in keys if k.startswith(changelog.PUBLISHER_PREFIX)]
+    assert len(publisher_keys) == 1001
+    # The last transaction: the upsert, one publisher record, the progress record.
+    *_, before, last_progress = [i for i, k in enumerate(keys) if k == changelog.PROGRESS_KEY]
+    upsert, publisher, progress = records[before + 1 : last_progress + 1]
+    assert orjson.loads(changelog.decode(upsert.value()).data)["text"] == "one more"  # type: ignore[attr-defined]
+    assert (publisher.key(), publisher.value()) == (  # type: ignore[attr-defined]
+        changelog.PUBLISHER_PREFIX + b"host-0-pid.1",
+        b"2",
+    )
+    assert len(progress.value()) < 100  # type: ignore[attr-defined]
+
+    shutil.rmtree(state_dir)
+    with running_sow(bootstrap, topology, state_dir, unique) as (app, client):
+        last = _publish(
+            bootstrap,
+            topic,
+            [
+                (6000, "resent", "host-0-pid.1", 2),
+                (6001, "resent", "host-999-pid.1", 1),
+                (6002, "new", "host-500-pid.1", 2),
+            ],
+        )
+        state = _state(client, last)
+        assert (6000 in state, 6001 in state, state[6002]) == (False, False, "new")
+        assert app.processor is not None
+        assert app.processor.duplicates == 2

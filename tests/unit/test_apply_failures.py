@@ -14,12 +14,7 @@ from processor import changelog
 from processor.commands import PUBLISHER_HEADER, SEQUENCE_HEADER
 from processor.engine.apply import ERROR_HEADERS, Applier, Route
 from processor.engine.headers import publish_options, sequenced
-from processor.engine.partition import (
-    PartitionState,
-    decode_publishers,
-    encode_publishers,
-    make_writers,
-)
+from processor.engine.partition import PartitionState, make_writers
 from processor.errors import InvalidSequenceError
 from processor.keys import key_function, partition_for
 from processor.messages import codec_for
@@ -149,8 +144,8 @@ def test_a_repeated_sequence_is_discarded_and_its_offset_still_committed() -> No
     assert applier.duplicates == 2
     assert offsets == {(ORDERS.kafka_topic, 0): 6}
     assert touched == {state}
-    assert state.publishers == {"p1": 5, "p2": 1}
-    assert state.publishers_changed
+    assert state.publishers.snapshot() == {"p1": 5, "p2": 1}
+    assert state.publishers.changed == {"p1": 5, "p2": 1}
 
 
 def test_malformed_sequence_headers_are_dead_lettered_with_the_reason() -> None:
@@ -165,7 +160,7 @@ def test_malformed_sequence_headers_are_dead_lettered_with_the_reason() -> None:
     assert [dict(h)[ERROR_HEADERS[0]] for *_, h in dead] == [b"invalid-sequence"] * 2
     assert b"decimal" in dict(dead[0][4])[ERROR_HEADERS[1]]
     assert _texts(produced, ORDERS) == ["fine"]
-    assert state.publishers == {"p1": 7}
+    assert state.publishers.snapshot() == {"p1": 7}
 
 
 def test_a_re_keyed_record_is_checked_on_its_input_partition_only() -> None:
@@ -182,7 +177,7 @@ def test_a_re_keyed_record_is_checked_on_its_input_partition_only() -> None:
     applier.apply([_publish(topic, 0, message, ("p1", "1"), b"foreign", foreign)], 1000)
     [(_, value, key, partition, headers)] = produced.to(topic.repartition_topic)
     assert (key, partition) == (sow_key, home)
-    assert states[foreign].publishers == {"p1": 1}
+    assert states[foreign].publishers.snapshot() == {"p1": 1}
     # The home partition already applied p1's sequence 3 from its own input.
     local = next(
         m
@@ -266,13 +261,16 @@ def test_sequence_headers_parse_only_as_a_pair_of_name_and_decimal() -> None:
             sequenced(broken)
 
 
-def test_the_publisher_map_round_trips_through_store_meta_and_progress_records() -> None:
-    publishers = {"p1": 7, "prices feed": 12345678901234567890}
-    assert decode_publishers(encode_publishers(publishers)) == publishers
-    assert decode_publishers(None) == {}
-    progress = changelog.encode_progress([("ORDERS", 0, 10)], publishers)
-    assert changelog.decode_progress(progress) == [("ORDERS", 0, 10)]
-    assert changelog.decode_progress_publishers(progress) == publishers
+def test_publisher_records_and_progress_round_trip() -> None:
+    key, value = changelog.publisher_record("prices feed", 12345678901234567890)
+    assert key == changelog.PUBLISHER_PREFIX + b"prices feed"
+    assert key.startswith(changelog.CONTROL_PREFIX)
+    assert changelog.parse_publisher_record(key, value) == ("prices feed", 12345678901234567890)
+    with pytest.raises(ValueError, match="not a publisher control record"):
+        changelog.parse_publisher_record(changelog.PROGRESS_KEY, b"1")
     plain = changelog.encode_progress([("ORDERS", 0, 10)])
     assert plain == b'{"log":[["ORDERS",0,10]]}'
+    assert changelog.decode_progress(plain) == [("ORDERS", 0, 10)]
     assert changelog.decode_progress_publishers(plain) == {}
+    legacy = b'{"log":[["ORDERS",0,10]],"publishers":{"p1":7}}'
+    assert changelog.decode_progress_publishers(legacy) == {"p1": 7}

@@ -96,3 +96,24 @@ def test_damaged_store_is_moved_aside_and_reopened_empty(tmp_path: Path) -> None
     assert reopened.count() == 0
     reopened.close()
     assert list(tmp_path.glob("T/0.damaged-*"))
+
+
+def test_meta_items_lists_one_prefix_and_none_deletes_meta(
+    make_store: Factory, tmp_path: Path
+) -> None:
+    store = make_store(tmp_path)
+    store.write(
+        {b"k": b"v"},
+        {b"publisher:b": b"2", b"publisher:a": b"1", b"publishers": b"{}", b"pub": b"x"},
+    )
+    assert sorted(store.meta_items(b"publisher:")) == [
+        (b"publisher:a", b"1"),
+        (b"publisher:b", b"2"),
+    ]
+    store.write({}, {b"publisher:a": None, b"absent": None})
+    assert list(store.meta_items(b"publisher:")) == [(b"publisher:b", b"2")]
+    assert store.get_meta(b"publisher:a") is None
+    store.clear({b"publisher:b": None})
+    assert list(store.meta_items(b"publisher:")) == []
+    assert store.get_meta(b"pub") == b"x"
+    store.close()
