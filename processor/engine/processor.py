@@ -96,6 +96,9 @@ class Processor:
         self._crash = crash_hook
         self._republish_chunk = republish_chunk
         self._recoveries: dict[tuple[str, int], Recovery] = {}
+        #: Input offsets found applied past the committed ones (see _start_after_recovery),
+        #: to commit before the next batch so the group's offsets tell the truth.
+        self._offsets_behind: dict[TopicPartitionKey, int] = {}
         self._input: InputLog | None = None
         self._stop = threading.Event()
         self._started_ms = int(time.time() * 1000)
@@ -163,6 +166,7 @@ class Processor:
                 backoff = min(backoff * 2, 10.0)
 
     def _run_pipeline(self) -> None:
+        self._offsets_behind = {}
         producer = self._producer = self._connections.transactional_log()
         consumer = self._input = self._connections.input_log()
         self._reader = self._connections.reader()
@@ -175,6 +179,8 @@ class Processor:
             )
             consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
             while not self._stop.is_set():
+                if self._offsets_behind:
+                    self._commit_offsets_behind(producer, consumer)
                 if self._recoveries:
                     self._recover_step()
                     records = consumer.consume(self._max_batch, 0)
@@ -262,6 +268,14 @@ class Processor:
             self.ready.set()
         return starts
 
+    def _commit_offsets_behind(self, producer: TransactionalLog, consumer: InputLog) -> None:
+        """Commit input offsets that recovery found already applied (a transaction with
+        offsets only): otherwise they would stay behind until new input arrives."""
+        offsets, self._offsets_behind = self._offsets_behind, {}
+        producer.begin()
+        producer.send_offsets(offsets, consumer.group_metadata())
+        producer.commit()
+
     def _start_after_recovery(
         self, state: PartitionState, tp: TopicPartitionKey, committed: int
     ) -> int | None:
@@ -280,6 +294,7 @@ class Processor:
             applied,
             resume,
         )
+        self._offsets_behind[tp] = applied
         return applied
 
     def _open(self, topic: SowTopic, partition: int) -> PartitionState:
@@ -347,6 +362,7 @@ class Processor:
         revoked: set[tuple[str, int]] = set()
         for log_topic, partition in partitions:
             self._applier.routes.pop((log_topic, partition), None)
+            self._offsets_behind.pop((log_topic, partition), None)
             topic, _ = self._by_log_topic[log_topic]
             revoked.add((topic.name, partition))
         # A store partition closes once neither of its log topics is assigned.
