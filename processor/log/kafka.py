@@ -131,7 +131,8 @@ def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float =
 def _close_producer(producer: Producer, timeout_s: float = 5.0) -> None:
     """Deliver what is queued (up to ``timeout_s``), then release the producer's
     connections at once, rather than whenever the object is collected. A producer that
-    could not deliver everything is left to the collector (its close would wait on)."""
+    could not deliver everything is left to the collector (its close would wait on).
+    Not for transactional producers (see KafkaTransactionalLog.close)."""
     if producer.flush(timeout_s) == 0:
         with contextlib.suppress(RuntimeError, KafkaException):
             producer.close()
@@ -376,7 +377,9 @@ class KafkaTransactionalLog:
             _raise_for(exc, "cannot abort the transaction")
 
     def close(self) -> None:
-        _close_producer(self._producer)
+        # Not Producer.close(): it aborts an open transaction first, and on a fenced
+        # producer that never returns. The object releases its connections when collected.
+        self._producer.flush(5)
 
 
 class KafkaPartitionReader:

@@ -30,8 +30,8 @@ def test_seed_example_update_replaces_the_record(
         second = client.publish("ORDERS", b'{"orderId":2,"symbol":"IBM","price":120}')
         update = client.publish("ORDERS", b'{"orderId":2,"symbol":"IBM","price":95}')
         assert update.sow_key == second.sow_key != first.sow_key
-        records, begin, end = client.query(
-            "ORDERS", min_position=[update.position], query_id="q1", batch_size=1
+        records, begin, end = client.query(  # a position covers its partition: wait for both
+            "ORDERS", min_position=[first.position, update.position], query_id="q1", batch_size=1
         )
         assert begin.query_id == end.query_id == "q1"
         by_key = {r.sow_key: _data(r) for r in records}
