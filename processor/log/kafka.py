@@ -670,10 +670,7 @@ class KafkaDelivery:
     def reported(self, index: int, error: KafkaError | None, message: Any) -> None:
         """A delivery report for record ``index`` (kept as it came: ``results`` reads it)."""
         self._results[index] = message if error is None else (error, message.topic())
-        with self._lock:
-            self._remaining -= 1
-            if self._remaining == 0:
-                self._done.set()
+        self._finish_one()
 
     def refused(self, index: int, error: SowError) -> None:
         self._results[index] = error

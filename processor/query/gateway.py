@@ -189,11 +189,6 @@ class Gateway:
         """The SowKey of a message: generated, or validated when publisher-provided."""
         return _sow_key(self._route(topic.name), data, sow_key)
 
-    def max_message_bytes(self, topic: SowTopic) -> int:
-        """The largest message the topic accepts: the log's record limit less what the
-        record's changelog envelope adds, so an accepted message always fits there too."""
-        return self._route(topic.name).limit
-
     def record_for(self, command: PublishFields) -> tuple[LogRecord, str]:
         """Validate and key a publish: its log record and SowKey (raises SowError)."""
         route = self._route(command.topic)

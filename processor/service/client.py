@@ -161,9 +161,15 @@ class SowClient:
         lost or applied twice.
         """
         publish = _StreamPublish(
-            self._stub, topic, iter(messages), self.new_publisher(), batch_size, window, options
+            self._stub,
+            topic,
+            iter(messages),
+            self.new_publisher(),
+            batch_size,
+            window,
+            text_form,
+            options,
         )
-        publish.text_form = text_form
         failures = 0
         while True:
             try:
@@ -253,6 +259,7 @@ class _StreamPublish:
         publisher: str,
         batch_size: int,
         window: int,
+        text_form: bool,
         options: dict[str, Any],
     ) -> None:
         self.stub = stub
@@ -262,7 +269,7 @@ class _StreamPublish:
         self.batch_size = max(batch_size, 1)
         self.window = max(window, 1)
         self.options = options
-        self.text_form = False
+        self.text_form = text_form
         self.sequence = 0
         self.batch_id = 0
         self.unacked: collections.deque[Any] = collections.deque()
