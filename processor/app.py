@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +73,10 @@ def store_opener(state_dir: Path) -> Callable[[SowTopic, int], Store]:
 
 def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> Processor:
     """A processor wired to Kafka and RocksDB per the settings."""
+    fetch = _fetch_settings(settings)
     connections = ProcessorConnections(
         input_log=lambda: KafkaInputLog(
-            bootstrap, settings.group_id, static=settings.assignment == "static"
+            bootstrap, settings.group_id, static=settings.assignment == "static", **fetch
         ),
         transactional_log=lambda: KafkaTransactionalLog(bootstrap, settings.transactional_id),
         reader=lambda: KafkaPartitionReader(bootstrap),
@@ -88,6 +89,13 @@ def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> P
         max_batch=settings.max_batch,
         crash_hook=crash_hook_from_env(),
     )
+
+
+def _fetch_settings(settings: Settings) -> dict[str, Any]:
+    """Consumer settings from ``settings.fetch_wait_ms`` (none: the log's defaults)."""
+    if settings.fetch_wait_ms is None:
+        return {}
+    return {"fetch.wait.max.ms": settings.fetch_wait_ms}
 
 
 @dataclass
@@ -193,6 +201,8 @@ def start(
 
         topology = load_topology(settings.topology)
     broker = start_broker(settings.bootstrap_servers, allow_docker=allow_docker)
+    if settings.fetch_wait_ms is None:
+        settings = replace(settings, fetch_wait_ms=broker.fetch_wait_ms)
     app = Application(settings, broker, topology)
     try:
         bootstrap = broker.bootstrap_servers
@@ -213,7 +223,7 @@ def start(
 
             app.replica = Replica(
                 topology,
-                lambda: KafkaChangelogTail(bootstrap),
+                lambda: KafkaChangelogTail(bootstrap, **_fetch_settings(settings)),
                 snapshot_dir=settings.state_dir / "replica",
             )
             app.replica.start_catching_up()

@@ -29,6 +29,12 @@ log = logging.getLogger(__name__)
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
+#: Kafka answers a fetch as soon as records arrive: the wait only bounds idle requests.
+KAFKA_FETCH_WAIT_MS = 10
+#: Tansu answers a fetch only when its wait is over, so the wait delays every change (once
+#: for the processor's input, once for the query service's changelogs).
+TANSU_FETCH_WAIT_MS = 2
+
 
 class Broker(Protocol):
     """A running broker this process may use."""
@@ -41,6 +47,12 @@ class Broker(Protocol):
     @property
     def description(self) -> str:
         """One line for banners and logs: what kind of broker this is and where."""
+        ...
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        """How long a consumer's fetch should wait at this broker for new records (the
+        default of ``Settings.fetch_wait_ms``)."""
         ...
 
     def stop(self) -> None:
@@ -57,6 +69,10 @@ class ExternalBroker:
     @property
     def description(self) -> str:
         return f"external Kafka at {self.bootstrap_servers}"
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        return KAFKA_FETCH_WAIT_MS
 
     def stop(self) -> None:
         """Nothing to stop: the broker is not ours."""
@@ -110,6 +126,10 @@ class TansuBroker:
     @property
     def description(self) -> str:
         return f"embedded Tansu broker (memory only) at {self.bootstrap_servers}"
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        return TANSU_FETCH_WAIT_MS
 
     @property
     def log_path(self) -> Path:
@@ -192,6 +212,10 @@ class ContainerBroker:
     @property
     def description(self) -> str:
         return f"Kafka in Docker (testcontainers) at {self._bootstrap}"
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        return KAFKA_FETCH_WAIT_MS
 
     def start(self) -> ContainerBroker:
         self._container.start()

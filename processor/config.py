@@ -11,6 +11,14 @@
 | dead_letter_topic | SOW_DEAD_LETTER_TOPIC | ``sow.dead-letter`` |
 | max_batch | SOW_MAX_BATCH | ``10000`` records per transaction |
 | assignment | SOW_ASSIGNMENT | ``group``; ``static``: one processor takes every partition |
+| fetch_wait_ms | SOW_FETCH_WAIT_MS | 2 on the embedded broker, 10 on any other (see below) |
+
+``fetch_wait_ms`` is how long a consumer's fetch may wait at the broker for new records (the
+processor reading its input, the query service reading the changelogs). Kafka answers a
+fetch as soon as records arrive, so there it only bounds idle requests. The embedded Tansu
+broker answers a fetch only when its wait is over, so the wait is added to the latency of
+every change (twice: input, then changelog): small waits make changes visible sooner and
+cost idle CPU (measured on 2 cores: ~17% of a core at 10 ms, ~30-40% at 2 ms).
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ class Settings:
     max_batch: int = 10000
     #: None means ``group``; see the module table.
     assignment: str | None = None
+    #: None means the broker's default (:func:`default_fetch_wait_ms`).
+    fetch_wait_ms: int | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -58,6 +68,7 @@ class Settings:
         "dead_letter_topic": "SOW_DEAD_LETTER_TOPIC",
         "max_batch": "SOW_MAX_BATCH",
         "assignment": "SOW_ASSIGNMENT",
+        "fetch_wait_ms": "SOW_FETCH_WAIT_MS",
     }
 
     def environment(self) -> dict[str, str]:
@@ -92,14 +103,9 @@ class Settings:
             if name in ("topology", "state_dir"):
                 converted[name] = Path(value)
             elif name == "max_batch":
-                try:
-                    converted[name] = int(value)
-                except ValueError:
-                    raise ConfigurationError(
-                        f"max_batch must be a whole number of records, got {value!r}"
-                    ) from None
-                if converted[name] < 1:
-                    raise ConfigurationError(f"max_batch must be at least 1, got {value!r}")
+                converted[name] = _whole(name, value, "records", 1)
+            elif name == "fetch_wait_ms":
+                converted[name] = _whole(name, value, "milliseconds", 1, 1000)
             elif name == "assignment":
                 if value not in ASSIGNMENTS:
                     raise ConfigurationError(
@@ -109,3 +115,17 @@ class Settings:
             else:
                 converted[name] = str(value)
         return replace(self, **converted)
+
+
+def _whole(name: str, value: Any, unit: str, least: int, most: int | None = None) -> int:
+    """``value`` as a whole number within bounds, or a ConfigurationError naming it."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"{name} must be a whole number of {unit}, got {value!r}"
+        ) from None
+    if number < least or (most is not None and number > most):
+        bound = f"at least {least}" if most is None else f"between {least} and {most}"
+        raise ConfigurationError(f"{name} must be {bound} {unit}, got {value!r}")
+    return number
