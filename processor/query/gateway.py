@@ -69,6 +69,22 @@ class PublishCommand(NamedTuple):
     sequence: int = 0
 
 
+class PublishColumns(NamedTuple):
+    """A columnar batch: many messages to one topic with the same options (the columnar
+    form of ``PublishBatch``). Message ``i`` has the sequence ``first_sequence + i`` when
+    ``publisher`` is set, and the SowKey ``sow_keys[i]`` when the topic takes
+    publisher-provided SowKeys (else ``sow_keys`` is empty)."""
+
+    topic: str
+    data: Sequence[bytes]
+    text_form: bool = False
+    publisher: str = ""
+    first_sequence: int = 0
+    expiration: float = 0.0
+    correlation_id: str = ""
+    sow_keys: Sequence[str] = ()
+
+
 class Published(NamedTuple):
     """Where a publish landed, and the SowKey it was given."""
 
@@ -131,21 +147,28 @@ class PendingPublishes:
 
     __slots__ = ("_delivery", "_keyed", "_slots")
 
-    def __init__(self, keyed: list[str | SowError], delivery: Delivery, slots: list[int]) -> None:
+    def __init__(
+        self, keyed: list[str | SowError], delivery: Delivery | None, slots: list[int]
+    ) -> None:
         self._keyed = keyed
         self._delivery = delivery
         self._slots = slots
+
+    @classmethod
+    def refused(cls, reasons: list[SowError]) -> PendingPublishes:
+        """Publishes refused before any reached the log writer, with their reasons."""
+        return cls(list(reasons), None, [-1] * len(reasons))
 
     def __len__(self) -> int:
         return len(self._keyed)
 
     def wait(self, timeout_s: float) -> bool:
         """Block until every publish is acknowledged or refused; False on timeout."""
-        return self._delivery.wait(timeout_s)
+        return self._delivery is None or self._delivery.wait(timeout_s)
 
     def results(self) -> list[Published | SowError]:
         """Per publish: where it landed, or why it was refused (after ``wait``)."""
-        delivered = self._delivery.results()
+        delivered = [] if self._delivery is None else self._delivery.results()
         out: list[Published | SowError] = []
         for keyed, slot in zip(self._keyed, self._slots, strict=True):
             if isinstance(keyed, SowError):
@@ -204,11 +227,7 @@ class Gateway:
             if len(data) > limit - HEADERS_ALLOWANCE:
                 limit -= sum(len(name) + len(value) for name, value in headers)
         if len(data) > limit:
-            raise MessageTooLargeError(
-                f"the message is {len(data):,} bytes; topic {route.topic.name} accepts at most "
-                f"{limit:,} (the log's record limit less the key, headers and changelog "
-                "envelope); split it or store large payloads elsewhere"
-            )
+            raise _too_large(route, len(data), limit)
         return (route.kafka_topic, raw, data, partition_for(raw, route.partitions), headers), key
 
     def publish_many(self, commands: Sequence[PublishFields]) -> PendingPublishes:
@@ -227,6 +246,50 @@ class Gateway:
             keyed.append(key)
             slots.append(len(records))
             records.append(record)
+        return PendingPublishes(keyed, self.writer.submit(records), slots)
+
+    def publish_columns(self, batch: PublishColumns) -> PendingPublishes:
+        """:meth:`publish_many` for a columnar batch: options are checked once, and each
+        message costs only its decoding, SowKey and produce. A problem with the options
+        refuses every message; a problem with one message refuses it alone."""
+        count = len(batch.data)
+        try:
+            route = self._route(batch.topic)
+            shared = _shared_headers(batch, route, count)
+        except SowError as exc:
+            return PendingPublishes.refused([exc] * count)
+        keyed: list[str | SowError] = []
+        slots: list[int] = []
+        records: list[LogRecord] = []
+        kafka_topic, partitions, codec = route.kafka_topic, route.partitions, route.codec
+        key_of, decode = route.key_function, codec.decode
+        from_text = codec.from_text if batch.text_form else None
+        publisher = (PUBLISHER_HEADER, batch.publisher.encode()) if batch.publisher else None
+        fixed = sum(len(name) + len(value) for name, value in shared)
+        if publisher is not None:
+            fixed += len(PUBLISHER_HEADER) + len(publisher[1]) + len(SEQUENCE_HEADER) + 20
+        limit = route.limit - fixed
+        sequence = batch.first_sequence
+        for index, given in enumerate(batch.data):
+            try:
+                data = given if from_text is None else from_text(given)
+                if key_of is not None:
+                    key = key_of(decode(data))
+                else:
+                    key = validate_user_key(batch.sow_keys[index])
+                raw = key.encode()
+                if len(data) > limit - len(raw):
+                    raise _too_large(route, len(data), limit - len(raw))
+            except SowError as exc:
+                keyed.append(exc)
+                slots.append(-1)
+                continue
+            headers: Headers | None = shared or None
+            if publisher is not None:
+                headers = [*shared, publisher, (SEQUENCE_HEADER, str(sequence + index).encode())]
+            keyed.append(key)
+            slots.append(len(records))
+            records.append((kafka_topic, raw, data, partition_for(raw, partitions), headers))
         return PendingPublishes(keyed, self.writer.submit(records), slots)
 
     def publish(self, command: PublishCommand, timeout_s: float = DEFAULT_TIMEOUT_S) -> Published:
@@ -326,12 +389,43 @@ def _sow_key(route: _PublishRoute, data: bytes, sow_key: str) -> str:
     if function is None:
         return validate_user_key(sow_key)
     if sow_key:
-        topic = route.topic
-        raise InvalidRequestError(
-            f"topic {topic.name} generates its SowKeys "
-            f"({', '.join(topic.keys) or 'custom key generator'}); do not pass a SowKey"
-        )
+        raise _generated_keys(route.topic)
     return function(route.codec.decode(data))
+
+
+def _too_large(route: _PublishRoute, size: int, limit: int) -> MessageTooLargeError:
+    return MessageTooLargeError(
+        f"the message is {size:,} bytes; topic {route.topic.name} accepts at most "
+        f"{limit:,} (the log's record limit less the key, headers and changelog "
+        "envelope); split it or store large payloads elsewhere"
+    )
+
+
+def _shared_headers(batch: PublishColumns, route: _PublishRoute, count: int) -> Headers:
+    """The headers every message of a columnar batch carries (all but the sequence);
+    raises SowError when the batch's options are wrong."""
+    if batch.sow_keys and route.key_function is not None:
+        raise _generated_keys(route.topic)
+    if route.key_function is None and len(batch.sow_keys) != count:
+        raise InvalidRequestError(
+            f"topic {route.topic.name} takes publisher-provided SowKeys: give one per message "
+            f"(got {len(batch.sow_keys)} for {count} messages)"
+        )
+    headers: Headers = []
+    if batch.expiration:
+        headers.append((EXPIRATION_HEADER, str(max(batch.expiration, 0)).encode()))
+    if batch.correlation_id:
+        headers.append((CORRELATION_HEADER, batch.correlation_id.encode()))
+    if batch.publisher or batch.first_sequence:
+        _sequence_headers(batch.publisher, batch.first_sequence)  # validates both
+    return headers
+
+
+def _generated_keys(topic: SowTopic) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"topic {topic.name} generates its SowKeys "
+        f"({', '.join(topic.keys) or 'custom key generator'}); do not pass a SowKey"
+    )
 
 
 def _headers(command: PublishFields) -> Headers:

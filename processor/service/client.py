@@ -275,26 +275,27 @@ class _StreamPublish:
         self.unacked: collections.deque[Any] = collections.deque()
 
     def _next_batch(self) -> Any:
-        messages = []
-        for data in itertools.islice(self.source, self.batch_size):
-            sequence = 0
-            if self.publisher:
-                self.sequence += 1
-                sequence = self.sequence
-            messages.append(
-                sow_pb2.PublishRequest(
-                    topic=self.topic,
-                    data=data,
-                    text_form=self.text_form,
-                    publisher=self.publisher,
-                    sequence=sequence,
-                    **self.options,
-                )
-            )
-        if not messages:
+        """The next batch from the source in the columnar form, or None at its end."""
+        data = list(itertools.islice(self.source, self.batch_size))
+        if not data:
             return None
+        first_sequence = 0
+        if self.publisher:
+            first_sequence = self.sequence + 1
+            self.sequence += len(data)
         self.batch_id += 1
-        return sow_pb2.PublishBatch(batch_id=self.batch_id, messages=messages)
+        options = dict(self.options)
+        sow_key = options.pop("sow_key", "")
+        return sow_pb2.PublishBatch(
+            batch_id=self.batch_id,
+            topic=self.topic,
+            data=data,
+            text_form=self.text_form,
+            publisher=self.publisher,
+            first_sequence=first_sequence,
+            sow_keys=[sow_key] * len(data) if sow_key else [],
+            **options,
+        )
 
     def run(self) -> Iterator[list[PublishResult]]:
         credits = threading.Semaphore(self.window)
@@ -334,10 +335,11 @@ class _StreamPublish:
 
 
 def _results(ack: Any) -> list[PublishResult]:
+    topics = ack.log_topics or itertools.repeat(ack.log_topic, len(ack.offsets))
     results = [
         PublishResult(key, LogPosition(topic, partition, offset))
         for topic, partition, offset, key in zip(
-            ack.log_topics, ack.partitions, ack.offsets, ack.sow_keys, strict=True
+            topics, ack.partitions, ack.offsets, ack.sow_keys, strict=True
         )
     ]
     for refusal in ack.refused:

@@ -17,7 +17,7 @@ import grpc
 
 from processor import errors
 from processor.changelog import Envelope
-from processor.query.gateway import Deleted, Gateway, PendingPublishes, Published
+from processor.query.gateway import Deleted, Gateway, PendingPublishes, PublishColumns, Published
 from processor.query.replica import LogPosition
 from processor.query.sow import QueryEngine, SowQuery
 from processor.service._generated import sow_pb2, sow_pb2_grpc
@@ -102,8 +102,12 @@ def _ack(batch_id: int, results: list[Published | errors.SowError]) -> Any:
         partitions.append(partition)
         offsets.append(offset)
         keys.append(key)
+    log_topic = ""
+    if topics and not refused and len(set(topics)) == 1:
+        log_topic, topics = topics[0], []
     return sow_pb2.PublishAck(
         batch_id=batch_id,
+        log_topic=log_topic,
         log_topics=topics,
         partitions=partitions,
         offsets=offsets,
@@ -180,7 +184,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         def read() -> None:
             try:
                 for batch in request_iterator:
-                    publishes = self._gateway.publish_many(batch.messages)
+                    publishes = self._publish_batch(batch)
                     if not hand_over((batch.batch_id, publishes)):
                         return
                 hand_over(None)
@@ -213,6 +217,28 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         finally:
             ended.set()
             self._publish_slots.release()
+
+    def _publish_batch(self, batch: Any) -> PendingPublishes:
+        """Hand one PublishBatch (either form) to the gateway."""
+        if not batch.topic and not batch.data:
+            return self._gateway.publish_many(batch.messages)
+        columns = PublishColumns(
+            batch.topic,
+            batch.data,
+            batch.text_form,
+            batch.publisher,
+            batch.first_sequence,
+            batch.expiration,
+            batch.correlation_id,
+            batch.sow_keys,
+        )
+        if batch.messages:
+            error = errors.InvalidRequestError(
+                f"batch {batch.batch_id} has both messages and columns; send one form"
+            )
+            count = len(batch.messages) + len(batch.data)
+            return PendingPublishes.refused([error] * count)
+        return self._gateway.publish_columns(columns)
 
     def SowQuery(self, request: Any, context: Any) -> Iterator[Any]:
         query = SowQuery(

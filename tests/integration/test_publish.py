@@ -53,6 +53,55 @@ def test_stream_acks_every_message_in_order_and_refuses_bad_ones_alone(
         assert count(client, vector) == 2997
 
 
+def test_stream_takes_both_batch_forms_and_refuses_a_batch_that_mixes_them(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    from processor.service._generated import sow_pb2
+
+    def one(i: int) -> bytes:
+        return orjson.dumps({"orderId": i})
+
+    batches = [
+        sow_pb2.PublishBatch(  # the form of one PublishRequest per message
+            batch_id=1,
+            messages=[sow_pb2.PublishRequest(topic="ORDERS", data=one(i)) for i in range(3)],
+        ),
+        sow_pb2.PublishBatch(  # the columnar form, with duplicate detection
+            batch_id=2,
+            topic="ORDERS",
+            data=[one(i) for i in range(3, 6)],
+            publisher="p",
+            first_sequence=1,
+        ),
+        sow_pb2.PublishBatch(  # both forms: refused whole
+            batch_id=3,
+            topic="ORDERS",
+            data=[one(6)],
+            messages=[sow_pb2.PublishRequest(topic="ORDERS", data=one(7))],
+        ),
+        sow_pb2.PublishBatch(batch_id=4, topic="NOPE", data=[one(8), one(9)]),
+        sow_pb2.PublishBatch(  # a publisher with no sequence: the options are wrong
+            batch_id=5, topic="ORDERS", data=[one(10)], publisher="p"
+        ),
+    ]
+    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (_, client):
+        acks = list(client._stub.PublishStream(iter(batches), timeout=30))
+        assert [a.batch_id for a in acks] == [1, 2, 3, 4, 5]
+        for ack in acks[:2]:
+            assert not ack.refused and len(ack.offsets) == 3
+            assert ack.log_topic.endswith("ORDERS") and not ack.log_topics
+        assert [r.index for r in acks[2].refused] == [0, 1]
+        assert "both messages and columns" in acks[2].refused[0].error
+        assert [r.error_code for r in acks[3].refused] == ["NOT_FOUND", "NOT_FOUND"]
+        assert "sequence number above 0" in acks[4].refused[0].error
+        wait = [
+            sow_pb2.Position(topic=acks[1].log_topic, partition=p, offset=o)
+            for p, o in zip(acks[1].partitions, acks[1].offsets, strict=True)
+        ]
+        records, _, _ = client.query("ORDERS", min_position=wait)
+        assert sorted(orjson.loads(r.data)["orderId"] for r in records) == list(range(6))
+
+
 def test_a_message_over_the_limit_is_refused_at_publish(
     bootstrap: str, tmp_path: Path, unique: str
 ) -> None:

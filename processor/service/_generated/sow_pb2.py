@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tsow.proto\x12\x0ckafka_sow.v1\"<\n\x08Position\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\"\xa2\x01\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0f\n\x07sow_key\x18\x03 \x01(\t\x12\x12\n\nexpiration\x18\x04 \x01(\x01\x12\x16\n\x0e\x63orrelation_id\x18\x05 \x01(\t\x12\x11\n\ttext_form\x18\x06 \x01(\x08\x12\x11\n\tpublisher\x18\x07 \x01(\t\x12\x10\n\x08sequence\x18\x08 \x01(\x04\"I\n\x0cPublishReply\x12(\n\x08position\x18\x01 \x01(\x0b\x32\x16.kafka_sow.v1.Position\x12\x0f\n\x07sow_key\x18\x02 \x01(\t\"P\n\x0cPublishBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12.\n\x08messages\x18\x02 \x03(\x0b\x32\x1c.kafka_sow.v1.PublishRequest\"\x91\x01\n\nPublishAck\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x12\n\nlog_topics\x18\x02 \x03(\t\x12\x12\n\npartitions\x18\x03 \x03(\x05\x12\x0f\n\x07offsets\x18\x04 \x03(\x03\x12\x10\n\x08sow_keys\x18\x05 \x03(\t\x12&\n\x07refused\x18\x06 \x03(\x0b\x32\x15.kafka_sow.v1.Refusal\";\n\x07Refusal\x12\r\n\x05index\x18\x01 \x01(\r\x12\x12\n\nerror_code\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"\xb4\x02\n\x0fSowQueryRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08sow_keys\x18\x02 \x03(\t\x12\x10\n\x08query_id\x18\x03 \x01(\t\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12,\n\x0cmin_position\x18\x05 \x03(\x0b\x32\x16.kafka_sow.v1.Position\x12\x17\n\x0ftimeout_seconds\x18\x06 \x01(\x01\x12\x0e\n\x06\x66ilter\x18\n \x01(\t\x12\r\n\x05top_n\x18\x0b \x01(\x05\x12\x0e\n\x06skip_n\x18\x0c \x01(\x05\x12\x10\n\x08order_by\x18\r \x01(\t\x12\x11\n\ttext_form\x18\x0e \x01(\x08\x12\x10\n\x08grouping\x18\x0f \x01(\t\x12\x12\n\nprojection\x18\x10 \x01(\t\x12\x19\n\x11wait_for_catch_up\x18\x11 \x01(\x08\"\xd8\x01\n\tSowRecord\x12\x0f\n\x07sow_key\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x14\n\x0cmessage_type\x18\x04 \x01(\t\x12(\n\x08position\x18\x05 \x01(\x0b\x32\x16.kafka_sow.v1.Position\x12\x17\n\x0fpublish_time_ms\x18\x06 \x01(\x03\x12\x15\n\rapply_time_ms\x18\x07 \x01(\x03\x12\x15\n\rexpiration_ms\x18\x08 \x01(\x03\x12\x16\n\x0e\x63orrelation_id\x18\t \x01(\t\"m\n\nGroupBegin\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12(\n\x08snapshot\x18\x03 \x03(\x0b\x32\x16.kafka_sow.v1.Position\x12\x14\n\x0cstaleness_ms\x18\x04 \x01(\x03\"1\n\x05\x42\x61tch\x12(\n\x07records\x18\x01 \x03(\x0b\x32\x17.kafka_sow.v1.SowRecord\"\x80\x01\n\x08GroupEnd\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x15\n\rtopic_matches\x18\x02 \x01(\x03\x12\x0f\n\x07matches\x18\x03 \x01(\x03\x12\x18\n\x10records_returned\x18\x04 \x01(\x03\x12\x12\n\nelapsed_us\x18\x05 \x01(\x03\x12\x0c\n\x04plan\x18\x06 \x01(\t\"\x9b\x01\n\rSowQueryReply\x12/\n\x0bgroup_begin\x18\x01 \x01(\x0b\x32\x18.kafka_sow.v1.GroupBeginH\x00\x12$\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x13.kafka_sow.v1.BatchH\x00\x12+\n\tgroup_end\x18\x03 \x01(\x0b\x32\x16.kafka_sow.v1.GroupEndH\x00\x42\x06\n\x04part\"}\n\x10SowDeleteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08sow_keys\x18\x02 \x03(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x66ilter\x18\x04 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x11\n\ttext_form\x18\x06 \x01(\x08\"T\n\x0eSowDeleteReply\x12\x17\n\x0frecords_deleted\x18\x01 \x01(\x03\x12)\n\tpositions\x18\x02 \x03(\x0b\x32\x16.kafka_sow.v1.Position2\xaa\x02\n\x03Sow\x12\x43\n\x07Publish\x12\x1c.kafka_sow.v1.PublishRequest\x1a\x1a.kafka_sow.v1.PublishReply\x12I\n\rPublishStream\x12\x1a.kafka_sow.v1.PublishBatch\x1a\x18.kafka_sow.v1.PublishAck(\x01\x30\x01\x12H\n\x08SowQuery\x12\x1d.kafka_sow.v1.SowQueryRequest\x1a\x1b.kafka_sow.v1.SowQueryReply0\x01\x12I\n\tSowDelete\x12\x1e.kafka_sow.v1.SowDeleteRequest\x1a\x1c.kafka_sow.v1.SowDeleteReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tsow.proto\x12\x0ckafka_sow.v1\"<\n\x08Position\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\"\xa2\x01\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0f\n\x07sow_key\x18\x03 \x01(\t\x12\x12\n\nexpiration\x18\x04 \x01(\x01\x12\x16\n\x0e\x63orrelation_id\x18\x05 \x01(\t\x12\x11\n\ttext_form\x18\x06 \x01(\x08\x12\x11\n\tpublisher\x18\x07 \x01(\t\x12\x10\n\x08sequence\x18\x08 \x01(\x04\"I\n\x0cPublishReply\x12(\n\x08position\x18\x01 \x01(\x0b\x32\x16.kafka_sow.v1.Position\x12\x0f\n\x07sow_key\x18\x02 \x01(\t\"\xe9\x01\n\x0cPublishBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12.\n\x08messages\x18\x02 \x03(\x0b\x32\x1c.kafka_sow.v1.PublishRequest\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x04 \x03(\x0c\x12\x11\n\ttext_form\x18\x05 \x01(\x08\x12\x11\n\tpublisher\x18\x06 \x01(\t\x12\x16\n\x0e\x66irst_sequence\x18\x07 \x01(\x04\x12\x12\n\nexpiration\x18\x08 \x01(\x01\x12\x16\n\x0e\x63orrelation_id\x18\t \x01(\t\x12\x10\n\x08sow_keys\x18\n \x03(\t\"\xa4\x01\n\nPublishAck\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x12\n\nlog_topics\x18\x02 \x03(\t\x12\x12\n\npartitions\x18\x03 \x03(\x05\x12\x0f\n\x07offsets\x18\x04 \x03(\x03\x12\x10\n\x08sow_keys\x18\x05 \x03(\t\x12&\n\x07refused\x18\x06 \x03(\x0b\x32\x15.kafka_sow.v1.Refusal\x12\x11\n\tlog_topic\x18\x07 \x01(\t\";\n\x07Refusal\x12\r\n\x05index\x18\x01 \x01(\r\x12\x12\n\nerror_code\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"\xb4\x02\n\x0fSowQueryRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08sow_keys\x18\x02 \x03(\t\x12\x10\n\x08query_id\x18\x03 \x01(\t\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12,\n\x0cmin_position\x18\x05 \x03(\x0b\x32\x16.kafka_sow.v1.Position\x12\x17\n\x0ftimeout_seconds\x18\x06 \x01(\x01\x12\x0e\n\x06\x66ilter\x18\n \x01(\t\x12\r\n\x05top_n\x18\x0b \x01(\x05\x12\x0e\n\x06skip_n\x18\x0c \x01(\x05\x12\x10\n\x08order_by\x18\r \x01(\t\x12\x11\n\ttext_form\x18\x0e \x01(\x08\x12\x10\n\x08grouping\x18\x0f \x01(\t\x12\x12\n\nprojection\x18\x10 \x01(\t\x12\x19\n\x11wait_for_catch_up\x18\x11 \x01(\x08\"\xd8\x01\n\tSowRecord\x12\x0f\n\x07sow_key\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x14\n\x0cmessage_type\x18\x04 \x01(\t\x12(\n\x08position\x18\x05 \x01(\x0b\x32\x16.kafka_sow.v1.Position\x12\x17\n\x0fpublish_time_ms\x18\x06 \x01(\x03\x12\x15\n\rapply_time_ms\x18\x07 \x01(\x03\x12\x15\n\rexpiration_ms\x18\x08 \x01(\x03\x12\x16\n\x0e\x63orrelation_id\x18\t \x01(\t\"m\n\nGroupBegin\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12(\n\x08snapshot\x18\x03 \x03(\x0b\x32\x16.kafka_sow.v1.Position\x12\x14\n\x0cstaleness_ms\x18\x04 \x01(\x03\"1\n\x05\x42\x61tch\x12(\n\x07records\x18\x01 \x03(\x0b\x32\x17.kafka_sow.v1.SowRecord\"\x80\x01\n\x08GroupEnd\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x15\n\rtopic_matches\x18\x02 \x01(\x03\x12\x0f\n\x07matches\x18\x03 \x01(\x03\x12\x18\n\x10records_returned\x18\x04 \x01(\x03\x12\x12\n\nelapsed_us\x18\x05 \x01(\x03\x12\x0c\n\x04plan\x18\x06 \x01(\t\"\x9b\x01\n\rSowQueryReply\x12/\n\x0bgroup_begin\x18\x01 \x01(\x0b\x32\x18.kafka_sow.v1.GroupBeginH\x00\x12$\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x13.kafka_sow.v1.BatchH\x00\x12+\n\tgroup_end\x18\x03 \x01(\x0b\x32\x16.kafka_sow.v1.GroupEndH\x00\x42\x06\n\x04part\"}\n\x10SowDeleteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08sow_keys\x18\x02 \x03(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x66ilter\x18\x04 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x11\n\ttext_form\x18\x06 \x01(\x08\"T\n\x0eSowDeleteReply\x12\x17\n\x0frecords_deleted\x18\x01 \x01(\x03\x12)\n\tpositions\x18\x02 \x03(\x0b\x32\x16.kafka_sow.v1.Position2\xaa\x02\n\x03Sow\x12\x43\n\x07Publish\x12\x1c.kafka_sow.v1.PublishRequest\x1a\x1a.kafka_sow.v1.PublishReply\x12I\n\rPublishStream\x12\x1a.kafka_sow.v1.PublishBatch\x1a\x18.kafka_sow.v1.PublishAck(\x01\x30\x01\x12H\n\x08SowQuery\x12\x1d.kafka_sow.v1.SowQueryRequest\x1a\x1b.kafka_sow.v1.SowQueryReply0\x01\x12I\n\tSowDelete\x12\x1e.kafka_sow.v1.SowDeleteRequest\x1a\x1c.kafka_sow.v1.SowDeleteReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,28 +37,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PUBLISHREQUEST']._serialized_end=252
   _globals['_PUBLISHREPLY']._serialized_start=254
   _globals['_PUBLISHREPLY']._serialized_end=327
-  _globals['_PUBLISHBATCH']._serialized_start=329
-  _globals['_PUBLISHBATCH']._serialized_end=409
-  _globals['_PUBLISHACK']._serialized_start=412
-  _globals['_PUBLISHACK']._serialized_end=557
-  _globals['_REFUSAL']._serialized_start=559
-  _globals['_REFUSAL']._serialized_end=618
-  _globals['_SOWQUERYREQUEST']._serialized_start=621
-  _globals['_SOWQUERYREQUEST']._serialized_end=929
-  _globals['_SOWRECORD']._serialized_start=932
-  _globals['_SOWRECORD']._serialized_end=1148
-  _globals['_GROUPBEGIN']._serialized_start=1150
-  _globals['_GROUPBEGIN']._serialized_end=1259
-  _globals['_BATCH']._serialized_start=1261
-  _globals['_BATCH']._serialized_end=1310
-  _globals['_GROUPEND']._serialized_start=1313
-  _globals['_GROUPEND']._serialized_end=1441
-  _globals['_SOWQUERYREPLY']._serialized_start=1444
-  _globals['_SOWQUERYREPLY']._serialized_end=1599
-  _globals['_SOWDELETEREQUEST']._serialized_start=1601
-  _globals['_SOWDELETEREQUEST']._serialized_end=1726
-  _globals['_SOWDELETEREPLY']._serialized_start=1728
-  _globals['_SOWDELETEREPLY']._serialized_end=1812
-  _globals['_SOW']._serialized_start=1815
-  _globals['_SOW']._serialized_end=2113
+  _globals['_PUBLISHBATCH']._serialized_start=330
+  _globals['_PUBLISHBATCH']._serialized_end=563
+  _globals['_PUBLISHACK']._serialized_start=566
+  _globals['_PUBLISHACK']._serialized_end=730
+  _globals['_REFUSAL']._serialized_start=732
+  _globals['_REFUSAL']._serialized_end=791
+  _globals['_SOWQUERYREQUEST']._serialized_start=794
+  _globals['_SOWQUERYREQUEST']._serialized_end=1102
+  _globals['_SOWRECORD']._serialized_start=1105
+  _globals['_SOWRECORD']._serialized_end=1321
+  _globals['_GROUPBEGIN']._serialized_start=1323
+  _globals['_GROUPBEGIN']._serialized_end=1432
+  _globals['_BATCH']._serialized_start=1434
+  _globals['_BATCH']._serialized_end=1483
+  _globals['_GROUPEND']._serialized_start=1486
+  _globals['_GROUPEND']._serialized_end=1614
+  _globals['_SOWQUERYREPLY']._serialized_start=1617
+  _globals['_SOWQUERYREPLY']._serialized_end=1772
+  _globals['_SOWDELETEREQUEST']._serialized_start=1774
+  _globals['_SOWDELETEREQUEST']._serialized_end=1899
+  _globals['_SOWDELETEREPLY']._serialized_start=1901
+  _globals['_SOWDELETEREPLY']._serialized_end=1985
+  _globals['_SOW']._serialized_start=1988
+  _globals['_SOW']._serialized_end=2286
 # @@protoc_insertion_point(module_scope)

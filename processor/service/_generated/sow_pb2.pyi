@@ -45,28 +45,46 @@ class PublishReply(_message.Message):
     def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
-    __slots__ = ("batch_id", "messages")
+    __slots__ = ("batch_id", "messages", "topic", "data", "text_form", "publisher", "first_sequence", "expiration", "correlation_id", "sow_keys")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRATION_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     messages: _containers.RepeatedCompositeFieldContainer[PublishRequest]
-    def __init__(self, batch_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ...) -> None: ...
+    topic: str
+    data: _containers.RepeatedScalarFieldContainer[bytes]
+    text_form: bool
+    publisher: str
+    first_sequence: int
+    expiration: float
+    correlation_id: str
+    sow_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, batch_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., topic: _Optional[str] = ..., data: _Optional[_Iterable[bytes]] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., first_sequence: _Optional[int] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("batch_id", "log_topics", "partitions", "offsets", "sow_keys", "refused")
+    __slots__ = ("batch_id", "log_topics", "partitions", "offsets", "sow_keys", "refused", "log_topic")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     LOG_TOPICS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
+    LOG_TOPIC_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     log_topics: _containers.RepeatedScalarFieldContainer[str]
     partitions: _containers.RepeatedScalarFieldContainer[int]
     offsets: _containers.RepeatedScalarFieldContainer[int]
     sow_keys: _containers.RepeatedScalarFieldContainer[str]
     refused: _containers.RepeatedCompositeFieldContainer[Refusal]
-    def __init__(self, batch_id: _Optional[int] = ..., log_topics: _Optional[_Iterable[str]] = ..., partitions: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ..., sow_keys: _Optional[_Iterable[str]] = ..., refused: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ...) -> None: ...
+    log_topic: str
+    def __init__(self, batch_id: _Optional[int] = ..., log_topics: _Optional[_Iterable[str]] = ..., partitions: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ..., sow_keys: _Optional[_Iterable[str]] = ..., refused: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ..., log_topic: _Optional[str] = ...) -> None: ...
 
 class Refusal(_message.Message):
     __slots__ = ("index", "error_code", "error")
