@@ -43,7 +43,10 @@ def main() -> int:
         topic = SowTopic("LAT", keys=("/id",), kafka_topic=name)
         topology = Topology({"LAT": topic})
         settings = Settings.from_env(
-            state_dir=Path(tempfile.mkdtemp()), group_id=name, dead_letter_topic=f"{name}.dl"
+            state_dir=Path(tempfile.mkdtemp()),
+            group_id=name,
+            dead_letter_topic=f"{name}.dl",
+            fetch_wait_ms=broker.fetch_wait_ms,
         )
         bootstrap = broker.bootstrap_servers
         ensure_topics(bootstrap, topic_specs(topology, settings.dead_letter_topic))

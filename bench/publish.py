@@ -60,10 +60,18 @@ def message(i: int, keys: int) -> bytes:
     )
 
 
-def start_serve(bootstrap: str, workdir: Path, port: int) -> tuple[subprocess.Popen[str], float]:
+def start_serve(
+    bootstrap: str, workdir: Path, port: int, fetch_wait_ms: int
+) -> tuple[subprocess.Popen[str], float]:
     """`sow serve` as a user runs it; returns the process and seconds until it was ready."""
     (workdir / "topology.yaml").write_text(TOPOLOGY)
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
+    # The service reaches this benchmark's broker as an external one; give it the fetch
+    # wait `sow serve` would choose for that broker itself (unless one is set).
+    env = {
+        "SOW_FETCH_WAIT_MS": str(fetch_wait_ms),
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+    }
     started = time.perf_counter()
     process = subprocess.Popen(
         [
@@ -298,7 +306,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             port = 50600 + os.getpid() % 300
             say("starting sow serve")
-            serve, ready = start_serve(broker.bootstrap_servers, Path(tmp), port)
+            serve, ready = start_serve(
+                broker.bootstrap_servers, Path(tmp), port, broker.fetch_wait_ms
+            )
             results["serve_ready_s"] = ready
             address = f"127.0.0.1:{port}"
             say(f"sow serve ready after {ready:.1f}s; raw producer, {args.messages:,} messages")
