@@ -68,7 +68,7 @@ class KafkaRangeReader:
 
     def read_range(
         self, topic: str, partition: int, start: int, end: int
-    ) -> Iterator[Sequence[Record]]:
+    ) -> Generator[Sequence[Record], None, None]:
         """Batches of the records at offsets ``start <= offset < end``, in order.
 
         Stops at ``end`` or at the partition's end, whichever comes first.

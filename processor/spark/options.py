@@ -44,6 +44,7 @@ KNOWN = (
     "max_records_per_split",
     "starting_offsets",
     "max_records_per_trigger",
+    "pushdown",
     "kafka.",
 )
 
@@ -68,6 +69,7 @@ class ReadOptions:
     max_records_per_split: int = MAX_RECORDS_PER_SPLIT
     starting_offsets: str = "earliest"
     max_records_per_trigger: int | None = None
+    pushdown: bool = False
     kafka: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -79,9 +81,6 @@ class ReadOptions:
     def latest(self) -> bool:
         """True when the read returns one state (mode=latest, or any as_of)."""
         return self.mode == "latest"
-
-    def with_message_schema(self, ddl: str) -> ReadOptions:
-        return replace(self, message_schema=ddl)
 
 
 def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
@@ -236,5 +235,6 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         max_records_per_split=_positive(options, "max_records_per_split") or MAX_RECORDS_PER_SPLIT,
         starting_offsets=_choice(options, "starting_offsets", STARTING, "earliest"),
         max_records_per_trigger=_positive(options, "max_records_per_trigger"),
+        pushdown=_bool(options, "pushdown"),
         kafka={k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")},
     )

@@ -112,8 +112,8 @@ def read_split(options: ReadOptions, schema: StructType, split: Split) -> Iterat
     """The Arrow batches of one split (executor side)."""
     builder = BatchBuilder(options, schema)
     reader = KafkaRangeReader(options.bootstrap, **options.kafka)
+    batches = reader.read_range(options.kafka_topic, split.partition, split.start, split.end)
     try:
-        batches = reader.read_range(options.kafka_topic, split.partition, split.start, split.end)
         if options.read == "input":
             for records in batches:
                 yield builder.input_batch(input_items(records))
@@ -125,6 +125,9 @@ def read_split(options: ReadOptions, schema: StructType, split: Split) -> Iterat
             for records in batches:
                 yield builder.changelog_batch(changelog_items(records, builder))
     finally:
+        # The range first (it unassigns the consumer), then the consumer: Spark stops
+        # reading early for limit() and the like.
+        batches.close()
         reader.close()
 
 

@@ -75,6 +75,8 @@ class SowDataSource(DataSource):
         return schema_ddl(options, message)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if self.read_options.pushdown:
+            return SowPushdownReader(self.read_options, schema)
         return SowReader(self.read_options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -118,6 +120,18 @@ class SowReader(DataSourceReader):
         self.schema = schema
         self.only_partitions: list[int] | None = None
 
+    def partitions(self) -> Sequence[InputPartition]:
+        return [SplitPartition(s) for s in plan(self.options, partitions=self.only_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        split = cast(SplitPartition, partition).split
+        yield from read_split(self.options, self.schema, split)
+
+
+class SowPushdownReader(SowReader):
+    """A batch read that takes Spark's filters (option ``pushdown=true``; Spark refuses
+    a reader with ``pushFilters`` unless ``spark.sql.python.filterPushdown.enabled``)."""
+
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Partition filters prune splits (exact, taken over); comparisons of message
         columns become part of the AMPS filter evaluated in the reader, and are left to
@@ -126,13 +140,6 @@ class SowReader(DataSourceReader):
         self.options = pushed.options
         self.only_partitions = pushed.partitions
         yield from pushed.remaining
-
-    def partitions(self) -> Sequence[InputPartition]:
-        return [SplitPartition(s) for s in plan(self.options, partitions=self.only_partitions)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        split = cast(SplitPartition, partition).split
-        yield from read_split(self.options, self.schema, split)
 
 
 def _offsets(raw: dict[str, Any]) -> dict[int, int]:

@@ -7,6 +7,7 @@ start); each test owns its SOW topics. Results are compared with the query servi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import time
@@ -173,6 +174,7 @@ def test_latest_equals_the_sow_query_after_updates_and_deletes(
         reader(spark, bootstrap, topology, "ORDERS")
         .option("mode", "latest")
         .option("message_schema", ORDER_SCHEMA)
+        .option("pushdown", "true")
         .load()
         .where("partition = 1 AND region = 'us'")
     )
@@ -311,3 +313,24 @@ def test_corrupt_changelog_records_fail_clearly_or_become_rows(
     assert rows[1].message == b"\x02garbage"
     assert "does not decode" in rows[2]._corrupt_record
     assert rows[2].message == b'{"id":x}'
+
+
+def test_example_pipeline_writes_state_and_region_aggregate(
+    spark: SparkSession, bootstrap: str, product: tuple[Topology, SowClient], tmp_path: Path
+) -> None:
+    topology, client = product
+    path = Path(__file__).parents[2] / "examples" / "spark_orders.py"
+    spec = importlib.util.spec_from_file_location("spark_orders", path)
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    at = publish(client, "ORDERS", [{"orderId": 1000, "region": "eu", "qty": 1, "price": 2.0}])
+    expected = sow_state(client, "ORDERS", at)
+    rows = example.run(spark, bootstrap, tmp_path, "ORDERS", topology.topic("ORDERS").kafka_topic)
+    want: dict[str, tuple[int, int]] = {}
+    for message in expected.values():
+        orders, qty = want.get(message["region"], (0, 0))
+        want[message["region"]] = (orders + 1, qty + message["qty"])
+    assert {r.region: (r.orders, r.qty) for r in rows} == want
+    assert spark.read.parquet(str(tmp_path / "state")).count() == len(expected)
