@@ -98,7 +98,8 @@ def plan(
     for p in sorted(wanted & set(planned)):
         start = (starts or {}).get(p, 0)
         end = cut[p]
-        closed = end >= planned[p]
+        # A time cut keeps whole transactions only; a position vector is taken as given.
+        closed = end >= planned[p] or options.as_of_positions is not None
         if options.latest:
             splits.append(Split(p, 0, end, closed))
             continue
