@@ -10,7 +10,7 @@ high watermark of fetch responses), never from ListOffsets alone, which some bro
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, cast
 
 from confluent_kafka import KafkaException

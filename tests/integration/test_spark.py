@@ -186,7 +186,7 @@ def test_latest_equals_the_sow_query_after_updates_and_deletes(
     }
 
 
-def test_as_of_equals_a_dict_model_at_ten_times(
+def test_as_of_equals_a_dict_model_at_ten_random_times(
     spark: SparkSession, bootstrap: str, product: tuple[Topology, SowClient]
 ) -> None:
     topology, client = product
@@ -205,9 +205,13 @@ def test_as_of_equals_a_dict_model_at_ten_times(
             client.delete("HISTORY", filter=f"/id = {victim}")
             model.pop(victim, None)
         _, begin, _ = client.query("HISTORY", min_position=at)
-        time.sleep(0.02)
-        moments.append((int(time.time() * 1000), dict(model), begin.snapshot))
-        time.sleep(0.02)
+        # Between the state becoming visible and the next publish, the model holds: pick
+        # a random time in that quiet window.
+        quiet_from = int(time.time() * 1000)
+        time.sleep(rng.uniform(0.01, 0.05))
+        quiet_to = int(time.time() * 1000)
+        moment = rng.randint(quiet_from, max(quiet_from, quiet_to - 1))
+        moments.append((moment, dict(model), begin.snapshot))
     for moment, state, _ in moments:
         df = reader(spark, bootstrap, topology, "HISTORY").option("as_of", str(moment)).load()
         got = {json.loads(r.message_text)["id"]: json.loads(r.message_text) for r in df.collect()}

@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
-from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNull  # noqa: E402
-from pyspark.sql.types import (  # noqa: E402
+from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNull
+from pyspark.sql.types import (
     LongType,
     StringType,
     StructField,
     StructType,
 )
 
-from processor.changelog import (  # noqa: E402
+from processor.changelog import (
     POSITION_HEADER,
     PROGRESS_KEY,
     REASON_HEADER,
@@ -27,12 +27,12 @@ from processor.changelog import (  # noqa: E402
     Envelope,
     encode,
 )
-from processor.errors import ConfigurationError, CorruptRecordError  # noqa: E402
-from processor.spark import pushdown  # noqa: E402
-from processor.spark.batches import BatchBuilder  # noqa: E402
-from processor.spark.options import parse_options  # noqa: E402
-from processor.spark.scan import changelog_items, latest_state  # noqa: E402
-from tests.unit.log_records import LogRecord  # noqa: E402
+from processor.errors import ConfigurationError, CorruptRecordError
+from processor.spark import pushdown
+from processor.spark.batches import BatchBuilder
+from processor.spark.options import parse_options
+from processor.spark.scan import changelog_items, latest_state
+from tests.unit.log_records import LogRecord
 
 CHANGELOG = "ORDERS.sow-changelog"
 BASE = {"bootstrap": "localhost:1", "topic": "ORDERS"}
@@ -58,7 +58,7 @@ def test_options_name_what_is_wrong() -> None:
         parse_options({**BASE, "filter": "/a = = 1"})
     with pytest.raises(ConfigurationError, match="apply to the changelog"):
         parse_options({**BASE, "read": "input", "mode": "latest"})
-    with pytest.raises(ConfigurationError, match="names changelog 'X.sow-changelog'"):
+    with pytest.raises(ConfigurationError, match=r"names changelog 'X\.sow-changelog'"):
         parse_options({**BASE, "as_of": '[["X.sow-changelog", 0, 3]]'})
 
 
