@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,6 +162,16 @@ def test_latest_equals_the_sow_query_after_updates_and_deletes(
     latest = reader(spark, bootstrap, topology, "ORDERS").option("mode", "latest").load()
     got = {r.sow_key: json.loads(r.message_text) for r in latest.collect()}
     assert got == expected
+    inferred = (
+        reader(spark, bootstrap, topology, "ORDERS")
+        .option("mode", "latest")
+        .option("infer_schema", "true")
+        .load()
+    )
+    assert dict(inferred.dtypes)["qty"] == "bigint"
+    assert {r.sow_key: (r.orderId, r.region, r.qty) for r in inferred.collect()} == {
+        k: (m["orderId"], m["region"], m["qty"]) for k, m in expected.items()
+    }
     filtered = (
         reader(spark, bootstrap, topology, "ORDERS")
         .option("mode", "latest")
@@ -277,12 +288,22 @@ def test_streaming_restart_from_checkpoint_sees_every_change_once(
     at = publish(client, "STREAM", [{"id": i % 9, "n": i} for i in range(25, 40)])
     client.delete("STREAM", filter="/id = 1")
     sow_state(client, "STREAM", at)
+    # The second run reads while publishing goes on; the third reads the rest.
+    publisher = threading.Thread(
+        target=publish, args=(client, "STREAM", [{"id": i % 9, "n": i} for i in range(40, 80)])
+    )
+    publisher.start()
+    run_once()
+    publisher.join()
+    sow_state(client, "STREAM", [])
+    at = publish(client, "STREAM", [{"id": 0, "n": 80}])
+    sow_state(client, "STREAM", at)
     run_once()
     seen = [(r.partition, r.offset) for r in spark.read.parquet(str(out)).collect()]
     changelog = reader(spark, bootstrap, topology, "STREAM").load().collect()
     assert len(seen) == len(set(seen))
     assert sorted(seen) == sorted((r.partition, r.offset) for r in changelog)
-    assert len(seen) >= 40
+    assert len(seen) >= 81
 
 
 def test_corrupt_changelog_records_fail_clearly_or_become_rows(

@@ -186,3 +186,33 @@ def test_pushdown_prunes_partitions_and_preselects_with_amps() -> None:
     assert pushed.remaining == filters[2:]
     with_filter = pushdown.push(parse_options({**BASE, "filter": "/a = 1"}), schema, filters)
     assert with_filter.options.filter == "(/a = 1) AND /qty > 5"
+
+
+def test_avro_messages_get_columns_from_their_schema(tmp_path: Any) -> None:
+    from processor.messages.avro import AvroCodec
+    from processor.spark.columns import avro_struct, infer_struct
+
+    schema = {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "orderId", "type": "long"},
+            {"name": "region", "type": ["null", "string"]},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+        ],
+    }
+    path = tmp_path / "order.avsc"
+    path.write_text(json.dumps(schema))
+    struct = avro_struct(str(path))
+    assert struct.simpleString() == "struct<orderId:bigint,region:string,tags:array<string>>"
+    options = parse_options({**BASE, "message_type": "avro", "avro_schema": str(path)})
+    columns = StructType([SCHEMA["sow_key"], StructField("message_text", StringType())])
+    builder = BatchBuilder(options, StructType([*columns.fields, *struct.fields]))
+    data = AvroCodec(schema).encode_json({"orderId": 7, "region": "EU", "tags": ["a"]})
+    record = encode(Envelope("ORDERS", "avro", "ORDERS", 0, 0, "k", data, 5, 6))
+    items = changelog_items([LogRecord(CHANGELOG, 0, 0, b"k", record)], builder)
+    batch = builder.changelog_batch(items).to_pydict()
+    assert (batch["orderId"], batch["region"], batch["tags"]) == ([7], ["EU"], [["a"]])
+    assert json.loads(batch["message_text"][0]) == {"orderId": 7, "region": "EU", "tags": ["a"]}
+    inferred = infer_struct([{"a": 1, "b": "x"}, {"a": 2.5, "c": {"d": True}}, {"b": 3}])
+    assert inferred.simpleString() == "struct<a:double,b:string,c:struct<d:boolean>>"
