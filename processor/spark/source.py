@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from processor.changelog import decode
+from processor.changelog import CONTROL_PREFIX, decode
 from processor.errors import ConfigurationError, SowError
 from processor.log.kafka_ranges import KafkaRangeReader
 from processor.messages import codec_for
@@ -98,7 +98,7 @@ def sample_messages(options: ReadOptions, count: int) -> list[Any]:
             for records in reader.read_range(options.kafka_topic, p, 0, end):
                 for record in records:
                     value = record.value()
-                    if value is None or (record.key() or b"").startswith(b"\x00"):
+                    if value is None or (record.key() or b"").startswith(CONTROL_PREFIX):
                         continue
                     try:
                         data = decode(value).data if options.read == "changelog" else value

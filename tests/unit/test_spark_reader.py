@@ -216,3 +216,35 @@ def test_avro_messages_get_columns_from_their_schema(tmp_path: Any) -> None:
     assert json.loads(batch["message_text"][0]) == {"orderId": 7, "region": "EU", "tags": ["a"]}
     inferred = infer_struct([{"a": 1, "b": "x"}, {"a": 2.5, "c": {"d": True}}, {"b": 3}])
     assert inferred.simpleString() == "struct<a:double,b:string,c:struct<d:boolean>>"
+
+
+def test_input_batches_are_the_commands_in_order() -> None:
+    from processor.commands import CORRELATION_HEADER, FILTER_DELETE_KEY, FILTER_HEADER
+    from processor.spark.scan import input_items
+
+    options = parse_options({**BASE, "read": "input"})
+    schema = StructType(
+        [
+            StructField("sow_key", StringType()),
+            StructField("command", StringType()),
+            StructField("filter", StringType()),
+            StructField("correlation_id", StringType()),
+            StructField("offset", LongType()),
+            StructField("qty", LongType()),
+        ]
+    )
+    builder = BatchBuilder(options, schema)
+    records = [
+        LogRecord("ORDERS", 0, 0, b"a", b'{"qty": 1}', [(CORRELATION_HEADER, b"c-1")]),
+        LogRecord("ORDERS", 0, 1, b"a", None),
+        LogRecord("ORDERS", 0, 2, FILTER_DELETE_KEY, None, [(FILTER_HEADER, b"/qty > 0")]),
+    ]
+    batch = builder.input_batch(input_items(records)).to_pydict()
+    assert batch == {
+        "sow_key": ["a", "a", None],
+        "command": ["publish", "delete", "delete_filter"],
+        "filter": [None, None, "/qty > 0"],
+        "correlation_id": ["c-1", None, None],
+        "offset": [0, 1, 2],
+        "qty": [1, None, None],
+    }
