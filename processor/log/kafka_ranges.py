@@ -10,7 +10,7 @@ high watermark of fetch responses), never from ListOffsets alone, which some bro
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, cast
 
 from confluent_kafka import KafkaException
@@ -21,9 +21,15 @@ from processor.log import Record
 from processor.log.kafka import BASE, KafkaPartitionReader
 
 
-def partition_count(bootstrap: str, topic: str, timeout_s: float = 20.0) -> int:
-    """How many partitions ``topic`` has; UnknownTopicError when it does not exist."""
-    admin = AdminClient({**BASE, "bootstrap.servers": bootstrap})
+def partition_count(
+    bootstrap: str,
+    topic: str,
+    settings: Mapping[str, Any] | None = None,
+    timeout_s: float = 20.0,
+) -> int:
+    """How many partitions ``topic`` has; UnknownTopicError when it does not exist.
+    ``settings``: extra client settings (security and the like)."""
+    admin = AdminClient({**BASE, "bootstrap.servers": bootstrap, **(settings or {})})
     try:
         found = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
     except KafkaException as exc:

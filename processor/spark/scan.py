@@ -54,7 +54,7 @@ def end_offsets(options: ReadOptions) -> dict[int, int]:
     """Each partition's end, confirmed by a fetch."""
     reader = KafkaRangeReader(options.bootstrap, **options.kafka)
     try:
-        count = partition_count(options.bootstrap, options.kafka_topic)
+        count = partition_count(options.bootstrap, options.kafka_topic, options.kafka)
         return {p: reader.end_offset(options.kafka_topic, p) for p in range(count)}
     finally:
         reader.close()
