@@ -83,6 +83,12 @@ class ProcessingError(MessageError):
     reason_code = "processing-failed"
 
 
+class CorruptRecordError(SowError):
+    """A log record a reader read is not what its topic holds (a changelog value that is
+    not an envelope, a message that does not decode or fit the columns asked for); the
+    message names the record's topic, partition and offset."""
+
+
 class UnknownTopicError(SowError):
     """A command names a topic that has no SOW in the topology."""
 
