@@ -64,7 +64,8 @@ class Store(Protocol):
 
     def end_rebuild(self) -> None:
         """End a rebuild: its writes become durable, possibly in the background (the
-        next write or ``close`` waits for that); then writes are ordinary again.
+        next write or ``close`` waits for that); then writes are ordinary again. That
+        write may reopen the store: iterators taken before it must be finished.
         Idempotent; ``close`` ends a rebuild too."""
         ...
 
