@@ -6,8 +6,12 @@
    message is written. Reported: seconds from process start to that message being
    committed (its changelog record visible, read_committed), and to the ready banner.
 3. **Rebuild**: the state directory is deleted and `sow process` starts again. Reported:
-   the restore rate its log states (changelog records replayed per second) and the time
-   from process start to ready.
+   the restore rate its log states (changelog records replayed per second), the time
+   from process start to ready, and to one message written after ready being applied
+   (that write waits for the rebuild's background flush).
+
+The machine's load average is recorded with each phase: on shared cores the figures
+move with it.
 
     python bench/processor_restart.py --keys 200000 --json-out bench/results/processor_restart.json
 
@@ -177,18 +181,26 @@ def main() -> None:
             first.stop()
 
             say("restart with state intact")
+            load = os.getloadavg()[0]
             child = Child(bootstrap, topology, state, "bench-restart", args.assignment)
             produce(bootstrap, topic, args.keys, 1)
             applied = wait_for_key(bootstrap, topic, args.keys, 120) - child.started
             ready = wait_ready(child, 120)
             child.stop()
-            results["state_intact"] = {"ready_s": ready, "new_input_applied_s": applied}
+            results["state_intact"] = {
+                "load_avg_1m": load,
+                "ready_s": ready,
+                "new_input_applied_s": applied,
+            }
             say(f"  ready after {ready:.2f}s, new input applied after {applied:.2f}s")
 
             say("rebuild from the changelog")
             shutil.rmtree(state)
+            load = os.getloadavg()[0]
             child = Child(bootstrap, topology, state, "bench-restart", args.assignment)
             ready = wait_ready(child, 600)
+            produce(bootstrap, topic, args.keys + 1, 1)
+            applied = wait_for_key(bootstrap, topic, args.keys + 1, 120) - child.started
             child.stop()
             replayed = [
                 (int(m.group(1).replace(",", "")), float(m.group(2)))
@@ -203,7 +215,9 @@ def main() -> None:
             records = sum(r for r, _ in replayed)
             seconds = sum(s for _, s in replayed)  # partitions restore one after another
             results["rebuild"] = {
+                "load_avg_1m": load,
                 "ready_s": ready,
+                "new_input_applied_s": applied,
                 "records": records,
                 "restore_seconds": seconds,
                 "records_per_s": records / seconds if seconds else None,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Generator
+from itertools import compress
+from typing import cast
 
 from processor.changelog import (
     CONTROL_PREFIX,
@@ -96,6 +98,12 @@ def restore_from_changelog(
 
 #: Keys below this one are control records (they start with NUL), or empty.
 _CONTROL_END = b"\x01"
+#: ``_CONTROL_END > key`` from C, per key; a None key answers NotImplemented (truthy).
+_is_control = cast(Callable[[bytes | None], object], _CONTROL_END.__gt__)
+
+#: An empty store at least this far behind its changelog is rebuilt in bulk
+#: (:meth:`Store.begin_rebuild`); below it, switching modes costs more than it saves.
+BULK_REBUILD_MIN_RECORDS = 20_000
 
 
 def restore_steps(
@@ -125,8 +133,11 @@ def restore_steps(
     may expose the records of a transaction a crashed processor left open (Kafka aborts
     it; Tansu commits it), so the changelog can be ahead of the committed consumer offsets;
     the caller resumes from whichever is later, and no update is applied twice.
+
+    An empty store at least ``BULK_REBUILD_MIN_RECORDS`` behind is rebuilt in bulk mode
+    (:meth:`Store.begin_rebuild`): a crash before the rebuild ends (or is cut short,
+    which ends it too) leaves the store empty, and the next restore starts over.
     """
-    restored = Restored()
     changelog = topic.changelog_topic
     name = f"{topic.name}[{partition}]"
     start = offset_from(store.get_meta(CHANGELOG_OFFSET))
@@ -134,15 +145,67 @@ def restore_steps(
     behind = None if estimate is None else max(estimate - start, 0)
     if behind:
         report(f"restoring {name} from {changelog}: about {behind:,} records to replay")
-    began = last_report = time.monotonic()
+    began = time.monotonic()
+    bulk = start == 0 and (behind or 0) >= BULK_REBUILD_MIN_RECORDS and _empty(store)
+    if bulk:
+        store.begin_rebuild()
+    try:
+        restored, applied, end = yield from _replay(
+            store, topic, partition, reader, report, report_every_s, start, behind
+        )
+    finally:
+        if bulk:
+            store.end_rebuild()
+    reached = reader.last_end_offset
+    if 0 <= reached < start and applied == 0:
+        restored.log_lost = True
+        log.warning(
+            "%s: the changelog %s ends at offset %d but the store reflects offset %d: the "
+            "log was lost or truncated; keeping the store's %d records as they are (no "
+            "replay) and re-publishing them to the new changelog",
+            name,
+            changelog,
+            reached,
+            start,
+            store.count(),
+        )
+        store.write({}, {CHANGELOG_OFFSET: offset_bytes(reached), REPUBLISH_CURSOR: b""})
+    if applied or behind:
+        report(
+            f"restored {name}: {applied:,} changelog records replayed in "
+            f"{time.monotonic() - began:.3f}s, store at offset {end}"
+            + (" (bulk rebuild)" if bulk else "")
+        )
+    return restored
+
+
+def _empty(store: Store) -> bool:
+    return next(store.items(), None) is None
+
+
+def _replay(
+    store: Store,
+    topic: SowTopic,
+    partition: int,
+    reader: PartitionReader,
+    report: ProgressReport,
+    report_every_s: float,
+    start: int,
+    behind: int | None,
+) -> Generator[int, None, tuple[Restored, int, int]]:
+    """The replay loop of :func:`restore_steps`; returns (what it found, records
+    replayed, the changelog offset the store reached)."""
+    restored = Restored()
+    name = f"{topic.name}[{partition}]"
+    last_report = time.monotonic()
     applied = 0
     end = start
     unfinished: list[Record] = []
-    for batch in reader.read_to_end(changelog, partition, start):
+    for batch in reader.read_to_end(topic.changelog_topic, partition, start):
         kind = type(batch[0])  # the log client's record class: its methods, looked up once
         keys: list[bytes | None] = list(map(kind.key, batch))
         values: list[bytes | None] = list(map(kind.value, batch))
-        controls = [i for i, key in enumerate(keys) if not key or key < _CONTROL_END]
+        controls = list(compress(range(len(keys)), map(_is_control, keys)))
         meta: dict[bytes, bytes | None] = {}
         if not controls:
             updates: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))  # type: ignore[arg-type]
@@ -180,26 +243,7 @@ def restore_steps(
     for record in unfinished:
         restored.saw_change(record)
     restored.applied = applied
-    reached = reader.last_end_offset
-    if 0 <= reached < start and applied == 0:
-        restored.log_lost = True
-        log.warning(
-            "%s: the changelog %s ends at offset %d but the store reflects offset %d: the "
-            "log was lost or truncated; keeping the store's %d records as they are (no "
-            "replay) and re-publishing them to the new changelog",
-            name,
-            changelog,
-            reached,
-            start,
-            store.count(),
-        )
-        store.write({}, {CHANGELOG_OFFSET: offset_bytes(reached), REPUBLISH_CURSOR: b""})
-    if applied or behind:
-        report(
-            f"restored {name}: {applied:,} changelog records replayed in "
-            f"{time.monotonic() - began:.1f}s, store at offset {end}"
-        )
-    return restored
+    return restored, applied, end
 
 
 def transient_start_offset(

@@ -421,7 +421,7 @@ class KafkaPartitionReader:
                         return
                 records: list[Record] = batch
                 done = False
-                if any([m.error() for m in batch]):
+                if batch and any(map(type(batch[0]).error, batch)):
                     records = [m for m in batch if m.error() is None]
                     for message in batch:
                         error = message.error()

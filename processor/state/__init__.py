@@ -54,6 +54,21 @@ class Store(Protocol):
         """Atomically drop every record and put/delete (None) meta values."""
         ...
 
+    def begin_rebuild(self) -> None:
+        """Prepare an empty store to be filled from its changelog in bulk: writes stay
+        atomic, but until :meth:`end_rebuild` they may be durable only together, and a
+        crash before it leaves the store empty again (its rebuild starts over). Only the
+        writer may use the store meanwhile. Raises StoreError when the store holds
+        records. Idempotent."""
+        ...
+
+    def end_rebuild(self) -> None:
+        """End a rebuild: its writes become durable, possibly in the background (the
+        next write or ``close`` waits for that); then writes are ordinary again. That
+        write may reopen the store: iterators taken before it must be finished.
+        Idempotent; ``close`` ends a rebuild too."""
+        ...
+
     def close(self) -> None:
         """Release the store; idempotent."""
         ...

@@ -51,5 +51,11 @@ class MemoryStore:
             else:
                 self._meta[key] = value
 
+    def begin_rebuild(self) -> None:
+        """Nothing to prepare: a memory store has no write-ahead log to skip."""
+
+    def end_rebuild(self) -> None:
+        """Nothing to make durable."""
+
     def close(self) -> None:
         """Nothing to release."""
