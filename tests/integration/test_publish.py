@@ -88,8 +88,10 @@ def test_stream_takes_both_batch_forms_and_refuses_a_batch_that_mixes_them(
         acks = list(client._stub.PublishStream(iter(batches), timeout=30))
         assert [a.batch_id for a in acks] == [1, 2, 3, 4, 5]
         for ack in acks[:2]:
-            assert not ack.refused and len(ack.offsets) == 3
-            assert ack.log_topic.endswith("ORDERS") and not ack.log_topics
+            assert not ack.refused
+            assert len(ack.offsets) == 3
+            assert ack.log_topic.endswith("ORDERS")
+            assert not ack.log_topics
         assert [r.index for r in acks[2].refused] == [0, 1]
         assert "both messages and columns" in acks[2].refused[0].error
         assert [r.error_code for r in acks[3].refused] == ["NOT_FOUND", "NOT_FOUND"]
