@@ -8,7 +8,7 @@ the raw confluent-kafka producer writing the same messages to the same broker:
 2. streaming publish (``SowClient.publish_stream``) of N messages from one client; the rate
    over the first and the last 100k acknowledged messages is reported too.
 3. unary Publish from ``--clients`` concurrent client processes.
-4. publish -> visible: a unary publish, then SowQuery by SowKey until the new value shows
+4. publish -> visible: a unary publish, then SowQuery by SowKey every millisecond until the new value shows
    (no min_position), at idle and with a background streaming publish at ``--background``
    msg/s from another process.
 
@@ -273,6 +273,7 @@ def visibility(address: str, samples: int) -> dict[str, Any]:
                 records, _, _ = client.query("BENCH", sow_keys=[key])
                 if records and orjson.loads(records[0].data).get("n") == n:
                     break
+                time.sleep(0.001)  # poll, without the probe itself loading the service
             latencies.append((time.perf_counter() - began) * 1000)
     latencies.sort()
     return {
