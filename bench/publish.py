@@ -8,9 +8,9 @@ the raw confluent-kafka producer writing the same messages to the same broker:
 2. streaming publish (``SowClient.publish_stream``) of N messages from one client; the rate
    over the first and the last 100k acknowledged messages is reported too.
 3. unary Publish from ``--clients`` concurrent client processes.
-4. publish -> visible: a unary publish, then SowQuery by SowKey every millisecond until the new value shows
-   (no min_position), at idle and with a background streaming publish at ``--background``
-   msg/s from another process.
+4. publish -> visible: a unary publish, then SowQuery by SowKey every millisecond until the
+   new value shows (no min_position), at idle and with a background streaming publish at
+   ``--background`` msg/s from another process.
 
     python bench/publish.py --json-out bench/results/publish.json
 
