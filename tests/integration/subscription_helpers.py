@@ -42,7 +42,9 @@ class Collector:
         return [m.change for m in self.messages if m.WhichOneof("part") == "change"]
 
     def query_records(self) -> list[Any]:
-        return [r for m in self.messages if m.WhichOneof("part") == "batch" for r in m.batch.records]
+        return [
+            r for m in self.messages if m.WhichOneof("part") == "batch" for r in m.batch.records
+        ]
 
     def group_end(self) -> Any:
         for m in self.messages:
