@@ -216,7 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="skip updates whose message equals the one last received for the record",
         )
-        command.add_argument("--sub-id", default="", help="subscription id (SubId), echoed by the service")
+        command.add_argument(
+            "--sub-id", default="", help="subscription id (SubId), echoed by the service"
+        )
         command.add_argument(
             "--max-backlog",
             type=int,
