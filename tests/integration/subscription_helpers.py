@@ -14,7 +14,8 @@ from processor.service.client import ServiceError, SubscriptionStream
 
 class Collector:
     """Reads one subscription stream on a thread, keeping every message and the error
-    that ended it (None while it runs or after a clean cancel)."""
+    that ended it (None while it runs or after a clean cancel). With ``pause``, it stops
+    reading at the first change until the event is set (a slow consumer)."""
 
     def __init__(self, stream: SubscriptionStream, pause: threading.Event | None = None) -> None:
         self.stream = stream
@@ -29,7 +30,7 @@ class Collector:
     def _read(self) -> None:
         try:
             for message in self.stream:
-                if self.pause is not None:
+                if self.pause is not None and message.WhichOneof("part") == "change":
                     self.pause.wait()
                 self.messages.append(message)
                 self.received_at.append(time.monotonic())

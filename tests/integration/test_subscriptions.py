@@ -93,3 +93,51 @@ def test_bad_subscriptions_get_clear_errors(bootstrap: str, tmp_path: Path, uniq
         with pytest.raises(ServiceError) as too_big:
             list(client.sow_and_subscribe("ORDERS", batch_size=10001))
         assert "10000" in too_big.value.details
+
+
+def test_a_slow_consumer_is_disconnected_while_others_keep_up(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    import threading
+    import time
+
+    topology = namespaced(unique, ORDERS)
+    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+        hub = app.subscriptions
+        assert hub is not None
+        paused = threading.Event()
+        slow = Collector(client.subscribe("ORDERS", sub_id="slow", max_backlog=50), paused)
+        others = [Collector(client.subscribe("ORDERS", sub_id=f"o{i}")) for i in range(10)]
+        for collector in [slow, *others]:
+            assert collector.wait_for(lambda c: bool(c.messages) or c.done.is_set())
+        count = 3000
+        padding = "x" * 1000  # fills the slow client's connection window sooner
+        messages = (
+            f'{{"orderId": {i}, "price": {i}, "pad": "{padding}"}}'.encode() for i in range(count)
+        )
+        list(client.publish_stream("ORDERS", messages))
+        # The slow subscriber's queue overflows: the service drops it, not the others.
+        deadline = time.monotonic() + 60
+        while len(hub) > 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(hub) == 10
+        paused.set()  # it reads again: what was in flight, then the reason
+        assert slow.done.wait(20)
+        assert slow.error is not None
+        assert slow.error.code == "RESOURCE_EXHAUSTED"
+        assert "slow consumer:" in slow.error.details
+        assert "messages behind" in slow.error.details
+        assert len(slow.changes()) < count
+        for collector in others:
+            assert collector.wait_for(lambda c: len(c.changes()) >= count, 60)
+            assert collector.error is None
+            changes = collector.changes()
+            # Every change once (in order per changelog partition; ORDERS has two).
+            assert sorted(data(c.record)["orderId"] for c in changes) == list(range(count))
+            # Loose bound: each change arrived within seconds of its apply time.
+            lags = [
+                received - c.record.apply_time_ms / 1000
+                for c, received in zip(changes, collector.received_at[1:], strict=True)
+            ]
+            assert max(lags) < 15.0
+            collector.stop()
