@@ -231,7 +231,10 @@ class SubscriptionHub:
                     return group.expression
         from processor.expr import compile as compile_expression
 
-        return compile_expression(key)
+        expression = compile_expression(key)
+        # Generate its code now, on the subscriber's thread, not in the dispatcher.
+        _ = expression.source
+        return expression
 
     def _register(
         self,
@@ -308,9 +311,12 @@ class SubscriptionHub:
                 for group in index.candidates(messages):
                     matched = new is not None and group.matches(new_message, context)
                     for subscription in group.subscriptions.values():
-                        subscription.offer(event, matched)
-                        if subscription.closed is not None:
-                            closed.append(subscription)
+                        # A change that does not match concerns only a subscription
+                        # that may hold the record.
+                        if matched or subscription.tracks_focus:
+                            subscription.offer(event, matched)
+                            if subscription.closed is not None:
+                                closed.append(subscription)
                 self.dispatched += 1
             for subscription in closed:
                 self._forget(subscription)

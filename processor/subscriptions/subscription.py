@@ -193,6 +193,11 @@ class Subscription:
             self.delivered += count
             return taken
 
+    def has_backlog(self) -> bool:
+        """Whether deliveries wait, read without the lock: a hint for a sender that polls
+        many subscriptions (exact only on the dispatcher's thread)."""
+        return bool(self._queue)
+
     def backlog(self) -> int:
         """How many deliveries wait for the subscriber."""
         with self._ready:
