@@ -263,7 +263,8 @@ class SowClient:
 
 
 class SubscriptionStream:
-    """The messages of one subscription, as they come (iterate it from one thread).
+    """The messages of one subscription, as they come (iterate it from one thread);
+    changes the service sent together (``changes``) come out one ``change`` at a time.
 
     ``cancel()`` may be called from any thread: the iteration then ends without an
     error. A stream the service ends raises ServiceError (a slow consumer gets
@@ -276,7 +277,12 @@ class SubscriptionStream:
 
     def __iter__(self) -> Iterator[Any]:
         try:
-            yield from self._call
+            for message in self._call:
+                if message.WhichOneof("part") != "changes":
+                    yield message
+                    continue
+                for change in message.changes.changes:
+                    yield sow_pb2.SubscriptionMessage(sub_id=message.sub_id, change=change)
         except grpc.RpcError as exc:
             if self.cancelled and exc.code() == grpc.StatusCode.CANCELLED:
                 return

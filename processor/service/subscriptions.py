@@ -186,13 +186,20 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                     return
                 if not deliveries and not context.is_active():
                     return
-                for delivery in deliveries:
-                    yield _change(sub_id, delivery, convert)
+                if len(deliveries) == 1:
+                    yield sow_pb2.SubscriptionMessage(
+                        sub_id=sub_id, change=_change(deliveries[0], convert)
+                    )
+                elif deliveries:
+                    changes = [_change(delivery, convert) for delivery in deliveries]
+                    yield sow_pb2.SubscriptionMessage(
+                        sub_id=sub_id, changes=sow_pb2.ChangeBatch(changes=changes)
+                    )
         finally:
             self._hub.unsubscribe(subscription)
 
 
-def _change(sub_id: str, delivery: Delivery, convert: Callable[[Envelope], Any]) -> Any:
+def _change(delivery: Delivery, convert: Callable[[Envelope], Any]) -> Any:
     change = sow_pb2.Change(
         kind=_KINDS[delivery.kind],
         topic=delivery.topic,
@@ -203,7 +210,7 @@ def _change(sub_id: str, delivery: Delivery, convert: Callable[[Envelope], Any])
     )
     if delivery.current is not None:
         change.current.CopyFrom(convert(changelog.decode(delivery.current)))
-    return sow_pb2.SubscriptionMessage(sub_id=sub_id, change=change)
+    return change
 
 
 def _cancel_later(context: Any) -> None:

@@ -277,17 +277,25 @@ class Registered(_message.Message):
     def __init__(self, snapshot: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionMessage(_message.Message):
-    __slots__ = ("sub_id", "registered", "group_begin", "batch", "group_end", "change")
+    __slots__ = ("sub_id", "registered", "group_begin", "batch", "group_end", "change", "changes")
     SUB_ID_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     GROUP_BEGIN_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     GROUP_END_FIELD_NUMBER: _ClassVar[int]
     CHANGE_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
     sub_id: str
     registered: Registered
     group_begin: GroupBegin
     batch: Batch
     group_end: SubscribeGroupEnd
     change: Change
-    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., group_begin: _Optional[_Union[GroupBegin, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., group_end: _Optional[_Union[SubscribeGroupEnd, _Mapping]] = ..., change: _Optional[_Union[Change, _Mapping]] = ...) -> None: ...
+    changes: ChangeBatch
+    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., group_begin: _Optional[_Union[GroupBegin, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., group_end: _Optional[_Union[SubscribeGroupEnd, _Mapping]] = ..., change: _Optional[_Union[Change, _Mapping]] = ..., changes: _Optional[_Union[ChangeBatch, _Mapping]] = ...) -> None: ...
+
+class ChangeBatch(_message.Message):
+    __slots__ = ("changes",)
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[Change]
+    def __init__(self, changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ...) -> None: ...
