@@ -29,6 +29,7 @@ from processor.query.sow import QueryEngine
 from processor.state import Store
 from processor.state.memory import MemoryStore
 from processor.state.rocksdb import RocksDBStore, quarantine
+from processor.subscriptions.hub import SubscriptionHub
 from processor.topology import Topology
 from processor.topology.model import Durability, SowTopic
 from processor.worker import ProcessorChild
@@ -107,6 +108,7 @@ class Application:
     topology: Topology
     processor: Processor | None = None
     replica: Replica | None = None
+    subscriptions: SubscriptionHub | None = None
     grpc_server: Any = None
     grpc_address: str = ""
     log_writer: KafkaLogWriter | None = None
@@ -167,6 +169,8 @@ class Application:
         self.stopping.set()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=1).wait()
+        if self.subscriptions is not None:
+            self.subscriptions.close()
         if self.log_writer is not None:
             self.log_writer.close()
         if self.replica is not None:
@@ -231,7 +235,10 @@ def start(
             app.log_writer = KafkaLogWriter(bootstrap)
             gateway = Gateway(topology, app.log_writer, app.replica)
             engine = QueryEngine(topology, app.replica)
-            app.grpc_server, app.grpc_address = start_server(engine, gateway, settings.grpc_address)
+            app.subscriptions = SubscriptionHub(topology, app.replica, engine)
+            app.grpc_server, app.grpc_address = start_server(
+                engine, gateway, settings.grpc_address, app.subscriptions
+            )
     except BaseException:
         app.stop()
         raise

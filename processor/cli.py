@@ -186,6 +186,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common_server(delete)
 
+    for name, text in (
+        (
+            "subscribe",
+            "Print every later change of a SOW topic that matches the filter as JSON lines "
+            '(kind publish or oof), after a first {"registered"} line, until stopped '
+            "(Ctrl-C exits 0).",
+        ),
+        (
+            "sow-and-subscribe",
+            "Print the current matching records (kind sow), a group_end line with the "
+            "position vector they reflect, then every later change (kind publish, delete or "
+            "oof) as JSON lines, with no gap and no duplicate, until stopped (Ctrl-C exits 0).",
+        ),
+    ):
+        command = sub.add_parser(name, help=text.split(" as JSON")[0] + ".", description=text)
+        command.add_argument(
+            "topic", help="SOW topic name, or a regular expression over topic names"
+        )
+        command.add_argument("--filter", default="", help="AMPS content filter")
+        command.add_argument(
+            "--oof",
+            action="store_true",
+            help="out-of-focus notifications: records leaving the view (deleted, expired, "
+            "match) arrive as kind oof with the reason",
+        )
+        command.add_argument(
+            "--no-empties",
+            action="store_true",
+            help="skip updates whose message equals the one last received for the record",
+        )
+        command.add_argument(
+            "--sub-id", default="", help="subscription id (SubId), echoed by the service"
+        )
+        command.add_argument(
+            "--max-backlog",
+            type=int,
+            default=0,
+            help="messages the service may queue for this subscriber before disconnecting it "
+            "as a slow consumer (default: the service's, 10000)",
+        )
+        if name == "sow-and-subscribe":
+            command.add_argument(
+                "--batch-size", type=int, default=0, help="query records per batch, 1..10000"
+            )
+        _common_server(command)
+
     evaluate = sub.add_parser(
         "eval",
         help="Evaluate an AMPS expression against a message.",
@@ -455,6 +501,72 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _position_json(position: Any) -> str:
+    return _position_text(position.topic, position.partition, position.offset)
+
+
+def _change_json(change: Any) -> dict[str, Any]:
+    """A delivered change as printed."""
+    from processor.service._generated import sow_pb2
+
+    out: dict[str, Any] = {
+        "kind": sow_pb2.ChangeKind.Name(change.kind).removeprefix("CHANGE_").lower(),
+        "topic": change.topic,
+        **_record_json(change.record),
+        "changelog_position": _position_json(change.changelog_position),
+    }
+    if change.oof_reason:
+        out["reason"] = change.oof_reason
+    if change.HasField("current"):
+        out["current"] = _record_json(change.current)["data"]
+    return out
+
+
+def cmd_subscribe(args: argparse.Namespace) -> int:
+    """Print a subscription's messages until stopped; Ctrl-C (or SIGTERM) exits 0."""
+    from processor.service.client import SowClient
+
+    options: dict[str, Any] = {
+        "filter": args.filter,
+        "oof": args.oof,
+        "no_empties": args.no_empties,
+        "sub_id": args.sub_id,
+        "max_backlog": args.max_backlog,
+        "text_form": True,
+    }
+    with SowClient(_address(args)) as client:
+        if args.command == "subscribe":
+            stream = client.subscribe(args.topic, **options)
+        else:
+            stream = client.sow_and_subscribe(args.topic, batch_size=args.batch_size, **options)
+        signal.signal(signal.SIGTERM, lambda *_: stream.cancel())
+        try:
+            for message in stream:
+                part = message.WhichOneof("part")
+                if part == "change":
+                    _out(_change_json(message.change))
+                elif part == "batch":
+                    for record in message.batch.records:
+                        _out({"kind": "sow", "topic": record.topic, **_record_json(record)})
+                elif part == "group_end":
+                    end = message.group_end
+                    _out(
+                        {
+                            "group_end": {
+                                "records_returned": end.records_returned,
+                                "snapshot": [_position_json(p) for p in end.snapshot],
+                                "plan": end.plan,
+                            }
+                        }
+                    )
+                elif part == "registered":
+                    snapshot = [_position_json(p) for p in message.registered.snapshot]
+                    _out({"registered": {"snapshot": snapshot}})
+        except KeyboardInterrupt:
+            stream.cancel()
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from processor.expr import evaluate
 
@@ -485,6 +597,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "query": cmd_query,
         "delete": cmd_delete,
         "eval": cmd_eval,
+        "subscribe": cmd_subscribe,
+        "sow-and-subscribe": cmd_subscribe,
     }
     try:
         return int(handlers[args.command](args))

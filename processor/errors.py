@@ -145,6 +145,16 @@ class PositionTimeoutError(SowError):
     """A read asked for a minimum log position the service did not reach in time."""
 
 
+class SlowConsumerError(SowError):
+    """A subscriber fell behind past its subscription's backlog limit and was
+    disconnected; it must subscribe again (sow_and_subscribe to resynchronise)."""
+
+
+class TooManySubscriptionsError(SowError):
+    """The query service already serves as many subscriptions as it allows; use another
+    query-service replica or retry later."""
+
+
 class BrokerError(SowError):
     """The Kafka-protocol broker cannot be started, reached or used."""
 

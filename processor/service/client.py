@@ -69,6 +69,7 @@ class SowClient:
     def __init__(self, address: str, publisher: str | None = None, retries: int = 3) -> None:
         self._channel = grpc.insecure_channel(address)
         self._stub = sow_pb2_grpc.SowStub(self._channel)  # type: ignore[no-untyped-call]
+        self._subscriptions = sow_pb2_grpc.SubscriptionsStub(self._channel)  # type: ignore[no-untyped-call]
         if publisher is None:
             publisher = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._publisher = publisher
@@ -244,6 +245,59 @@ class SowClient:
             return self._stub.SowDelete(request, timeout=timeout)
         except grpc.RpcError as exc:
             raise _translate(exc) from exc
+
+    def subscribe(self, topic: str, **options: Any) -> SubscriptionStream:
+        """A live subscription: every later matching change, as SubscriptionMessages
+        with ``change`` set. ``options`` are SubscribeRequest fields (filter, sub_id, oof,
+        no_empties, text_form, max_backlog). Iterate it; ``cancel()`` (or leaving its
+        ``with`` block) ends it cleanly."""
+        request = sow_pb2.SubscribeRequest(topic=topic, **options)
+        return SubscriptionStream(self._subscriptions.Subscribe(request))
+
+    def sow_and_subscribe(self, topic: str, **options: Any) -> SubscriptionStream:
+        """The query result (group_begin, batch..., group_end with the position vector it
+        reflects), then every later matching change with no gap and no duplicate.
+        ``options`` as for :meth:`subscribe`, plus batch_size and query_id."""
+        request = sow_pb2.SubscribeRequest(topic=topic, **options)
+        return SubscriptionStream(self._subscriptions.SowAndSubscribe(request))
+
+
+class SubscriptionStream:
+    """The messages of one subscription, as they come (iterate it from one thread);
+    changes the service sent together (``changes``) come out one ``change`` at a time.
+
+    ``cancel()`` may be called from any thread: the iteration then ends without an
+    error. A stream the service ends raises ServiceError (a slow consumer gets
+    RESOURCE_EXHAUSTED with "slow consumer: N messages behind").
+    """
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self.cancelled = False
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for message in self._call:
+                if message.WhichOneof("part") != "changes":
+                    yield message
+                    continue
+                for change in message.changes.changes:
+                    yield sow_pb2.SubscriptionMessage(sub_id=message.sub_id, change=change)
+        except grpc.RpcError as exc:
+            if self.cancelled and exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise _translate(exc) from exc
+
+    def cancel(self) -> None:
+        """End the subscription (idempotent)."""
+        self.cancelled = True
+        self._call.cancel()
+
+    def __enter__(self) -> SubscriptionStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
 
 
 class _StreamPublish:

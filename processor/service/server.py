@@ -21,6 +21,8 @@ from processor.query.gateway import Deleted, Gateway, PendingPublishes, PublishC
 from processor.query.replica import LogPosition
 from processor.query.sow import QueryEngine, SowQuery
 from processor.service._generated import sow_pb2, sow_pb2_grpc
+from processor.service.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
+from processor.subscriptions.hub import SubscriptionHub
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,8 @@ DEADLINE_MARGIN_S = 0.25
 #: Failure reason -> gRPC status code. Order matters: the first matching class wins.
 STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
     (errors.UnknownTopicError, grpc.StatusCode.NOT_FOUND),
+    (errors.SlowConsumerError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.TooManySubscriptionsError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.UnsupportedError, grpc.StatusCode.UNIMPLEMENTED),
     (errors.InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.MessageError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -326,10 +330,20 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         return self._gateway.delete(request.topic, list(request.sow_keys), timeout)
 
 
-def start_server(engine: QueryEngine, gateway: Gateway, address: str) -> tuple[Any, str]:
-    """Start the gRPC server on ``address``; return it and the address it bound."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS))
+def start_server(
+    engine: QueryEngine, gateway: Gateway, address: str, hub: SubscriptionHub | None = None
+) -> tuple[Any, str]:
+    """Start the gRPC server on ``address``; return it and the address it bound. With a
+    subscription hub it also serves the Subscriptions service (one more worker thread per
+    subscription stream)."""
+    workers = WORKERS + (SUBSCRIPTION_STREAMS if hub is not None else 0)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
     sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway), server)  # type: ignore[no-untyped-call]
+    if hub is not None:
+        codecs = {name: gateway.codec(topic) for name, topic in gateway.topology.topics.items()}
+        sow_pb2_grpc.add_SubscriptionsServicer_to_server(  # type: ignore[no-untyped-call]
+            SubscriptionsServicer(hub, codecs, status_for), server
+        )
     host, _, _port = address.rpartition(":")
     bound = server.add_insecure_port(address)
     if bound == 0:

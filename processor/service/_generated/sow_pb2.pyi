@@ -1,10 +1,20 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHANGE_PUBLISH: _ClassVar[ChangeKind]
+    CHANGE_DELETE: _ClassVar[ChangeKind]
+    CHANGE_OOF: _ClassVar[ChangeKind]
+CHANGE_PUBLISH: ChangeKind
+CHANGE_DELETE: ChangeKind
+CHANGE_OOF: ChangeKind
 
 class Position(_message.Message):
     __slots__ = ("topic", "partition", "offset")
@@ -217,3 +227,93 @@ class SowDeleteReply(_message.Message):
     records_deleted: int
     positions: _containers.RepeatedCompositeFieldContainer[Position]
     def __init__(self, records_deleted: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("topic", "filter", "sub_id", "oof", "no_empties", "batch_size", "send_keys", "text_form", "query_id", "max_backlog")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    SUB_ID_FIELD_NUMBER: _ClassVar[int]
+    OOF_FIELD_NUMBER: _ClassVar[int]
+    NO_EMPTIES_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEND_KEYS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    filter: str
+    sub_id: str
+    oof: bool
+    no_empties: bool
+    batch_size: int
+    send_keys: bool
+    text_form: bool
+    query_id: str
+    max_backlog: int
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[str] = ..., sub_id: _Optional[str] = ..., oof: _Optional[bool] = ..., no_empties: _Optional[bool] = ..., batch_size: _Optional[int] = ..., send_keys: _Optional[bool] = ..., text_form: _Optional[bool] = ..., query_id: _Optional[str] = ..., max_backlog: _Optional[int] = ...) -> None: ...
+
+class Change(_message.Message):
+    __slots__ = ("kind", "topic", "sow_key", "record", "changelog_position", "oof_reason", "current")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SOW_KEY_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    CHANGELOG_POSITION_FIELD_NUMBER: _ClassVar[int]
+    OOF_REASON_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    kind: ChangeKind
+    topic: str
+    sow_key: str
+    record: SowRecord
+    changelog_position: Position
+    oof_reason: str
+    current: SowRecord
+    def __init__(self, kind: _Optional[_Union[ChangeKind, str]] = ..., topic: _Optional[str] = ..., sow_key: _Optional[str] = ..., record: _Optional[_Union[SowRecord, _Mapping]] = ..., changelog_position: _Optional[_Union[Position, _Mapping]] = ..., oof_reason: _Optional[str] = ..., current: _Optional[_Union[SowRecord, _Mapping]] = ...) -> None: ...
+
+class SubscribeGroupEnd(_message.Message):
+    __slots__ = ("query_id", "snapshot", "topic_matches", "matches", "records_returned", "elapsed_us", "plan")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_MATCHES_FIELD_NUMBER: _ClassVar[int]
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_RETURNED_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_US_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    snapshot: _containers.RepeatedCompositeFieldContainer[Position]
+    topic_matches: int
+    matches: int
+    records_returned: int
+    elapsed_us: int
+    plan: str
+    def __init__(self, query_id: _Optional[str] = ..., snapshot: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., topic_matches: _Optional[int] = ..., matches: _Optional[int] = ..., records_returned: _Optional[int] = ..., elapsed_us: _Optional[int] = ..., plan: _Optional[str] = ...) -> None: ...
+
+class Registered(_message.Message):
+    __slots__ = ("snapshot",)
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: _containers.RepeatedCompositeFieldContainer[Position]
+    def __init__(self, snapshot: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
+
+class SubscriptionMessage(_message.Message):
+    __slots__ = ("sub_id", "registered", "group_begin", "batch", "group_end", "change", "changes")
+    SUB_ID_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BEGIN_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    GROUP_END_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    sub_id: str
+    registered: Registered
+    group_begin: GroupBegin
+    batch: Batch
+    group_end: SubscribeGroupEnd
+    change: Change
+    changes: ChangeBatch
+    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., group_begin: _Optional[_Union[GroupBegin, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., group_end: _Optional[_Union[SubscribeGroupEnd, _Mapping]] = ..., change: _Optional[_Union[Change, _Mapping]] = ..., changes: _Optional[_Union[ChangeBatch, _Mapping]] = ...) -> None: ...
+
+class ChangeBatch(_message.Message):
+    __slots__ = ("changes",)
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[Change]
+    def __init__(self, changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ...) -> None: ...

@@ -224,3 +224,121 @@ class Sow:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class SubscriptionsStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Subscribe = channel.unary_stream(
+                '/kafka_sow.v1.Subscriptions/Subscribe',
+                request_serializer=sow__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=sow__pb2.SubscriptionMessage.FromString,
+                _registered_method=True)
+        self.SowAndSubscribe = channel.unary_stream(
+                '/kafka_sow.v1.Subscriptions/SowAndSubscribe',
+                request_serializer=sow__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=sow__pb2.SubscriptionMessage.FromString,
+                _registered_method=True)
+
+
+class SubscriptionsServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Subscribe(self, request, context):
+        """Live changes from now on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SowAndSubscribe(self, request, context):
+        """The query result (group begin, batches, group end), then every later matching change:
+        no gap and no duplicate between the two.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SubscriptionsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Subscribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=sow__pb2.SubscribeRequest.FromString,
+                    response_serializer=sow__pb2.SubscriptionMessage.SerializeToString,
+            ),
+            'SowAndSubscribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.SowAndSubscribe,
+                    request_deserializer=sow__pb2.SubscribeRequest.FromString,
+                    response_serializer=sow__pb2.SubscriptionMessage.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'kafka_sow.v1.Subscriptions', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('kafka_sow.v1.Subscriptions', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Subscriptions:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Subscribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/kafka_sow.v1.Subscriptions/Subscribe',
+            sow__pb2.SubscribeRequest.SerializeToString,
+            sow__pb2.SubscriptionMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SowAndSubscribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/kafka_sow.v1.Subscriptions/SowAndSubscribe',
+            sow__pb2.SubscribeRequest.SerializeToString,
+            sow__pb2.SubscriptionMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

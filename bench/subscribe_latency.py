@@ -1,0 +1,138 @@
+"""Publish -> subscriber latency through the whole live path, one subscriber.
+
+Starts the broker (``KAFKA_BOOTSTRAP_SERVERS`` or the embedded one) and kafka-sow as
+``sow serve`` runs it (processor in a child process; replica, subscription hub and gRPC
+in this process), opens one ``subscribe`` stream over loopback gRPC, and writes messages
+to the input topic at a steady rate with a plain producer (each carries its send time).
+Latency is send -> received by the gRPC client, per message. Prints p50/p99/max per
+rate.
+
+    PYTHONPATH=. python bench/subscribe_latency.py --rates 1000 10000 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Producer
+
+from processor.app import start
+from processor.config import Settings
+from processor.keys import key_function
+from processor.service.client import ServiceError, SowClient
+from processor.topology.model import SowTopic, Topology
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, Any]:
+    key_of = key_function(topic)
+    assert key_of is not None
+    received: list[float] = []
+    sent_at: dict[int, float] = {}
+    client = SowClient(app.grpc_address)
+    stream = client.subscribe(topic.name, sub_id="bench")
+
+    def read() -> None:
+        try:
+            for message in stream:
+                if message.WhichOneof("part") != "change":
+                    continue
+                now = time.perf_counter()
+                n = orjson.loads(message.change.record.data)["n"]
+                received.append(now - sent_at[n])
+        except ServiceError as exc:
+            print(f"subscriber ended: {exc}", file=sys.stderr)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    time.sleep(1.0)
+    producer = Producer(
+        {"bootstrap.servers": app.broker.bootstrap_servers, "linger.ms": 1, "log_level": 3}
+    )
+    total = int(rate * seconds)
+    batch = max(1, rate // 1000)  # messages per millisecond tick
+    started = time.perf_counter()
+    for n in range(total):
+        if n % batch == 0:
+            due = started + n / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        message = {"id": n % 10_000, "n": n}
+        sent_at[n] = time.perf_counter()
+        producer.produce(topic.kafka_topic, orjson.dumps(message), key_of(message).encode())
+        producer.poll(0)
+    producer.flush(30)
+    sent_s = time.perf_counter() - started
+    deadline = time.perf_counter() + 60
+    while len(received) < total and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    stream.cancel()
+    client.close()
+    ms = [r * 1000 for r in received]
+    return {
+        "rate": rate,
+        "sent_per_s": round(total / sent_s),
+        "received": len(received),
+        "sent": total,
+        "p50_ms": round(_percentile(ms, 0.5), 2),
+        "p99_ms": round(_percentile(ms, 0.99), 2),
+        "max_ms": round(max(ms), 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--json-out", type=Path, default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    name = f"sublat-{uuid.uuid4().hex[:8]}"
+    work = Path(tempfile.mkdtemp())
+    topology_file = work / "lat.yaml"
+    topology_file.write_text(
+        f"topics:\n  - name: LAT\n    key: /id\n    kafka_topic: {name}\n    partitions: 1\n"
+    )
+    settings = Settings.from_env(
+        topology=topology_file,
+        state_dir=work / "state",
+        group_id=name,
+        grpc_address="127.0.0.1:0",
+    )
+    topic = SowTopic("LAT", keys=("/id",), kafka_topic=name)
+    app = start(settings, topology=Topology({"LAT": topic}), processor_process=True)
+    rows = []
+    try:
+        ready = app.processor_ready
+        if ready is not None and not ready.wait(120):
+            raise SystemExit("the processor did not start within 120 s")
+        assert app.replica is not None
+        app.replica.wait_caught_up(60)
+        for rate in args.rates:
+            row = measure(app, topic, rate, args.seconds)
+            rows.append(row)
+            print(json.dumps(row))
+    finally:
+        app.stop()
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""gRPC Subscriptions service: Subscribe and SowAndSubscribe as server streams.
+
+Each stream is served by one worker thread that sends what the subscription's queue
+holds (:class:`~processor.subscriptions.subscription.Subscription`). A subscriber that
+falls behind past its backlog limit is ended with RESOURCE_EXHAUSTED and the reason
+("slow consumer: N messages behind ..."); a client that cancels or disconnects ends
+its subscription. Errors map to statuses through :func:`processor.service.server.status_for`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from processor import changelog, errors
+from processor.changelog import Envelope
+from processor.messages import Codec
+from processor.query.events import ChangelogPosition
+from processor.service._generated import sow_pb2, sow_pb2_grpc
+from processor.subscriptions.hub import SubscriptionHub
+from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
+from processor.subscriptions.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+#: Subscription streams one service serves at once (one worker thread each).
+SUBSCRIPTION_STREAMS = 1000
+#: Most changes sent per wake-up of a stream's thread.
+SEND_BATCH = 256
+#: How often an idle stream checks that its client is still there.
+IDLE_CHECK_S = 0.5
+#: How long a slow consumer's stream may stay blocked on a full connection after its
+#: subscription closed before the service cancels it.
+SLOW_CONSUMER_GRACE_S = 5.0
+
+_KINDS = {
+    ChangeKind.PUBLISH: sow_pb2.CHANGE_PUBLISH,
+    ChangeKind.DELETE: sow_pb2.CHANGE_DELETE,
+    ChangeKind.OOF: sow_pb2.CHANGE_OOF,
+}
+
+
+def _position(position: ChangelogPosition | tuple[str, int, int]) -> Any:
+    topic, partition, offset = position
+    return sow_pb2.Position(topic=topic, partition=partition, offset=offset)
+
+
+def _record(envelope: Envelope, to_text: Callable[[bytes], bytes] | None) -> Any:
+    return sow_pb2.SowRecord(
+        sow_key=envelope.sow_key,
+        data=envelope.data if to_text is None else to_text(envelope.data),
+        topic=envelope.topic,
+        message_type=envelope.message_type,
+        position=sow_pb2.Position(
+            topic=envelope.log_topic, partition=envelope.log_partition, offset=envelope.log_offset
+        ),
+        publish_time_ms=envelope.publish_time_ms,
+        apply_time_ms=envelope.apply_time_ms,
+        expiration_ms=envelope.expiration_ms or 0,
+        correlation_id=envelope.correlation_id or "",
+    )
+
+
+def _request(request: Any) -> SubscribeRequest:
+    return SubscribeRequest(
+        topic=request.topic,
+        filter=request.filter,
+        sub_id=request.sub_id,
+        oof=request.oof,
+        no_empties=request.no_empties,
+        batch_size=request.batch_size,
+        send_keys=request.send_keys,
+        query_id=request.query_id,
+        max_backlog=request.max_backlog,
+    )
+
+
+class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
+    """Translates subscription requests to the hub, and errors to statuses."""
+
+    def __init__(
+        self,
+        hub: SubscriptionHub,
+        codecs: dict[str, Codec],
+        status_for: Callable[[errors.SowError], grpc.StatusCode],
+    ) -> None:
+        self._hub = hub
+        self._codecs = codecs
+        self._status_for = status_for
+        self._streams = threading.BoundedSemaphore(SUBSCRIPTION_STREAMS)
+
+    def _abort(self, context: Any, error: errors.SowError) -> None:
+        context.abort(self._status_for(error), str(error))
+
+    def _converter(self, request: Any) -> Callable[[Envelope], Any]:
+        if not request.text_form:
+            return lambda envelope: _record(envelope, None)
+        return lambda envelope: _record(envelope, self._codecs[envelope.topic].to_text)
+
+    def Subscribe(self, request: Any, context: Any) -> Iterator[Any]:
+        if not self._streams.acquire(blocking=False):
+            self._abort(context, _too_many())
+        try:
+            try:
+                subscription = self._hub.subscribe(_request(request))
+            except errors.SowError as exc:
+                self._abort(context, exc)
+            try:
+                yield sow_pb2.SubscriptionMessage(
+                    sub_id=request.sub_id,
+                    registered=sow_pb2.Registered(
+                        snapshot=[_position(p) for p in subscription.start_vector()]
+                    ),
+                )
+            except BaseException:
+                self._hub.unsubscribe(subscription)
+                raise
+            yield from self._live(subscription, request, context)
+        finally:
+            self._streams.release()
+
+    def SowAndSubscribe(self, request: Any, context: Any) -> Iterator[Any]:
+        if not self._streams.acquire(blocking=False):
+            self._abort(context, _too_many())
+        try:
+            try:
+                subscription, phase = self._hub.sow_and_subscribe(_request(request))
+            except errors.SowError as exc:
+                self._abort(context, exc)
+            sub_id = request.sub_id
+            try:
+                yield sow_pb2.SubscriptionMessage(
+                    sub_id=sub_id,
+                    group_begin=sow_pb2.GroupBegin(
+                        query_id=request.query_id,
+                        topic=request.topic,
+                        snapshot=[_position(p) for p in phase.snapshot],
+                        staleness_ms=self._hub.replica.staleness_ms(),
+                    ),
+                )
+                convert = self._converter(request)
+                for batch in phase.batches:
+                    yield sow_pb2.SubscriptionMessage(
+                        sub_id=sub_id,
+                        batch=sow_pb2.Batch(records=[convert(e) for e in batch]),
+                    )
+                stats = phase.stats
+                yield sow_pb2.SubscriptionMessage(
+                    sub_id=sub_id,
+                    group_end=sow_pb2.SubscribeGroupEnd(
+                        query_id=request.query_id,
+                        snapshot=[_position(p) for p in phase.snapshot],
+                        topic_matches=stats.topic_matches,
+                        matches=stats.matches,
+                        records_returned=stats.records_returned,
+                        elapsed_us=stats.elapsed_us,
+                        plan=stats.plan,
+                    ),
+                )
+            except BaseException:
+                self._hub.unsubscribe(subscription)
+                raise
+            yield from self._live(subscription, request, context)
+        finally:
+            self._streams.release()
+
+    def _live(self, subscription: Subscription, request: Any, context: Any) -> Iterator[Any]:
+        """Send the subscription's changes until the client leaves or it closes."""
+        context.add_callback(lambda: self._hub.unsubscribe(subscription))
+        subscription.on_close.append(lambda: _cancel_later(context))
+        convert = self._converter(request)
+        sub_id = request.sub_id
+        try:
+            while True:
+                try:
+                    deliveries = subscription.take(SEND_BATCH, IDLE_CHECK_S)
+                except errors.SlowConsumerError as exc:
+                    log.warning("%s", exc)
+                    self._abort(context, exc)
+                    return
+                except errors.SowError:
+                    return
+                if not deliveries and not context.is_active():
+                    return
+                if len(deliveries) == 1:
+                    yield sow_pb2.SubscriptionMessage(
+                        sub_id=sub_id, change=_change(deliveries[0], convert)
+                    )
+                elif deliveries:
+                    changes = [_change(delivery, convert) for delivery in deliveries]
+                    yield sow_pb2.SubscriptionMessage(
+                        sub_id=sub_id, changes=sow_pb2.ChangeBatch(changes=changes)
+                    )
+        finally:
+            self._hub.unsubscribe(subscription)
+
+
+def _change(delivery: Delivery, convert: Callable[[Envelope], Any]) -> Any:
+    change = sow_pb2.Change(
+        kind=_KINDS[delivery.kind],
+        topic=delivery.topic,
+        sow_key=delivery.sow_key.decode(),
+        record=convert(changelog.decode(delivery.envelope)),
+        changelog_position=_position(delivery.position),
+        oof_reason="" if delivery.oof_reason is None else delivery.oof_reason.value,
+    )
+    if delivery.current is not None:
+        change.current.CopyFrom(convert(changelog.decode(delivery.current)))
+    return change
+
+
+def _cancel_later(context: Any) -> None:
+    """End a slow consumer's stream if its thread stays blocked on a full connection
+    (the thread itself ends it with the reason when it gets to run)."""
+    timer = threading.Timer(SLOW_CONSUMER_GRACE_S, context.cancel)
+    timer.daemon = True
+    timer.start()
+
+
+def _too_many() -> errors.SowError:
+    return errors.TooManySubscriptionsError(
+        f"this query service already serves {SUBSCRIPTION_STREAMS} subscription streams; "
+        "subscribe to another query-service replica or retry later"
+    )

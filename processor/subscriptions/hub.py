@@ -1,0 +1,338 @@
+"""The subscription hub: registers subscriptions and dispatches the replica's changes.
+
+One replica listener serves every subscription. It only hands each applied unit's
+events to a queue; a dispatcher thread takes them from there in order, finds each
+change's candidate filter groups (:mod:`processor.subscriptions.fanout`), evaluates each
+group's filter once and offers the change to the group's subscriptions, whose bounded
+queues never block it. So neither the replica's applier nor other subscribers wait for
+a slow subscriber: its queue fills, and it is closed with a
+:class:`~processor.errors.SlowConsumerError`.
+
+No gap, no duplicate: a subscription is registered with the dispatcher under the
+replica's lock, in the same critical section as its query (or, for subscribe, as the
+reading of the position vector), and starts at that vector: every change applied after
+it reaches the subscription, and changes before it are skipped by position (see
+:class:`~processor.subscriptions.subscription.Subscription`).
+
+Thread-safety: every public method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from processor import changelog
+from processor.errors import (
+    CatchingUpError,
+    InvalidRequestError,
+    TooManySubscriptionsError,
+)
+from processor.expr import Expression, MessageContext
+from processor.messages import Codec, codec_for
+from processor.query.events import ChangeEvent, ListenerHandle
+from processor.query.replica import LogPosition, Replica
+from processor.query.sow import DEFAULT_TIMEOUT_S, QueryEngine, QueryStats, SowQuery, memo_fields
+from processor.query.sow import select as select_records
+from processor.query.table import SowTable
+from processor.query.topics import resolve_topics
+from processor.subscriptions.fanout import FilterGroup, TopicIndex
+from processor.subscriptions.model import (
+    DEFAULT_MAX_BACKLOG,
+    MAX_MAX_BACKLOG,
+    SubscribeRequest,
+)
+from processor.subscriptions.subscription import Subscription
+from processor.topology.model import SowTopic, Topology
+
+log = logging.getLogger(__name__)
+
+#: Subscriptions one hub serves at most.
+MAX_SUBSCRIPTIONS = 10_000
+#: How long the dispatcher sleeps when idle before checking for a stop.
+IDLE_WAIT_S = 0.1
+
+
+@dataclass(slots=True)
+class QueryPhase:
+    """The query result of a sow_and_subscribe: batches of envelopes, the position
+    vector they reflect (the subscription starts right after it), and the counts."""
+
+    snapshot: list[LogPosition]
+    batches: list[list[changelog.Envelope]]
+    stats: QueryStats
+
+
+class SubscriptionHub:
+    """Subscriptions of one query service (see the module doc).
+
+    ``inline`` runs the matching on the replica's applier thread instead of the
+    dispatcher thread (for measurements: it delays the applier by the matching time).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        replica: Replica,
+        engine: QueryEngine,
+        *,
+        max_subscriptions: int = MAX_SUBSCRIPTIONS,
+        inline: bool = False,
+    ) -> None:
+        self.topology = topology
+        self.replica = replica
+        self.engine = engine
+        self.max_subscriptions = max_subscriptions
+        self._lock = threading.Lock()
+        self._indexes: dict[str, TopicIndex] = {}
+        self._codecs: dict[str, Codec] = {t.name: codec_for(t) for t in topology.topics.values()}
+        self._subscriptions: dict[int, list[tuple[TopicIndex, FilterGroup]]] = {}
+        self._units: collections.deque[Sequence[ChangeEvent]] = collections.deque()
+        self._arrived = threading.Condition(threading.Lock())
+        self._stop = threading.Event()
+        self._inline = inline
+        self._thread: threading.Thread | None = None
+        if not inline:
+            self._thread = threading.Thread(target=self._run, name="sow-subscriptions", daemon=True)
+            self._thread.start()
+        self._listener: ListenerHandle = replica.listen(self._on_unit)
+        #: Changes dispatched so far (for tests and benchmarks).
+        self.dispatched = 0
+
+    def close(self) -> None:
+        """Stop listening and dispatching; open subscriptions are closed."""
+        self._listener.close()
+        self._stop.set()
+        with self._arrived:
+            self._arrived.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self._lock:
+            subscriptions = {
+                number: subscription
+                for index in self._indexes.values()
+                for group in index.groups.values()
+                for number, subscription in group.subscriptions.items()
+            }
+            self._subscriptions.clear()
+            self._indexes.clear()
+        for subscription in subscriptions.values():
+            subscription.close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._subscriptions)
+
+    # -- subscribing ---------------------------------------------------------------------
+
+    def subscribe(self, request: SubscribeRequest) -> Subscription:
+        """Register a live subscription: every matching change applied from now on."""
+        topics, expression = self._validate(request)
+        subscription = Subscription(
+            request, with_query=False, max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG
+        )
+
+        def register(_: list[SowTable]) -> None:
+            self._register(subscription, topics, request.filter, expression)
+
+        _, vector = self.replica.read(topics, register)
+        subscription.start(_start_vector(vector))
+        return subscription
+
+    def sow_and_subscribe(self, request: SubscribeRequest) -> tuple[Subscription, QueryPhase]:
+        """Query the SOW and subscribe at the same position: the result, then (through
+        the subscription) every later matching change, with no gap and no duplicate."""
+        topics, expression = self._validate(request)
+        prepared = self.engine.prepare(
+            SowQuery(
+                topic=request.topic,
+                filter=request.filter,
+                batch_size=request.batch_size,
+                query_id=request.query_id,
+            )
+        )
+        started = time.perf_counter()
+        fields = memo_fields(prepared)
+        if fields:
+            for topic in prepared.topics:
+                self.replica.build_memo_indexes(topic, fields)
+        subscription = Subscription(
+            request, with_query=True, max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG
+        )
+
+        def query_and_register(tables: list[SowTable]) -> Any:
+            selection = select_records(prepared, tables)
+            self._register(subscription, topics, request.filter, expression)
+            return selection
+
+        selection, vector = self.replica.read(prepared.topics, query_and_register)
+        envelopes = [changelog.decode(envelope) for _, envelope in selection.rows]
+        subscription.start(
+            _start_vector(vector),
+            (
+                (topic, e.sow_key.encode(), raw)
+                for (topic, raw), e in zip(selection.rows, envelopes, strict=True)
+            ),
+        )
+        size = prepared.batch_size
+        stats = QueryStats(
+            topic_matches=selection.examined,
+            matches=selection.matches,
+            records_returned=len(envelopes),
+            elapsed_us=int((time.perf_counter() - started) * 1e6),
+            plan="; ".join(selection.plans),
+        )
+        batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
+        return subscription, QueryPhase(vector, batches, stats)
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Close a subscription and forget it (idempotent)."""
+        subscription.close()
+        with self._lock:
+            self._forget(subscription)
+
+    def _validate(self, request: SubscribeRequest) -> tuple[list[SowTopic], Expression | None]:
+        topics = resolve_topics(self.topology, request.topic)
+        if request.max_backlog < 0 or request.max_backlog > MAX_MAX_BACKLOG:
+            raise InvalidRequestError(
+                f"max_backlog {request.max_backlog} is out of range: use 1 to "
+                f"{MAX_MAX_BACKLOG} (0 means the default, {DEFAULT_MAX_BACKLOG})"
+            )
+        expression = self._compiled(topics, request.filter)
+        if not self.replica.caught_up() and not self.replica.wait_caught_up(DEFAULT_TIMEOUT_S):
+            raise CatchingUpError(
+                f"not caught up within {DEFAULT_TIMEOUT_S:g}s: "
+                f"{self.replica.catch_up_status()}; subscribe again shortly"
+            )
+        with self._lock:
+            if len(self._subscriptions) >= self.max_subscriptions:
+                raise TooManySubscriptionsError(
+                    f"this query service already serves {self.max_subscriptions} "
+                    "subscriptions; subscribe to another query-service replica or retry later"
+                )
+        return topics, expression
+
+    def _compiled(self, topics: list[SowTopic], text: str) -> Expression | None:
+        """The filter's expression, shared with a group that has the same text."""
+        key = text.strip()
+        if not key:
+            return None
+        with self._lock:
+            for topic in topics:
+                index = self._indexes.get(topic.name)
+                group = None if index is None else index.groups.get(key)
+                if group is not None:
+                    return group.expression
+        from processor.expr import compile as compile_expression
+
+        expression = compile_expression(key)
+        # Generate its code now, on the subscriber's thread, not in the dispatcher.
+        _ = expression.source
+        return expression
+
+    def _register(
+        self,
+        subscription: Subscription,
+        topics: list[SowTopic],
+        text: str,
+        expression: Expression | None,
+    ) -> None:
+        """File a subscription under its topics' filter groups (under the replica's lock)."""
+        key = text.strip()
+        entries = []
+        with self._lock:
+            for topic in topics:
+                index = self._indexes.setdefault(topic.name, TopicIndex())
+                group = index.group(key, lambda: expression)
+                group.subscriptions[subscription.number] = subscription
+                entries.append((index, group))
+            self._subscriptions[subscription.number] = entries
+
+    def _forget(self, subscription: Subscription) -> None:
+        """Remove a subscription from its groups (hub lock held)."""
+        for index, group in self._subscriptions.pop(subscription.number, ()):
+            group.subscriptions.pop(subscription.number, None)
+            index.discard(group)
+
+    # -- dispatching ---------------------------------------------------------------------
+
+    def _on_unit(self, events: Sequence[ChangeEvent]) -> None:
+        """The replica listener: hand the unit over (or match it here when inline)."""
+        if not self._subscriptions:
+            # Nothing registered before this unit was applied: no subscription needs it.
+            return
+        if self._inline:
+            self._dispatch(events)
+            return
+        with self._arrived:
+            self._units.append(events)
+            self._arrived.notify()
+
+    def _run(self) -> None:
+        units = self._units
+        while not self._stop.is_set():
+            with self._arrived:
+                if not units:
+                    self._arrived.wait(IDLE_WAIT_S)
+                if not units:
+                    continue
+                taken = list(units)
+                units.clear()
+            for events in taken:
+                try:
+                    self._dispatch(events)
+                except Exception:
+                    log.exception("dispatching a change to subscriptions failed")
+
+    def _dispatch(self, events: Sequence[ChangeEvent]) -> None:
+        """Offer each change to the subscriptions of its candidate filter groups."""
+        closed: list[Subscription] = []
+        with self._lock:
+            for event in events:
+                index = self._indexes.get(event.topic)
+                if not index:
+                    continue
+                codec = self._codecs[event.topic]
+                new, old = event.new, event.old
+                messages = []
+                new_message = None
+                if new is not None:
+                    new_message = _message(codec, new)
+                    messages.append(new_message)
+                if old is not None:
+                    messages.append(_message(codec, old))
+                context = functools.partial(_context, new)
+                for group in index.candidates(messages):
+                    matched = new is not None and group.matches(new_message, context)
+                    for subscription in group.subscriptions.values():
+                        # A change that does not match concerns only a subscription
+                        # that may hold the record.
+                        if matched or subscription.tracks_focus:
+                            subscription.offer(event, matched)
+                            if subscription.closed is not None:
+                                closed.append(subscription)
+                self.dispatched += 1
+            for subscription in closed:
+                self._forget(subscription)
+
+
+def _message(codec: Codec, envelope: bytes) -> Any:
+    try:
+        return codec.decode(changelog.data_of(envelope))
+    except Exception:
+        # The processor only writes messages it decoded; such a record has no field values.
+        return None
+
+
+def _context(envelope: bytes | None) -> MessageContext | None:
+    return None if envelope is None else changelog.decode(envelope).context()
+
+
+def _start_vector(vector: list[LogPosition]) -> dict[tuple[str, int], int]:
+    return {(topic, partition): offset for topic, partition, offset in vector}

@@ -1,0 +1,70 @@
+"""What a subscriber asks for and what it receives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from processor.query.events import ChangelogPosition
+
+#: Messages a subscription may have queued before it is disconnected as a slow consumer.
+DEFAULT_MAX_BACKLOG = 10_000
+MAX_MAX_BACKLOG = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeRequest:
+    """A ``subscribe`` or ``sow_and_subscribe`` command (AMPS options of spec 3.5).
+
+    ``topic`` is a SOW topic or a regular expression over topic names; ``filter`` an AMPS
+    expression (empty: everything). ``oof`` asks for out-of-focus notifications;
+    ``no_empties`` suppresses an update whose message equals the one last delivered for
+    the record; ``batch_size`` applies to the query phase of sow_and_subscribe;
+    ``send_keys`` is accepted (SowKeys are always sent). ``max_backlog`` (0: default) is
+    how many messages may wait for the subscriber before it is disconnected.
+    """
+
+    topic: str
+    filter: str = ""
+    sub_id: str = ""
+    oof: bool = False
+    no_empties: bool = False
+    batch_size: int = 0
+    send_keys: bool = False
+    query_id: str = ""
+    max_backlog: int = 0
+
+
+class ChangeKind(Enum):
+    """What a delivered change tells the subscriber."""
+
+    PUBLISH = "publish"
+    DELETE = "delete"
+    OOF = "oof"
+
+
+class OofReason(Enum):
+    """Why a record left a subscription's focus (spec 3.9)."""
+
+    DELETED = "deleted"
+    EXPIRED = "expired"
+    MATCH = "match"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One change for one subscription.
+
+    ``envelope`` is the record as the subscriber should see it: the new state for a
+    publish, the last state it received for a delete or an OOF. ``current`` is the new
+    state for an OOF ``match`` (it no longer matches the filter). ``position`` is the
+    changelog record of the change.
+    """
+
+    kind: ChangeKind
+    topic: str
+    sow_key: bytes
+    envelope: bytes
+    position: ChangelogPosition
+    oof_reason: OofReason | None = None
+    current: bytes | None = None

@@ -1,0 +1,204 @@
+"""One subscription: where it starts, what it holds, and its bounded send queue.
+
+The dispatcher (:mod:`processor.subscriptions.hub`) calls :meth:`Subscription.offer` with
+every change that may concern the subscription, in changelog order per partition, and
+whether the change's new state matches the filter. The subscription decides what that
+means for its subscriber, from the records it holds ("in focus"):
+
+* new state matches: a publish (unless ``no_empties`` and the message is the one last
+  delivered); the record is now held;
+* a held record is deleted or expires: an OOF ``deleted``/``expired`` with the last state
+  delivered (``oof``), else, for sow_and_subscribe, a delete with that state;
+* a held record is updated so it no longer matches: an OOF ``match`` (``oof`` only);
+* anything else: nothing.
+
+A subscription starts at a position vector (the next changelog offset per partition):
+changes before it are the query result's (or happened before the subscribe) and are
+skipped. Until :meth:`start` is called, offered changes are buffered, so it may be
+registered with the dispatcher before the position it starts at is known.
+
+Thread-safety: ``offer``, ``start`` and ``close`` may run on any thread (the dispatcher,
+the request's thread); ``take`` is for the one thread sending to the subscriber.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+from collections.abc import Callable, Iterable, Mapping
+
+from processor import changelog
+from processor.errors import SlowConsumerError, SowError
+from processor.query.events import ChangeEvent, ChangeReason
+from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
+
+#: (changelog topic, partition) -> next offset: where a subscription starts.
+StartVector = Mapping[tuple[str, int], int]
+
+_numbers = itertools.count(1)
+
+
+class Subscription:
+    """A registered subscription and its queue of deliveries (see the module doc)."""
+
+    def __init__(self, request: SubscribeRequest, *, with_query: bool, max_backlog: int) -> None:
+        self.number = next(_numbers)
+        self.request = request
+        self.with_query = with_query
+        self.max_backlog = max_backlog
+        #: Whether the subscription remembers what it delivered (needed for OOF,
+        #: sow_and_subscribe deletes and no_empties).
+        self.tracks_focus = request.oof or with_query or request.no_empties
+        #: (topic, SowKey) -> the envelope last delivered for a record in focus.
+        self.focus: dict[tuple[str, bytes], bytes] = {}
+        self._start: dict[tuple[str, int], int] | None = None
+        self._early: list[tuple[ChangeEvent, bool]] = []
+        self._queue: collections.deque[Delivery] = collections.deque()
+        self._ready = threading.Condition(threading.Lock())
+        self.closed: SowError | None = None
+        #: Called once, outside the subscription's lock, when it closes with an error.
+        self.on_close: list[Callable[[], None]] = []
+        self.delivered = 0
+
+    # -- the dispatcher's side -----------------------------------------------------------
+
+    def start(self, vector: StartVector, focus: Iterable[tuple[str, bytes, bytes]] = ()) -> None:
+        """Start after ``vector``, holding ``focus`` ((topic, SowKey, envelope) of the
+        query result); then handle the changes offered meanwhile."""
+        with self._ready:
+            if self.tracks_focus:
+                self.focus.update(((t, k), e) for t, k, e in focus)
+            self._start = dict(vector)
+            early, self._early = self._early, []
+        for event, matched in early:
+            self.offer(event, matched)
+
+    def start_vector(self) -> list[tuple[str, int, int]]:
+        """The position vector the subscription starts after (empty before ``start``)."""
+        with self._ready:
+            start = self._start or {}
+            return [(topic, partition, offset) for (topic, partition), offset in start.items()]
+
+    def offer(self, event: ChangeEvent, matched: bool) -> None:
+        """One change of a topic this subscription covers; ``matched``: its new state
+        matches the filter. Never blocks: a full queue closes the subscription."""
+        overflow = False
+        with self._ready:
+            if self.closed is not None:
+                return
+            start = self._start
+            if start is None:
+                self._early.append((event, matched))
+                return
+            changelog_topic, partition, offset = event.position
+            if offset < start.get((changelog_topic, partition), 0):
+                return
+            delivery = self._decide(event, matched)
+            if delivery is None:
+                return
+            if len(self._queue) >= self.max_backlog:
+                overflow = True
+                behind = len(self._queue) + 1
+                self.closed = SlowConsumerError(
+                    f"slow consumer: {behind} messages behind (the subscription's backlog "
+                    f"limit is {self.max_backlog}); subscription {self.request.sub_id!r} on "
+                    f"{self.request.topic!r} is closed: read faster, raise max_backlog, or "
+                    "sow_and_subscribe again to resynchronise"
+                )
+                self._queue.clear()
+                self.focus.clear()
+            else:
+                self._queue.append(delivery)
+            self._ready.notify()
+        if overflow:
+            self._run_close_callbacks()
+
+    def _decide(self, event: ChangeEvent, matched: bool) -> Delivery | None:
+        key = (event.topic, event.sow_key)
+        if not self.tracks_focus:
+            if matched and event.new is not None:
+                return Delivery(
+                    ChangeKind.PUBLISH, event.topic, event.sow_key, event.new, event.position
+                )
+            return None
+        held = self.focus.get(key)
+        new = event.new
+        if matched and new is not None:
+            self.focus[key] = new
+            if (
+                self.request.no_empties
+                and held is not None
+                and changelog.data_of(held) == changelog.data_of(new)
+            ):
+                return None
+            return Delivery(ChangeKind.PUBLISH, event.topic, event.sow_key, new, event.position)
+        if held is None:
+            return None
+        del self.focus[key]
+        if new is None:
+            if self.request.oof:
+                reason = (
+                    OofReason.EXPIRED if event.reason is ChangeReason.EXPIRE else OofReason.DELETED
+                )
+                return Delivery(
+                    ChangeKind.OOF, event.topic, event.sow_key, held, event.position, reason
+                )
+            if self.with_query:
+                return Delivery(ChangeKind.DELETE, event.topic, event.sow_key, held, event.position)
+            return None
+        if self.request.oof:
+            return Delivery(
+                ChangeKind.OOF,
+                event.topic,
+                event.sow_key,
+                held,
+                event.position,
+                OofReason.MATCH,
+                new,
+            )
+        return None
+
+    def close(self, error: SowError | None = None) -> None:
+        """Stop delivering (idempotent); ``error`` (None: the subscriber left) is what
+        :meth:`take` raises from now on."""
+        with self._ready:
+            if self.closed is not None:
+                return
+            self.closed = error or SowError("the subscription was cancelled")
+            self._queue.clear()
+            self.focus.clear()
+            self._early.clear()
+            self._ready.notify_all()
+        if error is not None:
+            self._run_close_callbacks()
+
+    def _run_close_callbacks(self) -> None:
+        for callback in self.on_close:
+            callback()
+
+    # -- the sender's side ---------------------------------------------------------------
+
+    def take(self, most: int, timeout_s: float) -> list[Delivery]:
+        """Up to ``most`` queued deliveries, waiting up to ``timeout_s`` for the first
+        (an empty list when none came); raises the closing error once closed."""
+        with self._ready:
+            if not self._queue and self.closed is None:
+                self._ready.wait(timeout_s)
+            if self.closed is not None:
+                raise self.closed
+            queue = self._queue
+            count = min(most, len(queue))
+            taken = [queue.popleft() for _ in range(count)]
+            self.delivered += count
+            return taken
+
+    def has_backlog(self) -> bool:
+        """Whether deliveries wait, read without the lock: a hint for a sender that polls
+        many subscriptions (exact only on the dispatcher's thread)."""
+        return bool(self._queue)
+
+    def backlog(self) -> int:
+        """How many deliveries wait for the subscriber."""
+        with self._ready:
+            return len(self._queue)

@@ -1,0 +1,72 @@
+"""``sow subscribe`` and ``sow sow-and-subscribe`` as a user runs them."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from processor.topology.model import SowTopic
+from tests.integration.harness import namespaced, running_sow
+
+ORDERS = SowTopic("ORDERS", keys=("/orderId",))
+
+
+def _start(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[dict[str, Any]]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "processor.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(orjson.loads(line))
+
+    threading.Thread(target=read, daemon=True).start()
+    return process, lines
+
+
+def _stop(process: subprocess.Popen[str]) -> int:
+    process.send_signal(signal.SIGINT)
+    return process.wait(20)
+
+
+def test_cli_sow_and_subscribe_and_subscribe_print_json_lines(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    topology = namespaced(unique, ORDERS)
+    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+        first = client.publish("ORDERS", b'{"orderId": 1, "price": 20}')
+        client.query("ORDERS", min_position=[first.position])
+        server = ("--server", app.grpc_address)
+        both, both_lines = _start(
+            "sow-and-subscribe", "ORDERS", "--filter", "/price > 10", "--oof", *server
+        )
+        live, live_lines = _start("subscribe", "ORDERS", *server)
+        try:
+            sow_line = both_lines.get(timeout=30)
+            assert sow_line["kind"] == "sow"
+            assert sow_line["data"] == {"orderId": 1, "price": 20}
+            assert "group_end" in both_lines.get(timeout=10)
+            assert "registered" in live_lines.get(timeout=30)
+            client.publish("ORDERS", b'{"orderId": 1, "price": 5}')
+            oof = both_lines.get(timeout=20)
+            assert (oof["kind"], oof["reason"]) == ("oof", "match")
+            assert oof["data"] == {"orderId": 1, "price": 20}
+            assert oof["current"] == {"orderId": 1, "price": 5}
+            publish = live_lines.get(timeout=20)
+            assert (publish["kind"], publish["data"]) == ("publish", {"orderId": 1, "price": 5})
+            assert publish["sow_key"] == first.sow_key
+        finally:
+            codes = [_stop(both), _stop(live)]
+        assert codes == [0, 0]
