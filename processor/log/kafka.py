@@ -379,7 +379,12 @@ class KafkaTransactionalLog:
     def close(self) -> None:
         # Not Producer.close(): it aborts an open transaction first, and on a fenced
         # producer that never returns. The object releases its connections when collected.
-        self._producer.flush(5)
+        # A fenced or failed producer's flush can raise from a delivery report; the error
+        # that ended the pipeline is the one to report, so closing never masks it.
+        try:
+            self._producer.flush(5)
+        except Exception as exc:  # closing after a failure must not raise
+            log.warning("closing the transactional producer: %r", exc)
 
 
 class KafkaPartitionReader:

@@ -243,5 +243,5 @@ def test_sow_serve_exits_non_zero_when_its_processor_dies_after_start(
             process.wait()
     stderr = "".join(lines) + rest
     assert process.returncode == 1, stderr
-    assert "sow process: error: the sow-processor thread stopped: FencedError" in stderr
-    assert "sow serve: error: the processor (child process) stopped" in stderr
+    assert "sow process: error: the sow-processor thread stopped: FencedError" in stderr, stderr
+    assert "sow serve: error: the processor (child process) stopped" in stderr, stderr
