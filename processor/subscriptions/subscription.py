@@ -65,14 +65,21 @@ class Subscription:
 
     def start(self, vector: StartVector, focus: Iterable[tuple[str, bytes, bytes]] = ()) -> None:
         """Start after ``vector``, holding ``focus`` ((topic, SowKey, envelope) of the
-        query result); then handle the changes offered meanwhile."""
+        query result); then handle the changes offered meanwhile.
+
+        The buffered changes are handled under the same lock hold that sets the start,
+        so a change the dispatcher offers concurrently waits for them: deliveries stay
+        in changelog order."""
+        overflow = False
         with self._ready:
             if self.tracks_focus:
                 self.focus.update(((t, k), e) for t, k, e in focus)
-            self._start = dict(vector)
+            start = self._start = dict(vector)
             early, self._early = self._early, []
-        for event, matched in early:
-            self.offer(event, matched)
+            for event, matched in early:
+                overflow = self._accept(start, event, matched) or overflow
+        if overflow:
+            self._run_close_callbacks()
 
     def start_vector(self) -> list[tuple[str, int, int]]:
         """The position vector the subscription starts after (empty before ``start``)."""
@@ -83,36 +90,42 @@ class Subscription:
     def offer(self, event: ChangeEvent, matched: bool) -> None:
         """One change of a topic this subscription covers; ``matched``: its new state
         matches the filter. Never blocks: a full queue closes the subscription."""
-        overflow = False
         with self._ready:
-            if self.closed is not None:
-                return
             start = self._start
             if start is None:
-                self._early.append((event, matched))
+                if self.closed is None:
+                    self._early.append((event, matched))
                 return
-            changelog_topic, partition, offset = event.position
-            if offset < start.get((changelog_topic, partition), 0):
-                return
-            delivery = self._decide(event, matched)
-            if delivery is None:
-                return
-            if len(self._queue) >= self.max_backlog:
-                overflow = True
-                behind = len(self._queue) + 1
-                self.closed = SlowConsumerError(
-                    f"slow consumer: {behind} messages behind (the subscription's backlog "
-                    f"limit is {self.max_backlog}); subscription {self.request.sub_id!r} on "
-                    f"{self.request.topic!r} is closed: read faster, raise max_backlog, or "
-                    "sow_and_subscribe again to resynchronise"
-                )
-                self._queue.clear()
-                self.focus.clear()
-            else:
-                self._queue.append(delivery)
-            self._ready.notify()
+            overflow = self._accept(start, event, matched)
         if overflow:
             self._run_close_callbacks()
+
+    def _accept(self, start: dict[tuple[str, int], int], event: ChangeEvent, matched: bool) -> bool:
+        """Queue what ``event`` means for the subscriber, who starts after ``start``
+        (lock held); True when the queue overflowed and the subscription closed."""
+        if self.closed is not None:
+            return False
+        changelog_topic, partition, offset = event.position
+        if offset < start.get((changelog_topic, partition), 0):
+            return False
+        delivery = self._decide(event, matched)
+        if delivery is None:
+            return False
+        if len(self._queue) >= self.max_backlog:
+            behind = len(self._queue) + 1
+            self.closed = SlowConsumerError(
+                f"slow consumer: {behind} messages behind (the subscription's backlog "
+                f"limit is {self.max_backlog}); subscription {self.request.sub_id!r} on "
+                f"{self.request.topic!r} is closed: read faster, raise max_backlog, or "
+                "sow_and_subscribe again to resynchronise"
+            )
+            self._queue.clear()
+            self.focus.clear()
+            self._ready.notify()
+            return True
+        self._queue.append(delivery)
+        self._ready.notify()
+        return False
 
     def _decide(self, event: ChangeEvent, matched: bool) -> Delivery | None:
         key = (event.topic, event.sow_key)

@@ -3,6 +3,7 @@ consumers, no gap between a query and its subscription."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from processor import changelog
 from processor.errors import SlowConsumerError, TooManySubscriptionsError
+from processor.query.events import ChangeEvent, ChangeReason
 from processor.query.replica import Replica
 from processor.query.sow import QueryEngine
 from processor.subscriptions.hub import SubscriptionHub
@@ -153,3 +155,43 @@ def test_the_subscription_limit_is_enforced() -> None:
             hub.subscribe(SubscribeRequest("QUOTES"))
     finally:
         hub.close()
+
+
+class _SlowReplay(list[tuple[ChangeEvent, bool]]):
+    """Buffered changes whose replay stalls before the first one (to let a concurrent
+    offer run, if the subscription let it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replaying = threading.Event()
+
+    def __iter__(self) -> Iterator[tuple[ChangeEvent, bool]]:
+        self.replaying.set()
+        time.sleep(0.2)
+        return super().__iter__()
+
+
+def test_changes_offered_while_a_subscription_starts_keep_changelog_order() -> None:
+    """A change the dispatcher offers while ``start`` replays the buffered ones waits
+    for them: the subscriber gets every change in changelog order."""
+    writer = changelog.EnvelopeWriter("QUOTES", "json", QUOTES.kafka_topic, 0)
+
+    def event(offset: int, price: int) -> ChangeEvent:
+        new = writer.encode(offset, b"k", orjson.dumps({"id": "k", "price": price}), 1, 1)
+        return ChangeEvent(
+            "QUOTES", b"k", None, new, (QUOTES.changelog_topic, 0, offset), ChangeReason.PUBLISH
+        )
+
+    subscription = Subscription(
+        SubscribeRequest("QUOTES", oof=True), with_query=True, max_backlog=100
+    )
+    early = subscription._early = _SlowReplay()
+    subscription.offer(event(5, 60), True)
+    starter = threading.Thread(target=subscription.start, args=({(QUOTES.changelog_topic, 0): 5},))
+    starter.start()
+    assert early.replaying.wait(5)
+    subscription.offer(event(6, 40), True)
+    starter.join(5)
+    taken = _all(subscription, 2)
+    assert [d.position[2] for d in taken] == [5, 6]
+    assert _data(taken[-1])["price"] == 40
