@@ -280,6 +280,29 @@ def decode(value: bytes) -> Envelope:
 def data_of(value: bytes) -> bytes:
     """Only the message bytes of an envelope (skips the other fields without building an
     :class:`Envelope`); raise EnvelopeError if it is not one."""
+    # Fast path: the version, the three names, the partition and the SowKey's length
+    # fit one varint byte each (names under 64 bytes, partitions under 64), which is
+    # every envelope in practice; the general path below handles the rest.
+    try:
+        if value[0] == 2:  # version 1, zigzag-encoded
+            pos = 1
+            size = value[pos]
+            if size < 0x80:
+                pos += 1 + (size >> 1)
+                size = value[pos]
+                if size < 0x80:
+                    pos += 1 + (size >> 1)
+                    size = value[pos]
+                    if size < 0x80 and value[pos + 1 + (size >> 1)] < 0x80:
+                        pos += 2 + (size >> 1)  # log topic, then log partition
+                        while value[pos] >= 0x80:  # log offset
+                            pos += 1
+                        size = value[pos + 1]
+                        if size < 0x80:
+                            pos += 2 + (size >> 1)  # SowKey
+                            return _raw_at(value, pos)[0]
+    except IndexError:
+        raise EnvelopeError("envelope ends inside a number") from None
     try:
         pos = _check_version(value)
         for _ in range(3):  # topic, message type, log topic

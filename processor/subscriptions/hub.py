@@ -46,9 +46,11 @@ from processor.subscriptions.fanout import FilterGroup, TopicIndex
 from processor.subscriptions.model import (
     DEFAULT_MAX_BACKLOG,
     MAX_MAX_BACKLOG,
+    ChangeKind,
+    Delivery,
     SubscribeRequest,
 )
-from processor.subscriptions.subscription import Subscription
+from processor.subscriptions.subscription import Offer, Subscription
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
@@ -250,15 +252,14 @@ class SubscriptionHub:
             for topic in topics:
                 index = self._indexes.setdefault(topic.name, TopicIndex())
                 group = index.group(key, lambda: expression)
-                group.subscriptions[subscription.number] = subscription
+                index.subscribe(group, subscription)
                 entries.append((index, group))
             self._subscriptions[subscription.number] = entries
 
     def _forget(self, subscription: Subscription) -> None:
         """Remove a subscription from its groups (hub lock held)."""
         for index, group in self._subscriptions.pop(subscription.number, ()):
-            group.subscriptions.pop(subscription.number, None)
-            index.discard(group)
+            index.unsubscribe(group, subscription)
 
     # -- dispatching ---------------------------------------------------------------------
 
@@ -291,8 +292,18 @@ class SubscriptionHub:
                     log.exception("dispatching a change to subscriptions failed")
 
     def _dispatch(self, events: Sequence[ChangeEvent]) -> None:
-        """Offer each change to the subscriptions of its candidate filter groups."""
-        closed: list[Subscription] = []
+        """Offer a unit's changes to the subscriptions they concern, in one call per
+        subscription (one lock hold per subscription per unit, not per change).
+
+        A subscription that does not track its focus gets its group's list of matching
+        changes, shared by every such subscription of the group; one that tracks its
+        focus gets its own list, which also holds the non-matching changes of records it
+        may hold, in order."""
+        hits: dict[FilterGroup, list[Offer]] = {}
+        shares: dict[Subscription, list[Offer]] = {}
+        #: (subscription number, topic, SowKey) published to a tracking subscription in
+        #: this unit.
+        held: set[tuple[int, str, bytes]] = set()
         with self._lock:
             for event in events:
                 index = self._indexes.get(event.topic)
@@ -300,24 +311,54 @@ class SubscriptionHub:
                     continue
                 codec = self._codecs[event.topic]
                 new, old = event.new, event.old
-                messages = []
-                new_message = None
-                if new is not None:
-                    new_message = _message(codec, new)
-                    messages.append(new_message)
-                if old is not None:
-                    messages.append(_message(codec, old))
+                new_message = None if new is None else _message(codec, new)
+                old_message = None if old is None or not index.tracking else _message(codec, old)
                 context = functools.partial(_context, new)
-                for group in index.candidates(messages):
-                    matched = new is not None and group.matches(new_message, context)
-                    for subscription in group.subscriptions.values():
-                        # A change that does not match concerns only a subscription
-                        # that may hold the record.
-                        if matched or subscription.tracks_focus:
-                            subscription.offer(event, matched)
-                            if subscription.closed is not None:
-                                closed.append(subscription)
+                matched, unmatched = index.route(new_message, old_message, context, new is not None)
+                if matched:
+                    assert new is not None
+                    offer: Offer = (
+                        event,
+                        Delivery(
+                            ChangeKind.PUBLISH, event.topic, event.sow_key, new, event.position
+                        ),
+                    )
+                    for group in matched:
+                        listed = hits.get(group)
+                        if listed is None:
+                            hits[group] = [offer]
+                        else:
+                            listed.append(offer)
+                        if group.tracking:
+                            for subscription in group.subscriptions.values():
+                                if subscription.tracks_focus:
+                                    shares.setdefault(subscription, []).append(offer)
+                                    held.add((subscription.number, event.topic, event.sow_key))
+                if unmatched:
+                    key = (event.topic, event.sow_key)
+                    miss: Offer = (event, None)
+                    for group in unmatched:
+                        for subscription in group.subscriptions.values():
+                            # A change that does not match concerns only a subscription
+                            # that may hold the record: held before this unit, or given
+                            # it earlier in this unit (its focus is updated when the
+                            # unit's share is offered).
+                            if subscription.may_hold(key) or ((subscription.number, *key) in held):
+                                shares.setdefault(subscription, []).append(miss)
                 self.dispatched += 1
+            closed = []
+            for group, listed in hits.items():
+                if len(group.subscriptions) == group.tracking:
+                    continue
+                for subscription in group.subscriptions.values():
+                    if not subscription.tracks_focus:
+                        subscription.offer_all(listed)
+                        if subscription.closed is not None:
+                            closed.append(subscription)
+            for subscription, share in shares.items():
+                subscription.offer_all(share)
+                if subscription.closed is not None:
+                    closed.append(subscription)
             for subscription in closed:
                 self._forget(subscription)
 

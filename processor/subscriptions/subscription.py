@@ -39,6 +39,11 @@ StartVector = Mapping[tuple[str, int], int]
 _numbers = itertools.count(1)
 
 
+#: One change offered to a subscription: the change, and its publish delivery when the
+#: change's new state matches the filter (None: it does not, or the record is gone).
+Offer = tuple[ChangeEvent, "Delivery | None"]
+
+
 class Subscription:
     """A registered subscription and its queue of deliveries (see the module doc)."""
 
@@ -53,7 +58,15 @@ class Subscription:
         #: (topic, SowKey) -> the envelope last delivered for a record in focus.
         self.focus: dict[tuple[str, bytes], bytes] = {}
         self._start: dict[tuple[str, int], int] | None = None
-        self._early: list[tuple[ChangeEvent, bool]] = []
+        #: Partitions of the start vector no offered change has reached yet: changes of
+        #: a partition are offered in order, so once one is at or past the start, all
+        #: later ones are (and need no check). A partition not in the vector (created
+        #: after the subscription started) starts at offset 0: nothing to skip.
+        self._unreached: set[tuple[str, int]] = set()
+        #: True once started and the changes buffered before were handled: from then on
+        #: only the dispatcher changes ``focus`` (see :meth:`may_hold`).
+        self._settled = False
+        self._early: list[Offer] = []
         self._queue: collections.deque[Delivery] = collections.deque()
         self._ready = threading.Condition(threading.Lock())
         self.closed: SowError | None = None
@@ -70,14 +83,14 @@ class Subscription:
         The buffered changes are handled under the same lock hold that sets the start,
         so a change the dispatcher offers concurrently waits for them: deliveries stay
         in changelog order."""
-        overflow = False
         with self._ready:
             if self.tracks_focus:
                 self.focus.update(((t, k), e) for t, k, e in focus)
             start = self._start = dict(vector)
+            self._unreached = set(start)
             early, self._early = self._early, []
-            for event, matched in early:
-                overflow = self._accept(start, event, matched) or overflow
+            overflow = self._accept(start, early)
+            self._settled = True
         if overflow:
             self._run_close_callbacks()
 
@@ -87,68 +100,99 @@ class Subscription:
             start = self._start or {}
             return [(topic, partition, offset) for (topic, partition), offset in start.items()]
 
+    def may_hold(self, key: tuple[str, bytes]) -> bool:
+        """Whether a change of record ``key`` that does not match the filter may concern
+        this subscription: it tracks its focus and holds the record, or has not settled
+        yet. Read without the lock, on the dispatcher's thread only: once settled, only
+        that thread changes ``focus``."""
+        return self.tracks_focus and (not self._settled or key in self.focus)
+
     def offer(self, event: ChangeEvent, matched: bool) -> None:
         """One change of a topic this subscription covers; ``matched``: its new state
-        matches the filter. Never blocks: a full queue closes the subscription."""
+        matches the filter (see :meth:`offer_all`)."""
+        publish = None
+        if matched and event.new is not None:
+            publish = Delivery(
+                ChangeKind.PUBLISH, event.topic, event.sow_key, event.new, event.position
+            )
+        self.offer_all([(event, publish)])
+
+    def offer_all(self, offers: list[Offer]) -> None:
+        """Changes of topics this subscription covers, in changelog order per partition.
+        Never blocks: a full queue closes the subscription."""
         with self._ready:
             start = self._start
             if start is None:
                 if self.closed is None:
-                    self._early.append((event, matched))
+                    self._early += offers
                 return
-            overflow = self._accept(start, event, matched)
+            overflow = self._accept(start, offers)
         if overflow:
             self._run_close_callbacks()
 
-    def _accept(self, start: dict[tuple[str, int], int], event: ChangeEvent, matched: bool) -> bool:
-        """Queue what ``event`` means for the subscriber, who starts after ``start``
+    def _accept(self, start: dict[tuple[str, int], int], offers: list[Offer]) -> bool:
+        """Queue what the changes mean for the subscriber, who starts after ``start``
         (lock held); True when the queue overflowed and the subscription closed."""
         if self.closed is not None:
             return False
-        changelog_topic, partition, offset = event.position
-        if offset < start.get((changelog_topic, partition), 0):
+        queue = self._queue
+        before = len(queue)
+        if (
+            not self.tracks_focus
+            and not self._unreached
+            and before + len(offers) <= self.max_backlog
+        ):
+            # Past the start on every partition, nothing to remember: every matching
+            # change is delivered as it is.
+            queue.extend(publish for _, publish in offers if publish is not None)
+            if len(queue) != before:
+                self._ready.notify()
             return False
-        delivery = self._decide(event, matched)
-        if delivery is None:
-            return False
-        if len(self._queue) >= self.max_backlog:
-            behind = len(self._queue) + 1
-            self.closed = SlowConsumerError(
-                f"slow consumer: {behind} messages behind (the subscription's backlog "
-                f"limit is {self.max_backlog}); subscription {self.request.sub_id!r} on "
-                f"{self.request.topic!r} is closed: read faster, raise max_backlog, or "
-                "sow_and_subscribe again to resynchronise"
-            )
-            self._queue.clear()
-            self.focus.clear()
+        unreached = self._unreached
+        for event, publish in offers:
+            if unreached:
+                changelog_topic, partition, offset = event.position
+                if offset < start.get((changelog_topic, partition), 0):
+                    continue
+                unreached.discard((changelog_topic, partition))
+            delivery = self._decide(event, publish)
+            if delivery is None:
+                continue
+            if len(queue) >= self.max_backlog:
+                behind = len(queue) + 1
+                self.closed = SlowConsumerError(
+                    f"slow consumer: {behind} messages behind (the subscription's backlog "
+                    f"limit is {self.max_backlog}); subscription {self.request.sub_id!r} on "
+                    f"{self.request.topic!r} is closed: read faster, raise max_backlog, or "
+                    "sow_and_subscribe again to resynchronise"
+                )
+                queue.clear()
+                self.focus.clear()
+                self._ready.notify()
+                return True
+            queue.append(delivery)
+        if len(queue) != before:
             self._ready.notify()
-            return True
-        self._queue.append(delivery)
-        self._ready.notify()
         return False
 
-    def _decide(self, event: ChangeEvent, matched: bool) -> Delivery | None:
-        key = (event.topic, event.sow_key)
+    def _decide(self, event: ChangeEvent, publish: Delivery | None) -> Delivery | None:
         if not self.tracks_focus:
-            if matched and event.new is not None:
-                return Delivery(
-                    ChangeKind.PUBLISH, event.topic, event.sow_key, event.new, event.position
-                )
-            return None
+            return publish
+        key = (event.topic, event.sow_key)
         held = self.focus.get(key)
-        new = event.new
-        if matched and new is not None:
-            self.focus[key] = new
+        if publish is not None:
+            self.focus[key] = publish.envelope
             if (
                 self.request.no_empties
                 and held is not None
-                and changelog.data_of(held) == changelog.data_of(new)
+                and changelog.data_of(held) == changelog.data_of(publish.envelope)
             ):
                 return None
-            return Delivery(ChangeKind.PUBLISH, event.topic, event.sow_key, new, event.position)
+            return publish
         if held is None:
             return None
         del self.focus[key]
+        new = event.new
         if new is None:
             if self.request.oof:
                 reason = (

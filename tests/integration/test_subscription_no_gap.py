@@ -62,6 +62,18 @@ def _rebuild(collector: Collector) -> tuple[dict[str, bytes], list[tuple[str, in
     return state, positions
 
 
+def _difference(got: dict[str, bytes], expected: dict[str, bytes]) -> str:
+    """What a client's state lacks, has too much of, or holds differently (a few each)."""
+    missing = sorted(expected.keys() - got.keys())
+    extra = sorted(got.keys() - expected.keys())
+    changed = sorted(k for k in got.keys() & expected.keys() if got[k] != expected[k])
+    return (
+        f"missing {len(missing)} {[(k, expected[k]) for k in missing[:3]]}, "
+        f"extra {len(extra)} {[(k, got[k]) for k in extra[:3]]}, "
+        f"different {len(changed)} {[(k, got[k], expected[k]) for k in changed[:3]]}"
+    )
+
+
 def _expected(client: SowClient, filter_text: str) -> dict[str, bytes]:
     records, _, _ = client.query("QUOTES", filter=filter_text, batch_size=10000)
     return {r.sow_key: r.data for r in records}
@@ -128,7 +140,7 @@ def run_no_gap(
 
             assert collector.wait_for(caught_up, 60), (
                 f"client {collector.messages[0].sub_id} ({filter_text!r}) does not end with "
-                f"the SOW: error {collector.error}"
+                f"the SOW: error {collector.error}; {_difference(_rebuild(collector)[0], expected)}"
             )
             _, positions = _rebuild(collector)
             assert len(positions) == len(set(positions)), "a log position was received twice"

@@ -3,6 +3,8 @@ consumers, no gap between a query and its subscription."""
 
 from __future__ import annotations
 
+import functools
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -13,12 +15,14 @@ import pytest
 
 from processor import changelog
 from processor.errors import SlowConsumerError, TooManySubscriptionsError
+from processor.expr import compile as compile_expression
 from processor.query.events import ChangeEvent, ChangeReason
 from processor.query.replica import Replica
 from processor.query.sow import QueryEngine
+from processor.subscriptions.fanout import TopicIndex
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
-from processor.subscriptions.subscription import Subscription
+from processor.subscriptions.subscription import Offer, Subscription
 from processor.topology.model import SowTopic, Topology
 from tests.unit.log_records import LogRecord
 
@@ -82,8 +86,12 @@ def test_a_change_is_checked_only_against_candidate_filters(
     scan = subscriptions.subscribe(SubscribeRequest("QUOTES", filter="/price * /qty > 1000"))
     index = subscriptions._indexes["QUOTES"]
     assert len(index.groups) == 1002  # the twin shares S7's group and its compiled filter
-    candidates = index.candidates([{"symbol": "S7", "price": 60, "qty": 1}])
-    assert sorted(g.text for g in candidates) == sorted(
+    assert list(index.families) == [("/price * /qty", ">")]
+    matched, unmatched = index.route(
+        {"symbol": "S7", "price": 60, "qty": 100}, None, lambda: None, True
+    )
+    assert unmatched == []  # no subscription here remembers what it holds
+    assert sorted(g.text for g in matched) == sorted(
         ["/symbol = 'S7' AND /price > 50", "/symbol IN ('S7', 'S8')", "/price * /qty > 1000"]
     )
     feed.put("a", {"symbol": "S7", "price": 60, "qty": 100})
@@ -98,6 +106,7 @@ def test_a_change_is_checked_only_against_candidate_filters(
     assert not index.groups
     assert not index.by_field
     assert not index.unindexed
+    assert not index.families
 
 
 def test_an_update_leaving_an_indexed_filter_reaches_its_holder(
@@ -157,7 +166,7 @@ def test_the_subscription_limit_is_enforced() -> None:
         hub.close()
 
 
-class _SlowReplay(list[tuple[ChangeEvent, bool]]):
+class _SlowReplay(list[Offer]):
     """Buffered changes whose replay stalls before the first one (to let a concurrent
     offer run, if the subscription let it)."""
 
@@ -165,7 +174,7 @@ class _SlowReplay(list[tuple[ChangeEvent, bool]]):
         super().__init__()
         self.replaying = threading.Event()
 
-    def __iter__(self) -> Iterator[tuple[ChangeEvent, bool]]:
+    def __iter__(self) -> Iterator[Offer]:
         self.replaying.set()
         time.sleep(0.2)
         return super().__iter__()
@@ -195,3 +204,92 @@ def test_changes_offered_while_a_subscription_starts_keep_changelog_order() -> N
     taken = _all(subscription, 2)
     assert [d.position[2] for d in taken] == [5, 6]
     assert _data(taken[-1])["price"] == 40
+
+
+@pytest.mark.parametrize("op", [">", ">=", "<", "<="])
+def test_a_range_family_matches_exactly_what_each_filter_matches(op: str) -> None:
+    """Thresholds sharing one operand are found by bisection; every value, plain numbers
+    and the ones that fall back to the filters themselves, gets the same answer as
+    evaluating each filter."""
+    index = TopicIndex()
+    rng = random.Random(7)
+    thresholds = [rng.choice([rng.randrange(-50, 50), rng.uniform(-50, 50)]) for _ in range(60)]
+    thresholds += [0, 0, 10, 10.0]
+    texts = {f"/price * /qty {op} {t!r}" for t in thresholds}
+    for text in texts:
+        index.group(text, functools.partial(compile_expression, text))
+    assert len(index.families) == 1
+    assert not index.unindexed
+    values: list[Any] = [rng.uniform(-60, 60) for _ in range(50)]
+    values += [0, 10, -7, 2**70, float("inf"), float("nan"), None, "12", True, [1]]
+    for value in values:
+        message = {"price": value, "qty": 1}
+        matched, _ = index.route(message, None, lambda: None, True)
+        expected = {t for t in texts if compile_expression(t).matches(message)}
+        assert {g.text for g in matched} == expected, (value, op)
+
+
+@pytest.mark.parametrize("filter_text", ["/price > 50", "/group = 4 AND /price < 30", ""])
+def test_sow_and_subscribe_state_follows_the_table_under_concurrent_units(
+    filter_text: str,
+) -> None:
+    """Units of many changes (a key may change several times in one unit, and be
+    deleted) are applied on one thread while two sow_and_subscribe subscriptions with
+    OOF start on another: each one's query result plus its deliveries ends equal to the
+    table, filtered."""
+    replica = Replica(TOPOLOGY, tail=lambda: None)  # type: ignore[arg-type, return-value]
+    hub = SubscriptionHub(TOPOLOGY, replica, QueryEngine(TOPOLOGY, replica))
+    feed = Feed(replica)
+    rng = random.Random(4)
+    for key in range(200):
+        feed.put(f"k{key}", {"id": key, "group": key % 5, "price": rng.randint(0, 100)})
+    stop = threading.Event()
+
+    def publish() -> None:
+        while not stop.is_set():
+            records = []
+            for _ in range(rng.randrange(1, 50)):
+                key = rng.randrange(200)
+                raw = f"k{key}".encode()
+                message = {"id": key, "group": key % 5, "price": rng.randint(0, 100)}
+                value = None
+                if rng.random() > 0.1:
+                    value = feed.writer.encode(feed.offset, raw, orjson.dumps(message), 1, 1)
+                records.append(LogRecord(QUOTES.changelog_topic, 0, feed.offset, raw, value))
+                feed.offset += 1
+            replica.apply(records)
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    try:
+        started = []
+        for _ in range(2):
+            time.sleep(0.1)
+            request = SubscribeRequest("QUOTES", filter=filter_text, oof=True, max_backlog=10**6)
+            started.append(hub.sow_and_subscribe(request))
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        publisher.join()
+    try:
+        expression = compile_expression(filter_text) if filter_text else None
+        expected: dict[bytes, bytes] = {}
+        for sow_key, envelope in replica._tables["QUOTES"].envelopes.items():
+            data = changelog.data_of(envelope)
+            if expression is None or expression.matches(orjson.loads(data)):
+                expected[sow_key] = data
+        for subscription, phase in started:
+            state = {e.sow_key.encode(): e.data for batch in phase.batches for e in batch}
+            deadline = time.monotonic() + 10
+            while subscription.backlog() or time.monotonic() < deadline - 9.5:
+                for delivery in subscription.take(100_000, 0.05):
+                    if delivery.kind is ChangeKind.PUBLISH:
+                        state[delivery.sow_key] = changelog.data_of(delivery.envelope)
+                    else:
+                        assert delivery.sow_key in state
+                        del state[delivery.sow_key]
+                if time.monotonic() > deadline:
+                    break
+            assert state == expected
+    finally:
+        hub.close()
