@@ -2,10 +2,10 @@
 
 Starts the broker (``KAFKA_BOOTSTRAP_SERVERS`` or the embedded one) and kafka-sow as
 ``sow serve`` runs it (processor in a child process; replica, subscription hub and gRPC
-in this process), opens one ``subscribe`` stream over loopback gRPC, and writes messages
-to the input topic at a steady rate with a plain producer (each carries its send time).
-Latency is send -> received by the gRPC client, per message. Prints p50/p99/max per
-rate.
+in this process). A subscriber process opens one ``subscribe`` stream over loopback
+gRPC; a publisher process writes messages to the input topic at a steady rate with a
+plain producer (each carries its send time). Latency is send -> received by the
+subscriber, per message. Prints p50/p99/max per rate.
 
     PYTHONPATH=. python bench/subscribe_latency.py --rates 1000 10000 --seconds 10
 """
@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
+import os
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -38,60 +39,87 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, Any]:
+def _subscribe(address: str, topic: str, total: int, ready: Any, out: Any) -> None:
+    """Child process: one subscribe stream; the latency of each change, sent back."""
+    client = SowClient(address)
+    stream = client.subscribe(topic, sub_id="bench")
+    latencies: list[float] = []
+    deadline = float("inf")
+    try:
+        for message in stream:
+            part = message.WhichOneof("part")
+            if part == "registered":
+                ready.set()
+                continue
+            if part != "change":
+                continue
+            now = time.perf_counter()
+            latencies.append(now - orjson.loads(message.change.record.data)["t"])
+            if len(latencies) == 1:
+                deadline = now + 120
+            if len(latencies) >= total or now > deadline:
+                break
+    except ServiceError as exc:
+        print(f"subscriber ended: {exc}", file=sys.stderr)
+    finally:
+        stream.cancel()
+        client.close()
+        out.send(latencies)
+
+
+def _publish(bootstrap: str, topic: SowTopic, rate: int, total: int, out: Any) -> None:
+    """Child process: ``total`` messages at ``rate`` with a plain producer, each carrying
+    its send time (``perf_counter``: CLOCK_MONOTONIC, shared by the processes)."""
     key_of = key_function(topic)
     assert key_of is not None
-    received: list[float] = []
-    sent_at: dict[int, float] = {}
-    client = SowClient(app.grpc_address)
-    stream = client.subscribe(topic.name, sub_id="bench")
-
-    def read() -> None:
-        try:
-            for message in stream:
-                if message.WhichOneof("part") != "change":
-                    continue
-                now = time.perf_counter()
-                n = orjson.loads(message.change.record.data)["n"]
-                received.append(now - sent_at[n])
-        except ServiceError as exc:
-            print(f"subscriber ended: {exc}", file=sys.stderr)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    time.sleep(1.0)
-    producer = Producer(
-        {"bootstrap.servers": app.broker.bootstrap_servers, "linger.ms": 1, "log_level": 3}
-    )
-    total = int(rate * seconds)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "log_level": 3})
     batch = max(1, rate // 1000)  # messages per millisecond tick
     started = time.perf_counter()
     for n in range(total):
         if n % batch == 0:
-            due = started + n / rate
-            delay = due - time.perf_counter()
+            delay = started + n / rate - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-        message = {"id": n % 10_000, "n": n}
-        sent_at[n] = time.perf_counter()
+        message = {"id": n % 10_000, "n": n, "t": time.perf_counter()}
         producer.produce(topic.kafka_topic, orjson.dumps(message), key_of(message).encode())
         producer.poll(0)
     producer.flush(30)
-    sent_s = time.perf_counter() - started
-    deadline = time.perf_counter() + 60
-    while len(received) < total and time.perf_counter() < deadline:
-        time.sleep(0.05)
-    stream.cancel()
-    client.close()
-    ms = [r * 1000 for r in received]
+    out.send(time.perf_counter() - started)
+
+
+def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, Any]:
+    """One rate: publisher and subscriber each in their own process, as real clients
+    are (they do not share the service's interpreter lock)."""
+    spawn = multiprocessing.get_context("spawn")
+    total = int(rate * seconds)
+    ready = spawn.Event()
+    received, subscriber_end = spawn.Pipe(duplex=False)
+    subscriber = spawn.Process(
+        target=_subscribe, args=(app.grpc_address, topic.name, total, ready, subscriber_end)
+    )
+    subscriber.start()
+    if not ready.wait(60):
+        raise SystemExit("the subscriber did not register within 60 s")
+    sent, publisher_end = spawn.Pipe(duplex=False)
+    publisher = spawn.Process(
+        target=_publish,
+        args=(app.broker.bootstrap_servers, topic, rate, total, publisher_end),
+    )
+    publisher.start()
+    sent_s = sent.recv()
+    publisher.join(60)
+    latencies: list[float] = received.recv()
+    subscriber.join(60)
+    ms = [r * 1000 for r in latencies] or [float("nan")]
     return {
         "rate": rate,
         "sent_per_s": round(total / sent_s),
-        "received": len(received),
+        "received": len(latencies),
         "sent": total,
         "p50_ms": round(_percentile(ms, 0.5), 2),
         "p99_ms": round(_percentile(ms, 0.99), 2),
         "max_ms": round(max(ms), 2),
+        "load_average": round(os.getloadavg()[0], 2),
     }
 
 
