@@ -28,11 +28,13 @@ from processor.subscriptions.subscription import Subscription
 log = logging.getLogger(__name__)
 
 #: Subscription streams one service serves at once (one worker thread each).
-SUBSCRIPTION_STREAMS = 1000
+SUBSCRIPTION_STREAMS = 10_000
 #: Most changes sent per wake-up of a stream's thread.
 SEND_BATCH = 256
-#: How often an idle stream checks that its client is still there.
-IDLE_CHECK_S = 0.5
+#: How long an idle stream's thread sleeps between checks that its client is still
+#: there (a client that leaves ends the stream at once through the RPC's termination
+#: callback; this is the backstop, kept long so 10,000 idle streams cost nothing).
+IDLE_CHECK_S = 5.0
 #: How long a slow consumer's stream may stay blocked on a full connection after its
 #: subscription closed before the service cancels it.
 SLOW_CONSUMER_GRACE_S = 5.0
