@@ -175,6 +175,19 @@ class PlainTail:
                 self._changed.wait(min(remaining, 0.1))
         return True
 
+    def wait_for(self, positions: Sequence[LogPosition], timeout_s: float) -> bool:
+        """Block until the tail has read past every given (input topic, partition,
+        offset), or the timeout; return whether it has. A subscription made afterwards
+        does not receive those messages."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not all(self._next.get((t, p), END) > o for t, p, o in positions):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, 0.1))
+        return True
+
     def listen(self, listener: Listener) -> ListenerHandle:
         """Call ``listener`` with the events of every unit taken from now on."""
         with self._changed:
