@@ -3,11 +3,14 @@ real broker; a SOW query on one is refused."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from processor.service._generated import sow_pb2
@@ -15,6 +18,8 @@ from processor.service.client import ServiceError
 from processor.topology.model import PlainTopic, SowTopic, Topology
 from tests.integration.harness import running_sow
 from tests.integration.subscription_helpers import Collector, data
+from tests.integration.test_subscription_cli import _start as start_cli
+from tests.integration.test_subscription_cli import _stop as stop_cli
 
 ORDERS = SowTopic("ORDERS", keys=("/orderId",), partitions=2)
 TICKS = PlainTopic("TICKS", partitions=2)
@@ -210,3 +215,29 @@ def test_two_subscribes_meet_with_no_gap_and_no_duplicate(
         assert sorted(data(c.record)["n"] for c in second.changes()) == sorted(expected)
         first.stop()
         second.stop()
+
+
+def test_cli_publish_and_subscribe_on_a_plain_topic(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    topology = plain_topology(unique, [ORDERS], [TICKS])
+    with running_sow(bootstrap, topology, tmp_path, unique) as (app, _):
+        server = ("--server", app.grpc_address)
+        live, lines = start_cli("subscribe", "TICKS", "--filter", "/price > 10", *server)
+        try:
+            assert "registered" in lines.get(timeout=30)
+            for price in (5, 50):
+                published = subprocess.run(
+                    [sys.executable, "-m", "processor.cli", "publish", "TICKS", *server],
+                    input=f'{{"symbol": "IBM", "price": {price}}}\n',
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=True,
+                )
+                assert orjson.loads(published.stdout)["sow_key"] == ""
+            change = lines.get(timeout=20)
+            assert (change["kind"], change["topic"]) == ("publish", "TICKS")
+            assert change["data"] == {"symbol": "IBM", "price": 50}
+        finally:
+            assert stop_cli(live) == 0
