@@ -95,7 +95,12 @@ class PlainTail:
         try:
             tail.assign([(t, p, END) for t, p in self._next])
             while not self._stop.is_set():
-                records = tail.consume(BATCH, IDLE_WAIT_S)
+                # A read waits for all it asks for: wait for one record only.
+                records = tail.consume(BATCH, 0)
+                if not records:
+                    records = tail.consume(1, IDLE_WAIT_S)
+                    if records:
+                        records = [*records, *tail.consume(BATCH - 1, 0)]
                 self._advance(records, tail)
         finally:
             tail.close()
