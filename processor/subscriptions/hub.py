@@ -163,7 +163,7 @@ class SubscriptionHub:
         """Query the SOW and subscribe at the same position: the result, then (through
         the subscription) every later matching change, with no gap and no duplicate."""
         topics, expression = self._validate(request)
-        if not any(not isinstance(t, PlainTopic) for t in topics):
+        if all(isinstance(t, PlainTopic) for t in topics):
             return self._subscribe_without_sow(request, topics, expression)
         prepared = self.engine.prepare(
             SowQuery(
