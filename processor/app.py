@@ -24,6 +24,7 @@ from processor.log.kafka import (
     ensure_topics,
 )
 from processor.query.gateway import Gateway
+from processor.query.plain_tail import PlainTail
 from processor.query.replica import Replica
 from processor.query.sow import QueryEngine
 from processor.state import Store
@@ -38,8 +39,11 @@ log = logging.getLogger(__name__)
 
 
 def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
-    """Every Kafka topic the topology needs: input, repartition, changelog, dead letter."""
+    """Every Kafka topic the topology needs: input, repartition, changelog, dead letter;
+    a plain topic needs only its input topic."""
     specs = [TopicSpec(dead_letter_topic, 1, {})]
+    for plain in topology.plain_topics.values():
+        specs.append(TopicSpec(plain.kafka_topic, plain.partitions, {}))
     for topic in topology.topics.values():
         specs.append(TopicSpec(topic.kafka_topic, topic.partitions, {}))
         specs.append(TopicSpec(topic.repartition_topic, topic.partitions, {}))
@@ -108,6 +112,8 @@ class Application:
     topology: Topology
     processor: Processor | None = None
     replica: Replica | None = None
+    #: Follows the plain topics (None when the topology has none or no service runs).
+    plain_tail: PlainTail | None = None
     subscriptions: SubscriptionHub | None = None
     grpc_server: Any = None
     grpc_address: str = ""
@@ -175,6 +181,8 @@ class Application:
             self.log_writer.close()
         if self.replica is not None:
             self.replica.stop()
+        if self.plain_tail is not None:
+            self.plain_tail.stop()
         if self.processor is not None:
             self.processor.stop()
         if self.processor_child is not None:
@@ -235,7 +243,12 @@ def start(
             app.log_writer = KafkaLogWriter(bootstrap)
             gateway = Gateway(topology, app.log_writer, app.replica)
             engine = QueryEngine(topology, app.replica)
-            app.subscriptions = SubscriptionHub(topology, app.replica, engine)
+            if topology.plain_topics:
+                app.plain_tail = PlainTail(
+                    topology, lambda: KafkaChangelogTail(bootstrap, **_fetch_settings(settings))
+                )
+                app._spawn("sow-plain-tail", app.plain_tail.run)
+            app.subscriptions = SubscriptionHub(topology, app.replica, engine, plain=app.plain_tail)
             app.grpc_server, app.grpc_address = start_server(
                 engine, gateway, settings.grpc_address, app.subscriptions
             )

@@ -3,7 +3,9 @@
 The gRPC service and the CLI use it; the rules (validation, SowKey computation, size
 limits, duplicate-detection headers, waiting for the effect of a delete) live here once.
 Nothing here writes state: the processor applies the commands in log order (see
-:mod:`processor.commands`).
+:mod:`processor.commands`). A plain topic (no SOW) takes publishes too: the message is
+checked with its codec, the record key is the publisher's SowKey or empty (records
+without a key are spread over the partitions in turn), and subscribers receive it live.
 
 Publishes never wait for a flush: records join the log writer's batches and each caller
 waits only for its own acknowledgement, so concurrent publishes share produce requests.
@@ -14,6 +16,7 @@ and number their messages (the processor applies each (publisher, sequence) once
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,8 +42,8 @@ from processor.keys import key_function, partition_for, validate_user_key
 from processor.log import Delivery, Headers, LogRecord, LogWriter
 from processor.messages import Codec, codec_for
 from processor.query.replica import LogPosition, Replica
-from processor.query.topics import resolve_topic, resolve_topics
-from processor.topology.model import SowTopic, Topology
+from processor.query.topics import resolve_publish_topic, resolve_topic, resolve_topics
+from processor.topology.model import PlainTopic, SowTopic, Topology
 
 DEFAULT_TIMEOUT_S = 30.0
 #: What a changelog envelope adds to a message besides the names and the SowKey
@@ -126,12 +129,25 @@ class _PublishRoute:
     """What publishing to one topic needs, worked out once: codec, key generator,
     partition count and the size limit of a message."""
 
-    __slots__ = ("codec", "kafka_topic", "key_function", "limit", "partitions", "topic")
+    __slots__ = (
+        "codec",
+        "kafka_topic",
+        "key_function",
+        "limit",
+        "partitions",
+        "plain",
+        "spread",
+        "topic",
+    )
 
     def __init__(self, topic: SowTopic, max_record_bytes: int) -> None:
         self.topic = topic
         self.codec = codec_for(topic)
         self.key_function = key_function(topic)
+        #: A plain topic: the SowKey is optional and the message is checked by decoding.
+        self.plain = isinstance(topic, PlainTopic)
+        #: The partitions records without a key go to, in turn (plain topics).
+        self.spread = itertools.cycle(range(topic.partitions))
         self.kafka_topic = topic.kafka_topic
         self.partitions = topic.partitions
         names = len(topic.name) + len(topic.message_type) + len(topic.repartition_topic)
@@ -200,7 +216,7 @@ class Gateway:
     def _route(self, topic_name: str) -> _PublishRoute:
         route = self._routes.get(topic_name)
         if route is None:
-            topic = resolve_topic(self.topology, topic_name)
+            topic = resolve_publish_topic(self.topology, topic_name)
             route = self._routes[topic_name] = _PublishRoute(topic, self.writer.max_record_bytes)
         return route
 
@@ -228,7 +244,7 @@ class Gateway:
                 limit -= sum(len(name) + len(value) for name, value in headers)
         if len(data) > limit:
             raise _too_large(route, len(data), limit)
-        return (route.kafka_topic, raw, data, partition_for(raw, route.partitions), headers), key
+        return (route.kafka_topic, raw or None, data, _partition(route, raw), headers), key
 
     def publish_many(self, commands: Sequence[PublishFields]) -> PendingPublishes:
         """Hand publishes to the log writer without waiting: one call for a batch, so the
@@ -275,6 +291,9 @@ class Gateway:
                 data = given if from_text is None else from_text(given)
                 if key_of is not None:
                     key = key_of(decode(data))
+                elif route.plain:
+                    decode(data)
+                    key = validate_user_key(batch.sow_keys[index]) if batch.sow_keys else ""
                 else:
                     key = validate_user_key(batch.sow_keys[index])
                 raw = key.encode()
@@ -289,7 +308,8 @@ class Gateway:
                 headers = [*shared, publisher, (SEQUENCE_HEADER, str(sequence + index).encode())]
             keyed.append(key)
             slots.append(len(records))
-            records.append((kafka_topic, raw, data, partition_for(raw, partitions), headers))
+            partition = partition_for(raw, partitions) if raw else _partition(route, raw)
+            records.append((kafka_topic, raw or None, data, partition, headers))
         return PendingPublishes(keyed, self.writer.submit(records), slots)
 
     def publish(self, command: PublishCommand, timeout_s: float = DEFAULT_TIMEOUT_S) -> Published:
@@ -386,11 +406,22 @@ class Gateway:
 
 def _sow_key(route: _PublishRoute, data: bytes, sow_key: str) -> str:
     function = route.key_function
+    if route.plain:
+        route.codec.decode(data)  # subscribers' filters read it: refuse what cannot be
+        return validate_user_key(sow_key) if sow_key else ""
     if function is None:
         return validate_user_key(sow_key)
     if sow_key:
         raise _generated_keys(route.topic)
     return function(route.codec.decode(data))
+
+
+def _partition(route: _PublishRoute, raw: bytes) -> int:
+    """The partition of a record: its SowKey's, or for a plain topic's record without a
+    key, the next partition in turn."""
+    if raw or not route.plain:
+        return partition_for(raw, route.partitions)
+    return next(route.spread)
 
 
 def _too_large(route: _PublishRoute, size: int, limit: int) -> MessageTooLargeError:
@@ -406,7 +437,8 @@ def _shared_headers(batch: PublishColumns, route: _PublishRoute, count: int) -> 
     raises SowError when the batch's options are wrong."""
     if batch.sow_keys and route.key_function is not None:
         raise _generated_keys(route.topic)
-    if route.key_function is None and len(batch.sow_keys) != count:
+    optional = route.plain and not batch.sow_keys
+    if route.key_function is None and not optional and len(batch.sow_keys) != count:
         raise InvalidRequestError(
             f"topic {route.topic.name} takes publisher-provided SowKeys: give one per message "
             f"(got {len(batch.sow_keys)} for {count} messages)"

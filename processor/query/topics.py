@@ -1,14 +1,19 @@
-"""Topic names in commands: a literal SOW topic, or a regular expression over topic names.
+"""Topic names in commands: a literal topic, or a regular expression over topic names.
 
 AMPS treats a topic with regular-expression metacharacters as a pattern matched anywhere
 in topic names (anchor with ``^``/``$``); results come in configuration order. A name that
-is itself a configured SOW topic is always literal, so ``ORDERS.v2`` names that topic
-rather than matching ``ORDERSxv2``.
+is itself a configured topic is always literal, so ``ORDERS.v2`` names that topic rather
+than matching ``ORDERSxv2``.
+
+Queries and deletes concern SOW topics only (:func:`resolve_topics`); publishes and
+subscriptions also take plain topics (:func:`resolve_publish_topic`,
+:func:`resolve_subscribed_topics`), which have no SOW: naming one in a query is an
+InvalidRequestError that says to subscribe instead.
 """
 
 from __future__ import annotations
 
-from processor.errors import UnknownTopicError
+from processor.errors import InvalidRequestError, UnknownTopicError
 from processor.expr.regex import compile_regex
 from processor.topology.model import SowTopic, Topology
 
@@ -21,26 +26,67 @@ def is_pattern(name: str) -> bool:
     return any(c in REGEX_CHARACTERS for c in name)
 
 
+def _known(topology: Topology) -> str:
+    text = ", ".join(sorted(topology.topics)) or "none"
+    if topology.plain_topics:
+        text += f"; plain topics (no SOW): {', '.join(sorted(topology.plain_topics))}"
+    return text
+
+
 def resolve_topic(topology: Topology, name: str) -> SowTopic:
-    """The SOW topic called ``name`` (literal); UnknownTopicError names the topics there are."""
+    """The SOW topic called ``name`` (literal). A plain topic is an InvalidRequestError
+    (it has no SOW); an unknown name an UnknownTopicError naming the topics there are."""
     try:
         return topology.topic(name)
     except KeyError:
-        known = ", ".join(sorted(topology.topics)) or "none"
-        raise UnknownTopicError(f"topic {name!r} has no SOW; SOW topics here: {known}") from None
+        if name in topology.plain_topics:
+            raise InvalidRequestError(
+                f"topic {name} has no SOW: subscribe to it instead (it is a plain topic: "
+                "messages are delivered live and nothing is stored)"
+            ) from None
+        raise UnknownTopicError(
+            f"topic {name!r} has no SOW; SOW topics here: {_known(topology)}"
+        ) from None
 
 
 def resolve_topics(topology: Topology, name: str) -> list[SowTopic]:
-    """The SOW topics a command names: the literal topic, or every topic the pattern
-    matches, in configuration order. Raises UnknownTopicError when nothing matches."""
-    if name in topology.topics or not is_pattern(name):
+    """The SOW topics a command names: the literal topic, or every SOW topic the pattern
+    matches, in configuration order. Raises UnknownTopicError when nothing matches (or
+    InvalidRequestError when only plain topics do)."""
+    if name in topology.topics or name in topology.plain_topics or not is_pattern(name):
         return [resolve_topic(topology, name)]
     # RE2 (linear time): a topic pattern from a request can never hang a thread.
     pattern = compile_regex(name, what="topic pattern")
     matched = [t for t in topology.topics.values() if pattern.search(t.name)]
     if not matched:
-        known = ", ".join(sorted(topology.topics)) or "none"
+        plain = [t for t in topology.plain_topics if pattern.search(t)]
+        if plain:
+            raise InvalidRequestError(
+                f"the pattern {name!r} matches only topics without a SOW "
+                f"({', '.join(plain)}): subscribe to them instead"
+            )
         raise UnknownTopicError(
-            f"no SOW topic matches the pattern {name!r}; SOW topics here: {known}"
+            f"no SOW topic matches the pattern {name!r}; SOW topics here: {_known(topology)}"
+        )
+    return matched
+
+
+def resolve_publish_topic(topology: Topology, name: str) -> SowTopic:
+    """The topic a publish names (literal): a SOW topic or a plain topic."""
+    plain = topology.plain_topics.get(name)
+    return plain if plain is not None else resolve_topic(topology, name)
+
+
+def resolve_subscribed_topics(topology: Topology, name: str) -> list[SowTopic]:
+    """The topics a subscription names: the literal topic (SOW or plain), or every topic
+    the pattern matches, SOW topics first, each kind in configuration order. Raises
+    UnknownTopicError when nothing matches."""
+    if name in topology.topics or name in topology.plain_topics or not is_pattern(name):
+        return [resolve_publish_topic(topology, name)]
+    pattern = compile_regex(name, what="topic pattern")
+    matched = [t for t in topology.every_topic() if pattern.search(t.name)]
+    if not matched:
+        raise UnknownTopicError(
+            f"no topic matches the pattern {name!r}; topics here: {_known(topology)}"
         )
     return matched

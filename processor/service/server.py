@@ -340,7 +340,7 @@ def start_server(
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
     sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway), server)  # type: ignore[no-untyped-call]
     if hub is not None:
-        codecs = {name: gateway.codec(topic) for name, topic in gateway.topology.topics.items()}
+        codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}
         sow_pb2_grpc.add_SubscriptionsServicer_to_server(  # type: ignore[no-untyped-call]
             SubscriptionsServicer(hub, codecs, status_for), server
         )

@@ -14,6 +14,13 @@ reading of the position vector), and starts at that vector: every change applied
 it reaches the subscription, and changes before it are skipped by position (see
 :class:`~processor.subscriptions.subscription.Subscription`).
 
+Plain topics (no SOW) come from a :class:`~processor.query.plain_tail.PlainTail`, whose
+events the hub handles like the replica's: a subscription covering plain topics is
+registered under the tail's lock as well (taken inside the replica's), and its vector
+holds their input positions too. A sow_and_subscribe has no records to return for them,
+and a subscription to plain topics only holds no records (no OOF, no deletes: a message
+that does not match is simply not delivered).
+
 Thread-safety: every public method may be called from any thread.
 """
 
@@ -24,9 +31,9 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from processor import changelog
 from processor.errors import (
@@ -37,11 +44,12 @@ from processor.errors import (
 from processor.expr import Expression, MessageContext
 from processor.messages import Codec, codec_for
 from processor.query.events import ChangeEvent, ListenerHandle
+from processor.query.plain_tail import PlainTail
 from processor.query.replica import LogPosition, Replica
 from processor.query.sow import DEFAULT_TIMEOUT_S, QueryEngine, QueryStats, SowQuery, memo_fields
 from processor.query.sow import select as select_records
 from processor.query.table import SowTable
-from processor.query.topics import resolve_topics
+from processor.query.topics import resolve_subscribed_topics
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
 from processor.subscriptions.model import (
     DEFAULT_MAX_BACKLOG,
@@ -51,9 +59,10 @@ from processor.subscriptions.model import (
     SubscribeRequest,
 )
 from processor.subscriptions.subscription import Offer, Subscription
-from processor.topology.model import SowTopic, Topology
+from processor.topology.model import PlainTopic, SowTopic, Topology
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Subscriptions one hub serves at most.
 MAX_SUBSCRIPTIONS = 10_000
@@ -76,6 +85,8 @@ class SubscriptionHub:
 
     ``inline`` runs the matching on the replica's applier thread instead of the
     dispatcher thread (for measurements: it delays the applier by the matching time).
+    ``plain`` feeds the plain topics' messages (None: subscribing to a plain topic is
+    refused).
     """
 
     def __init__(
@@ -86,14 +97,16 @@ class SubscriptionHub:
         *,
         max_subscriptions: int = MAX_SUBSCRIPTIONS,
         inline: bool = False,
+        plain: PlainTail | None = None,
     ) -> None:
         self.topology = topology
         self.replica = replica
+        self.plain = plain
         self.engine = engine
         self.max_subscriptions = max_subscriptions
         self._lock = threading.Lock()
         self._indexes: dict[str, TopicIndex] = {}
-        self._codecs: dict[str, Codec] = {t.name: codec_for(t) for t in topology.topics.values()}
+        self._codecs: dict[str, Codec] = {t.name: codec_for(t) for t in topology.every_topic()}
         self._subscriptions: dict[int, list[tuple[TopicIndex, FilterGroup]]] = {}
         self._units: collections.deque[Sequence[ChangeEvent]] = collections.deque()
         self._arrived = threading.Condition(threading.Lock())
@@ -104,12 +117,15 @@ class SubscriptionHub:
             self._thread = threading.Thread(target=self._run, name="sow-subscriptions", daemon=True)
             self._thread.start()
         self._listener: ListenerHandle = replica.listen(self._on_unit)
+        self._plain_listener = None if plain is None else plain.listen(self._on_unit)
         #: Changes dispatched so far (for tests and benchmarks).
         self.dispatched = 0
 
     def close(self) -> None:
         """Stop listening and dispatching; open subscriptions are closed."""
         self._listener.close()
+        if self._plain_listener is not None:
+            self._plain_listener.close()
         self._stop.set()
         with self._arrived:
             self._arrived.notify_all()
@@ -136,14 +152,12 @@ class SubscriptionHub:
     def subscribe(self, request: SubscribeRequest) -> Subscription:
         """Register a live subscription: every matching change applied from now on."""
         topics, expression = self._validate(request)
-        subscription = Subscription(
-            request, with_query=False, max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG
-        )
+        subscription = _subscription(request, topics, with_query=False)
 
         def register(_: list[SowTable]) -> None:
             self._register(subscription, topics, request.filter, expression)
 
-        _, vector = self.replica.read(topics, register)
+        _, vector = self._read(topics, register)
         subscription.start(_start_vector(vector))
         return subscription
 
@@ -151,6 +165,8 @@ class SubscriptionHub:
         """Query the SOW and subscribe at the same position: the result, then (through
         the subscription) every later matching change, with no gap and no duplicate."""
         topics, expression = self._validate(request)
+        if all(isinstance(t, PlainTopic) for t in topics):
+            return self._subscribe_without_sow(request, topics, expression)
         prepared = self.engine.prepare(
             SowQuery(
                 topic=request.topic,
@@ -164,16 +180,17 @@ class SubscriptionHub:
         if fields:
             for topic in prepared.topics:
                 self.replica.build_memo_indexes(topic, fields)
-        subscription = Subscription(
-            request, with_query=True, max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG
-        )
+        subscription = _subscription(request, topics, with_query=True)
 
         def query_and_register(tables: list[SowTable]) -> Any:
             selection = select_records(prepared, tables)
             self._register(subscription, topics, request.filter, expression)
             return selection
 
-        selection, vector = self.replica.read(prepared.topics, query_and_register)
+        selection, vector = self._read(
+            [*prepared.topics, *(t for t in topics if isinstance(t, PlainTopic))],
+            query_and_register,
+        )
         envelopes = [changelog.decode(envelope) for _, envelope in selection.rows]
         subscription.start(
             _start_vector(vector),
@@ -193,6 +210,45 @@ class SubscriptionHub:
         batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
         return subscription, QueryPhase(vector, batches, stats)
 
+    def _subscribe_without_sow(
+        self, request: SubscribeRequest, topics: list[SowTopic], expression: Expression | None
+    ) -> tuple[Subscription, QueryPhase]:
+        """sow_and_subscribe on plain topics only: an empty query result at the tail's
+        position, then the live messages."""
+        started = time.perf_counter()
+        subscription = _subscription(request, topics, with_query=True)
+
+        def register(_: list[SowTable]) -> None:
+            self._register(subscription, topics, request.filter, expression)
+
+        _, vector = self._read(topics, register)
+        subscription.start(_start_vector(vector))
+        elapsed_us = int((time.perf_counter() - started) * 1e6)
+        stats = QueryStats(0, 0, 0, elapsed_us, "no SOW: live messages only")
+        return subscription, QueryPhase(vector, [], stats)
+
+    def _read(
+        self, topics: Sequence[SowTopic], reader: Callable[[list[SowTable]], T]
+    ) -> tuple[T, list[LogPosition]]:
+        """Run ``reader`` over the SOW topics' tables under the replica's lock and, when
+        plain topics are among ``topics``, the plain tail's lock too; return its result
+        and the position vector of every topic (SOW topics first)."""
+        sow = [t for t in topics if not isinstance(t, PlainTopic)]
+        plain = [t for t in topics if isinstance(t, PlainTopic)]
+        if not plain:
+            return self.replica.read(sow, reader)
+        tail = self.plain
+        assert tail is not None  # _validate refuses plain topics without a tail
+        plain_vector: list[LogPosition] = []
+
+        def read_both(tables: list[SowTable]) -> T:
+            result, vector = tail.read(plain, lambda: reader(tables))
+            plain_vector.extend(vector)
+            return result
+
+        result, vector = self.replica.read(sow, read_both)
+        return result, vector + plain_vector
+
     def unsubscribe(self, subscription: Subscription) -> None:
         """Close a subscription and forget it (idempotent)."""
         subscription.close()
@@ -200,14 +256,30 @@ class SubscriptionHub:
             self._forget(subscription)
 
     def _validate(self, request: SubscribeRequest) -> tuple[list[SowTopic], Expression | None]:
-        topics = resolve_topics(self.topology, request.topic)
+        topics = resolve_subscribed_topics(self.topology, request.topic)
         if request.max_backlog < 0 or request.max_backlog > MAX_MAX_BACKLOG:
             raise InvalidRequestError(
                 f"max_backlog {request.max_backlog} is out of range: use 1 to "
                 f"{MAX_MAX_BACKLOG} (0 means the default, {DEFAULT_MAX_BACKLOG})"
             )
         expression = self._compiled(topics, request.filter)
-        if not self.replica.caught_up() and not self.replica.wait_caught_up(DEFAULT_TIMEOUT_S):
+        plain = [t.name for t in topics if isinstance(t, PlainTopic)]
+        if plain and self.plain is None:
+            raise InvalidRequestError(
+                f"topics {', '.join(plain)} have no SOW and this query service does not "
+                "follow plain topics; subscribe through a service that does"
+            )
+        if plain and self.plain is not None and not self.plain.wait_ready(DEFAULT_TIMEOUT_S):
+            raise CatchingUpError(
+                f"the ends of plain topics {', '.join(plain)} were not fetched within "
+                f"{DEFAULT_TIMEOUT_S:g}s; subscribe again shortly"
+            )
+        waits = len(plain) < len(topics)  # SOW topics: the replica must be caught up
+        if (
+            waits
+            and not self.replica.caught_up()
+            and not self.replica.wait_caught_up(DEFAULT_TIMEOUT_S)
+        ):
             raise CatchingUpError(
                 f"not caught up within {DEFAULT_TIMEOUT_S:g}s: "
                 f"{self.replica.catch_up_status()}; subscribe again shortly"
@@ -373,6 +445,22 @@ def _message(codec: Codec, envelope: bytes) -> Any:
 
 def _context(envelope: bytes | None) -> MessageContext | None:
     return None if envelope is None else changelog.decode(envelope).context()
+
+
+def _subscription(
+    request: SubscribeRequest, topics: Sequence[SowTopic], *, with_query: bool
+) -> Subscription:
+    """A subscription for ``request``; one to plain topics only holds no records, so it
+    gets neither OOF notifications nor deletes (a plain topic's messages are not records
+    that change); one to both kinds holds only the SOW topics' records."""
+    if all(isinstance(t, PlainTopic) for t in topics):
+        request, with_query = replace(request, oof=False, no_empties=False), False
+    return Subscription(
+        request,
+        with_query=with_query,
+        max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG,
+        unheld_topics=frozenset(t.name for t in topics if isinstance(t, PlainTopic)),
+    )
 
 
 def _start_vector(vector: list[LogPosition]) -> dict[tuple[str, int], int]:

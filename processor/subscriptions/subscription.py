@@ -47,7 +47,14 @@ Offer = tuple[ChangeEvent, "Delivery | None"]
 class Subscription:
     """A registered subscription and its queue of deliveries (see the module doc)."""
 
-    def __init__(self, request: SubscribeRequest, *, with_query: bool, max_backlog: int) -> None:
+    def __init__(
+        self,
+        request: SubscribeRequest,
+        *,
+        with_query: bool,
+        max_backlog: int,
+        unheld_topics: frozenset[str] = frozenset(),
+    ) -> None:
         self.number = next(_numbers)
         self.request = request
         self.with_query = with_query
@@ -55,6 +62,9 @@ class Subscription:
         #: Whether the subscription remembers what it delivered (needed for OOF,
         #: sow_and_subscribe deletes and no_empties).
         self.tracks_focus = request.oof or with_query or request.no_empties
+        #: Topics whose messages are never held (plain topics): a matching message is
+        #: delivered, nothing else (no OOF, no delete, no no_empties comparison).
+        self.unheld_topics = unheld_topics
         #: (topic, SowKey) -> the envelope last delivered for a record in focus.
         self.focus: dict[tuple[str, bytes], bytes] = {}
         self._start: dict[tuple[str, int], int] | None = None
@@ -105,7 +115,11 @@ class Subscription:
         this subscription: it tracks its focus and holds the record, or has not settled
         yet. Read without the lock, on the dispatcher's thread only: once settled, only
         that thread changes ``focus``."""
-        return self.tracks_focus and (not self._settled or key in self.focus)
+        return (
+            self.tracks_focus
+            and key[0] not in self.unheld_topics
+            and (not self._settled or key in self.focus)
+        )
 
     def offer(self, event: ChangeEvent, matched: bool) -> None:
         """One change of a topic this subscription covers; ``matched``: its new state
@@ -176,7 +190,7 @@ class Subscription:
         return False
 
     def _decide(self, event: ChangeEvent, publish: Delivery | None) -> Delivery | None:
-        if not self.tracks_focus:
+        if not self.tracks_focus or event.topic in self.unheld_topics:
             return publish
         key = (event.topic, event.sow_key)
         held = self.focus.get(key)

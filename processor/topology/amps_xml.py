@@ -18,11 +18,16 @@ when repeated), what was wrong and what is allowed.
   to the configuration file). ``KeyGenerator/Module`` is a Python dotted path, or the
   ``Name`` of an ``AMPSConfig/Modules/Module`` whose ``Library`` is one.
 * Kafka extensions inside a Topic: ``KafkaTopic`` and ``Partitions``.
+* Plain topics (no SOW): an ``AMPSConfig/TransactionLog/Topic`` whose ``Name`` is not a SOW
+  topic of the file declares one (:data:`PLAIN_ELEMENTS`: ``Name``, ``MessageType``,
+  ``KafkaTopic``, ``Partitions``); one that names a SOW topic is that topic's log and
+  adds nothing. A ``Name`` that is a regular expression (AMPS logs every matching topic)
+  is ignored with a warning: kafka-sow needs each plain topic by name.
 * Topic options of AMPS that kafka-sow does not implement yet (:data:`NOT_IMPLEMENTED`) and
   the other SOW entries (views, queues, conflated topics) are validated where they have a
   value syntax, and logged as warnings "accepted but not implemented yet". Any other element
   inside SOW or Topic is an error. Top-level sections other than SOW, MessageTypes and
-  Modules (Transports, Logging, ...) are not read.
+  Modules and TransactionLog (Transports, Logging, ...) are not read.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from processor.topology.model import (
     Durability,
     HashIndexSpec,
     KeyGeneratorSpec,
+    PlainTopic,
     SowTopic,
     Topology,
 )
@@ -78,6 +84,10 @@ NOT_IMPLEMENTED = (
     "FileName", "SlabSize", "InitialSlabCount", "RecordSize", "InitialSize", "IncrementSize",
     "ExpectedKeyCountHint", "History", "Preprocessing", "Enrichment", "Pattern",
 )
+#: Elements of a TransactionLog Topic (a plain topic when it names no SOW topic).
+PLAIN_ELEMENTS = ("Name", "MessageType", "KafkaTopic", "Partitions")
+#: Characters that make a TransactionLog Topic Name a pattern rather than a name.
+PATTERN_CHARACTERS = frozenset("^$*+?()[]{}|\\")
 # fmt: on
 _REPEATABLE = ("Key", "HashIndex", "Index")
 _XML_NAME = {
@@ -366,6 +376,44 @@ class _Reader:
             self.fail(problem[1], groups[tag][0][1] if tag in groups else named[0][1])
         return topic
 
+    def plain_topic(self, element: ET.Element, where: str) -> PlainTopic | str:
+        """The plain topic a TransactionLog Topic declares, or its name when it declares
+        none (a pattern, or a SOW topic's name: the caller decides)."""
+        groups = self.group(element, where, PLAIN_ELEMENTS)
+        for tag, items in groups.items():
+            if len(items) > 1:
+                self.fail(f"<{tag}> is given {len(items)} times; it is allowed once", items[1][1])
+        if "Name" not in groups:
+            self.fail("the topic has no <Name>; every TransactionLog topic needs one", where)
+        name = self.text(*groups["Name"][0])
+        if any(c in PATTERN_CHARACTERS for c in name):
+            _log.warning(
+                "%s: %s: <Name> %r is a pattern; kafka-sow needs each topic without a SOW by "
+                "name, so it is ignored",
+                self.source,
+                where,
+                name,
+            )
+            return name
+        fields: dict[str, Any] = {}
+        if "MessageType" in groups:
+            type_el, type_where = groups["MessageType"][0]
+            fields["message_type"], fields["schema"] = self.message_type(
+                self.text(type_el, type_where), type_where
+            )
+        if "KafkaTopic" in groups:
+            fields["kafka_topic"] = self.text(*groups["KafkaTopic"][0])
+        if "Partitions" in groups:
+            fields["partitions"] = self.value(
+                *groups["Partitions"][0], lambda v: parse_positive_int(v, "Partitions")
+            )
+        topic = PlainTopic(name=name, **fields)
+        problem = check_topic(topic, lambda attribute: _XML_NAME.get(attribute, attribute))
+        if problem is not None:
+            tag = _XML_NAME.get(problem[0], problem[0])
+            self.fail(problem[1], groups[tag][0][1] if tag in groups else groups["Name"][0][1])
+        return topic
+
     def hash_index(self, element: ET.Element, where: str) -> HashIndexSpec:
         keys = self.group(element, where, ("Key",)).get("Key", [])
         if not keys:
@@ -420,4 +468,14 @@ def parse_amps_config(
                 reader.fail(
                     unknown_name("element", child.tag, allowed, parent=f"<{section.tag}>"), where
                 )
+    names = {topic.name for topic, _, _ in entries}
+    for log_section, log_where in _children(root, root.tag):
+        if log_section.tag != "TransactionLog":
+            continue
+        for child, where in _children(log_section, log_where, numbered=("Topic",)):
+            if child.tag != "Topic":
+                continue  # journal settings: nothing for kafka-sow
+            plain = reader.plain_topic(child, where)
+            if isinstance(plain, PlainTopic) and plain.name not in names:
+                entries.append((plain, source, where))
     return assemble(entries, (source,))

@@ -6,8 +6,9 @@ format (:mod:`processor.topology.yaml_loader`), ``.xml`` an AMPS configuration f
 ``*.xml`` file directly in it (not in subdirectories, hidden files skipped), in sorted name
 order, and merges them; the merged topology must define at least one topic.
 
-Across one file or many, topic names are unique, and so are all Kafka topics the topology
-derives (each topic's input ``kafka_topic``, ``<kafka_topic>.sow-changelog`` and
+Across one file or many, topic names are unique (a SOW topic and a plain topic may not
+share one), and so are all Kafka topics the topology derives (each topic's input
+``kafka_topic``; for a SOW topic also ``<kafka_topic>.sow-changelog`` and
 ``<kafka_topic>.sow-repartition``). Every problem raises
 :class:`~processor.errors.TopologyError` naming the file, the field or element, what is
 wrong and what is allowed. The loaders call :func:`check_topic` and :func:`assemble`.
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from processor.errors import TopologyError
-from processor.topology.model import KAFKA_TOPIC_NAME, SowTopic, Topology
+from processor.topology.model import KAFKA_TOPIC_NAME, PlainTopic, SowTopic, Topology
 
 #: File extensions recognised, and the format each one selects.
 EXTENSIONS: dict[str, str] = {".yaml": "yaml", ".yml": "yaml", ".xml": "amps-xml"}
@@ -55,7 +56,10 @@ def load_topology(path: str | Path) -> Topology:
             source=str(target),
         )
     if not topology.topics:
-        raise TopologyError("the topology defines no SOW topics", source=str(target))
+        plain = " (plain topics alone are not enough)" if topology.plain_topics else ""
+        raise TopologyError(
+            f"the topology defines no SOW topics{plain}; define at least one", source=str(target)
+        )
     return topology
 
 
@@ -92,7 +96,10 @@ def merge_topologies(parts: Sequence[Topology]) -> Topology:
     for part in parts:
         source = part.sources[0] if part.sources else "<topology>"
         sources.extend(part.sources)
-        entries.extend((topic, source, f"topic {name!r}") for name, topic in part.topics.items())
+        entries.extend(
+            (topic, source, f"topic {name!r}")
+            for name, topic in [*part.topics.items(), *part.plain_topics.items()]
+        )
     return assemble(entries, tuple(sources))
 
 
@@ -101,7 +108,8 @@ def _at(source: str, where: str, current: str) -> str:
 
 
 def assemble(entries: Sequence[Entry], sources: tuple[str, ...]) -> Topology:
-    """A :class:`Topology` of ``entries``; names and derived Kafka topics must be unique."""
+    """A :class:`Topology` of ``entries`` (SOW and plain topics, in order); names and
+    derived Kafka topics must be unique."""
     by_name: dict[str, Entry] = {}
     kafka: dict[str, tuple[str, str, str, str]] = {}
     for topic, source, where in entries:
@@ -114,24 +122,32 @@ def assemble(entries: Sequence[Entry], sources: tuple[str, ...]) -> Topology:
                 where=where,
             )
         by_name[topic.name] = (topic, source, where)
-        derived = (
-            ("input", topic.kafka_topic),
-            ("changelog", topic.changelog_topic),
-            ("repartition", topic.repartition_topic),
-        )
+        derived: tuple[tuple[str, str], ...] = (("input", topic.kafka_topic),)
+        if not isinstance(topic, PlainTopic):
+            derived += (
+                ("changelog", topic.changelog_topic),
+                ("repartition", topic.repartition_topic),
+            )
         for role, name in derived:
             if name in kafka:
                 other, other_role, other_source, other_where = kafka[name]
                 raise TopologyError(
                     f"Kafka topic {name!r} (the {role} topic of {topic.name!r}) is also the "
                     f"{other_role} topic of {other!r} (at "
-                    f"{_at(other_source, other_where, source)}); every SOW topic needs its "
+                    f"{_at(other_source, other_where, source)}); every topic needs its "
                     "own kafka_topic (KafkaTopic in AMPS XML)",
                     source=source,
                     where=where,
                 )
             kafka[name] = (topic.name, role, source, where)
-    return Topology({name: entry[0] for name, entry in by_name.items()}, sources)
+    topics: dict[str, SowTopic] = {}
+    plain: dict[str, PlainTopic] = {}
+    for name, (topic, _, _) in by_name.items():
+        if isinstance(topic, PlainTopic):
+            plain[name] = topic
+        else:
+            topics[name] = topic
+    return Topology(topics, sources, plain)
 
 
 def check_topic(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str] | None:

@@ -1,4 +1,5 @@
-"""The topology model: frozen descriptions of SOW topics, shared by every loader.
+"""The topology model: frozen descriptions of SOW topics and plain topics, shared by
+every loader.
 
 A :class:`Topology` is what the YAML loader and the AMPS-configuration loader both
 produce; nothing downstream knows which format it came from.
@@ -123,15 +124,38 @@ class SowTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class PlainTopic(SowTopic):
+    """A topic without a SOW (AMPS: a topic with no SOW entry): publishers publish to its
+    input Kafka topic, subscribers receive each message live, and nothing is stored.
+
+    It is described with :class:`SowTopic`'s fields so the message codecs and the publish
+    path take it as they are; only ``name``, ``message_type``, ``schema``,
+    ``kafka_topic`` and ``partitions`` mean anything (the loaders leave the other fields
+    at their defaults). It has no changelog and no repartition topic, and the processor
+    never reads it: it lives in :attr:`Topology.plain_topics`, never in
+    :attr:`Topology.topics`.
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class Topology:
-    """Every SOW topic the product serves, by name, plus where it was loaded from."""
+    """Every topic the product serves, by name, plus where it was loaded from.
+
+    ``topics`` are the SOW topics (the processor keeps their state); ``plain_topics``
+    the topics without a SOW (live subscriptions only). A name is in one of them at most.
+    """
 
     topics: Mapping[str, SowTopic]
     sources: tuple[str, ...] = ()
+    plain_topics: Mapping[str, PlainTopic] = field(default_factory=lambda: MappingProxyType({}))
 
     def topic(self, name: str) -> SowTopic:
         """The SOW topic called ``name``; raises KeyError when there is none."""
         return self.topics[name]
+
+    def every_topic(self) -> list[SowTopic]:
+        """SOW topics then plain topics, each in configuration order."""
+        return [*self.topics.values(), *self.plain_topics.values()]
 
     def by_kafka_topic(self) -> dict[str, SowTopic]:
         """SOW topics indexed by their input Kafka topic."""

@@ -8,7 +8,9 @@ A document is a mapping with ``topics`` (a list, required) and ``defaults`` (opt
         key: /orderId
 
 Each topic has the fields in :data:`TOPIC_FIELDS`; ``defaults`` may set those in
-:data:`DEFAULT_FIELDS` and a topic's own value wins. Contract: :func:`parse_yaml` returns a
+:data:`DEFAULT_FIELDS` and a topic's own value wins. ``sow: false`` declares a plain topic
+(no SOW, :class:`~processor.topology.model.PlainTopic`), which takes only
+:data:`PLAIN_FIELDS` (and only those defaults). Contract: :func:`parse_yaml` returns a
 :class:`~processor.topology.model.Topology` whose topics are in file order, or raises
 :class:`~processor.errors.TopologyError` whose message names the file, the field path
 (``topics[ORDERS].partitions``, or ``topics[2]`` counting from 0 when the topic has no usable
@@ -34,6 +36,7 @@ from processor.topology.model import (
     Durability,
     HashIndexSpec,
     KeyGeneratorSpec,
+    PlainTopic,
     RecoveryPoint,
     SowTopic,
     Topology,
@@ -63,7 +66,10 @@ TOPIC_FIELDS = (
     "expiration",
     "hash_indexes",
     "indexes",
+    "sow",
 )
+#: The fields of a plain topic (``sow: false``).
+PLAIN_FIELDS = ("name", "sow", "message_type", "kafka_topic", "partitions", "schema")
 DEFAULT_FIELDS = ("message_type", "durability", "recovery_point", "partitions", "expiration")
 KEY_GENERATOR_FIELDS = ("factory", "options")
 
@@ -349,12 +355,14 @@ def _topic(raw: object, index: int, defaults: dict[str, Any], source: str, base:
         if key not in TOPIC_FIELDS:
             message = unknown_name("field", str(key), TOPIC_FIELDS, parent=f"topic {name!r}")
             raise TopologyError(message, source=source, where=f"{where}.{key}")
-    fields: dict[str, Any] = dict(defaults)
+    plain = _plain(raw, name, source, where)
+    fields: dict[str, Any] = {k: v for k, v in defaults.items() if not plain or k in PLAIN_FIELDS}
     for key, value in raw.items():
         if key in _PARSERS:
             fields[key] = _field(source, f"{where}.{key}", key, value)
     fields["schema"] = _schema(raw, fields.get("message_type", "json"), source, where, base)
-    topic = SowTopic(name=name, **{_ATTRIBUTE.get(k, k): v for k, v in fields.items()})
+    kind = PlainTopic if plain else SowTopic
+    topic = kind(name=name, **{_ATTRIBUTE.get(k, k): v for k, v in fields.items()})
     problem = check_topic(topic, lambda attribute: _YAML_NAME.get(attribute, attribute))
     if problem is not None:
         attribute, message = problem
@@ -362,6 +370,31 @@ def _topic(raw: object, index: int, defaults: dict[str, Any], source: str, base:
         field = field if field in raw else "name"  # e.g. kafka_topic taken from the name
         raise TopologyError(message, source=source, where=f"{where}.{field}")
     return topic
+
+
+def _plain(raw: dict[Any, Any], name: str, source: str, where: str) -> bool:
+    """Whether the topic is declared without a SOW (``sow: false``); a plain topic may
+    have only :data:`PLAIN_FIELDS`."""
+    value = raw.get("sow", True)
+    if not isinstance(value, bool):
+        raise TopologyError(
+            f"expected true (a SOW topic, the default) or false (a plain topic: live "
+            f"subscriptions only, nothing stored), got {_describe(value)}",
+            source=source,
+            where=f"{where}.sow",
+        )
+    if value:
+        return False
+    for key in raw:
+        if key not in PLAIN_FIELDS:
+            raise TopologyError(
+                f"topic {name!r} has no SOW (sow: false), so {key!r} does not apply: a plain "
+                f"topic takes only {', '.join(PLAIN_FIELDS)}; remove {key!r} or the "
+                "'sow: false'",
+                source=source,
+                where=f"{where}.{key}",
+            )
+    return True
 
 
 def _schema(

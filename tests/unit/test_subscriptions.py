@@ -293,3 +293,38 @@ def test_sow_and_subscribe_state_follows_the_table_under_concurrent_units(
             assert state == expected
     finally:
         hub.close()
+
+
+def test_a_plain_topics_messages_are_never_held_by_a_mixed_subscription() -> None:
+    """A subscription covering a SOW topic and a plain topic, with oof and no_empties:
+    the plain topic's messages are delivered when they match and nothing follows from
+    them; the SOW topic's records still get OOF."""
+    writer = changelog.EnvelopeWriter("QUOTES", "json", QUOTES.kafka_topic, 0)
+
+    def event(topic: str, offset: int, price: int) -> ChangeEvent:
+        new = writer.encode(offset, b"k", orjson.dumps({"price": price}), 1, 1)
+        return ChangeEvent(
+            topic, b"k", None, new, (f"{topic}.log", 0, offset), ChangeReason.PUBLISH
+        )
+
+    subscription = Subscription(
+        SubscribeRequest("QUOTES|TICKS", oof=True, no_empties=True),
+        with_query=True,
+        max_backlog=100,
+        unheld_topics=frozenset({"TICKS"}),
+    )
+    subscription.start({})
+    assert not subscription.may_hold(("TICKS", b"k"))
+    subscription.offer(event("TICKS", 0, 60), True)
+    subscription.offer(event("TICKS", 1, 60), True)  # a repeat: still delivered
+    subscription.offer(event("TICKS", 2, 10), False)  # no longer matches: nothing
+    subscription.offer(event("QUOTES", 0, 60), True)
+    subscription.offer(event("QUOTES", 1, 10), False)
+    kinds = [(d.topic, d.kind) for d in _all(subscription, 4)]
+    assert kinds == [
+        ("TICKS", ChangeKind.PUBLISH),
+        ("TICKS", ChangeKind.PUBLISH),
+        ("QUOTES", ChangeKind.PUBLISH),
+        ("QUOTES", ChangeKind.OOF),
+    ]
+    assert subscription.focus == {}
