@@ -3,7 +3,7 @@
 Starts the broker (``KAFKA_BOOTSTRAP_SERVERS`` or the embedded one) and kafka-sow as
 ``sow serve`` runs it (processor in a child process; replica, subscription hub and gRPC
 in this process). A subscriber process opens N ``subscribe`` streams (grpc.aio, one
-event loop, a few channels) with filters ``/symbol = 'S<i>' AND /price > <i % 100>``;
+event loop, 50 connections) with filters ``/symbol = 'S<i>' AND /price > <i % 100>``;
 a publisher process writes messages with a random symbol among N and a random price at
 a steady rate with a plain producer, each carrying its send time. Reported: the rate
 sent, the changes received against the number the filters should match, and send ->
@@ -37,7 +37,9 @@ from processor.config import Settings
 from processor.keys import key_function
 from processor.topology.model import SowTopic, Topology
 
-CHANNELS = 8
+#: Client connections the streams are spread over by default (each its own TCP
+#: connection).
+CHANNELS = 50
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -45,9 +47,17 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _subscribe(address: str, topic: str, streams: int, ready: Any, stop: Any, out: Any) -> None:
-    """Child process: ``streams`` subscribe streams on one event loop; sends back the
-    latency of every change received and how long opening them took."""
+def _subscribe(
+    address: str,
+    topic: str,
+    numbers: range,
+    channels_n: int,
+    ready: Any,
+    stop: Any,
+    out: Any,
+) -> None:
+    """Child process: the subscribe streams numbered ``numbers`` on one event loop;
+    sends back the latency of every change received and how long opening them took."""
     import grpc
 
     from processor.service._generated import sow_pb2, sow_pb2_grpc
@@ -78,14 +88,15 @@ def _subscribe(address: str, topic: str, streams: int, ready: Any, stop: Any, ou
                 registered.put_nowait(-1)
 
     async def main() -> None:
-        channels = [grpc.aio.insecure_channel(address) for _ in range(CHANNELS)]
+        channels = [
+            grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+            for _ in range(channels_n)
+        ]
         stubs = [sow_pb2_grpc.SubscriptionsStub(c) for c in channels]  # type: ignore[no-untyped-call]
         registered: asyncio.Queue[int] = asyncio.Queue()
         started = time.perf_counter()
-        tasks = [
-            asyncio.ensure_future(one(stubs[i % CHANNELS], i, registered)) for i in range(streams)
-        ]
-        for done in range(streams):
+        tasks = [asyncio.ensure_future(one(stubs[i % channels_n], i, registered)) for i in numbers]
+        for done in range(len(numbers)):
             await registered.get()
             if done % 1000 == 999:
                 print(f"  {done + 1:,} streams registered", file=sys.stderr)
@@ -131,17 +142,32 @@ def _publish(
     out.send((time.perf_counter() - started, expected))
 
 
-def measure(app: Any, topic: SowTopic, streams: int, rate: int, seconds: float) -> dict[str, Any]:
+def measure(
+    app: Any,
+    topic: SowTopic,
+    streams: int,
+    processes: int,
+    channels: int,
+    rate: int,
+    seconds: float,
+) -> dict[str, Any]:
     spawn = multiprocessing.get_context("spawn")
-    ready, stop = spawn.Event(), spawn.Event()
-    received, subscriber_end = spawn.Pipe(duplex=False)
-    subscriber = spawn.Process(
-        target=_subscribe,
-        args=(app.grpc_address, topic.name, streams, ready, stop, subscriber_end),
-    )
-    subscriber.start()
-    if not ready.wait(600):
-        raise SystemExit(f"{streams} streams were not registered within 600 s")
+    stop = spawn.Event()
+    subscribers = []
+    share = -(-streams // processes)
+    for first in range(0, streams, share):
+        ready = spawn.Event()
+        received, subscriber_end = spawn.Pipe(duplex=False)
+        numbers = range(first, min(streams, first + share))
+        process = spawn.Process(
+            target=_subscribe,
+            args=(app.grpc_address, topic.name, numbers, channels, ready, stop, subscriber_end),
+        )
+        process.start()
+        subscribers.append((process, ready, received))
+    for _, ready, _ in subscribers:
+        if not ready.wait(600):
+            raise SystemExit(f"{streams} streams were not registered within 600 s")
     total = int(rate * seconds)
     sent, publisher_end = spawn.Pipe(duplex=False)
     publisher = spawn.Process(
@@ -155,11 +181,20 @@ def measure(app: Any, topic: SowTopic, streams: int, rate: int, seconds: float) 
     # Let what is in flight arrive (bounded), then stop the subscriber.
     time.sleep(min(30.0, 3.0 + seconds))
     stop.set()
-    latencies, errors, opened_s = received.recv()
-    subscriber.join(60)
+    latencies: list[float] = []
+    errors: list[str] = []
+    opened_s = 0.0
+    for process, _, received in subscribers:
+        got, failed, opened = received.recv()
+        process.join(60)
+        latencies += got
+        errors += failed
+        opened_s = max(opened_s, opened)
     ms = [r * 1000 for r in latencies] or [float("nan")]
     return {
         "streams": streams,
+        "subscriber_processes": processes,
+        "connections_per_process": channels,
         "rate": rate,
         "sent_per_s": round(total / sent_s),
         "expected_changes": expected,
@@ -176,6 +211,8 @@ def measure(app: Any, topic: SowTopic, streams: int, rate: int, seconds: float) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=10_000)
+    parser.add_argument("--subscriber-processes", type=int, default=1)
+    parser.add_argument("--channels", type=int, default=CHANNELS)
     parser.add_argument("--rate", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json-out", type=Path, default=None)
@@ -201,7 +238,15 @@ def main() -> int:
             raise SystemExit("the processor did not start within 120 s")
         assert app.replica is not None
         app.replica.wait_caught_up(60)
-        row = measure(app, topic, args.streams, args.rate, args.seconds)
+        row = measure(
+            app,
+            topic,
+            args.streams,
+            args.subscriber_processes,
+            args.channels,
+            args.rate,
+            args.seconds,
+        )
         print(json.dumps(row))
     finally:
         app.stop()

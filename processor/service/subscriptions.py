@@ -27,8 +27,12 @@ from processor.subscriptions.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
-#: Subscription streams one service serves at once (one worker thread each).
-SUBSCRIPTION_STREAMS = 10_000
+#: Subscription streams one service serves at once (one worker thread each). Measured
+#: with bench/subscribe_grpc.py: gRPC Python's threaded server stops taking new calls
+#: at about 3,000 open streams on this product's test machine (the client waits with
+#: no error), so the service refuses past 2,500 with a clear status instead. More
+#: subscriptions: more query-service replicas (docs/subscriptions.md).
+SUBSCRIPTION_STREAMS = 2_500
 #: Most changes sent per wake-up of a stream's thread.
 SEND_BATCH = 256
 #: How long an idle stream's thread sleeps between checks that its client is still
