@@ -1,0 +1,50 @@
+"""The ``sow`` command: argument parsing only; the work happens in app, service and query.
+
+Output is JSON lines on stdout; progress and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from processor.cli.client_commands import (
+    cmd_delete,
+    cmd_eval,
+    cmd_publish,
+    cmd_query,
+    cmd_subscribe,
+)
+from processor.cli.parser import build_parser
+from processor.cli.serve import cmd_serve
+from processor.errors import SowError
+
+__all__ = ["build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``sow`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    handlers = {
+        "serve": cmd_serve,
+        "process": lambda a: cmd_serve(a, service=False),
+        "publish": cmd_publish,
+        "query": cmd_query,
+        "delete": cmd_delete,
+        "eval": cmd_eval,
+        "subscribe": cmd_subscribe,
+        "sow-and-subscribe": cmd_subscribe,
+    }
+    try:
+        return int(handlers[args.command](args))
+    except SowError as exc:
+        sys.stderr.write(f"sow {args.command}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,266 @@
+"""The client subcommands: publish, query, delete, subscribe, eval (JSON lines out)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from processor.config import Settings
+from processor.errors import ConfigurationError, SowError
+
+
+def _out(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.flush()
+
+
+def _address(args: argparse.Namespace) -> str:
+    return args.server or Settings.from_env().grpc_address
+
+
+def _record_json(record: Any) -> dict[str, Any]:
+    """A record as printed: ``data`` in text form (JSON; Base64 text for binary)."""
+    data: Any = (
+        record.data.decode() if record.message_type == "binary" else orjson.loads(record.data)
+    )
+    out: dict[str, Any] = {
+        "sow_key": record.sow_key,
+        "data": data,
+        "position": f"{record.position.topic}/{record.position.partition}/{record.position.offset}",
+    }
+    if record.correlation_id:
+        out["correlation_id"] = record.correlation_id
+    if record.expiration_ms:
+        out["expiration_ms"] = record.expiration_ms
+    return out
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from processor.service.client import SowClient
+
+    options = {
+        "sow_key": args.sow_key,
+        "expiration": args.expiration,
+        "correlation_id": args.correlation_id,
+    }
+    published = refused = 0
+    vector: dict[tuple[str, int], int] = {}
+    last_key = ""
+    progress = _Progress("published")
+    with SowClient(_address(args)) as client:
+        if args.data is not None:
+            replies: Any = [
+                client.publish(args.topic, args.data.encode(), text_form=True, **options)
+            ]
+        else:
+            lines = (line.strip().encode() for line in sys.stdin if line.strip())
+            replies = client.publish_stream(args.topic, lines, text_form=True, **options)
+        for number, reply in enumerate(replies, 1):
+            if reply.position is None:
+                refused += 1
+                sys.stderr.write(f"sow publish: message {number} refused: {reply.error}\n")
+                continue
+            published += 1
+            p = reply.position
+            vector[(p.topic, p.partition)] = p.offset
+            last_key = reply.sow_key
+            _out({"sow_key": reply.sow_key, "position": f"{p.topic}/{p.partition}/{p.offset}"})
+            progress.tick(published)
+        progress.done(published)
+        if args.wait and vector:
+            positions = [_position_text(t, p, o) for (t, p), o in sorted(vector.items())]
+            client.query(
+                args.topic,
+                sow_keys=[last_key],
+                min_position=[_parse_position(text) for text in positions],
+                timeout_seconds=args.wait_timeout,
+                timeout=args.wait_timeout + 5,
+            )
+            _out({"published": published, "refused": refused, "applied": positions})
+    return 1 if refused else 0
+
+
+class _Progress:
+    """Progress of long bulk commands on stderr: a line a second after the first second."""
+
+    def __init__(self, verb: str) -> None:
+        self.verb = verb
+        self.started = self.last = time.monotonic()
+        self.shown = False
+
+    def tick(self, count: int) -> None:
+        if count % 1000:
+            return
+        now = time.monotonic()
+        if now - self.last >= 1.0:
+            self.last = now
+            self.shown = True
+            rate = count / max(now - self.started, 1e-9)
+            sys.stderr.write(f"  {self.verb} {count:,} messages ({rate:,.0f}/s)\n")
+
+    def done(self, count: int) -> None:
+        if self.shown:
+            elapsed = time.monotonic() - self.started
+            sys.stderr.write(
+                f"  {self.verb} {count:,} messages in {elapsed:.1f}s "
+                f"({count / max(elapsed, 1e-9):,.0f}/s)\n"
+            )
+
+
+def _position_text(topic: str, partition: int, offset: int) -> str:
+    return f"{topic}/{partition}/{offset}"
+
+
+def _parse_position(text: str) -> Any:
+    from processor.service._generated import sow_pb2
+
+    try:
+        topic, partition, offset = text.rsplit("/", 2)
+        return sow_pb2.Position(topic=topic, partition=int(partition), offset=int(offset))
+    except ValueError:
+        raise SowError(
+            f"--min-position {text!r} is not TOPIC/PARTITION/OFFSET (as printed by sow publish)"
+        ) from None
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from processor.service.client import SowClient
+
+    keys = [k for k in args.sow_keys.split(",") if k]
+    positions = [_parse_position(p) for p in args.min_position]
+    with SowClient(_address(args)) as client:
+        for reply in client.query_stream(
+            args.topic,
+            sow_keys=keys,
+            query_id=args.query_id,
+            batch_size=args.batch_size,
+            min_position=positions,
+            text_form=True,
+            filter=args.filter,
+            top_n=args.top_n,
+            skip_n=args.skip_n,
+            order_by=args.order_by,
+            grouping=args.grouping,
+            projection=args.projection,
+            wait_for_catch_up=True,
+        ):
+            part = reply.WhichOneof("part")
+            if part == "batch":
+                for record in reply.batch.records:
+                    _out(_record_json(record))
+            elif part == "group_end":
+                end = reply.group_end
+                _out(
+                    {
+                        "group_end": {
+                            "query_id": end.query_id,
+                            "topic_matches": end.topic_matches,
+                            "matches": end.matches,
+                            "records_returned": end.records_returned,
+                            "elapsed_us": end.elapsed_us,
+                            "plan": end.plan,
+                        }
+                    }
+                )
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from processor.service.client import SowClient
+
+    with SowClient(_address(args)) as client:
+        if args.filter is not None:
+            reply = client.delete(args.topic, filter=args.filter)
+        elif args.data is not None:
+            reply = client.delete(args.topic, data=args.data.encode(), text_form=True)
+        else:
+            reply = client.delete(args.topic, [k for k in args.sow_keys.split(",") if k])
+    _out({"records_deleted": reply.records_deleted})
+    return 0
+
+
+def _position_json(position: Any) -> str:
+    return _position_text(position.topic, position.partition, position.offset)
+
+
+def _change_json(change: Any) -> dict[str, Any]:
+    """A delivered change as printed."""
+    from processor.service._generated import sow_pb2
+
+    out: dict[str, Any] = {
+        "kind": sow_pb2.ChangeKind.Name(change.kind).removeprefix("CHANGE_").lower(),
+        "topic": change.topic,
+        **_record_json(change.record),
+        "changelog_position": _position_json(change.changelog_position),
+    }
+    if change.oof_reason:
+        out["reason"] = change.oof_reason
+    if change.HasField("current"):
+        out["current"] = _record_json(change.current)["data"]
+    return out
+
+
+def cmd_subscribe(args: argparse.Namespace) -> int:
+    """Print a subscription's messages until stopped; Ctrl-C (or SIGTERM) exits 0."""
+    from processor.service.client import SowClient
+
+    options: dict[str, Any] = {
+        "filter": args.filter,
+        "oof": args.oof,
+        "no_empties": args.no_empties,
+        "sub_id": args.sub_id,
+        "max_backlog": args.max_backlog,
+        "text_form": True,
+    }
+    with SowClient(_address(args)) as client:
+        if args.command == "subscribe":
+            stream = client.subscribe(args.topic, **options)
+        else:
+            stream = client.sow_and_subscribe(args.topic, batch_size=args.batch_size, **options)
+        signal.signal(signal.SIGTERM, lambda *_: stream.cancel())
+        try:
+            for message in stream:
+                part = message.WhichOneof("part")
+                if part == "change":
+                    _out(_change_json(message.change))
+                elif part == "batch":
+                    for record in message.batch.records:
+                        _out({"kind": "sow", "topic": record.topic, **_record_json(record)})
+                elif part == "group_end":
+                    end = message.group_end
+                    _out(
+                        {
+                            "group_end": {
+                                "records_returned": end.records_returned,
+                                "snapshot": [_position_json(p) for p in end.snapshot],
+                                "plan": end.plan,
+                            }
+                        }
+                    )
+                elif part == "registered":
+                    snapshot = [_position_json(p) for p in message.registered.snapshot]
+                    _out({"registered": {"snapshot": snapshot}})
+        except KeyboardInterrupt:
+            stream.cancel()
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from processor.expr import evaluate
+
+    try:
+        message = orjson.loads(args.message)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigurationError(f"--message is not valid JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ConfigurationError("--message must be a JSON object, e.g. '{\"price\": 10}'")
+    value = evaluate(args.expression, message)
+    # The standard library writes NaN as ``NaN`` (which JSON lacks) instead of dropping it.
+    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
+    return 0

@@ -1,0 +1,226 @@
+"""The ``sow`` command line: its subcommands and options (nothing runs here)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from processor.config import DEFAULT_GRPC_ADDRESS
+
+EPILOG = """\
+environment: KAFKA_BOOTSTRAP_SERVERS (use this Kafka instead of the embedded broker),
+SOW_TOPOLOGY, SOW_STATE_DIR, SOW_GRPC_ADDRESS, SOW_GROUP_ID, SOW_INSTANCE_ID.
+"""
+
+
+def _common_server(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--server",
+        default=None,
+        help=f"address of a running 'sow serve' (default: $SOW_GRPC_ADDRESS or "
+        f"{DEFAULT_GRPC_ADDRESS})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="sow",
+        description="kafka-sow: a State of the World database on Kafka.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def runner(name: str, text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=text, description=text, epilog=EPILOG)
+        p.add_argument(
+            "--topology",
+            type=Path,
+            default=None,
+            help="topology file or directory (YAML or AMPS XML; default: topologies)",
+        )
+        p.add_argument(
+            "--bootstrap-servers",
+            default=None,
+            help="Kafka bootstrap servers; without it the embedded broker is started",
+        )
+        p.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help="where RocksDB stores live (default: sow-state)",
+        )
+        p.add_argument(
+            "--group-id", default=None, help="processor consumer group (default: sow-processor)"
+        )
+        p.add_argument(
+            "--instance-id",
+            default=None,
+            help="this processor replica's id, unique within the group (default: 0)",
+        )
+        return p
+
+    serve = runner(
+        "serve",
+        "Run the broker (embedded unless one is configured), the processor and the gRPC "
+        "query service in one process.",
+    )
+    serve.add_argument(
+        "--grpc-address",
+        default=None,
+        help=f"where to serve gRPC (default: {DEFAULT_GRPC_ADDRESS})",
+    )
+    serve.add_argument(
+        "--no-docker",
+        action="store_true",
+        help="never try Kafka in Docker, even when a Docker engine answers",
+    )
+    process = runner("process", "Run only the processor against a configured Kafka.")
+    process.add_argument("--max-batch", type=int, default=None, help="records per transaction")
+
+    publish = sub.add_parser(
+        "publish",
+        help="Publish messages to a SOW topic.",
+        description="Publish one message (DATA) or, without DATA, one message per line of "
+        "standard input (streamed in batches; progress on stderr). Prints the SowKey and log "
+        "position of each as JSON lines; a refused message is reported on stderr with its "
+        "line number and the exit code is then 1.",
+    )
+    publish.add_argument("topic", help="SOW topic name")
+    publish.add_argument(
+        "data",
+        nargs="?",
+        help="the message as JSON (also for avro topics, encoded with the topic's schema); "
+        "Base64 for binary topics",
+    )
+    publish.add_argument(
+        "--sow-key", default="", help="SowKey, for topics whose publishers provide it"
+    )
+    publish.add_argument("--expiration", type=float, default=0.0, help="lifetime in seconds")
+    publish.add_argument("--correlation-id", default="", help="passed through untouched")
+    publish.add_argument(
+        "--wait",
+        action="store_true",
+        help="after publishing, wait until the SOW reflects every message, then print a "
+        'summary line {"published", "refused", "applied"}: "applied" is the position '
+        "vector to pass as --min-position",
+    )
+    publish.add_argument(
+        "--wait-timeout", type=float, default=60.0, help="seconds --wait waits (default: 60)"
+    )
+    _common_server(publish)
+
+    query = sub.add_parser(
+        "query",
+        help="Query a SOW topic.",
+        description="Print the records of a SOW topic as JSON lines: one per record, then a "
+        "group_end line with the counts.",
+    )
+    query.add_argument("topic", help="SOW topic name, or a regular expression over topic names")
+    query.add_argument("--sow-keys", default="", help="comma-separated SowKeys to restrict to")
+    query.add_argument(
+        "--filter", default="", help="AMPS filter, e.g. \"/region = 'EU' AND /price > 100\""
+    )
+    query.add_argument("--top-n", type=int, default=0, help="return at most N records")
+    query.add_argument(
+        "--skip-n", type=int, default=0, help="skip the first N records (requires --top-n)"
+    )
+    query.add_argument(
+        "--order-by", default="", help="sort: '/field [ASC|DESC] [TEXT], ...' (default ASC)"
+    )
+    query.add_argument(
+        "--grouping", default="", help="aggregated query: group by '/a, /b' (with --projection)"
+    )
+    query.add_argument(
+        "--projection",
+        default="",
+        help="aggregated query: fields per group, e.g. '/region, SUM(/price * /qty) AS /total, "
+        "COUNT(/orderId) AS /orders' (with --grouping)",
+    )
+    query.add_argument("--batch-size", type=int, default=0, help="records per batch, 1..10000")
+    query.add_argument("--query-id", default="", help="echoed back in group_begin/group_end")
+    query.add_argument(
+        "--min-position",
+        action="append",
+        default=[],
+        metavar="TOPIC/PARTITION/OFFSET",
+        help="wait until the SOW reflects this log position (from publish); repeatable",
+    )
+    _common_server(query)
+
+    delete = sub.add_parser(
+        "delete",
+        help="Delete records from a SOW topic (by SowKeys, filter or message).",
+        description="sow_delete with exactly one selector; prints how many records were "
+        "deleted. Deletes go through the transaction log like publishes.",
+    )
+    delete.add_argument(
+        "topic", help="SOW topic name (a regular expression is allowed with --filter)"
+    )
+    selector = delete.add_mutually_exclusive_group(required=True)
+    selector.add_argument("--sow-keys", help="comma-separated SowKeys")
+    selector.add_argument("--filter", help="delete every record matching it; 1=1 deletes all")
+    selector.add_argument(
+        "--data", help="delete the record this message (JSON; Base64 for binary) would update"
+    )
+    _common_server(delete)
+
+    for name, text in (
+        (
+            "subscribe",
+            "Print every later change of a SOW topic that matches the filter as JSON lines "
+            '(kind publish or oof), after a first {"registered"} line, until stopped '
+            "(Ctrl-C exits 0).",
+        ),
+        (
+            "sow-and-subscribe",
+            "Print the current matching records (kind sow), a group_end line with the "
+            "position vector they reflect, then every later change (kind publish, delete or "
+            "oof) as JSON lines, with no gap and no duplicate, until stopped (Ctrl-C exits 0).",
+        ),
+    ):
+        command = sub.add_parser(name, help=text.split(" as JSON")[0] + ".", description=text)
+        command.add_argument(
+            "topic", help="SOW topic name, or a regular expression over topic names"
+        )
+        command.add_argument("--filter", default="", help="AMPS content filter")
+        command.add_argument(
+            "--oof",
+            action="store_true",
+            help="out-of-focus notifications: records leaving the view (deleted, expired, "
+            "match) arrive as kind oof with the reason",
+        )
+        command.add_argument(
+            "--no-empties",
+            action="store_true",
+            help="skip updates whose message equals the one last received for the record",
+        )
+        command.add_argument(
+            "--sub-id", default="", help="subscription id (SubId), echoed by the service"
+        )
+        command.add_argument(
+            "--max-backlog",
+            type=int,
+            default=0,
+            help="messages the service may queue for this subscriber before disconnecting it "
+            "as a slow consumer (default: the service's, 10000)",
+        )
+        if name == "sow-and-subscribe":
+            command.add_argument(
+                "--batch-size", type=int, default=0, help="query records per batch, 1..10000"
+            )
+        _common_server(command)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="Evaluate an AMPS expression against a message.",
+        description="Print the value of EXPRESSION for the message as JSON (true/false/null, "
+        "a number, a string or an array; NaN prints as NaN). Needs no server.",
+    )
+    evaluate.add_argument("expression", help="e.g. \"/price * /qty > 1000 AND /side = 'buy'\"")
+    evaluate.add_argument(
+        "--message", default="{}", help="the message as a JSON object (default: {})"
+    )
+    return parser

@@ -1,0 +1,102 @@
+"""``sow serve`` and ``sow process``: run the product until a signal or a failure."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from processor.config import Settings
+from processor.errors import ComponentFailedError, SowError
+
+if TYPE_CHECKING:
+    from processor.app import Application
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        topology=getattr(args, "topology", None),
+        bootstrap_servers=getattr(args, "bootstrap_servers", None),
+        state_dir=getattr(args, "state_dir", None),
+        grpc_address=getattr(args, "grpc_address", None),
+        group_id=getattr(args, "group_id", None),
+        instance_id=getattr(args, "instance_id", None),
+        max_batch=getattr(args, "max_batch", None),
+    )
+
+
+def _stop_on_signal() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _failed(command: str, app: Application, failure: ComponentFailedError) -> int:
+    """Report a component that stopped, stop the rest; the exit status of ``sow serve``."""
+    sys.stderr.write(f"sow {command}: error: {failure}\nstopping...\n")
+    app.stop()
+    return 1
+
+
+def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool = True) -> int:
+    """Run until a signal (exit 0) or until a component thread stops on its own: then the
+    whole process stops with a message naming the component and exits 1, rather than
+    serving on without it."""
+    from processor.app import start
+
+    settings = _settings(args)
+    if not service and not settings.bootstrap_servers:
+        raise SowError(
+            "sow process runs against an existing Kafka: pass --bootstrap-servers or set "
+            "KAFKA_BOOTSTRAP_SERVERS (use sow serve for the all-in-one embedded setup)"
+        )
+    app = start(
+        settings,
+        processor=processor,
+        service=service,
+        allow_docker=not getattr(args, "no_docker", False),
+        processor_process=processor and service,
+    )
+    stop = _stop_on_signal()
+    ready = app.processor_ready
+    if ready is not None:
+        sys.stderr.write("waiting for the processor to join its group and restore its stores...\n")
+        started = time.monotonic()
+        reported = 0
+        while not ready.wait(0.2):
+            failure = app.failure()
+            if failure is not None:
+                return _failed(args.command, app, failure)
+            if stop.is_set():
+                app.stop()
+                return 0
+            waited = int(time.monotonic() - started)
+            if waited >= reported + 5:
+                reported = waited
+                sys.stderr.write(f"  still starting after {waited}s (see the log lines above)\n")
+    lines = [
+        "kafka-sow is ready",
+        f"  broker:     {app.broker.description}",
+        f"  topology:   {settings.topology} ({', '.join(sorted(app.topology.topics))})",
+        f"  state:      {settings.state_dir.resolve()}",
+    ]
+    if service:
+        lines.append(
+            f"  gRPC:       {app.grpc_address}  (try: sow query ORDERS --server {app.grpc_address})"
+        )
+    lines.append("  stop with Ctrl-C")
+    sys.stderr.write("\n".join(lines) + "\n")
+    try:
+        failure = app.wait(stop)
+    except BaseException:
+        app.stop()
+        raise
+    if failure is not None:
+        return _failed(args.command, app, failure)
+    sys.stderr.write("stopping...\n")
+    app.stop()
+    return 1 if app.failure() else 0
