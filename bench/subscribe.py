@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -58,6 +59,8 @@ class Row:
     p99_ms: float = 0.0
     max_ms: float = 0.0
     apply_us_per_unit: float = 0.0
+    dispatch_cpu_us_per_change: float = 0.0
+    load_average: float = 0.0
     delivered: int = 0
     undispatched: int = 0
 
@@ -151,6 +154,8 @@ def run(row: Row, seconds: float, filters: list[str], symbols: int) -> Row:
     row.p99_ms = _percentile(latencies, 0.99) * 1000
     row.max_ms = max(latencies) * 1000
     row.apply_us_per_unit = statistics.mean(apply_s) * 1e6
+    row.dispatch_cpu_us_per_change = hub.dispatch_cpu_s / max(1, hub.dispatched) * 1e6
+    row.load_average = round(os.getloadavg()[0], 2)
     row.delivered = delivered[0]
     return row
 
@@ -169,14 +174,16 @@ def main() -> int:
         rows.append(run(Row("1k non-indexable", 1_000, 5_000, inline), args.seconds, scans, 10_000))
     header = (
         f"{'row':18} {'mode':10} {'fed/s':>8} {'disp/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
-        f"{'max ms':>7} {'apply us/unit':>13} {'delivered':>9} {'behind':>7}"
+        f"{'max ms':>7} {'apply us/unit':>13} {'cpu us/chg':>10} {'delivered':>9} {'behind':>7} "
+        f"{'load':>5}"
     )
     print(header)
     for r in rows:
         print(
             f"{r.name:18} {'inline' if r.inline else 'dispatcher':10} {r.fed_per_s:8.0f} "
             f"{r.dispatched_per_s:8.0f} {r.p50_ms:7.2f} {r.p99_ms:7.2f} {r.max_ms:7.2f} "
-            f"{r.apply_us_per_unit:13.0f} {r.delivered:9d} {r.undispatched:7d}"
+            f"{r.apply_us_per_unit:13.0f} {r.dispatch_cpu_us_per_change:10.1f} {r.delivered:9d} "
+            f"{r.undispatched:7d} {r.load_average:5.2f}"
         )
     if args.json_out is not None:
         out: list[dict[str, Any]] = [r.__dict__ for r in rows]
