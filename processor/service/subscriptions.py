@@ -21,7 +21,7 @@ from processor.changelog import Envelope
 from processor.messages import Codec
 from processor.query.events import ChangelogPosition
 from processor.service._generated import sow_pb2, sow_pb2_grpc
-from processor.subscriptions.hub import SubscriptionHub
+from processor.subscriptions.hub import QueryPhase, SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
 from processor.subscriptions.subscription import Subscription
 
@@ -108,65 +108,72 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         return lambda envelope: _record(envelope, self._codecs[envelope.topic].to_text)
 
     def Subscribe(self, request: Any, context: Any) -> Iterator[Any]:
-        if not self._streams.acquire(blocking=False):
-            self._abort(context, _too_many())
-        try:
-            try:
-                subscription = self._hub.subscribe(_request(request))
-            except errors.SowError as exc:
-                self._abort(context, exc)
-            try:
-                yield sow_pb2.SubscriptionMessage(
-                    sub_id=request.sub_id,
-                    registered=sow_pb2.Registered(
-                        snapshot=[_position(p) for p in subscription.start_vector()]
-                    ),
-                )
-            except BaseException:
-                self._hub.unsubscribe(subscription)
-                raise
-            yield from self._live(subscription, request, context)
-        finally:
-            self._streams.release()
+        def registered(subscription: Subscription, _: None) -> Iterator[Any]:
+            snapshot = [_position(p) for p in subscription.start_vector()]
+            yield sow_pb2.SubscriptionMessage(
+                sub_id=request.sub_id, registered=sow_pb2.Registered(snapshot=snapshot)
+            )
+
+        return self._stream(request, context, lambda r: (self._hub.subscribe(r), None), registered)
 
     def SowAndSubscribe(self, request: Any, context: Any) -> Iterator[Any]:
+        def query_phase(phase: QueryPhase) -> Iterator[Any]:
+            sub_id = request.sub_id
+            snapshot = [_position(p) for p in phase.snapshot]
+            yield sow_pb2.SubscriptionMessage(
+                sub_id=sub_id,
+                group_begin=sow_pb2.GroupBegin(
+                    query_id=request.query_id,
+                    topic=request.topic,
+                    snapshot=snapshot,
+                    staleness_ms=self._hub.replica.staleness_ms(),
+                ),
+            )
+            convert = self._converter(request)
+            for batch in phase.batches:
+                yield sow_pb2.SubscriptionMessage(
+                    sub_id=sub_id, batch=sow_pb2.Batch(records=[convert(e) for e in batch])
+                )
+            stats = phase.stats
+            yield sow_pb2.SubscriptionMessage(
+                sub_id=sub_id,
+                group_end=sow_pb2.SubscribeGroupEnd(
+                    query_id=request.query_id,
+                    snapshot=snapshot,
+                    topic_matches=stats.topic_matches,
+                    matches=stats.matches,
+                    records_returned=stats.records_returned,
+                    elapsed_us=stats.elapsed_us,
+                    plan=stats.plan,
+                ),
+            )
+
+        return self._stream(
+            request,
+            context,
+            self._hub.sow_and_subscribe,
+            lambda subscription, phase: query_phase(phase),
+        )
+
+    def _stream(
+        self,
+        request: Any,
+        context: Any,
+        register: Callable[[SubscribeRequest], tuple[Subscription, Any]],
+        opening: Callable[..., Iterator[Any]],
+    ) -> Iterator[Any]:
+        """One subscription stream: take a stream slot, register with the hub, send the
+        opening messages (``opening(subscription, extra)``), then the live changes; the
+        subscription is dropped however the stream ends."""
         if not self._streams.acquire(blocking=False):
             self._abort(context, _too_many())
         try:
             try:
-                subscription, phase = self._hub.sow_and_subscribe(_request(request))
+                subscription, extra = register(_request(request))
             except errors.SowError as exc:
                 self._abort(context, exc)
-            sub_id = request.sub_id
             try:
-                yield sow_pb2.SubscriptionMessage(
-                    sub_id=sub_id,
-                    group_begin=sow_pb2.GroupBegin(
-                        query_id=request.query_id,
-                        topic=request.topic,
-                        snapshot=[_position(p) for p in phase.snapshot],
-                        staleness_ms=self._hub.replica.staleness_ms(),
-                    ),
-                )
-                convert = self._converter(request)
-                for batch in phase.batches:
-                    yield sow_pb2.SubscriptionMessage(
-                        sub_id=sub_id,
-                        batch=sow_pb2.Batch(records=[convert(e) for e in batch]),
-                    )
-                stats = phase.stats
-                yield sow_pb2.SubscriptionMessage(
-                    sub_id=sub_id,
-                    group_end=sow_pb2.SubscribeGroupEnd(
-                        query_id=request.query_id,
-                        snapshot=[_position(p) for p in phase.snapshot],
-                        topic_matches=stats.topic_matches,
-                        matches=stats.matches,
-                        records_returned=stats.records_returned,
-                        elapsed_us=stats.elapsed_us,
-                        plan=stats.plan,
-                    ),
-                )
+                yield from opening(subscription, extra)
             except BaseException:
                 self._hub.unsubscribe(subscription)
                 raise
