@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import queue
 import socket
 import threading
 import time
@@ -261,6 +262,12 @@ class SowClient:
         request = sow_pb2.SubscribeRequest(topic=topic, **options)
         return SubscriptionStream(self._subscriptions.SowAndSubscribe(request))
 
+    def session(self) -> SubscriptionSession:
+        """A session: many subscriptions on one stream (``subscribe``,
+        ``sow_and_subscribe`` and ``unsubscribe`` on it; iterate it for every
+        subscription's messages, each with its ``sub_id``)."""
+        return SubscriptionSession(self._subscriptions)
+
 
 class SubscriptionStream:
     """The messages of one subscription, as they come (iterate it from one thread);
@@ -298,6 +305,45 @@ class SubscriptionStream:
 
     def __exit__(self, *exc: object) -> None:
         self.cancel()
+
+
+class SubscriptionSession(SubscriptionStream):
+    """Many subscriptions on one stream. Each needs a ``sub_id`` unique in the session;
+    its messages come tagged with it, as from a single subscription, and a subscription
+    that ends (refused, unsubscribed, or a slow consumer) sends one ``ended`` message
+    (code and details); the session and the others go on. Commands may be sent from any
+    thread; iterate from one. ``cancel()`` ends the whole session."""
+
+    _END = object()
+
+    def __init__(self, stub: Any) -> None:
+        self._commands: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        super().__init__(stub.Session(self._command_stream()))
+
+    def _command_stream(self) -> Iterator[Any]:
+        while True:
+            command = self._commands.get()
+            if command is self._END:
+                return
+            yield command
+
+    def subscribe(self, topic: str, sub_id: str, **options: Any) -> None:
+        """Add a live subscription (options as for :meth:`SowClient.subscribe`)."""
+        request = sow_pb2.SubscribeRequest(topic=topic, sub_id=sub_id, **options)
+        self._commands.put(sow_pb2.SessionCommand(subscribe=request))
+
+    def sow_and_subscribe(self, topic: str, sub_id: str, **options: Any) -> None:
+        """Add a sow_and_subscribe (options as for :meth:`SowClient.sow_and_subscribe`)."""
+        request = sow_pb2.SubscribeRequest(topic=topic, sub_id=sub_id, **options)
+        self._commands.put(sow_pb2.SessionCommand(sow_and_subscribe=request))
+
+    def unsubscribe(self, sub_id: str) -> None:
+        """End one subscription; an ``ended`` message with code CANCELLED confirms it."""
+        self._commands.put(sow_pb2.SessionCommand(unsubscribe=sub_id))
+
+    def cancel(self) -> None:
+        self._commands.put(self._END)
+        super().cancel()
 
 
 class _StreamPublish:

@@ -21,6 +21,7 @@ from processor.changelog import Envelope
 from processor.messages import Codec
 from processor.query.events import ChangelogPosition
 from processor.service._generated import sow_pb2, sow_pb2_grpc
+from processor.service.sessions import Session
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
 from processor.subscriptions.subscription import Subscription
@@ -108,19 +109,61 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         return lambda envelope: _record(envelope, self._codecs[envelope.topic].to_text)
 
     def Subscribe(self, request: Any, context: Any) -> Iterator[Any]:
-        def registered(subscription: Subscription, _: None) -> Iterator[Any]:
-            snapshot = [_position(p) for p in subscription.start_vector()]
-            yield sow_pb2.SubscriptionMessage(
-                sub_id=request.sub_id, registered=sow_pb2.Registered(snapshot=snapshot)
-            )
-
-        return self._stream(request, context, lambda r: (self._hub.subscribe(r), None), registered)
+        return self._stream(request, context, self._open_subscribe)
 
     def SowAndSubscribe(self, request: Any, context: Any) -> Iterator[Any]:
-        def query_phase(phase: QueryPhase) -> Iterator[Any]:
-            sub_id = request.sub_id
-            snapshot = [_position(p) for p in phase.snapshot]
-            yield sow_pb2.SubscriptionMessage(
+        return self._stream(request, context, self._open_sow_and_subscribe)
+
+    def Session(self, commands: Iterator[Any], context: Any) -> Iterator[Any]:
+        """Many subscriptions on one stream (:mod:`processor.service.sessions`)."""
+        if not self._streams.acquire(blocking=False):
+            self._abort(context, _too_many())
+        session = Session(
+            self._hub,
+            self._open_subscribe,
+            self._open_sow_and_subscribe,
+            self._status_for,
+            self._changes,
+        )
+        try:
+            context.add_callback(session.close)
+            reader = threading.Thread(
+                target=session.read, args=(commands,), name="sow-session-commands", daemon=True
+            )
+            reader.start()
+            yield from session.messages(context.is_active, IDLE_CHECK_S, SEND_BATCH)
+        finally:
+            session.close()
+            self._streams.release()
+
+    def _open_subscribe(
+        self, request: Any, ready: threading.Condition | None = None
+    ) -> tuple[Subscription, list[Any]]:
+        """Register a subscribe: the subscription and its ``registered`` message."""
+        subscription = self._hub.subscribe(_request(request), ready)
+        snapshot = [_position(p) for p in subscription.start_vector()]
+        registered = sow_pb2.SubscriptionMessage(
+            sub_id=request.sub_id, registered=sow_pb2.Registered(snapshot=snapshot)
+        )
+        return subscription, [registered]
+
+    def _open_sow_and_subscribe(
+        self, request: Any, ready: threading.Condition | None = None
+    ) -> tuple[Subscription, list[Any]]:
+        """Register a sow_and_subscribe: the subscription and its query result (group
+        begin, batches, group end)."""
+        subscription, phase = self._hub.sow_and_subscribe(_request(request), ready)
+        try:
+            return subscription, self._query_phase(request, phase)
+        except BaseException:
+            self._hub.unsubscribe(subscription)
+            raise
+
+    def _query_phase(self, request: Any, phase: QueryPhase) -> list[Any]:
+        sub_id = request.sub_id
+        snapshot = [_position(p) for p in phase.snapshot]
+        messages = [
+            sow_pb2.SubscriptionMessage(
                 sub_id=sub_id,
                 group_begin=sow_pb2.GroupBegin(
                     query_id=request.query_id,
@@ -129,13 +172,17 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                     staleness_ms=self._hub.replica.staleness_ms(),
                 ),
             )
-            convert = self._converter(request)
-            for batch in phase.batches:
-                yield sow_pb2.SubscriptionMessage(
+        ]
+        convert = self._converter(request)
+        for batch in phase.batches:
+            messages.append(
+                sow_pb2.SubscriptionMessage(
                     sub_id=sub_id, batch=sow_pb2.Batch(records=[convert(e) for e in batch])
                 )
-            stats = phase.stats
-            yield sow_pb2.SubscriptionMessage(
+            )
+        stats = phase.stats
+        messages.append(
+            sow_pb2.SubscriptionMessage(
                 sub_id=sub_id,
                 group_end=sow_pb2.SubscribeGroupEnd(
                     query_id=request.query_id,
@@ -147,33 +194,39 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                     plan=stats.plan,
                 ),
             )
+        )
+        return messages
 
-        return self._stream(
-            request,
-            context,
-            self._hub.sow_and_subscribe,
-            lambda subscription, phase: query_phase(phase),
+    def _changes(self, subscription: Subscription, request: Any, deliveries: list[Delivery]) -> Any:
+        """One message with a subscription's changes (``change`` when there is one)."""
+        convert = self._converter(request)
+        if len(deliveries) == 1:
+            return sow_pb2.SubscriptionMessage(
+                sub_id=request.sub_id, change=_change(deliveries[0], convert)
+            )
+        return sow_pb2.SubscriptionMessage(
+            sub_id=request.sub_id,
+            changes=sow_pb2.ChangeBatch(changes=[_change(d, convert) for d in deliveries]),
         )
 
     def _stream(
         self,
         request: Any,
         context: Any,
-        register: Callable[[SubscribeRequest], tuple[Subscription, Any]],
-        opening: Callable[..., Iterator[Any]],
+        register: Callable[[Any], tuple[Subscription, list[Any]]],
     ) -> Iterator[Any]:
         """One subscription stream: take a stream slot, register with the hub, send the
-        opening messages (``opening(subscription, extra)``), then the live changes; the
-        subscription is dropped however the stream ends."""
+        opening messages, then the live changes; the subscription is dropped however
+        the stream ends."""
         if not self._streams.acquire(blocking=False):
             self._abort(context, _too_many())
         try:
             try:
-                subscription, extra = register(_request(request))
+                subscription, opening = register(request)
             except errors.SowError as exc:
                 self._abort(context, exc)
             try:
-                yield from opening(subscription, extra)
+                yield from opening
             except BaseException:
                 self._hub.unsubscribe(subscription)
                 raise
@@ -185,8 +238,6 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         """Send the subscription's changes until the client leaves or it closes."""
         context.add_callback(lambda: self._hub.unsubscribe(subscription))
         subscription.on_close.append(lambda: _cancel_later(context))
-        convert = self._converter(request)
-        sub_id = request.sub_id
         try:
             while True:
                 try:
@@ -199,15 +250,8 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                     return
                 if not deliveries and not context.is_active():
                     return
-                if len(deliveries) == 1:
-                    yield sow_pb2.SubscriptionMessage(
-                        sub_id=sub_id, change=_change(deliveries[0], convert)
-                    )
-                elif deliveries:
-                    changes = [_change(delivery, convert) for delivery in deliveries]
-                    yield sow_pb2.SubscriptionMessage(
-                        sub_id=sub_id, changes=sow_pb2.ChangeBatch(changes=changes)
-                    )
+                if deliveries:
+                    yield self._changes(subscription, request, deliveries)
         finally:
             self._hub.unsubscribe(subscription)
 

@@ -151,10 +151,14 @@ class SubscriptionHub:
 
     # -- subscribing ---------------------------------------------------------------------
 
-    def subscribe(self, request: SubscribeRequest) -> Subscription:
-        """Register a live subscription: every matching change applied from now on."""
+    def subscribe(
+        self, request: SubscribeRequest, ready: threading.Condition | None = None
+    ) -> Subscription:
+        """Register a live subscription: every matching change applied from now on.
+        ``ready``: a condition shared with other subscriptions, notified when any of
+        them has something to send (one sender serving many; default: its own)."""
         topics, expression = self._validate(request)
-        subscription = _subscription(request, topics, with_query=False)
+        subscription = _subscription(request, topics, with_query=False, ready=ready)
 
         def register(_: list[SowTable]) -> None:
             self._register(subscription, topics, request.filter, expression)
@@ -163,12 +167,15 @@ class SubscriptionHub:
         subscription.start(_start_vector(vector))
         return subscription
 
-    def sow_and_subscribe(self, request: SubscribeRequest) -> tuple[Subscription, QueryPhase]:
+    def sow_and_subscribe(
+        self, request: SubscribeRequest, ready: threading.Condition | None = None
+    ) -> tuple[Subscription, QueryPhase]:
         """Query the SOW and subscribe at the same position: the result, then (through
-        the subscription) every later matching change, with no gap and no duplicate."""
+        the subscription) every later matching change, with no gap and no duplicate.
+        ``ready`` as for :meth:`subscribe`."""
         topics, expression = self._validate(request)
         if all(isinstance(t, PlainTopic) for t in topics):
-            return self._subscribe_without_sow(request, topics, expression)
+            return self._subscribe_without_sow(request, topics, expression, ready)
         prepared = self.engine.prepare(
             SowQuery(
                 topic=request.topic,
@@ -182,7 +189,7 @@ class SubscriptionHub:
         if fields:
             for topic in prepared.topics:
                 self.replica.build_memo_indexes(topic, fields)
-        subscription = _subscription(request, topics, with_query=True)
+        subscription = _subscription(request, topics, with_query=True, ready=ready)
 
         def query_and_register(tables: list[SowTable]) -> Any:
             selection = select_records(prepared, tables)
@@ -213,12 +220,16 @@ class SubscriptionHub:
         return subscription, QueryPhase(vector, batches, stats)
 
     def _subscribe_without_sow(
-        self, request: SubscribeRequest, topics: list[SowTopic], expression: Expression | None
+        self,
+        request: SubscribeRequest,
+        topics: list[SowTopic],
+        expression: Expression | None,
+        ready: threading.Condition | None,
     ) -> tuple[Subscription, QueryPhase]:
         """sow_and_subscribe on plain topics only: an empty query result at the tail's
         position, then the live messages."""
         started = time.perf_counter()
-        subscription = _subscription(request, topics, with_query=True)
+        subscription = _subscription(request, topics, with_query=True, ready=ready)
 
         def register(_: list[SowTable]) -> None:
             self._register(subscription, topics, request.filter, expression)
@@ -452,7 +463,11 @@ def _context(envelope: bytes | None) -> MessageContext | None:
 
 
 def _subscription(
-    request: SubscribeRequest, topics: Sequence[SowTopic], *, with_query: bool
+    request: SubscribeRequest,
+    topics: Sequence[SowTopic],
+    *,
+    with_query: bool,
+    ready: threading.Condition | None = None,
 ) -> Subscription:
     """A subscription for ``request``; one to plain topics only holds no records, so it
     gets neither OOF notifications nor deletes (a plain topic's messages are not records
@@ -464,6 +479,7 @@ def _subscription(
         with_query=with_query,
         max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG,
         unheld_topics=frozenset(t.name for t in topics if isinstance(t, PlainTopic)),
+        ready=ready,
     )
 
 

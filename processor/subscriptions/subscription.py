@@ -54,6 +54,7 @@ class Subscription:
         with_query: bool,
         max_backlog: int,
         unheld_topics: frozenset[str] = frozenset(),
+        ready: threading.Condition | None = None,
     ) -> None:
         self.number = next(_numbers)
         self.request = request
@@ -78,7 +79,9 @@ class Subscription:
         self._settled = False
         self._early: list[Offer] = []
         self._queue: collections.deque[Delivery] = collections.deque()
-        self._ready = threading.Condition(threading.Lock())
+        #: Guards the queue and is notified when something is queued or it closes; may
+        #: be shared by the subscriptions one sender serves (a session).
+        self._ready = ready if ready is not None else threading.Condition(threading.Lock())
         self.closed: SowError | None = None
         #: Called once, outside the subscription's lock, when it closes with an error.
         self.on_close: list[Callable[[], None]] = []

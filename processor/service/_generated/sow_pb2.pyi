@@ -295,7 +295,7 @@ class Registered(_message.Message):
     def __init__(self, snapshot: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionMessage(_message.Message):
-    __slots__ = ("sub_id", "registered", "group_begin", "batch", "group_end", "change", "changes")
+    __slots__ = ("sub_id", "registered", "group_begin", "batch", "group_end", "change", "changes", "ended")
     SUB_ID_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     GROUP_BEGIN_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +303,7 @@ class SubscriptionMessage(_message.Message):
     GROUP_END_FIELD_NUMBER: _ClassVar[int]
     CHANGE_FIELD_NUMBER: _ClassVar[int]
     CHANGES_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
     sub_id: str
     registered: Registered
     group_begin: GroupBegin
@@ -310,7 +311,26 @@ class SubscriptionMessage(_message.Message):
     group_end: SubscribeGroupEnd
     change: Change
     changes: ChangeBatch
-    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., group_begin: _Optional[_Union[GroupBegin, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., group_end: _Optional[_Union[SubscribeGroupEnd, _Mapping]] = ..., change: _Optional[_Union[Change, _Mapping]] = ..., changes: _Optional[_Union[ChangeBatch, _Mapping]] = ...) -> None: ...
+    ended: SubscriptionEnded
+    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., group_begin: _Optional[_Union[GroupBegin, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., group_end: _Optional[_Union[SubscribeGroupEnd, _Mapping]] = ..., change: _Optional[_Union[Change, _Mapping]] = ..., changes: _Optional[_Union[ChangeBatch, _Mapping]] = ..., ended: _Optional[_Union[SubscriptionEnded, _Mapping]] = ...) -> None: ...
+
+class SubscriptionEnded(_message.Message):
+    __slots__ = ("code", "details")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    details: str
+    def __init__(self, code: _Optional[str] = ..., details: _Optional[str] = ...) -> None: ...
+
+class SessionCommand(_message.Message):
+    __slots__ = ("subscribe", "sow_and_subscribe", "unsubscribe")
+    SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    SOW_AND_SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    UNSUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    subscribe: SubscribeRequest
+    sow_and_subscribe: SubscribeRequest
+    unsubscribe: str
+    def __init__(self, subscribe: _Optional[_Union[SubscribeRequest, _Mapping]] = ..., sow_and_subscribe: _Optional[_Union[SubscribeRequest, _Mapping]] = ..., unsubscribe: _Optional[str] = ...) -> None: ...
 
 class ChangeBatch(_message.Message):
     __slots__ = ("changes",)

@@ -245,6 +245,11 @@ class SubscriptionsStub:
                 request_serializer=sow__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=sow__pb2.SubscriptionMessage.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/kafka_sow.v1.Subscriptions/Session',
+                request_serializer=sow__pb2.SessionCommand.SerializeToString,
+                response_deserializer=sow__pb2.SubscriptionMessage.FromString,
+                _registered_method=True)
 
 
 class SubscriptionsServicer:
@@ -265,6 +270,15 @@ class SubscriptionsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Session(self, request_iterator, context):
+        """Many subscriptions on one stream, as an AMPS client connection carries many: the
+        client sends subscribe, sow_and_subscribe and unsubscribe commands; the service sends
+        every subscription's messages, each tagged with its sub_id (unique in the session).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SubscriptionsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -276,6 +290,11 @@ def add_SubscriptionsServicer_to_server(servicer, server):
             'SowAndSubscribe': grpc.unary_stream_rpc_method_handler(
                     servicer.SowAndSubscribe,
                     request_deserializer=sow__pb2.SubscribeRequest.FromString,
+                    response_serializer=sow__pb2.SubscriptionMessage.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=sow__pb2.SessionCommand.FromString,
                     response_serializer=sow__pb2.SubscriptionMessage.SerializeToString,
             ),
     }
@@ -332,6 +351,33 @@ class Subscriptions:
             target,
             '/kafka_sow.v1.Subscriptions/SowAndSubscribe',
             sow__pb2.SubscribeRequest.SerializeToString,
+            sow__pb2.SubscriptionMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/kafka_sow.v1.Subscriptions/Session',
+            sow__pb2.SessionCommand.SerializeToString,
             sow__pb2.SubscriptionMessage.FromString,
             options,
             channel_credentials,

@@ -1,0 +1,210 @@
+"""Session streams: many subscriptions on one gRPC stream.
+
+An AMPS client connection carries many subscriptions; one gRPC stream per subscription
+costs the service a worker thread each (see :mod:`processor.service.subscriptions`), so
+a client with thousands of subscriptions opens a ``Session`` instead: it sends
+subscribe, sow_and_subscribe and unsubscribe commands, and gets every subscription's
+messages on the one stream, each tagged with its ``sub_id``.
+
+Threads: the gRPC worker of the stream sends; a reader thread takes the client's
+commands and registers subscriptions with the hub. All the session's subscriptions share
+one condition (:class:`Session.ready`), which the dispatcher notifies when any of them
+has changes, so one sender serves them all. A subscription's opening messages (its
+``registered`` or query result) are queued before it becomes active, so they always
+precede its changes. A subscription that ends (refused command, unsubscribe, slow
+consumer) gets an ``ended`` message; the session and the others go on. The session ends
+when the client cancels or the service stops.
+
+Lock order: the hub's locks, then a session's condition; never the reverse (nothing here
+calls the hub while holding the condition).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import grpc
+
+from processor import errors
+from processor.service._generated import sow_pb2
+from processor.subscriptions.hub import SubscriptionHub
+from processor.subscriptions.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+#: Subscriptions one session holds at most.
+MAX_SESSION_SUBSCRIPTIONS = 10_000
+
+#: Builds a subscription's opening messages and registers it: (request) ->
+#: (subscription, opening messages); raises SowError when the hub refuses it.
+Opener = Callable[[Any, threading.Condition], tuple[Subscription, list[Any]]]
+
+
+class Session:
+    """The subscriptions of one Session stream and what waits to be sent to it."""
+
+    def __init__(
+        self,
+        hub: SubscriptionHub,
+        subscribe: Opener,
+        sow_and_subscribe: Opener,
+        status_for: Callable[[errors.SowError], grpc.StatusCode],
+        changes: Callable[[Subscription, Any, list[Any]], Any],
+    ) -> None:
+        self._hub = hub
+        self._openers = {"subscribe": subscribe, "sow_and_subscribe": sow_and_subscribe}
+        self._status_for = status_for
+        self._changes = changes
+        self.ready = threading.Condition(threading.Lock())
+        #: Opening messages and ended notices, in the order they are sent.
+        self._outbox: collections.deque[Any] = collections.deque()
+        #: sub_id -> (subscription, its request): the ones whose changes are sent.
+        self._active: dict[str, tuple[Subscription, Any]] = {}
+        #: sub_ids registered or being registered (unique in the session).
+        self._names: set[str] = set()
+        self._closed = False
+
+    # -- the reader's side ---------------------------------------------------------------
+
+    def read(self, commands: Iterable[Any]) -> None:
+        """Carry out the client's commands until it stops sending or the stream ends."""
+        try:
+            for command in commands:
+                if self._closed:
+                    return
+                self.command(command)
+        except Exception as exc:  # the stream ended under the iterator (cancel, shutdown)
+            log.debug("session commands ended: %r", exc)
+
+    def command(self, command: Any) -> None:
+        """One command: subscribe, sow_and_subscribe or unsubscribe."""
+        kind = command.WhichOneof("command")
+        if kind == "unsubscribe":
+            self._unsubscribe(command.unsubscribe)
+            return
+        if kind is None:
+            self._end(
+                "",
+                "INVALID_ARGUMENT",
+                "an empty session command: send one of subscribe, sow_and_subscribe or unsubscribe",
+            )
+            return
+        request = getattr(command, kind)
+        sub_id = request.sub_id
+        with self.ready:
+            refusal = None
+            if not sub_id:
+                refusal = "a session subscription needs a sub_id (unique in the session)"
+            elif sub_id in self._names:
+                refusal = f"sub_id {sub_id!r} is already in use in this session"
+            elif len(self._names) >= MAX_SESSION_SUBSCRIPTIONS:
+                refusal = (
+                    f"this session already holds {MAX_SESSION_SUBSCRIPTIONS} subscriptions; "
+                    "open another session"
+                )
+            else:
+                self._names.add(sub_id)
+        if refusal is not None:
+            self._end(sub_id, "INVALID_ARGUMENT", refusal)
+            return
+        try:
+            subscription, opening = self._openers[kind](request, self.ready)
+        except errors.SowError as exc:
+            with self.ready:
+                self._names.discard(sub_id)
+            self._end(sub_id, self._status_for(exc).name, str(exc))
+            return
+        with self.ready:
+            if self._closed:
+                closed = True
+            else:
+                closed = False
+                self._outbox.extend(opening)
+                self._active[sub_id] = (subscription, request)
+                self.ready.notify()
+        if closed:
+            self._hub.unsubscribe(subscription)
+
+    def _unsubscribe(self, sub_id: str) -> None:
+        with self.ready:
+            entry = self._active.pop(sub_id, None)
+            if entry is not None:
+                self._names.discard(sub_id)
+        if entry is None:
+            self._end(sub_id, "NOT_FOUND", f"no subscription {sub_id!r} in this session")
+            return
+        self._hub.unsubscribe(entry[0])
+        self._end(sub_id, "CANCELLED", "unsubscribed")
+
+    def _end(self, sub_id: str, code: str, details: str) -> None:
+        with self.ready:
+            self._outbox.append(
+                sow_pb2.SubscriptionMessage(
+                    sub_id=sub_id, ended=sow_pb2.SubscriptionEnded(code=code, details=details)
+                )
+            )
+            self.ready.notify()
+
+    def close(self) -> None:
+        """End the session: every subscription is dropped (idempotent)."""
+        with self.ready:
+            self._closed = True
+            subscriptions = [s for s, _ in self._active.values()]
+            self._active.clear()
+            self.ready.notify_all()
+        for subscription in subscriptions:
+            self._hub.unsubscribe(subscription)
+
+    # -- the sender's side ---------------------------------------------------------------
+
+    def messages(self, is_active: Callable[[], bool], idle_s: float, most: int) -> Iterator[Any]:
+        """What to send, until the session closes or ``is_active()`` turns False."""
+        while True:
+            with self.ready:
+                while not self._closed and not self._outbox and not self._pending():
+                    if not self.ready.wait(idle_s) and not is_active():
+                        self._closed = True
+                if self._closed:
+                    return
+                outbox = list(self._outbox)
+                self._outbox.clear()
+                pending = [
+                    (sub_id, entry)
+                    for sub_id, entry in self._active.items()
+                    if entry[0].has_backlog() or entry[0].closed is not None
+                ]
+            yield from outbox
+            for sub_id, (subscription, request) in pending:
+                try:
+                    deliveries = subscription.take(most, 0)
+                except errors.SowError as exc:
+                    yield from self._ended(sub_id, subscription, exc)
+                    continue
+                if deliveries:
+                    yield self._changes(subscription, request, deliveries)
+
+    def _pending(self) -> bool:
+        """Whether a subscription has changes or ended (condition held)."""
+        return any(s.has_backlog() or s.closed is not None for s, _ in self._active.values())
+
+    def _ended(
+        self, sub_id: str, subscription: Subscription, error: errors.SowError
+    ) -> Iterator[Any]:
+        """A subscription the hub closed (a slow consumer): drop it, tell the client."""
+        with self.ready:
+            entry = self._active.get(sub_id)
+            if entry is None or entry[0] is not subscription:
+                return
+            del self._active[sub_id]
+            self._names.discard(sub_id)
+        self._hub.unsubscribe(subscription)
+        if isinstance(error, errors.SlowConsumerError):
+            log.warning("%s", error)
+        yield sow_pb2.SubscriptionMessage(
+            sub_id=sub_id,
+            ended=sow_pb2.SubscriptionEnded(code=self._status_for(error).name, details=str(error)),
+        )
