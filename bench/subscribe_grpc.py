@@ -1,16 +1,17 @@
-"""Fan-out through gRPC: N subscription streams on one query service, a steady publish.
+"""Fan-out through gRPC: N subscriptions on one query service, a steady publish.
 
 Starts the broker (``KAFKA_BOOTSTRAP_SERVERS`` or the embedded one) and kafka-sow as
 ``sow serve`` runs it (processor in a child process; replica, subscription hub and gRPC
-in this process). A subscriber process opens N ``subscribe`` streams (grpc.aio, one
-event loop, 50 connections) with filters ``/symbol = 'S<i>' AND /price > <i % 100>``;
-a publisher process writes messages with a random symbol among N and a random price at
-a steady rate with a plain producer, each carrying its send time. Reported: the rate
-sent, the changes received against the number the filters should match, and send ->
-received latency p50/p99/max (every change, every stream), plus the time to open the
-N streams.
+in this process). Subscriber processes (grpc.aio, one event loop each) open N
+subscriptions with filters ``/symbol = 'S<i>' AND /price > <i % 100>``: one ``Subscribe``
+stream each, or ``--per-session K`` per ``Session`` stream. A publisher process writes
+messages with a random symbol among N and a random price at a steady rate with a plain
+producer, each carrying its send time. Reported: the rate sent, the changes received
+against the number the filters should match, send -> received latency p50/p99/max
+(every change of every subscription), and the time to open the N subscriptions.
 
-    PYTHONPATH=. python bench/subscribe_grpc.py --streams 10000 --rate 20000 --seconds 10
+    PYTHONPATH=. python bench/subscribe_grpc.py --streams 10000 --per-session 1000 \
+        --channels 10 --rate 20000 --seconds 10
 """
 
 from __future__ import annotations
@@ -52,12 +53,14 @@ def _subscribe(
     topic: str,
     numbers: range,
     channels_n: int,
+    per_session: int,
     ready: Any,
     stop: Any,
     out: Any,
 ) -> None:
-    """Child process: the subscribe streams numbered ``numbers`` on one event loop;
-    sends back the latency of every change received and how long opening them took."""
+    """Child process: the subscriptions numbered ``numbers`` on one event loop, one
+    stream each or ``per_session`` per Session stream; sends back the latency of every
+    change received and how long opening them took."""
     import grpc
 
     from processor.service._generated import sow_pb2, sow_pb2_grpc
@@ -66,26 +69,53 @@ def _subscribe(
     errors: list[str] = []
 
     async def one(stub: Any, number: int, registered: asyncio.Queue[int]) -> None:
-        request = sow_pb2.SubscribeRequest(
-            topic=topic,
-            filter=f"/symbol = 'S{number}' AND /price > {number % 100}",
-            sub_id=f"s{number}",
-        )
-        call = stub.Subscribe(request)
+        call = stub.Subscribe(request(number))
         try:
             async for message in call:
                 part = message.WhichOneof("part")
                 if part == "registered":
                     registered.put_nowait(number)
                     continue
-                now = time.perf_counter()
-                changes = [message.change] if part == "change" else message.changes.changes
-                for change in changes:
-                    latencies.append(now - orjson.loads(change.record.data)["t"])
+                received(message, part)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 errors.append(f"{exc.code().name}: {exc.details()}")
                 registered.put_nowait(-1)
+
+    def request(number: int) -> Any:
+        return sow_pb2.SubscribeRequest(
+            topic=topic,
+            filter=f"/symbol = 'S{number}' AND /price > {number % 100}",
+            sub_id=f"s{number}",
+        )
+
+    def received(message: Any, part: str | None) -> None:
+        now = time.perf_counter()
+        changes = [message.change] if part == "change" else message.changes.changes
+        for change in changes:
+            latencies.append(now - orjson.loads(change.record.data)["t"])
+
+    async def session(stub: Any, group: range, registered: asyncio.Queue[int]) -> None:
+        call = stub.Session()
+        try:
+            for number in group:
+                await call.write(sow_pb2.SessionCommand(subscribe=request(number)))
+            async for message in call:
+                part = message.WhichOneof("part")
+                if part == "registered":
+                    registered.put_nowait(int(message.sub_id[1:]))
+                elif part == "ended":
+                    errors.append(
+                        f"{message.sub_id}: {message.ended.code}: {message.ended.details}"
+                    )
+                    registered.put_nowait(-1)
+                else:
+                    received(message, part)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                errors.append(f"{exc.code().name}: {exc.details()}")
+                for _ in group:
+                    registered.put_nowait(-1)
 
     async def main() -> None:
         channels = [
@@ -95,11 +125,20 @@ def _subscribe(
         stubs = [sow_pb2_grpc.SubscriptionsStub(c) for c in channels]  # type: ignore[no-untyped-call]
         registered: asyncio.Queue[int] = asyncio.Queue()
         started = time.perf_counter()
-        tasks = [asyncio.ensure_future(one(stubs[i % channels_n], i, registered)) for i in numbers]
+        if per_session:
+            groups = [numbers[i : i + per_session] for i in range(0, len(numbers), per_session)]
+            tasks = [
+                asyncio.ensure_future(session(stubs[n % channels_n], group, registered))
+                for n, group in enumerate(groups)
+            ]
+        else:
+            tasks = [
+                asyncio.ensure_future(one(stubs[i % channels_n], i, registered)) for i in numbers
+            ]
         for done in range(len(numbers)):
             await registered.get()
             if done % 1000 == 999:
-                print(f"  {done + 1:,} streams registered", file=sys.stderr)
+                print(f"  {done + 1:,} subscriptions registered", file=sys.stderr)
         opened_s = time.perf_counter() - started
         ready.set()
         while not stop.is_set():
@@ -148,6 +187,7 @@ def measure(
     streams: int,
     processes: int,
     channels: int,
+    per_session: int,
     rate: int,
     seconds: float,
 ) -> dict[str, Any]:
@@ -161,7 +201,16 @@ def measure(
         numbers = range(first, min(streams, first + share))
         process = spawn.Process(
             target=_subscribe,
-            args=(app.grpc_address, topic.name, numbers, channels, ready, stop, subscriber_end),
+            args=(
+                app.grpc_address,
+                topic.name,
+                numbers,
+                channels,
+                per_session,
+                ready,
+                stop,
+                subscriber_end,
+            ),
         )
         process.start()
         subscribers.append((process, ready, received))
@@ -195,6 +244,7 @@ def measure(
         "streams": streams,
         "subscriber_processes": processes,
         "connections_per_process": channels,
+        "subscriptions_per_stream": per_session or 1,
         "rate": rate,
         "sent_per_s": round(total / sent_s),
         "expected_changes": expected,
@@ -213,6 +263,12 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=10_000)
     parser.add_argument("--subscriber-processes", type=int, default=1)
     parser.add_argument("--channels", type=int, default=CHANNELS)
+    parser.add_argument(
+        "--per-session",
+        type=int,
+        default=0,
+        help="subscriptions per Session stream (0: one Subscribe stream each)",
+    )
     parser.add_argument("--rate", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json-out", type=Path, default=None)
@@ -244,6 +300,7 @@ def main() -> int:
             args.streams,
             args.subscriber_processes,
             args.channels,
+            args.per_session,
             args.rate,
             args.seconds,
         )
