@@ -30,7 +30,7 @@ Between a record's due time and the commit of its tombstone, queries still retur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 
 from processor.changelog import REASON_HEADER, expiration_of
 from processor.engine.partition import PartitionState
@@ -63,6 +63,18 @@ def note_due(state: PartitionState, sow_key: bytes, expiration_ms: int, now_ms: 
     state.due[key] = b""
     if key < state.due_floor:
         state.due_floor = b""
+
+
+def expiring_states(
+    states: Mapping[tuple[str, int], PartitionState], recovering: Container[tuple[str, int]]
+) -> list[PartitionState]:
+    """The partitions (by (topic, partition)) whose topic has expiration enabled, except
+    those still recovering."""
+    return [
+        state
+        for key, state in states.items()
+        if state.topic.expiration_s is not None and key not in recovering
+    ]
 
 
 class Expirer:

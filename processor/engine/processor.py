@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook, commit
-from processor.engine.expiry import Expirer
+from processor.engine.expiry import Expirer, expiring_states
 from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
     Restored,
@@ -140,7 +140,8 @@ class Processor:
 
     @property
     def expired(self) -> int:
-        """Records deleted as expired since start (committed or about to be)."""
+        """Records deleted as expired since start, for monitoring: it counts the current
+        transaction's before it commits, and again those a failed transaction redoes."""
         current = 0 if self._expirer is None else self._expirer.expired
         return self._expired_before + current
 
@@ -205,7 +206,7 @@ class Processor:
                 else:
                     records = self._next_batch(consumer)
                 now_ms = int(time.time() * 1000)
-                expiring = self._expiring()
+                expiring = expiring_states(self._states, self._recoveries)
                 if not records and not (expiring and expirer.due(expiring, now_ms)):
                     continue
                 if records and self.first_batch_at is None:
@@ -236,15 +237,6 @@ class Processor:
             consumer.close()
             producer.close()
             self._reader.close()
-
-    def _expiring(self) -> list[PartitionState]:
-        """The recovered partitions whose topic has expiration enabled."""
-        recovering = self._recoveries
-        return [
-            state
-            for key, state in self._states.items()
-            if state.topic.expiration_s is not None and key not in recovering
-        ]
 
     def _next_batch(self, consumer: InputLog) -> Sequence[Record]:
         """The next batch: whatever is already fetched (up to ``max_batch``) without
