@@ -315,6 +315,28 @@ def data_of(value: bytes) -> bytes:
         raise EnvelopeError("envelope ends inside a number") from None
 
 
+def expiration_of(value: bytes) -> int | None:
+    """Only the expiration instant of an envelope (ms since the epoch, None for never),
+    skipping the other fields without copying them; raise EnvelopeError if it is not
+    one."""
+    try:
+        pos = _check_version(value)
+        for _ in range(3):  # topic, message type, log topic
+            size, pos = _long_at(value, pos)
+            pos += size
+        _, pos = _long_at(value, pos)  # log partition
+        _, pos = _long_at(value, pos)  # log offset
+        for _ in range(2):  # SowKey, data
+            size, pos = _long_at(value, pos)
+            pos += size
+        _, pos = _long_at(value, pos)  # publish time
+        _, pos = _long_at(value, pos)  # apply time
+        present, pos = _optional_at(value, pos)
+        return _long_at(value, pos)[0] if present else None
+    except IndexError:
+        raise EnvelopeError("envelope ends inside a number") from None
+
+
 def encode_progress(positions: list[tuple[str, int, int]]) -> bytes:
     """Value of a PROGRESS_KEY record: (log topic, partition, next offset) triples."""
     return json.dumps({"log": [list(p) for p in positions]}, separators=(",", ":")).encode()

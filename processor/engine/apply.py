@@ -42,6 +42,7 @@ from processor.engine.dead_letter import (
     explain,
     no_translation,
 )
+from processor.engine.expiry import note_due
 from processor.engine.headers import Sequenced, publish_options, sequenced
 from processor.engine.partition import PartitionState
 from processor.errors import (
@@ -216,6 +217,8 @@ class Applier:
                 self._reject(record, route, exc)
                 continue
             route.pending[sow_key] = envelope
+            if expiration_ms is not None:
+                note_due(route.state, sow_key, expiration_ms, now_ms)
         return offsets, touched
 
     def _reject(self, record: Record, route: Route, exc: Exception) -> None:
@@ -305,6 +308,8 @@ class Applier:
         )
         self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
         state.pending[sow_key] = envelope
+        if expiration_ms is not None:
+            note_due(state, sow_key, expiration_ms, now_ms)
 
     def _delete_by_filter(self, record: Record, route: Route) -> None:
         """Delete every record of the partition that matches the command's filter."""

@@ -58,10 +58,12 @@ def commit(
     1. Produce, per touched partition, one publisher control record for each publisher
        whose sequence the batch changed, then one PROGRESS control record (input
        positions); the PROGRESS offsets come back with step 3.
-    2. Send the consumer offsets (next offset per input partition) to the transaction.
+    2. Send the consumer offsets (next offset per input partition) to the transaction
+       (none when the transaction only expired records).
     3. Commit the Kafka transaction: changelog records and offsets become visible at once.
-    4. Write each touched store's batch: its data, the changelog offset it now reflects
-       and the changed publishers' sequences, in one atomic RocksDB write.
+    4. Write each touched store's batch: its data, the changelog offset it now reflects,
+       the changed publishers' sequences and its due index changes, in one atomic
+       RocksDB write.
 
     A crash before 3 leaves an aborted transaction (Kafka drops it; stores untouched; the
     batch is re-read from the committed offsets). A crash between 3 and 4 leaves stores
@@ -81,7 +83,8 @@ def commit(
         transaction.advance(TransactionStatus.STARTED, TransactionStatus.PREPARED)
         if crash:
             crash("produced")
-        producer.send_offsets(offsets, group)
+        if offsets:
+            producer.send_offsets(offsets, group)
         if crash:
             crash("offsets-sent")
         ends = producer.commit()
@@ -91,8 +94,9 @@ def commit(
             end = ends[(state.topic.changelog_topic, state.partition)]
             meta = state.publishers.changed_meta()
             meta[CHANGELOG_OFFSET] = offset_bytes(end + 1)
-            state.store.write(state.pending, meta)
+            state.store.write(state.pending, meta, state.due)
             state.pending.clear()
+            state.due.clear()
             state.progress.clear()
             state.publishers.committed()
         if crash:

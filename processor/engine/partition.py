@@ -21,6 +21,11 @@ class PartitionState:
     delete); reads during a batch check it before the store. ``progress`` holds the next
     input offset per log topic reached in the current transaction.
 
+    ``due`` holds the current transaction's changes to the due index (index key -> b""
+    to add, None to drop; :mod:`processor.engine.expiry`), written in the same commit;
+    ``due_floor`` is an index key below which the store holds no index entries, as far
+    as the expirer knows (b"": unknown), so its seeks skip the entries it deleted.
+
     ``publishers`` is duplicate detection: the highest sequence applied per publisher on
     this partition's input, committed state and this transaction's together
     (:class:`~processor.engine.publishers.PublisherSequences`). Like ``pending`` it is only
@@ -37,6 +42,8 @@ class PartitionState:
     writers: dict[str, EnvelopeWriter]
     pending: dict[bytes, bytes | None] = field(default_factory=dict)
     progress: dict[str, int] = field(default_factory=dict)
+    due: dict[bytes, bytes | None] = field(default_factory=dict)
+    due_floor: bytes = b""
     #: Next input offset per log topic that recovery found applied in the changelog.
     log_next: dict[str, int] = field(default_factory=dict)
     publishers: PublisherSequences = field(init=False)

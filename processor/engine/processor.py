@@ -9,6 +9,11 @@ Recovery runs in the poll loop, as in Kafka Streams and Quix Streams: a newly as
 persistent partition's input is held back (not fetched) while its store replays its
 changelog (and republishes a lost one), one step between polls, so a long restore never
 holds up the consumer's poll and the other partitions keep being processed.
+
+Expiration (:mod:`processor.engine.expiry`) runs in the same loop: every transaction
+also deletes the records due by then (bounded per transaction), and an idle processor
+checks its due indexes after each idle wait (``IDLE_WAIT_S``) and commits a transaction
+of expiries alone when some are due. Partitions still recovering are left out.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook, commit
+from processor.engine.expiry import Expirer, expiring_states
 from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
     Restored,
@@ -108,6 +114,9 @@ class Processor:
             self._by_log_topic[topic.repartition_topic] = (topic, False)
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._applier: Applier | None = None
+        self._expirer: Expirer | None = None
+        #: Records deleted as expired by earlier pipelines (the current one counts its own).
+        self._expired_before = 0
         self._reader: PartitionReader | None = None
         self._producer: TransactionalLog | None = None
         #: Committed transactions and the records they held (monitoring, benchmarks).
@@ -128,6 +137,13 @@ class Processor:
     def dead_lettered(self) -> int:
         """Records sent to the dead-letter topic since start."""
         return 0 if self._applier is None else self._applier.dead_lettered
+
+    @property
+    def expired(self) -> int:
+        """Records deleted as expired since start, for monitoring: it counts the current
+        transaction's before it commits, and again those a failed transaction redoes."""
+        current = 0 if self._expirer is None else self._expirer.expired
+        return self._expired_before + current
 
     @property
     def duplicates(self) -> int:
@@ -173,6 +189,9 @@ class Processor:
         applier = self._applier = Applier(
             producer.raw_produce, self._dead_letter_topic, producer.drain, producer.produce_error
         )
+        if self._expirer is not None:
+            self._expired_before += self._expirer.expired
+        expirer = self._expirer = Expirer(producer.raw_produce, producer.drain)
         try:
             log.info(
                 "processor taking its partitions of %s", ", ".join(sorted(self.topology.topics))
@@ -186,16 +205,20 @@ class Processor:
                     records = consumer.consume(self._max_batch, 0)
                 else:
                     records = self._next_batch(consumer)
-                if not records:
+                now_ms = int(time.time() * 1000)
+                expiring = expiring_states(self._states, self._recoveries)
+                if not records and not (expiring and expirer.due(expiring, now_ms)):
                     continue
-                if self.first_batch_at is None:
+                if records and self.first_batch_at is None:
                     self.first_batch_at = time.perf_counter()
                 # A failure anywhere below raises out of the pipeline, which drops every
                 # partition's pending state and restarts from the committed offsets.
                 transaction = Transaction(self.transactions)
                 producer.begin()
-                offsets, touched = applier.apply(records, int(time.time() * 1000))
-                if offsets:
+                offsets, touched = applier.apply(records, now_ms)
+                if expiring:
+                    touched |= expirer.expire(expiring, now_ms)
+                if touched:
                     commit(
                         transaction,
                         producer,

@@ -22,11 +22,14 @@ from processor.changelog import (
     PROGRESS_KEY,
     PUBLISHER_PREFIX,
     RESET_KEY,
+    EnvelopeError,
     decode,
     decode_progress,
     decode_progress_publishers,
+    expiration_of,
     parse_position,
 )
+from processor.engine.expiry import due_key
 from processor.engine.partition import PartitionState
 from processor.engine.publishers import PUBLISHER_META_PREFIX, meta_key, meta_key_of_control
 from processor.engine.republish import REPUBLISH_CURSOR
@@ -127,7 +130,10 @@ def restore_steps(
     republishing (:mod:`processor.engine.republish`) in the same write.
 
     Publisher control records become the store's publisher meta entries, so a store
-    rebuilt from the changelog discards the same repeated sequences as before.
+    rebuilt from the changelog discards the same repeated sequences as before. On a topic
+    with expiration enabled, every replayed record that expires gets its due index entry
+    in the same write (:func:`due_entries`), so a rebuilt store expires what the lost one
+    would have.
 
     ``log_next`` records how far the replayed records show the input applied. A broker
     may expose the records of a transaction a crashed processor left open (Kafka aborts
@@ -197,6 +203,7 @@ def _replay(
     replayed, the changelog offset the store reached)."""
     restored = Restored()
     name = f"{topic.name}[{partition}]"
+    expiring = topic.expiration_s is not None
     last_report = time.monotonic()
     applied = 0
     end = start
@@ -232,7 +239,7 @@ def _replay(
             unfinished.extend(batch[after_progress:])
         end = batch[-1].offset() + 1
         meta[CHANGELOG_OFFSET] = offset_bytes(end)
-        store.write(updates, meta)
+        store.write(updates, meta, due_entries(updates) if expiring else None)
         applied += len(batch)
         now = time.monotonic()
         if now - last_report >= report_every_s:
@@ -244,6 +251,23 @@ def _replay(
         restored.saw_change(record)
     restored.applied = applied
     return restored, applied, end
+
+
+def due_entries(updates: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
+    """The due index entries of the records a replay step writes: one per record whose
+    envelope has an expiration instant. Entries of the versions these replace stay in the
+    index, stale (:mod:`processor.engine.expiry`); an undecodable envelope gets none."""
+    due: dict[bytes, bytes | None] = {}
+    for sow_key, envelope in updates.items():
+        if envelope is None:
+            continue
+        try:
+            expiration_ms = expiration_of(envelope)
+        except EnvelopeError:
+            continue
+        if expiration_ms is not None:
+            due[due_key(expiration_ms, sow_key)] = b""
+    return due
 
 
 def transient_start_offset(

@@ -2,7 +2,9 @@
 
 The records column holds ``SowKey -> changelog envelope``; the meta column holds the
 offsets the data reflects and the engine's per-partition bookkeeping (duplicate detection,
-the republish cursor). ``write`` applies record changes and meta in one atomic batch,
+the republish cursor); the due index holds the keys of the expiration index
+(:mod:`processor.engine.expiry`: due time then SowKey, opaque bytes to the store, kept in
+key order). ``write`` applies record changes, meta and index changes in one atomic batch,
 so a store never holds data without the offsets it came from (or the reverse).
 """
 
@@ -44,14 +46,25 @@ class Store(Protocol):
         store while iterating."""
         ...
 
+    def due_keys(self, start: bytes, before: bytes, limit: int) -> list[bytes]:
+        """Up to ``limit`` keys of the due index below ``before``, in key order. ``start``
+        is a hint: the caller knows there are no keys below it (RocksDB then seeks past
+        the deleted ones instead of stepping over them); ``b""`` means no hint."""
+        ...
+
     def write(
-        self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes | None]
+        self,
+        records: Mapping[bytes, bytes | None],
+        meta: Mapping[bytes, bytes | None],
+        due: Mapping[bytes, bytes | None] | None = None,
     ) -> None:
-        """Atomically put/delete (None) records and put/delete (None) meta values."""
+        """Atomically put/delete (None) records, meta values and due index keys (whose
+        values are put as given, and are not read back)."""
         ...
 
     def clear(self, meta: Mapping[bytes, bytes | None]) -> None:
-        """Atomically drop every record and put/delete (None) meta values."""
+        """Atomically drop every record and the whole due index, and put/delete (None)
+        meta values."""
         ...
 
     def begin_rebuild(self) -> None:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Mapping
 
 
 class MemoryStore:
-    """A dict-backed :class:`~processor.state.Store`. Not thread-safe; callers lock."""
+    """A dict-backed :class:`~processor.state.Store`. Not thread-safe; callers lock.
+
+    The due index is a set of keys plus a heap over them for key order; a deleted key
+    stays in the heap until it reaches the top, where ``due_keys`` discards it.
+    """
 
     def __init__(self) -> None:
         self._records: dict[bytes, bytes] = {}
         self._meta: dict[bytes, bytes] = {}
+        self._due: set[bytes] = set()
+        self._due_heap: list[bytes] = []
 
     def get(self, sow_key: bytes) -> bytes | None:
         return self._records.get(sow_key)
@@ -29,8 +36,24 @@ class MemoryStore:
     def meta_items(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         return iter([(k, v) for k, v in self._meta.items() if k.startswith(prefix)])
 
+    def due_keys(self, start: bytes, before: bytes, limit: int) -> list[bytes]:
+        heap, live = self._due_heap, self._due
+        found: list[bytes] = []
+        taken: set[bytes] = set()
+        while heap and len(found) < limit and heap[0] < before:
+            key = heapq.heappop(heap)
+            if key in live and key not in taken:
+                taken.add(key)
+                found.append(key)
+        for key in found:  # still in the index until a write deletes them
+            heapq.heappush(heap, key)
+        return found
+
     def write(
-        self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes | None]
+        self,
+        records: Mapping[bytes, bytes | None],
+        meta: Mapping[bytes, bytes | None],
+        due: Mapping[bytes, bytes | None] | None = None,
     ) -> None:
         target = self._records
         for key, value in records.items():
@@ -39,9 +62,19 @@ class MemoryStore:
             else:
                 target[key] = value
         self._put_meta(meta)
+        if due:
+            live, heap = self._due, self._due_heap
+            for key, value in due.items():
+                if value is None:
+                    live.discard(key)
+                elif key not in live:
+                    live.add(key)
+                    heapq.heappush(heap, key)
 
     def clear(self, meta: Mapping[bytes, bytes | None]) -> None:
         self._records.clear()
+        self._due.clear()
+        self._due_heap.clear()
         self._put_meta(meta)
 
     def _put_meta(self, meta: Mapping[bytes, bytes | None]) -> None:

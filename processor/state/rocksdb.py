@@ -1,9 +1,10 @@
 """RocksDB store (rocksdict, raw bytes mode): the persistent SOW state of one partition.
 
 Layout: one RocksDB database per SOW topic partition with column families ``records``
-(SowKey -> changelog envelope) and ``meta`` (changelog offset, format version). Later
-features add their own column families (hash indexes, expiration, history) to the same
-database so that their updates join the same atomic batch.
+(SowKey -> changelog envelope), ``meta`` (changelog offset, format version) and ``due``
+(the expiration index: due time then SowKey -> empty). Later features add their own
+column families (hash indexes, history) to the same database so that their updates join
+the same atomic batch.
 
 A rebuild (an empty store filled from its changelog) writes in bulk mode: no write-ahead
 log and an unsorted (vector) memtable, whose sorted inserts cost most of a restore's time
@@ -33,7 +34,7 @@ from processor.state import FORMAT_VERSION, STORE_FORMAT
 
 log = logging.getLogger(__name__)
 
-COLUMN_FAMILIES = ("records", "meta")
+COLUMN_FAMILIES = ("records", "meta", "due")
 
 #: Meta key: present while a rebuild's unlogged writes may not be on disk yet.
 REBUILDING = b"rebuilding"
@@ -109,8 +110,10 @@ class RocksDBStore:
             self._db = Rdict(str(path), options, column_families=families)
             self._records = self._db.get_column_family_handle("records")
             self._meta = self._db.get_column_family_handle("meta")
+            self._due = self._db.get_column_family_handle("due")
             self._records_view = self._db.get_column_family("records")
             self._meta_view = self._db.get_column_family("meta")
+            self._due_view = self._db.get_column_family("due")
         except Exception as exc:
             if "lock" in str(exc).lower():
                 raise StoreError(
@@ -142,8 +145,24 @@ class RocksDBStore:
                 return
             yield key, value
 
+    def due_keys(self, start: bytes, before: bytes, limit: int) -> list[bytes]:
+        found: list[bytes] = []
+        if limit <= 0:
+            return found
+        keys = cast(Iterator[bytes], self._due_view.keys(from_key=start or None))
+        for key in keys:
+            if key >= before:
+                break
+            found.append(key)
+            if len(found) >= limit:
+                break
+        return found
+
     def write(
-        self, records: Mapping[bytes, bytes | None], meta: Mapping[bytes, bytes | None]
+        self,
+        records: Mapping[bytes, bytes | None],
+        meta: Mapping[bytes, bytes | None],
+        due: Mapping[bytes, bytes | None] | None = None,
     ) -> None:
         if self._mode is _Mode.FLUSHING:
             self._settle()
@@ -164,6 +183,13 @@ class RocksDBStore:
                 batch.delete(key, meta_handle)
             else:
                 batch.put(key, value, meta_handle)
+        if due:
+            due_handle = self._due
+            for key, value in due.items():
+                if value is None:
+                    batch.delete(key, due_handle)
+                else:
+                    batch.put(key, value, due_handle)
         try:
             self._db.write(batch, self._write_with)
         except Exception as exc:
@@ -220,6 +246,7 @@ class RocksDBStore:
         try:
             self._records_view.flush(wait)
             self._meta_view.flush(wait)
+            self._due_view.flush(wait)
         except Exception as exc:
             raise StoreError(f"cannot flush the RocksDB store at {self.path}: {exc}") from exc
 
@@ -229,7 +256,8 @@ class RocksDBStore:
 
     def clear(self, meta: Mapping[bytes, bytes | None]) -> None:
         keys: list[bytes] = list(self._records_view.keys())  # type: ignore[arg-type]
-        self.write(dict.fromkeys(keys), meta)
+        due: list[bytes] = list(self._due_view.keys())  # type: ignore[arg-type]
+        self.write(dict.fromkeys(keys), meta, dict.fromkeys(due))
 
     def close(self) -> None:
         if getattr(self, "_closed", True):
@@ -246,8 +274,10 @@ class RocksDBStore:
         # Every column-family view holds the database open; close them all, then drop them.
         self._records_view.close()
         self._meta_view.close()
+        self._due_view.close()
         self._db.close()
-        del self._records_view, self._meta_view, self._records, self._meta, self._db
+        del self._records_view, self._meta_view, self._due_view
+        del self._records, self._meta, self._due, self._db
 
 
 def quarantine(path: Path) -> Path | None:

@@ -1,0 +1,159 @@
+"""Expiration: records whose lifetime ended are removed, driven by an index of due times.
+
+Spec 3.1: a topic's ``expiration`` gives records a lifetime (``expiration_s``; None
+disables expiration, 0 enables per-message values only), a publish's ``sow.expiration``
+header overrides it (0: never) and every publish restarts the lifetime
+(:func:`processor.engine.headers.publish_options` computes the instant, the envelope
+carries it as ``expiration_ms``).
+
+The due index: each store partition's ``due`` index (:meth:`Store.due_keys`) holds one
+key per record version that has an expiration, ``due_key(due_ms, SowKey)`` (the due time
+as 8 big-endian bytes, so key order is due order). It is written in the same commit as
+the record (:func:`processor.engine.commit.commit`) and rebuilt with the records when a
+store is restored from its changelog (:mod:`processor.engine.recovery`). Entries are
+never updated in place: an update or delete leaves its record's earlier entry behind,
+and a due entry is checked against the record's current envelope when it is reached
+(stale ones are dropped). Nothing ever scans the records.
+
+Expiring (:class:`Expirer`) runs in the processor's loop inside each transaction, and
+when the processor is idle at least every ``Processor.IDLE_WAIT_S``: records due at
+``now`` are deleted through the same logged path as ``sow_delete`` (a changelog tombstone
+with ``sow.reason: expired``, no position header since no log command caused it, and the
+pending delete), committed exactly once with everything else. At most ``limit`` index
+entries are handled per transaction, so a flood of due records never starves publishes;
+the rest follow in the next loops. Records that fell due while the processor was down
+are due at its first loops after recovery.
+
+Between a record's due time and the commit of its tombstone, queries still return it
+(a few milliseconds on an idle processor, longer while a flood is worked off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Mapping, Sequence
+
+from processor.changelog import REASON_HEADER, expiration_of
+from processor.engine.partition import PartitionState
+
+#: The ``sow.reason`` of an expiry tombstone (the replica maps it to ChangeReason.EXPIRE).
+EXPIRED = b"expired"
+_TOMBSTONE_HEADERS = [(REASON_HEADER, EXPIRED)]
+
+#: Index entries handled per transaction, over all partitions.
+MAX_PER_TRANSACTION = 20_000
+
+Produce = Callable[..., None]
+
+
+def due_key(due_ms: int, sow_key: bytes) -> bytes:
+    """The due index key of a record due at ``due_ms`` (negative counts as 0)."""
+    return max(due_ms, 0).to_bytes(8, "big") + sow_key
+
+
+def split_due_key(key: bytes) -> tuple[int, bytes]:
+    """(due_ms, SowKey) of a due index key."""
+    return int.from_bytes(key[:8], "big"), key[8:]
+
+
+def note_due(state: PartitionState, sow_key: bytes, expiration_ms: int, now_ms: int) -> None:
+    """Index a record version written in the current transaction that expires at
+    ``expiration_ms``. An instant already past counts as due ``now_ms``, so the entry
+    never lands below the part of the index the expirer has already worked off."""
+    key = due_key(max(expiration_ms, now_ms), sow_key)
+    state.due[key] = b""
+    if key < state.due_floor:
+        state.due_floor = b""
+
+
+def expiring_states(
+    states: Mapping[tuple[str, int], PartitionState], recovering: Container[tuple[str, int]]
+) -> list[PartitionState]:
+    """The partitions (by (topic, partition)) whose topic has expiration enabled, except
+    those still recovering."""
+    return [
+        state
+        for key, state in states.items()
+        if state.topic.expiration_s is not None and key not in recovering
+    ]
+
+
+class Expirer:
+    """Deletes due records of the partitions it is given, within a transaction.
+
+    ``produce`` is the transactional producer's raw ``produce(topic, value, key,
+    partition, headers=...)`` (it may raise BufferError while its queue is full; then
+    ``drain`` is called and the record retried). Not thread-safe: the processor's loop
+    owns it.
+    """
+
+    def __init__(
+        self, produce: Produce, drain: Callable[[], None], limit: int = MAX_PER_TRANSACTION
+    ) -> None:
+        self._produce = produce
+        self._drain = drain
+        self.limit = limit
+        #: Records deleted as expired since start.
+        self.expired = 0
+        self._turn = 0
+
+    def due(self, states: Sequence[PartitionState], now_ms: int) -> bool:
+        """Whether any of the partitions has an index entry due at ``now_ms`` (one seek
+        per partition with expiration enabled)."""
+        before = due_key(now_ms + 1, b"")
+        return any(
+            state.store.due_keys(state.due_floor, before, 1)
+            for state in states
+            if state.topic.expiration_s is not None
+        )
+
+    def expire(self, states: Sequence[PartitionState], now_ms: int) -> set[PartitionState]:
+        """Delete the records due at ``now_ms`` (up to ``limit`` index entries, taking
+        the partitions in turn from one call to the next); return the partitions whose
+        pending changes (records or index) grew, which the caller must commit."""
+        touched: set[PartitionState] = set()
+        if not states:
+            return touched
+        before = due_key(now_ms + 1, b"")
+        budget = self.limit
+        first = self._turn % len(states)
+        self._turn += 1
+        for state in [*states[first:], *states[:first]]:
+            if budget <= 0:
+                break
+            if state.topic.expiration_s is None:
+                continue
+            keys = state.store.due_keys(state.due_floor, before, budget)
+            if not keys:
+                continue
+            touched.add(state)
+            budget -= len(keys)
+            self.expired += self._expire_keys(state, keys, now_ms)
+            state.due_floor = keys[-1]
+        return touched
+
+    def _expire_keys(self, state: PartitionState, keys: list[bytes], now_ms: int) -> int:
+        """Drop the index entries ``keys`` and delete those of their records that are
+        still due (an entry whose record was since deleted, or updated to a later or no
+        expiration, is stale)."""
+        due, pending, lookup = state.due, state.pending, state.lookup
+        changelog, partition = state.topic.changelog_topic, state.partition
+        produce = self._produce
+        expired = 0
+        for key in keys:
+            due[key] = None
+            sow_key = key[8:]
+            envelope = lookup(sow_key)
+            if envelope is None:
+                continue
+            expiration_ms = expiration_of(envelope)
+            if expiration_ms is None or expiration_ms > now_ms:
+                continue
+            while True:
+                try:
+                    produce(changelog, None, sow_key, partition, headers=_TOMBSTONE_HEADERS)
+                    break
+                except BufferError:
+                    self._drain()
+            pending[sow_key] = None
+            expired += 1
+        return expired
