@@ -2,7 +2,8 @@
 
 A read replica is fed changelog units by hand (the applier's path: ``Replica.apply``) at a
 target rate while N subscriptions are registered with the subscription hub; a drain
-thread empties the subscriptions' queues as a gRPC sender would. Reported per row:
+thread empties the subscriptions' queues as a session's gRPC sender does (one
+SharedSender: it is told which subscriptions have news). Reported per row:
 
 * the rate the hub kept up with (changes dispatched per second against the rate fed);
 * apply -> queued latency (the change is in every matching subscription's queue),
@@ -38,7 +39,7 @@ from processor.query.replica import Replica
 from processor.query.sow import QueryEngine
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.model import SubscribeRequest
-from processor.subscriptions.subscription import Subscription
+from processor.subscriptions.subscription import SharedSender
 from processor.topology.model import SowTopic, Topology
 from tests.unit.log_records import LogRecord
 
@@ -79,21 +80,26 @@ def run(row: Row, seconds: float, filters: list[str], symbols: int) -> Row:
         max_subscriptions=len(filters) + 1,
         inline=row.inline,
     )
-    subs: list[Subscription] = [
-        hub.subscribe(SubscribeRequest("QUOTES", filter=f, max_backlog=1_000_000)) for f in filters
-    ]
+    sender = SharedSender()
+    for f in filters:
+        hub.subscribe(SubscribeRequest("QUOTES", filter=f, max_backlog=1_000_000), sender)
     stop = threading.Event()
     delivered = [0]
 
     def drain() -> None:
+        # As a session's sender does: wait for news, take from the subscriptions named.
+        woken = sender.woken
         while not stop.is_set():
-            got = 0
-            for sub in subs:
+            with sender.ready:
+                if not woken:
+                    sender.ready.wait(0.05)
+                named = list(woken)
+                woken.clear()
+            for sub in named:
+                delivered[0] += len(sub.take(10_000, 0))
                 if sub.has_backlog():
-                    got += len(sub.take(10_000, 0))
-            delivered[0] += got
-            if not got:
-                time.sleep(0.001)
+                    with sender.ready:
+                        woken.append(sub)
 
     drainer = threading.Thread(target=drain, daemon=True)
     drainer.start()

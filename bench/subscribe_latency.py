@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -39,12 +40,18 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _subscribe(address: str, topic: str, total: int, ready: Any, out: Any) -> None:
-    """Child process: one subscribe stream; the latency of each change, sent back."""
+def _subscribe(address: str, topic: str, total: int, ready: Any, stop: Any, out: Any) -> None:
+    """Child process: one subscribe stream; the latency of each change, sent back when
+    all arrived or when ``stop`` is set."""
     client = SowClient(address)
     stream = client.subscribe(topic, sub_id="bench")
+
+    def watch() -> None:
+        stop.wait()
+        stream.cancel()
+
+    threading.Thread(target=watch, daemon=True).start()
     latencies: list[float] = []
-    deadline = float("inf")
     try:
         for message in stream:
             part = message.WhichOneof("part")
@@ -55,9 +62,7 @@ def _subscribe(address: str, topic: str, total: int, ready: Any, out: Any) -> No
                 continue
             now = time.perf_counter()
             latencies.append(now - orjson.loads(message.change.record.data)["t"])
-            if len(latencies) == 1:
-                deadline = now + 120
-            if len(latencies) >= total or now > deadline:
+            if len(latencies) >= total:
                 break
     except ServiceError as exc:
         print(f"subscriber ended: {exc}", file=sys.stderr)
@@ -92,10 +97,11 @@ def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, A
     are (they do not share the service's interpreter lock)."""
     spawn = multiprocessing.get_context("spawn")
     total = int(rate * seconds)
-    ready = spawn.Event()
+    ready, stop = spawn.Event(), spawn.Event()
     received, subscriber_end = spawn.Pipe(duplex=False)
     subscriber = spawn.Process(
-        target=_subscribe, args=(app.grpc_address, topic.name, total, ready, subscriber_end)
+        target=_subscribe,
+        args=(app.grpc_address, topic.name, total, ready, stop, subscriber_end),
     )
     subscriber.start()
     if not ready.wait(60):
@@ -108,6 +114,8 @@ def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, A
     publisher.start()
     sent_s = sent.recv()
     publisher.join(60)
+    if not received.poll(30):  # what has not arrived 30 s after the last send is missing
+        stop.set()
     latencies: list[float] = received.recv()
     subscriber.join(60)
     ms = [r * 1000 for r in latencies] or [float("nan")]

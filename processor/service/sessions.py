@@ -8,8 +8,9 @@ messages on the one stream, each tagged with its ``sub_id``.
 
 Threads: the gRPC worker of the stream sends; a reader thread takes the client's
 commands and registers subscriptions with the hub. All the session's subscriptions share
-one condition (:class:`Session.ready`), which the dispatcher notifies when any of them
-has changes, so one sender serves them all. A subscription's opening messages (its
+one :class:`~processor.subscriptions.subscription.SharedSender`: the dispatcher
+notifies its condition and names the subscriptions with news, so one sender serves them
+all without looking at the others. A subscription's opening messages (its
 ``registered`` or query result) are queued before it becomes active, so they always
 precede its changes. A subscription that ends (refused command, unsubscribe, slow
 consumer) gets an ``ended`` message; the session and the others go on. The session ends
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -32,16 +32,16 @@ import grpc
 from processor import errors
 from processor.service._generated import sow_pb2
 from processor.subscriptions.hub import SubscriptionHub
-from processor.subscriptions.subscription import Subscription
+from processor.subscriptions.subscription import SharedSender, Subscription
 
 log = logging.getLogger(__name__)
 
 #: Subscriptions one session holds at most.
 MAX_SESSION_SUBSCRIPTIONS = 10_000
 
-#: Builds a subscription's opening messages and registers it: (request) ->
+#: Builds a subscription's opening messages and registers it: (request, sender) ->
 #: (subscription, opening messages); raises SowError when the hub refuses it.
-Opener = Callable[[Any, threading.Condition], tuple[Subscription, list[Any]]]
+Opener = Callable[[Any, SharedSender], tuple[Subscription, list[Any]]]
 
 
 class Session:
@@ -59,13 +59,16 @@ class Session:
         self._openers = {"subscribe": subscribe, "sow_and_subscribe": sow_and_subscribe}
         self._status_for = status_for
         self._changes = changes
-        self.ready = threading.Condition(threading.Lock())
+        self.sender = SharedSender()
+        self.ready = self.sender.ready
         #: Opening messages and ended notices, in the order they are sent.
         self._outbox: collections.deque[Any] = collections.deque()
         #: sub_id -> (subscription, its request): the ones whose changes are sent.
         self._active: dict[str, tuple[Subscription, Any]] = {}
         #: sub_ids registered or being registered (unique in the session).
         self._names: set[str] = set()
+        #: subscription number -> sub_id, for the active ones.
+        self._ids: dict[int, str] = {}
         self._closed = False
 
     # -- the reader's side ---------------------------------------------------------------
@@ -112,7 +115,7 @@ class Session:
             self._end(sub_id, "INVALID_ARGUMENT", refusal)
             return
         try:
-            subscription, opening = self._openers[kind](request, self.ready)
+            subscription, opening = self._openers[kind](request, self.sender)
         except errors.SowError as exc:
             with self.ready:
                 self._names.discard(sub_id)
@@ -125,6 +128,9 @@ class Session:
                 closed = False
                 self._outbox.extend(opening)
                 self._active[sub_id] = (subscription, request)
+                self._ids[subscription.number] = sub_id
+                # Changes queued before it was active: the sender looks at it now.
+                self.sender.woken.append(subscription)
                 self.ready.notify()
         if closed:
             self._hub.unsubscribe(subscription)
@@ -134,6 +140,7 @@ class Session:
             entry = self._active.pop(sub_id, None)
             if entry is not None:
                 self._names.discard(sub_id)
+                self._ids.pop(entry[0].number, None)
         if entry is None:
             self._end(sub_id, "NOT_FOUND", f"no subscription {sub_id!r} in this session")
             return
@@ -155,6 +162,7 @@ class Session:
             self._closed = True
             subscriptions = [s for s, _ in self._active.values()]
             self._active.clear()
+            self._ids.clear()
             self.ready.notify_all()
         for subscription in subscriptions:
             self._hub.unsubscribe(subscription)
@@ -163,33 +171,34 @@ class Session:
 
     def messages(self, is_active: Callable[[], bool], idle_s: float, most: int) -> Iterator[Any]:
         """What to send, until the session closes or ``is_active()`` turns False."""
+        woken = self.sender.woken
         while True:
             with self.ready:
-                while not self._closed and not self._outbox and not self._pending():
+                while not self._closed and not self._outbox and not woken:
                     if not self.ready.wait(idle_s) and not is_active():
                         self._closed = True
                 if self._closed:
                     return
                 outbox = list(self._outbox)
                 self._outbox.clear()
-                pending = [
-                    (sub_id, entry)
-                    for sub_id, entry in self._active.items()
-                    if entry[0].has_backlog() or entry[0].closed is not None
-                ]
+                pending: dict[int, tuple[str, Subscription, Any]] = {}
+                while woken:
+                    subscription = woken.popleft()
+                    sub_id = self._ids.get(subscription.number)
+                    if sub_id is not None:
+                        pending[subscription.number] = (sub_id, *self._active[sub_id])
             yield from outbox
-            for sub_id, (subscription, request) in pending:
+            for sub_id, subscription, request in pending.values():
                 try:
                     deliveries = subscription.take(most, 0)
                 except errors.SowError as exc:
                     yield from self._ended(sub_id, subscription, exc)
                     continue
+                if subscription.has_backlog():
+                    with self.ready:
+                        woken.append(subscription)  # more than one message's worth
                 if deliveries:
                     yield self._changes(subscription, request, deliveries)
-
-    def _pending(self) -> bool:
-        """Whether a subscription has changes or ended (condition held)."""
-        return any(s.has_backlog() or s.closed is not None for s, _ in self._active.values())
 
     def _ended(
         self, sub_id: str, subscription: Subscription, error: errors.SowError
@@ -201,6 +210,7 @@ class Session:
                 return
             del self._active[sub_id]
             self._names.discard(sub_id)
+            self._ids.pop(subscription.number, None)
         self._hub.unsubscribe(subscription)
         if isinstance(error, errors.SlowConsumerError):
             log.warning("%s", error)

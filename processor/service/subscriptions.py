@@ -24,7 +24,7 @@ from processor.service._generated import sow_pb2, sow_pb2_grpc
 from processor.service.sessions import Session
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
-from processor.subscriptions.subscription import Subscription
+from processor.subscriptions.subscription import SharedSender, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +137,10 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             self._streams.release()
 
     def _open_subscribe(
-        self, request: Any, ready: threading.Condition | None = None
+        self, request: Any, sender: SharedSender | None = None
     ) -> tuple[Subscription, list[Any]]:
         """Register a subscribe: the subscription and its ``registered`` message."""
-        subscription = self._hub.subscribe(_request(request), ready)
+        subscription = self._hub.subscribe(_request(request), sender)
         snapshot = [_position(p) for p in subscription.start_vector()]
         registered = sow_pb2.SubscriptionMessage(
             sub_id=request.sub_id, registered=sow_pb2.Registered(snapshot=snapshot)
@@ -148,11 +148,11 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         return subscription, [registered]
 
     def _open_sow_and_subscribe(
-        self, request: Any, ready: threading.Condition | None = None
+        self, request: Any, sender: SharedSender | None = None
     ) -> tuple[Subscription, list[Any]]:
         """Register a sow_and_subscribe: the subscription and its query result (group
         begin, batches, group end)."""
-        subscription, phase = self._hub.sow_and_subscribe(_request(request), ready)
+        subscription, phase = self._hub.sow_and_subscribe(_request(request), sender)
         try:
             return subscription, self._query_phase(request, phase)
         except BaseException:

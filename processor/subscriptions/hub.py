@@ -58,7 +58,7 @@ from processor.subscriptions.model import (
     Delivery,
     SubscribeRequest,
 )
-from processor.subscriptions.subscription import Offer, Subscription
+from processor.subscriptions.subscription import Offer, SharedSender, Subscription
 from processor.topology.model import PlainTopic, SowTopic, Topology
 
 log = logging.getLogger(__name__)
@@ -152,13 +152,13 @@ class SubscriptionHub:
     # -- subscribing ---------------------------------------------------------------------
 
     def subscribe(
-        self, request: SubscribeRequest, ready: threading.Condition | None = None
+        self, request: SubscribeRequest, sender: SharedSender | None = None
     ) -> Subscription:
         """Register a live subscription: every matching change applied from now on.
-        ``ready``: a condition shared with other subscriptions, notified when any of
-        them has something to send (one sender serving many; default: its own)."""
+        ``sender``: one sender serving this subscription among others (a session;
+        default: a sender of its own)."""
         topics, expression = self._validate(request)
-        subscription = _subscription(request, topics, with_query=False, ready=ready)
+        subscription = _subscription(request, topics, with_query=False, sender=sender)
 
         def register(_: list[SowTable]) -> None:
             self._register(subscription, topics, request.filter, expression)
@@ -168,14 +168,14 @@ class SubscriptionHub:
         return subscription
 
     def sow_and_subscribe(
-        self, request: SubscribeRequest, ready: threading.Condition | None = None
+        self, request: SubscribeRequest, sender: SharedSender | None = None
     ) -> tuple[Subscription, QueryPhase]:
         """Query the SOW and subscribe at the same position: the result, then (through
         the subscription) every later matching change, with no gap and no duplicate.
-        ``ready`` as for :meth:`subscribe`."""
+        ``sender`` as for :meth:`subscribe`."""
         topics, expression = self._validate(request)
         if all(isinstance(t, PlainTopic) for t in topics):
-            return self._subscribe_without_sow(request, topics, expression, ready)
+            return self._subscribe_without_sow(request, topics, expression, sender)
         prepared = self.engine.prepare(
             SowQuery(
                 topic=request.topic,
@@ -189,7 +189,7 @@ class SubscriptionHub:
         if fields:
             for topic in prepared.topics:
                 self.replica.build_memo_indexes(topic, fields)
-        subscription = _subscription(request, topics, with_query=True, ready=ready)
+        subscription = _subscription(request, topics, with_query=True, sender=sender)
 
         def query_and_register(tables: list[SowTable]) -> Any:
             selection = select_records(prepared, tables)
@@ -224,12 +224,12 @@ class SubscriptionHub:
         request: SubscribeRequest,
         topics: list[SowTopic],
         expression: Expression | None,
-        ready: threading.Condition | None,
+        sender: SharedSender | None,
     ) -> tuple[Subscription, QueryPhase]:
         """sow_and_subscribe on plain topics only: an empty query result at the tail's
         position, then the live messages."""
         started = time.perf_counter()
-        subscription = _subscription(request, topics, with_query=True, ready=ready)
+        subscription = _subscription(request, topics, with_query=True, sender=sender)
 
         def register(_: list[SowTable]) -> None:
             self._register(subscription, topics, request.filter, expression)
@@ -467,7 +467,7 @@ def _subscription(
     topics: Sequence[SowTopic],
     *,
     with_query: bool,
-    ready: threading.Condition | None = None,
+    sender: SharedSender | None = None,
 ) -> Subscription:
     """A subscription for ``request``; one to plain topics only holds no records, so it
     gets neither OOF notifications nor deletes (a plain topic's messages are not records
@@ -479,7 +479,7 @@ def _subscription(
         with_query=with_query,
         max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG,
         unheld_topics=frozenset(t.name for t in topics if isinstance(t, PlainTopic)),
-        ready=ready,
+        sender=sender,
     )
 
 

@@ -27,6 +27,7 @@ import collections
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from processor import changelog
 from processor.errors import SlowConsumerError, SowError
@@ -44,6 +45,24 @@ _numbers = itertools.count(1)
 Offer = tuple[ChangeEvent, "Delivery | None"]
 
 
+def _condition() -> threading.Condition:
+    return threading.Condition(threading.Lock())
+
+
+@dataclass(slots=True, eq=False)
+class SharedSender:
+    """One sender serving many subscriptions (a session): the condition they all notify,
+    and the subscriptions with news since the sender last looked (their queue went from
+    empty to not empty, or they closed; a subscription may appear more than once). The
+    sender takes ``woken`` under ``ready``; a subscription it leaves a backlog in, it
+    must put back itself."""
+
+    ready: threading.Condition = field(
+        default_factory=lambda: threading.Condition(threading.Lock())
+    )
+    woken: collections.deque[Subscription] = field(default_factory=collections.deque)
+
+
 class Subscription:
     """A registered subscription and its queue of deliveries (see the module doc)."""
 
@@ -54,7 +73,7 @@ class Subscription:
         with_query: bool,
         max_backlog: int,
         unheld_topics: frozenset[str] = frozenset(),
-        ready: threading.Condition | None = None,
+        sender: SharedSender | None = None,
     ) -> None:
         self.number = next(_numbers)
         self.request = request
@@ -79,9 +98,14 @@ class Subscription:
         self._settled = False
         self._early: list[Offer] = []
         self._queue: collections.deque[Delivery] = collections.deque()
-        #: Guards the queue and is notified when something is queued or it closes; may
-        #: be shared by the subscriptions one sender serves (a session).
-        self._ready = ready if ready is not None else threading.Condition(threading.Lock())
+        #: Guards the queue and is notified when something is queued or it closes;
+        #: shared by the subscriptions one sender serves (a session), which also learn
+        #: of each other's news through the sender's ``woken``.
+        self._woken: collections.deque[Subscription] | None = None
+        if sender is None:
+            self._ready = _condition()
+        else:
+            self._ready, self._woken = sender.ready, sender.woken
         self.closed: SowError | None = None
         #: Called once, outside the subscription's lock, when it closes with an error.
         self.on_close: list[Callable[[], None]] = []
@@ -163,7 +187,7 @@ class Subscription:
             # change is delivered as it is.
             queue.extend(publish for _, publish in offers if publish is not None)
             if len(queue) != before:
-                self._ready.notify()
+                self._wake(before == 0)
             return False
         unreached = self._unreached
         for event, publish in offers:
@@ -185,12 +209,19 @@ class Subscription:
                 )
                 queue.clear()
                 self.focus.clear()
-                self._ready.notify()
+                self._wake()
                 return True
             queue.append(delivery)
         if len(queue) != before:
-            self._ready.notify()
+            self._wake(before == 0)
         return False
+
+    def _wake(self, news: bool = True) -> None:
+        """Tell the sender (lock held): ``news`` is True when the queue was empty or the
+        subscription closed, which a shared sender learns through ``woken``."""
+        if news and self._woken is not None:
+            self._woken.append(self)
+        self._ready.notify()
 
     def _decide(self, event: ChangeEvent, publish: Delivery | None) -> Delivery | None:
         if not self.tracks_focus or event.topic in self.unheld_topics:
@@ -243,6 +274,8 @@ class Subscription:
             self._queue.clear()
             self.focus.clear()
             self._early.clear()
+            if self._woken is not None:
+                self._woken.append(self)
             self._ready.notify_all()
         if error is not None:
             self._run_close_callbacks()
