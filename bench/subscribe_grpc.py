@@ -160,7 +160,7 @@ def _publish(
     how many (stream, message) matches the filters should give."""
     key_of = key_function(topic)
     assert key_of is not None
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "log_level": 3})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
     rng = random.Random(5)
     batch = max(1, rate // 1000)
     expected = 0

@@ -77,7 +77,7 @@ def _publish(bootstrap: str, topic: SowTopic, rate: int, total: int, out: Any) -
     its send time (``perf_counter``: CLOCK_MONOTONIC, shared by the processes)."""
     key_of = key_function(topic)
     assert key_of is not None
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "log_level": 3})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
     batch = max(1, rate // 1000)  # messages per millisecond tick
     started = time.perf_counter()
     for n in range(total):
