@@ -199,6 +199,20 @@ class ChangelogTail(Protocol):
     def close(self) -> None: ...
 
 
+def read_ready(tail: ChangelogTail, most: int, wait_s: float) -> Sequence[Record]:
+    """Up to ``most`` records: what the tail already holds, else whatever arrives within
+    ``wait_s`` (a read waits for all it asks for, so it waits for one record only and
+    then takes what came with it). The adaptive read of every tail that follows a log
+    live."""
+    records = tail.consume(most, 0)
+    if records:
+        return records
+    records = tail.consume(1, wait_s)
+    if records:
+        return [*records, *tail.consume(most - 1, 0)]
+    return records
+
+
 LogRecord = tuple[str, bytes | None, bytes | None, int, Headers | None]
 """A record to write: (topic, key, value, partition, headers)."""
 

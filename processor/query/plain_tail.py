@@ -43,7 +43,7 @@ from typing import TypeVar
 from processor.changelog import EnvelopeWriter
 from processor.commands import CORRELATION_HEADER
 from processor.errors import MessageError
-from processor.log import ChangelogTail, Record, TopicPartitionKey
+from processor.log import ChangelogTail, Record, TopicPartitionKey, read_ready
 from processor.messages import Codec, codec_for
 from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle, Listeners
 from processor.topology.model import PlainTopic, SowTopic, Topology
@@ -95,13 +95,7 @@ class PlainTail:
         try:
             tail.assign([(t, p, END) for t, p in self._next])
             while not self._stop.is_set():
-                # A read waits for all it asks for: wait for one record only.
-                records = tail.consume(BATCH, 0)
-                if not records:
-                    records = tail.consume(1, IDLE_WAIT_S)
-                    if records:
-                        records = [*records, *tail.consume(BATCH - 1, 0)]
-                self._advance(records, tail)
+                self._advance(read_ready(tail, BATCH, IDLE_WAIT_S), tail)
         finally:
             tail.close()
 

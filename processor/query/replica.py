@@ -58,7 +58,7 @@ from processor.changelog import (
 )
 from processor.expr import FieldInput
 from processor.keys import partition_for
-from processor.log import ChangelogTail, Record, TopicPartitionKey
+from processor.log import ChangelogTail, Record, TopicPartitionKey, read_ready
 from processor.messages import codec_for
 from processor.query import snapshot
 from processor.query.catchup import CatchUp
@@ -160,12 +160,7 @@ class Replica:
             self._units.start(starts)
             last_snapshot = last_report = time.monotonic()
             while not self._stop.is_set():
-                records = tail.consume(BATCH, 0)
-                if not records:
-                    records = tail.consume(1, IDLE_WAIT_S)
-                    if records:
-                        records = [*records, *tail.consume(BATCH - 1, 0)]
-                self._advance(records, tail)
+                self._advance(read_ready(tail, BATCH, IDLE_WAIT_S), tail)
                 now = time.monotonic()
                 if not self._catch_up.done and now - last_report >= 1.0:
                     last_report = now
