@@ -3,10 +3,10 @@
 One replica listener serves every subscription. It only hands each applied unit's
 events to a queue; a dispatcher thread takes them from there in order, finds each
 change's candidate filter groups (:mod:`processor.subscriptions.fanout`), evaluates each
-group's filter once and offers the change to the group's subscriptions, whose bounded
-queues never block it. So neither the replica's applier nor other subscribers wait for
-a slow subscriber: its queue fills, and it is closed with a
-:class:`~processor.errors.SlowConsumerError`.
+group's filter once (a range family's expression once for all its groups), and offers
+each subscription its share of the unit in one call; the bounded queues never block it.
+So neither the replica's applier nor other subscribers wait for a slow subscriber: its
+queue fills, and it is closed with a :class:`~processor.errors.SlowConsumerError`.
 
 No gap, no duplicate: a subscription is registered with the dispatcher under the
 replica's lock, in the same critical section as its query (or, for subscribe, as the
