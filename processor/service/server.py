@@ -159,6 +159,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         if not self._publish_slots.acquire(blocking=False):
             self._abort(context, _busy())
         try:
+            _refuse_unbuilt("publish", delta=request.delta)
             published = self._gateway.publish(request, _time_left(context))
         except errors.SowError as exc:
             self._abort(context, exc)
@@ -224,6 +225,9 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
     def _publish_batch(self, batch: Any) -> PendingPublishes:
         """Hand one PublishBatch (either form) to the gateway."""
+        if batch.delta or any(message.delta for message in batch.messages):
+            unbuilt = errors.UnsupportedError("delta_publish is not supported yet; publish whole")
+            return PendingPublishes.refused([unbuilt] * (len(batch.messages) + len(batch.data)))
         if not batch.topic and not batch.data:
             return self._gateway.publish_many(batch.messages)
         columns = PublishColumns(
@@ -245,6 +249,10 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         return self._gateway.publish_columns(columns)
 
     def SowQuery(self, request: Any, context: Any) -> Iterator[Any]:
+        try:
+            _refuse_unbuilt("sow", select=request.select, bookmark=request.bookmark)
+        except errors.SowError as exc:
+            self._abort(context, exc)
         query = SowQuery(
             topic=request.topic,
             sow_keys=tuple(request.sow_keys),
@@ -353,3 +361,13 @@ def start_server(
         )
     server.start()
     return server, f"{host}:{bound}"
+
+
+def _refuse_unbuilt(command: str, **options: object) -> None:
+    """Options whose feature is still being built are refused, never ignored."""
+    given = [name for name, value in options.items() if value]
+    if given:
+        raise errors.UnsupportedError(
+            f"{command} option {', '.join(given)} is not supported by this service yet; "
+            "send the command without it"
+        )

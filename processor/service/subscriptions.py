@@ -83,6 +83,15 @@ def _request(request: Any) -> SubscribeRequest:
         send_keys=request.send_keys,
         query_id=request.query_id,
         max_backlog=request.max_backlog,
+        delta=request.delta,
+        select=request.select,
+        top_n=request.top_n,
+        skip_n=request.skip_n,
+        order_by=request.order_by,
+        replace=request.replace,
+        conflation=request.conflation,
+        conflation_key=request.conflation_key,
+        bookmark=request.bookmark,
     )
 
 

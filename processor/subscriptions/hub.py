@@ -40,6 +40,7 @@ from processor.errors import (
     CatchingUpError,
     InvalidRequestError,
     TooManySubscriptionsError,
+    UnsupportedError,
 )
 from processor.expr import Expression, MessageContext
 from processor.messages import Codec, codec_for
@@ -269,6 +270,7 @@ class SubscriptionHub:
             self._forget(subscription)
 
     def _validate(self, request: SubscribeRequest) -> tuple[list[SowTopic], Expression | None]:
+        _refuse_unbuilt(request)
         topics = resolve_subscribed_topics(self.topology, request.topic)
         if request.max_backlog < 0 or request.max_backlog > MAX_MAX_BACKLOG:
             raise InvalidRequestError(
@@ -448,6 +450,29 @@ class SubscriptionHub:
             for subscription in closed:
                 self._forget(subscription)
             self.dispatch_cpu_s += time.thread_time() - began
+
+
+#: Subscription options whose feature is still being built: refused, never ignored.
+_UNBUILT = (
+    "delta",
+    "select",
+    "top_n",
+    "skip_n",
+    "order_by",
+    "replace",
+    "conflation",
+    "conflation_key",
+    "bookmark",
+)
+
+
+def _refuse_unbuilt(request: SubscribeRequest) -> None:
+    given = [name for name in _UNBUILT if getattr(request, name)]
+    if given:
+        raise UnsupportedError(
+            f"subscription option {', '.join(given)} is not supported by this query "
+            "service yet; subscribe without it"
+        )
 
 
 def _message(codec: Codec, envelope: bytes) -> Any:

@@ -22,6 +22,13 @@ class SubscribeRequest:
     the record; ``batch_size`` applies to the query phase of sow_and_subscribe;
     ``send_keys`` is accepted (SowKeys are always sent). ``max_backlog`` (0: default) is
     how many messages may wait for the subscriber before it is disconnected.
+
+    Subscription features (spec 3.7, 3.10-3.13): ``delta`` sends an update as the changed
+    fields plus the key; ``select`` is a select list (spec 1.19); ``top_n``/``skip_n``/
+    ``order_by`` make a sow_and_subscribe a live paginated window; ``replace`` replaces
+    the session's subscription with the same ``sub_id``; ``conflation`` (an interval,
+    "none" or empty) and ``conflation_key`` conflate deliveries per key; ``bookmark``
+    replays the log from a point before going live.
     """
 
     topic: str
@@ -33,6 +40,15 @@ class SubscribeRequest:
     send_keys: bool = False
     query_id: str = ""
     max_backlog: int = 0
+    delta: bool = False
+    select: str = ""
+    top_n: int = 0
+    skip_n: int = 0
+    order_by: str = ""
+    replace: bool = False
+    conflation: str = ""
+    conflation_key: str = ""
+    bookmark: str = ""
 
 
 class ChangeKind(Enum):

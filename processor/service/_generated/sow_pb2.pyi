@@ -27,7 +27,7 @@ class Position(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "data", "sow_key", "expiration", "correlation_id", "text_form", "publisher", "sequence")
+    __slots__ = ("topic", "data", "sow_key", "expiration", "correlation_id", "text_form", "publisher", "sequence", "delta")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     SOW_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class PublishRequest(_message.Message):
     TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
     topic: str
     data: bytes
     sow_key: str
@@ -44,7 +45,8 @@ class PublishRequest(_message.Message):
     text_form: bool
     publisher: str
     sequence: int
-    def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+    delta: bool
+    def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., sequence: _Optional[int] = ..., delta: _Optional[bool] = ...) -> None: ...
 
 class PublishReply(_message.Message):
     __slots__ = ("position", "sow_key")
@@ -55,7 +57,7 @@ class PublishReply(_message.Message):
     def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
-    __slots__ = ("batch_id", "messages", "topic", "data", "text_form", "publisher", "first_sequence", "expiration", "correlation_id", "sow_keys")
+    __slots__ = ("batch_id", "messages", "topic", "data", "text_form", "publisher", "first_sequence", "expiration", "correlation_id", "sow_keys", "delta")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +68,7 @@ class PublishBatch(_message.Message):
     EXPIRATION_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     messages: _containers.RepeatedCompositeFieldContainer[PublishRequest]
     topic: str
@@ -76,7 +79,8 @@ class PublishBatch(_message.Message):
     expiration: float
     correlation_id: str
     sow_keys: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, batch_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., topic: _Optional[str] = ..., data: _Optional[_Iterable[bytes]] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., first_sequence: _Optional[int] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+    delta: bool
+    def __init__(self, batch_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., topic: _Optional[str] = ..., data: _Optional[_Iterable[bytes]] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., first_sequence: _Optional[int] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., delta: _Optional[bool] = ...) -> None: ...
 
 class PublishAck(_message.Message):
     __slots__ = ("batch_id", "log_topics", "partitions", "offsets", "sow_keys", "refused", "log_topic")
@@ -107,7 +111,7 @@ class Refusal(_message.Message):
     def __init__(self, index: _Optional[int] = ..., error_code: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SowQueryRequest(_message.Message):
-    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form", "grouping", "projection", "wait_for_catch_up")
+    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form", "grouping", "projection", "wait_for_catch_up", "select", "bookmark")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +126,8 @@ class SowQueryRequest(_message.Message):
     GROUPING_FIELD_NUMBER: _ClassVar[int]
     PROJECTION_FIELD_NUMBER: _ClassVar[int]
     WAIT_FOR_CATCH_UP_FIELD_NUMBER: _ClassVar[int]
+    SELECT_FIELD_NUMBER: _ClassVar[int]
+    BOOKMARK_FIELD_NUMBER: _ClassVar[int]
     topic: str
     sow_keys: _containers.RepeatedScalarFieldContainer[str]
     query_id: str
@@ -136,7 +142,9 @@ class SowQueryRequest(_message.Message):
     grouping: str
     projection: str
     wait_for_catch_up: bool
-    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ..., grouping: _Optional[str] = ..., projection: _Optional[str] = ..., wait_for_catch_up: _Optional[bool] = ...) -> None: ...
+    select: str
+    bookmark: str
+    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ..., grouping: _Optional[str] = ..., projection: _Optional[str] = ..., wait_for_catch_up: _Optional[bool] = ..., select: _Optional[str] = ..., bookmark: _Optional[str] = ...) -> None: ...
 
 class SowRecord(_message.Message):
     __slots__ = ("sow_key", "data", "topic", "message_type", "position", "publish_time_ms", "apply_time_ms", "expiration_ms", "correlation_id")
@@ -229,7 +237,7 @@ class SowDeleteReply(_message.Message):
     def __init__(self, records_deleted: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("topic", "filter", "sub_id", "oof", "no_empties", "batch_size", "send_keys", "text_form", "query_id", "max_backlog")
+    __slots__ = ("topic", "filter", "sub_id", "oof", "no_empties", "batch_size", "send_keys", "text_form", "query_id", "max_backlog", "delta", "select", "top_n", "skip_n", "order_by", "replace", "conflation", "conflation_key", "bookmark")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     SUB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +248,15 @@ class SubscribeRequest(_message.Message):
     TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    SELECT_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_FIELD_NUMBER: _ClassVar[int]
+    SKIP_N_FIELD_NUMBER: _ClassVar[int]
+    ORDER_BY_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    CONFLATION_FIELD_NUMBER: _ClassVar[int]
+    CONFLATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    BOOKMARK_FIELD_NUMBER: _ClassVar[int]
     topic: str
     filter: str
     sub_id: str
@@ -250,10 +267,19 @@ class SubscribeRequest(_message.Message):
     text_form: bool
     query_id: str
     max_backlog: int
-    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[str] = ..., sub_id: _Optional[str] = ..., oof: _Optional[bool] = ..., no_empties: _Optional[bool] = ..., batch_size: _Optional[int] = ..., send_keys: _Optional[bool] = ..., text_form: _Optional[bool] = ..., query_id: _Optional[str] = ..., max_backlog: _Optional[int] = ...) -> None: ...
+    delta: bool
+    select: str
+    top_n: int
+    skip_n: int
+    order_by: str
+    replace: bool
+    conflation: str
+    conflation_key: str
+    bookmark: str
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[str] = ..., sub_id: _Optional[str] = ..., oof: _Optional[bool] = ..., no_empties: _Optional[bool] = ..., batch_size: _Optional[int] = ..., send_keys: _Optional[bool] = ..., text_form: _Optional[bool] = ..., query_id: _Optional[str] = ..., max_backlog: _Optional[int] = ..., delta: _Optional[bool] = ..., select: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., replace: _Optional[bool] = ..., conflation: _Optional[str] = ..., conflation_key: _Optional[str] = ..., bookmark: _Optional[str] = ...) -> None: ...
 
 class Change(_message.Message):
-    __slots__ = ("kind", "topic", "sow_key", "record", "changelog_position", "oof_reason", "current")
+    __slots__ = ("kind", "topic", "sow_key", "record", "changelog_position", "oof_reason", "current", "delta")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SOW_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +287,7 @@ class Change(_message.Message):
     CHANGELOG_POSITION_FIELD_NUMBER: _ClassVar[int]
     OOF_REASON_FIELD_NUMBER: _ClassVar[int]
     CURRENT_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
     kind: ChangeKind
     topic: str
     sow_key: str
@@ -268,7 +295,8 @@ class Change(_message.Message):
     changelog_position: Position
     oof_reason: str
     current: SowRecord
-    def __init__(self, kind: _Optional[_Union[ChangeKind, str]] = ..., topic: _Optional[str] = ..., sow_key: _Optional[str] = ..., record: _Optional[_Union[SowRecord, _Mapping]] = ..., changelog_position: _Optional[_Union[Position, _Mapping]] = ..., oof_reason: _Optional[str] = ..., current: _Optional[_Union[SowRecord, _Mapping]] = ...) -> None: ...
+    delta: bool
+    def __init__(self, kind: _Optional[_Union[ChangeKind, str]] = ..., topic: _Optional[str] = ..., sow_key: _Optional[str] = ..., record: _Optional[_Union[SowRecord, _Mapping]] = ..., changelog_position: _Optional[_Union[Position, _Mapping]] = ..., oof_reason: _Optional[str] = ..., current: _Optional[_Union[SowRecord, _Mapping]] = ..., delta: _Optional[bool] = ...) -> None: ...
 
 class SubscribeGroupEnd(_message.Message):
     __slots__ = ("query_id", "snapshot", "topic_matches", "matches", "records_returned", "elapsed_us", "plan")
@@ -295,7 +323,7 @@ class Registered(_message.Message):
     def __init__(self, snapshot: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionMessage(_message.Message):
-    __slots__ = ("sub_id", "registered", "group_begin", "batch", "group_end", "change", "changes", "ended")
+    __slots__ = ("sub_id", "registered", "group_begin", "batch", "group_end", "change", "changes", "ended", "completed")
     SUB_ID_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     GROUP_BEGIN_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +332,7 @@ class SubscriptionMessage(_message.Message):
     CHANGE_FIELD_NUMBER: _ClassVar[int]
     CHANGES_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
     sub_id: str
     registered: Registered
     group_begin: GroupBegin
@@ -312,7 +341,8 @@ class SubscriptionMessage(_message.Message):
     change: Change
     changes: ChangeBatch
     ended: SubscriptionEnded
-    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., group_begin: _Optional[_Union[GroupBegin, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., group_end: _Optional[_Union[SubscribeGroupEnd, _Mapping]] = ..., change: _Optional[_Union[Change, _Mapping]] = ..., changes: _Optional[_Union[ChangeBatch, _Mapping]] = ..., ended: _Optional[_Union[SubscriptionEnded, _Mapping]] = ...) -> None: ...
+    completed: Completed
+    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., group_begin: _Optional[_Union[GroupBegin, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., group_end: _Optional[_Union[SubscribeGroupEnd, _Mapping]] = ..., change: _Optional[_Union[Change, _Mapping]] = ..., changes: _Optional[_Union[ChangeBatch, _Mapping]] = ..., ended: _Optional[_Union[SubscriptionEnded, _Mapping]] = ..., completed: _Optional[_Union[Completed, _Mapping]] = ...) -> None: ...
 
 class SubscriptionEnded(_message.Message):
     __slots__ = ("code", "details")
@@ -321,6 +351,12 @@ class SubscriptionEnded(_message.Message):
     code: str
     details: str
     def __init__(self, code: _Optional[str] = ..., details: _Optional[str] = ...) -> None: ...
+
+class Completed(_message.Message):
+    __slots__ = ("position",)
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    position: _containers.RepeatedCompositeFieldContainer[Position]
+    def __init__(self, position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
 
 class SessionCommand(_message.Message):
     __slots__ = ("subscribe", "sow_and_subscribe", "unsubscribe")
