@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import signal
 import sys
@@ -206,6 +207,23 @@ def _change_json(change: Any) -> dict[str, Any]:
     return out
 
 
+def _timestamp_bookmark(text: str) -> str:
+    """``--from``: an ISO 8601 time (UTC unless it says otherwise) as a timestamp
+    bookmark (YYYYmmddTHHMMSSZ); "" stays "" (no replay)."""
+    if not text:
+        return ""
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise SowError(
+            f"--from {text!r} is not a time: use ISO 8601 such as 2026-11-23T20:00:00 "
+            "(UTC) or 2026-11-23T21:00:00+01:00, or 20261123T200000Z"
+        ) from None
+    if when.tzinfo is not None:
+        when = when.astimezone(datetime.UTC)
+    return when.strftime("%Y%m%dT%H%M%SZ")
+
+
 def cmd_subscribe(args: argparse.Namespace) -> int:
     """Print a subscription's messages until stopped; Ctrl-C (or SIGTERM) exits 0."""
     from processor.service.client import SowClient
@@ -217,6 +235,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
         "sub_id": args.sub_id,
         "max_backlog": args.max_backlog,
         "text_form": True,
+        "bookmark": args.bookmark or _timestamp_bookmark(args.from_time),
     }
     with SowClient(_address(args)) as client:
         if args.command == "subscribe":
@@ -246,6 +265,9 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
                 elif part == "registered":
                     snapshot = [_position_json(p) for p in message.registered.snapshot]
                     _out({"registered": {"snapshot": snapshot}})
+                elif part == "completed":
+                    reached = [_position_json(p) for p in message.completed.position]
+                    _out({"completed": {"position": reached}})
         except KeyboardInterrupt:
             stream.cancel()
     return 0

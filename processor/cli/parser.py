@@ -207,6 +207,22 @@ def build_parser() -> argparse.ArgumentParser:
             help="messages the service may queue for this subscriber before disconnecting it "
             "as a slow consumer (default: the service's, 10000)",
         )
+        start = command.add_mutually_exclusive_group()
+        start.add_argument(
+            "--bookmark",
+            default="",
+            help="replay from here, then go live: 0 (the whole log), a position vector "
+            "TOPIC/PARTITION/OFFSET,... of the last changes you have (each printed change's "
+            "changelog_position), a timestamp YYYYmmddTHHMMSSZ or a range [B:E) "
+            "(docs/subscriptions.md)",
+        )
+        start.add_argument(
+            "--from",
+            dest="from_time",
+            default="",
+            help="replay the changes after this UTC time (ISO 8601, e.g. 2026-11-23T20:00:00 "
+            "or 20261123T200000Z), then go live",
+        )
         if name == "sow-and-subscribe":
             command.add_argument(
                 "--batch-size", type=int, default=0, help="query records per batch, 1..10000"
