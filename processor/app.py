@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processor.broker import Broker, start_broker
 from processor.config import Settings
@@ -34,6 +34,9 @@ from processor.subscriptions.hub import SubscriptionHub
 from processor.topology import Topology
 from processor.topology.model import Durability, SowTopic
 from processor.worker import ProcessorChild
+
+if TYPE_CHECKING:
+    from processor.service.health import Health
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,8 @@ class Application:
     plain_tail: PlainTail | None = None
     subscriptions: SubscriptionHub | None = None
     grpc_server: Any = None
+    #: The grpc.health.v1 service (None when this application serves no gRPC).
+    health: Health | None = None
     grpc_address: str = ""
     log_writer: KafkaLogWriter | None = None
     processor_child: ProcessorChild | None = None
@@ -170,9 +175,25 @@ class Application:
                 return failed
         return None
 
+    def readiness(self) -> str | None:
+        """None when this application is ready to serve, else why not: a component
+        failed, the processor has not joined and restored, or the read replica has not
+        caught up with the changelogs."""
+        failed = self.failure()
+        if failed is not None:
+            return str(failed)
+        ready = self.processor_ready
+        if ready is not None and not ready.is_set():
+            return "the processor has not joined its group and restored its stores yet"
+        if self.replica is not None and not self.replica.caught_up():
+            return f"the read replica is catching up: {self.replica.catch_up_status()}"
+        return None
+
     def stop(self) -> None:
         """Stop everything this application started, in reverse order."""
         self.stopping.set()
+        if self.health is not None:
+            self.health.stop()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=1).wait()
         if self.subscriptions is not None:
@@ -231,6 +252,7 @@ def start(
             app.processor = build_processor(settings, bootstrap, topology)
             app._spawn("sow-processor", app.processor.run)
         if service:
+            from processor.service.health import Health
             from processor.service.server import start_server
 
             app.replica = Replica(
@@ -249,9 +271,11 @@ def start(
                 )
                 app._spawn("sow-plain-tail", app.plain_tail.run)
             app.subscriptions = SubscriptionHub(topology, app.replica, engine, plain=app.plain_tail)
+            app.health = Health(app.readiness)
             app.grpc_server, app.grpc_address = start_server(
-                engine, gateway, settings.grpc_address, app.subscriptions
+                engine, gateway, settings.grpc_address, app.subscriptions, app.health
             )
+            app.health.start()
     except BaseException:
         app.stop()
         raise

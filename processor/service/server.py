@@ -21,6 +21,7 @@ from processor.query.gateway import Deleted, Gateway, PendingPublishes, PublishC
 from processor.query.replica import LogPosition
 from processor.query.sow import QueryEngine, SowQuery
 from processor.service._generated import sow_pb2, sow_pb2_grpc
+from processor.service.health import Health
 from processor.service.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
 from processor.subscriptions.hub import SubscriptionHub
 
@@ -339,13 +340,23 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
 
 def start_server(
-    engine: QueryEngine, gateway: Gateway, address: str, hub: SubscriptionHub | None = None
+    engine: QueryEngine,
+    gateway: Gateway,
+    address: str,
+    hub: SubscriptionHub | None = None,
+    health: Health | None = None,
 ) -> tuple[Any, str]:
     """Start the gRPC server on ``address``; return it and the address it bound. With a
     subscription hub it also serves the Subscriptions service (one more worker thread per
-    subscription stream)."""
+    subscription stream); with ``health`` the grpc.health.v1 service. A port another
+    process listens on is refused (no SO_REUSEPORT sharing: two servers on one port
+    would answer queries in turn)."""
     workers = WORKERS + (SUBSCRIPTION_STREAMS if hub is not None else 0)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers), options=[("grpc.so_reuseport", 0)]
+    )
+    if health is not None:
+        health.add_to(server)
     sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway), server)  # type: ignore[no-untyped-call]
     if hub is not None:
         codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}
@@ -353,7 +364,10 @@ def start_server(
             SubscriptionsServicer(hub, codecs, status_for), server
         )
     host, _, _port = address.rpartition(":")
-    bound = server.add_insecure_port(address)
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:  # grpcio raises where older versions returned 0
+        bound = 0
     if bound == 0:
         raise errors.ConfigurationError(
             f"cannot listen for gRPC on {address}: the port is taken or the address is not "
