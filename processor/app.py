@@ -37,6 +37,7 @@ from processor.worker import ProcessorChild
 
 if TYPE_CHECKING:
     from processor.service.health import Health
+    from processor.service.metrics import Observer
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class Application:
     grpc_server: Any = None
     #: The grpc.health.v1 service (None when this application serves no gRPC).
     health: Health | None = None
+    #: /metrics, /healthz and /readyz (None unless ``settings.metrics_address``).
+    observer: Observer | None = None
     grpc_address: str = ""
     log_writer: KafkaLogWriter | None = None
     processor_child: ProcessorChild | None = None
@@ -194,6 +197,8 @@ class Application:
         self.stopping.set()
         if self.health is not None:
             self.health.stop()
+        if self.observer is not None:
+            self.observer.stop()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=1).wait()
         if self.subscriptions is not None:
@@ -272,11 +277,27 @@ def start(
                 app._spawn("sow-plain-tail", app.plain_tail.run)
             app.subscriptions = SubscriptionHub(topology, app.replica, engine, plain=app.plain_tail)
             app.health = Health(app.readiness)
+            interceptors = []
+            if settings.metrics_address:
+                app.observer = _observer(app)
+                interceptors.append(app.observer.requests)
             app.grpc_server, app.grpc_address = start_server(
-                engine, gateway, settings.grpc_address, app.subscriptions, app.health
+                engine, gateway, settings.grpc_address, app.subscriptions, app.health, interceptors
             )
             app.health.start()
+            if app.observer is not None:
+                app.observer.serve(settings.metrics_address)
     except BaseException:
         app.stop()
         raise
     return app
+
+
+def _observer(app: Application) -> Observer:
+    """The metrics endpoint of ``app``: its components' figures, read when scraped."""
+    from processor.service.metrics import ComponentCollector, Observer
+
+    collector = ComponentCollector(
+        lambda: app.processor, lambda: app.replica, lambda: app.subscriptions
+    )
+    return Observer(app.readiness, collector)

@@ -51,6 +51,8 @@ class Settings:
     assignment: str | None = None
     #: None means the broker's default (:func:`default_fetch_wait_ms`).
     fetch_wait_ms: int | None = None
+    #: HTTP ``host:port`` for /metrics, /healthz and /readyz ("": none).
+    metrics_address: str = ""
 
     @property
     def transactional_id(self) -> str:
@@ -69,6 +71,7 @@ class Settings:
         "max_batch": "SOW_MAX_BATCH",
         "assignment": "SOW_ASSIGNMENT",
         "fetch_wait_ms": "SOW_FETCH_WAIT_MS",
+        "metrics_address": "SOW_METRICS_ADDRESS",
     }
 
     def environment(self) -> dict[str, str]:

@@ -54,6 +54,7 @@ class ProcessorChild:
             **os.environ,
             **settings.environment(),
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "SOW_METRICS_ADDRESS": "",  # the parent serves this process's endpoint
         }
         self.ready = threading.Event()
         self._on_exit = on_exit

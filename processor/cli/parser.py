@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"where to serve gRPC (default: {DEFAULT_GRPC_ADDRESS})",
     )
     serve.add_argument(
+        "--metrics-address",
+        default=None,
+        help="serve Prometheus /metrics, /healthz and /readyz over HTTP here, e.g. "
+        "127.0.0.1:9464 (default: SOW_METRICS_ADDRESS, else none)",
+    )
+    serve.add_argument(
         "--no-docker",
         action="store_true",
         help="never try Kafka in Docker, even when a Docker engine answers",

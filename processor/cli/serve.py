@@ -22,6 +22,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         bootstrap_servers=getattr(args, "bootstrap_servers", None),
         state_dir=getattr(args, "state_dir", None),
         grpc_address=getattr(args, "grpc_address", None),
+        metrics_address=getattr(args, "metrics_address", None),
         group_id=getattr(args, "group_id", None),
         instance_id=getattr(args, "instance_id", None),
         max_batch=getattr(args, "max_batch", None),
@@ -88,6 +89,8 @@ def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool
         lines.append(
             f"  gRPC:       {app.grpc_address}  (try: sow query ORDERS --server {app.grpc_address})"
         )
+    if app.observer is not None:
+        lines.append(f"  metrics:    http://{app.observer.address}/metrics  (/healthz, /readyz)")
     lines.append("  stop with Ctrl-C")
     sys.stderr.write("\n".join(lines) + "\n")
     try:

@@ -344,6 +344,11 @@ class Replica:
             records = sum(len(t) for t in self._tables.values())
             return self._catch_up.status(self._units.read_next, records)
 
+    def record_counts(self) -> dict[str, int]:
+        """Records per SOW topic, as applied."""
+        with self._changed:
+            return {name: len(table) for name, table in self._tables.items()}
+
     def staleness_ms(self) -> int:
         """How long ago fetches last confirmed that the replica had every committed
         changelog record (see :meth:`CatchUp.staleness_ms`)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -345,6 +345,7 @@ def start_server(
     address: str,
     hub: SubscriptionHub | None = None,
     health: Health | None = None,
+    interceptors: Sequence[Any] = (),
 ) -> tuple[Any, str]:
     """Start the gRPC server on ``address``; return it and the address it bound. With a
     subscription hub it also serves the Subscriptions service (one more worker thread per
@@ -353,7 +354,9 @@ def start_server(
     would answer queries in turn)."""
     workers = WORKERS + (SUBSCRIPTION_STREAMS if hub is not None else 0)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=workers), options=[("grpc.so_reuseport", 0)]
+        futures.ThreadPoolExecutor(max_workers=workers),
+        interceptors=list(interceptors),
+        options=[("grpc.so_reuseport", 0)],
     )
     if health is not None:
         health.add_to(server)

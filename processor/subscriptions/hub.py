@@ -150,6 +150,17 @@ class SubscriptionHub:
         with self._lock:
             return len(self._subscriptions)
 
+    def backlog(self) -> int:
+        """Messages waiting for subscribers, summed over the live subscriptions."""
+        with self._lock:
+            subscriptions = {
+                subscription.number: subscription
+                for entries in self._subscriptions.values()
+                for _, group in entries
+                for subscription in group.subscriptions.values()
+            }
+        return sum(subscription.backlog() for subscription in subscriptions.values())
+
     # -- subscribing ---------------------------------------------------------------------
 
     def subscribe(

@@ -1,0 +1,240 @@
+"""Prometheus metrics and the HTTP health endpoints of one kafka-sow process.
+
+:class:`Observer` serves, on one HTTP address:
+
+* ``/metrics``: Prometheus text. Component figures (records applied, dead letters,
+  replica lag, subscriptions...) are read from the components when scraped, so they
+  cost nothing on the hot path; gRPC requests are counted and timed by a server
+  interceptor (:class:`RequestMetrics`).
+* ``/healthz``: 200 while the process runs (liveness).
+* ``/readyz``: 200 when the readiness check passes, else 503 with the reason (the same
+  check the grpc.health.v1 service reports).
+
+Figures of a processor running in a child process (``sow serve``) are not in its
+parent's ``/metrics``; the figures are those of the components in this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from processor import errors
+
+if TYPE_CHECKING:
+    from processor.engine.processor import Processor
+    from processor.query.replica import Replica
+    from processor.subscriptions.hub import SubscriptionHub
+
+log = logging.getLogger(__name__)
+
+#: Latency buckets for gRPC calls, in seconds (0.5 ms to 30 s).
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+)
+
+
+class ComponentCollector(Collector):
+    """Reads the components' own counters when Prometheus scrapes."""
+
+    def __init__(
+        self,
+        processor: Callable[[], Processor | None],
+        replica: Callable[[], Replica | None],
+        hub: Callable[[], SubscriptionHub | None],
+    ) -> None:
+        self._processor = processor
+        self._replica = replica
+        self._hub = hub
+
+    def collect(self) -> Iterator[Metric]:
+        processor = self._processor()
+        if processor is not None:
+            yield _counter("sow_processor_records", "Input records applied", processor.applied)
+            yield _counter(
+                "sow_processor_transactions", "Transactions committed", processor.transactions
+            )
+            yield _counter(
+                "sow_dead_letters", "Records sent to the dead-letter topic", processor.dead_lettered
+            )
+            yield _counter("sow_expirations", "Records expired", processor.expired)
+            yield _counter(
+                "sow_duplicate_publishes", "Publishes discarded as duplicates", processor.duplicates
+            )
+            yield _gauge(
+                "sow_processor_ready", "1 once joined and restored", processor.ready.is_set()
+            )
+        replica = self._replica()
+        if replica is not None:
+            yield _counter(
+                "sow_replica_changes", "Changelog records the read replica applied", replica.applied
+            )
+            yield _gauge(
+                "sow_replica_staleness_seconds",
+                "How far the read replica is behind the changelogs' last fetched records",
+                replica.staleness_ms() / 1000,
+            )
+            yield _gauge("sow_replica_caught_up", "1 once caught up", replica.caught_up())
+            records = GaugeMetricFamily("sow_records", "Records in the SOW", labels=["topic"])
+            for topic, count in replica.record_counts().items():
+                records.add_metric([topic], count)
+            yield records
+        hub = self._hub()
+        if hub is not None:
+            yield _gauge("sow_subscriptions", "Live subscriptions", len(hub))
+            yield _counter(
+                "sow_subscription_changes", "Changes the dispatcher offered", hub.dispatched
+            )
+            yield _counter(
+                "sow_subscription_dispatch_cpu_seconds",
+                "CPU the dispatcher used",
+                hub.dispatch_cpu_s,
+            )
+            yield _gauge(
+                "sow_subscription_backlog",
+                "Messages waiting for subscribers, summed over subscriptions",
+                hub.backlog(),
+            )
+
+
+def _counter(name: str, text: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, text, value=value)
+
+
+def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, text, value=float(value))
+
+
+class RequestMetrics(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Counts gRPC calls by method and status code, and times unary calls (streaming
+    calls are timed until their handler returns the stream)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "sow_grpc_requests", "gRPC calls", ["method", "code"], registry=registry
+        )
+        self.latency = Histogram(
+            "sow_grpc_request_seconds",
+            "gRPC call time (unary calls)",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        handler = continuation(details)
+        if handler is None or handler.unary_unary is None:
+            if handler is not None:
+                self.requests.labels(_method(details.method), "STARTED").inc()
+            return handler
+        method, inner = _method(details.method), handler.unary_unary
+
+        def timed(request: Any, context: Any) -> Any:
+            began = time.perf_counter()
+            code = "OK"
+            try:
+                return inner(request, context)
+            except BaseException:
+                status = context.code()
+                code = status.name if status is not None else "UNKNOWN"
+                raise
+            finally:
+                self.requests.labels(method, code).inc()
+                self.latency.labels(method).observe(time.perf_counter() - began)
+
+        return grpc.unary_unary_rpc_method_handler(
+            timed,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _method(full: str) -> str:
+    """``/kafka_sow.v1.Sow/Publish`` -> ``Sow/Publish``."""
+    service, _, name = full.rpartition("/")
+    return f"{service.rpartition('.')[2]}/{name}"
+
+
+class Observer:
+    """The registry, the request interceptor and the HTTP endpoint of one process."""
+
+    def __init__(self, readiness: Callable[[], str | None], collector: Collector) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(collector)
+        self.requests = RequestMetrics(self.registry)
+        self._readiness = readiness
+        self._server: ThreadingHTTPServer | None = None
+        self.address = ""
+
+    def serve(self, address: str) -> str:
+        """Serve HTTP on ``host:port`` (port 0: any free one); return the bound address."""
+        host, _, port = address.rpartition(":")
+        observer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, generate_latest(observer.registry), CONTENT_TYPE_LATEST)
+                elif path == "/healthz":
+                    self._send(200, b"ok\n")
+                elif path == "/readyz":
+                    reason = observer._readiness()
+                    if reason is None:
+                        self._send(200, b"ready\n")
+                    else:
+                        self._send(503, f"not ready: {reason}\n".encode())
+                else:
+                    self._send(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+            def _send(self, status: int, body: bytes, kind: str = "text/plain") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Scrapes are not worth a log line each."""
+
+        try:
+            self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            raise errors.ConfigurationError(
+                f"cannot serve metrics on {address}: {why}; "
+                "pick another with --metrics-address or SOW_METRICS_ADDRESS"
+            ) from None
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="sow-metrics", daemon=True).start()
+        self.address = f"{host}:{self._server.server_address[1]}"
+        return self.address
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
