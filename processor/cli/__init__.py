@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from processor.cli import exits
 from processor.cli.client_commands import (
     cmd_delete,
     cmd_eval,
@@ -18,6 +19,7 @@ from processor.cli.client_commands import (
 )
 from processor.cli.parser import build_parser
 from processor.cli.serve import cmd_serve
+from processor.config import Settings
 from processor.errors import SowError
 
 __all__ = ["build_parser", "main"]
@@ -45,6 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(handlers[args.command](args))
     except SowError as exc:
         sys.stderr.write(f"sow {args.command}: error: {exc}\n")
-        return 2
+        code = exits.code_for(exc)
+        if code == exits.UNAVAILABLE and hasattr(args, "server"):
+            address = args.server or Settings.from_env().grpc_address
+            sys.stderr.write(
+                f"  no query service answered at {address}: start one with `sow serve`, or "
+                "point at a running one with --server HOST:PORT (or SOW_GRPC_ADDRESS)\n"
+            )
+        return code
     except KeyboardInterrupt:
-        return 130
+        return exits.INTERRUPTED

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 from pathlib import Path
 
+from processor.cli import exits
 from processor.config import DEFAULT_GRPC_ADDRESS
 
-EPILOG = """\
+EPILOG = f"""\
 environment: KAFKA_BOOTSTRAP_SERVERS (use this Kafka instead of the embedded broker),
-SOW_TOPOLOGY, SOW_STATE_DIR, SOW_GRPC_ADDRESS, SOW_GROUP_ID, SOW_INSTANCE_ID.
+SOW_TOPOLOGY, SOW_STATE_DIR, SOW_GRPC_ADDRESS, SOW_GROUP_ID, SOW_INSTANCE_ID,
+SOW_METRICS_ADDRESS.
+
+{exits.HELP}
 """
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kafka-sow")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def _common_server(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    parser.add_argument("--version", action="version", version=f"kafka-sow {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def runner(name: str, text: str) -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -130,7 +131,7 @@ def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
             timeout=60,
             check=False,
         )
-        assert failed.returncode == 2
+        assert failed.returncode == 4  # not found
         assert "NOT_FOUND" in failed.stderr
     finally:
         server.send_signal(signal.SIGINT)
@@ -152,7 +153,7 @@ def test_eval_prints_the_value_as_json() -> None:
         timeout=30,
         check=False,
     )
-    assert failed.returncode == 2
+    assert failed.returncode == 3  # invalid argument
     assert "at position 5" in failed.stderr
 
 
@@ -169,3 +170,37 @@ def test_help_explains_every_command() -> None:
         assert (
             "--topology" in done.stdout or "--server" in done.stdout or "--message" in done.stdout
         )
+
+
+def test_a_client_command_with_no_server_exits_unavailable_with_a_hint() -> None:
+    began = time.monotonic()
+    failed = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "query", "ORDERS", "--server", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert failed.returncode == 5  # unavailable
+    assert "no query service answered at 127.0.0.1:1: start one with `sow serve`" in failed.stderr
+    assert "--server HOST:PORT" in failed.stderr
+    assert time.monotonic() - began < 20
+
+
+def test_version_and_exit_codes_are_documented() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert done.stdout.startswith("kafka-sow ")
+    helped = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert "4 not found, 5 unavailable" in " ".join(helped.stdout.split())
