@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from processor.cli import exits
+from processor.cli.check import cmd_check_config
 from processor.cli.client_commands import (
     cmd_delete,
     cmd_eval,
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "query": cmd_query,
         "delete": cmd_delete,
         "eval": cmd_eval,
+        "check-config": cmd_check_config,
         "subscribe": cmd_subscribe,
         "sow-and-subscribe": cmd_subscribe,
     }

@@ -248,6 +248,14 @@ def build_parser() -> argparse.ArgumentParser:
             )
         _common_server(command)
 
+    check = sub.add_parser(
+        "check-config",
+        help="Validate topology files (YAML or AMPS XML) without starting anything.",
+        description="Load each topology file or directory as `sow serve` would (schemas, "
+        "key generators and all), print one JSON line per topic saying what the product "
+        "will do with it, and exit 3 at the first problem, naming the file and the place.",
+    )
+    check.add_argument("paths", nargs="+", type=Path, help="topology files or directories")
     evaluate = sub.add_parser(
         "eval",
         help="Evaluate an AMPS expression against a message.",
