@@ -57,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--bootstrap-servers",
             default=None,
-            help="Kafka bootstrap servers; without it the embedded broker is started",
+            help="Kafka bootstrap servers; without it the embedded broker is started"
+            if name == "serve"
+            else "Kafka bootstrap servers (required here, or KAFKA_BOOTSTRAP_SERVERS: "
+            "sow process never starts a broker)",
         )
         p.add_argument(
             "--state-dir",

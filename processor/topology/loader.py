@@ -52,7 +52,8 @@ def load_topology(path: str | Path) -> Topology:
     else:
         raise TopologyError(
             "no such file or directory; give a topology file (.yaml, .yml, .xml) or a "
-            "directory of them",
+            "directory of them with --topology or SOW_TOPOLOGY (the default, topologies, is "
+            "relative to the current directory)",
             source=str(target),
         )
     if not topology.topics:
