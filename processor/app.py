@@ -13,7 +13,12 @@ from processor.broker import Broker, start_broker
 from processor.config import Settings
 from processor.engine.commit import crash_hook_from_env
 from processor.engine.processor import Processor, ProcessorConnections
-from processor.errors import ComponentFailedError, SowError, StoreCorruptedError
+from processor.errors import (
+    ComponentFailedError,
+    SowError,
+    StartCancelledError,
+    StoreCorruptedError,
+)
 from processor.log import TopicSpec
 from processor.log.kafka import (
     KafkaChangelogTail,
@@ -226,6 +231,7 @@ def start(
     service: bool = True,
     allow_docker: bool = True,
     processor_process: bool = False,
+    cancelled: threading.Event | None = None,
 ) -> Application:
     """Start the broker (or use the configured one), create topics, and start components.
 
@@ -233,18 +239,32 @@ def start(
     ``processor_process`` the processor runs as a child process (``sow process``, reading
     the topology from ``settings.topology``) instead of a thread: its own interpreter
     lock, so it does not slow publishes and queries down (``sow serve`` does this).
+    When ``cancelled`` is set during start-up, whatever was started is stopped and
+    StartCancelledError raised (checked between steps).
     """
+
+    def check() -> None:
+        if cancelled is not None and cancelled.is_set():
+            raise StartCancelledError("stopped while starting")
+
     if topology is None:
         from processor.topology.loader import load_topology
 
         topology = load_topology(settings.topology)
+    check()
     broker = start_broker(settings.bootstrap_servers, allow_docker=allow_docker)
     if settings.fetch_wait_ms is None:
         settings = replace(settings, fetch_wait_ms=broker.fetch_wait_ms)
+    if not broker.keeps_log:
+        settings = replace(settings, ephemeral_log=True)
+    if settings.ephemeral_log:
+        expect_new_logs()
     app = Application(settings, broker, topology)
     try:
+        check()
         bootstrap = broker.bootstrap_servers
         ensure_topics(bootstrap, topic_specs(topology, settings.dead_letter_topic))
+        check()
         if processor and processor_process:
 
             def exited(code: int) -> None:
@@ -256,6 +276,7 @@ def start(
         elif processor:
             app.processor = build_processor(settings, bootstrap, topology)
             app._spawn("sow-processor", app.processor.run)
+        check()
         if service:
             from processor.service.health import Health
             from processor.service.server import start_server
@@ -301,3 +322,32 @@ def _observer(app: Application) -> Observer:
         lambda: app.processor, lambda: app.replica, lambda: app.subscriptions
     )
     return Observer(app.readiness, collector)
+
+
+#: Loggers that warn when a log is shorter than what was read from it before.
+_LOST_LOG_LOGGERS = (
+    "processor.log.kafka",
+    "processor.query.snapshot",
+    "processor.query.units",
+    "processor.engine.recovery",
+)
+
+
+class _NewLogIsNormal(logging.Filter):
+    """On a broker whose log ends with the process, a "lost or truncated" log at start is
+    what always happens: say it at INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and any(
+            phrase in str(record.msg) for phrase in ("lost or truncated", "log is a new one")
+        ):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def expect_new_logs() -> None:
+    """Log lost-log notices at INFO in this process (idempotent)."""
+    for name in _LOST_LOG_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NewLogIsNormal) for f in logger.filters):
+            logger.addFilter(_NewLogIsNormal())

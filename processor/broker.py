@@ -55,6 +55,12 @@ class Broker(Protocol):
         default of ``Settings.fetch_wait_ms``)."""
         ...
 
+    @property
+    def keeps_log(self) -> bool:
+        """False when the log ends with this process (a new log at every start is then
+        the normal case, not a loss worth a warning)."""
+        ...
+
     def stop(self) -> None:
         """Stop the broker if this process started it; idempotent."""
         ...
@@ -73,6 +79,10 @@ class ExternalBroker:
     @property
     def fetch_wait_ms(self) -> int:
         return KAFKA_FETCH_WAIT_MS
+
+    @property
+    def keeps_log(self) -> bool:
+        return True
 
     def stop(self) -> None:
         """Nothing to stop: the broker is not ours."""
@@ -130,6 +140,10 @@ class TansuBroker:
     @property
     def fetch_wait_ms(self) -> int:
         return TANSU_FETCH_WAIT_MS
+
+    @property
+    def keeps_log(self) -> bool:
+        return False
 
     @property
     def log_path(self) -> Path:
@@ -216,6 +230,10 @@ class ContainerBroker:
     @property
     def fetch_wait_ms(self) -> int:
         return KAFKA_FETCH_WAIT_MS
+
+    @property
+    def keeps_log(self) -> bool:
+        return False
 
     def start(self) -> ContainerBroker:
         self._container.start()

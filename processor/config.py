@@ -53,6 +53,9 @@ class Settings:
     fetch_wait_ms: int | None = None
     #: HTTP ``host:port`` for /metrics, /healthz and /readyz ("": none).
     metrics_address: str = ""
+    #: The broker's log ends with the process that started it (the embedded broker): a
+    #: new log at start is then expected and logged at INFO, not WARNING.
+    ephemeral_log: bool = False
 
     @property
     def transactional_id(self) -> str:
@@ -72,6 +75,7 @@ class Settings:
         "assignment": "SOW_ASSIGNMENT",
         "fetch_wait_ms": "SOW_FETCH_WAIT_MS",
         "metrics_address": "SOW_METRICS_ADDRESS",
+        "ephemeral_log": "SOW_EPHEMERAL_LOG",
     }
 
     def environment(self) -> dict[str, str]:
@@ -109,6 +113,8 @@ class Settings:
                 converted[name] = _whole(name, value, "records", 1)
             elif name == "fetch_wait_ms":
                 converted[name] = _whole(name, value, "milliseconds", 1, 1000)
+            elif name == "ephemeral_log":
+                converted[name] = str(value).strip().lower() in ("1", "true", "yes")
             elif name == "assignment":
                 if value not in ASSIGNMENTS:
                     raise ConfigurationError(

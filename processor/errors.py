@@ -186,3 +186,7 @@ class ComponentFailedError(SowError):
             f"the {component} stopped: {type(error).__name__}: {error}; the process "
             "cannot go on without it (fix the cause above, then start it again)"
         )
+
+
+class StartCancelledError(SowError):
+    """A stop was asked for (Ctrl-C, SIGTERM) while the process was still starting."""

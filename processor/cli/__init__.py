@@ -5,38 +5,60 @@ Output is JSON lines on stdout; progress and logs go to stderr.
 
 from __future__ import annotations
 
-import logging
+import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
-from processor.cli import exits
-from processor.cli.check import cmd_check_config
-from processor.cli.client_commands import (
-    cmd_delete,
-    cmd_eval,
-    cmd_publish,
-    cmd_query,
-    cmd_subscribe,
-)
 from processor.cli.parser import build_parser
-from processor.cli.serve import cmd_serve
-from processor.config import Settings
-from processor.errors import SowError
 
 __all__ = ["build_parser", "main"]
+
+#: Commands that run until stopped: Ctrl-C asks them for a clean stop, at any moment.
+RUNNERS = ("serve", "process")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sow`` console script."""
+    # First thing, before the heavy imports: a Ctrl-C from here on is a request to stop,
+    # which `sow serve` honours at any moment of its start-up.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     args = build_parser().parse_args(argv)
+    if args.command not in RUNNERS:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if stop.is_set():
+            return 130
+    return _run(args, stop)
+
+
+def _run(args: argparse.Namespace, stop: threading.Event) -> int:
+    import logging
+
+    from processor.cli import exits
+    from processor.cli.check import cmd_check_config
+    from processor.cli.client_commands import (
+        cmd_delete,
+        cmd_eval,
+        cmd_publish,
+        cmd_query,
+        cmd_subscribe,
+    )
+    from processor.cli.serve import cmd_serve
+    from processor.config import Settings
+    from processor.errors import SowError
+
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     handlers = {
-        "serve": cmd_serve,
-        "process": lambda a: cmd_serve(a, service=False),
+        "serve": lambda a: cmd_serve(a, stop),
+        "process": lambda a: cmd_serve(a, stop, service=False),
         "publish": cmd_publish,
         "query": cmd_query,
         "delete": cmd_delete,

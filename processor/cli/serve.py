@@ -9,8 +9,9 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from processor.cli.guards import check_port_free, hold_state_dir
 from processor.config import Settings
-from processor.errors import ComponentFailedError, SowError
+from processor.errors import ComponentFailedError, SowError, StartCancelledError
 
 if TYPE_CHECKING:
     from processor.app import Application
@@ -43,26 +44,46 @@ def _failed(command: str, app: Application, failure: ComponentFailedError) -> in
     return 1
 
 
-def cmd_serve(args: argparse.Namespace, *, processor: bool = True, service: bool = True) -> int:
+def cmd_serve(
+    args: argparse.Namespace,
+    stop: threading.Event | None = None,
+    *,
+    processor: bool = True,
+    service: bool = True,
+) -> int:
     """Run until a signal (exit 0) or until a component thread stops on its own: then the
     whole process stops with a message naming the component and exits 1, rather than
-    serving on without it."""
-    from processor.app import start
-
+    serving on without it. ``stop``: set by the signal handlers ``sow`` installed first
+    thing (default: install them now)."""
+    if stop is None:
+        stop = _stop_on_signal()  # from here on Ctrl-C asks for a clean stop, at any moment
     settings = _settings(args)
     if not service and not settings.bootstrap_servers:
         raise SowError(
             "sow process runs against an existing Kafka: pass --bootstrap-servers or set "
             "KAFKA_BOOTSTRAP_SERVERS (use sow serve for the all-in-one embedded setup)"
         )
-    app = start(
-        settings,
-        processor=processor,
-        service=service,
-        allow_docker=not getattr(args, "no_docker", False),
-        processor_process=processor and service,
-    )
-    stop = _stop_on_signal()
+    if service:
+        check_port_free(settings.grpc_address)
+        hold_state_dir(settings.state_dir)  # held until this process ends
+    from processor.app import start  # the heavy imports (Kafka, RocksDB, gRPC) come after
+
+    try:
+        app = start(
+            settings,
+            processor=processor,
+            service=service,
+            allow_docker=not getattr(args, "no_docker", False),
+            processor_process=processor and service,
+            cancelled=stop,
+        )
+    except StartCancelledError:
+        sys.stderr.write("stopped while starting\n")
+        return 0
+    if stop.is_set():
+        sys.stderr.write("stopping...\n")
+        app.stop()
+        return 0
     ready = app.processor_ready
     if ready is not None:
         sys.stderr.write("waiting for the processor to join its group and restore its stores...\n")

@@ -1,0 +1,90 @@
+"""Refusing to start, within a second and in one line, when another process holds what
+``sow serve`` needs: its gRPC port or its state directory."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+from pathlib import Path
+from typing import IO
+
+from processor.errors import ConfigurationError
+
+LOCK_FILE = "sow.lock"
+
+#: The state directory locks this process holds (kept open: closing one releases it).
+_HELD: list[IO[str]] = []
+
+
+def hold_state_dir(state_dir: Path) -> None:
+    """Take the state directory for the rest of this process's life (an exclusive lock
+    on ``sow.lock`` in it); raise a ConfigurationError naming the holder when another
+    process has it."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    handle = (state_dir / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise ConfigurationError(
+            f"state directory {state_dir} is in use by {holder}: stop it, or give this one "
+            "its own with --state-dir or SOW_STATE_DIR"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"process {os.getpid()} (sow serve)\n")
+    handle.flush()
+    _HELD.append(handle)
+
+
+def check_port_free(address: str) -> None:
+    """Raise a ConfigurationError naming the holder when ``host:port`` is taken (port 0
+    is always free)."""
+    host, _, port_text = address.rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigurationError(
+            f"gRPC address {address!r} is not HOST:PORT; fix --grpc-address or SOW_GRPC_ADDRESS"
+        ) from None
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host.strip("[]") or "0.0.0.0", port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return  # not ours to judge (e.g. a name to resolve): gRPC will say
+            raise ConfigurationError(
+                f"gRPC address {address} is taken by {_holder(port)}: stop it, or pick "
+                "another with --grpc-address or SOW_GRPC_ADDRESS"
+            ) from None
+
+
+def _holder(port: int) -> str:
+    """ "process N (command)" listening on ``port``, found through /proc (Linux), or
+    "another process"."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
+    for pid in filter(str.isdigit, os.listdir("/proc") if inodes else []):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                    command = " ".join(os.path.basename(w) for w in words.split("\0")[:4])
+                    return f"process {pid} ({command.strip()})"
+    return "another process"

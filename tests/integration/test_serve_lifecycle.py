@@ -1,0 +1,127 @@
+"""`sow serve` on the embedded broker as a user runs it: Ctrl-C at any moment, a clean
+start/restart/stop, and a clear refusal when its port or state directory is taken."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+READY = "stop with Ctrl-C"
+#: Lines a normal start, restart or stop must not print.
+NOISE = ("Traceback", "WARNING", "ERROR", "%3|", "%4|", "FAIL")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "SOW_"))}
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
+def _serve(directory: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "processor.cli", "serve", "--grpc-address", "127.0.0.1:0", *args],
+        cwd=directory,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _until_ready(server: subprocess.Popen[str]) -> list[str]:
+    assert server.stderr is not None
+    lines = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = server.stderr.readline()
+        assert line, "sow serve exited before it was ready:\n" + "".join(lines)
+        lines.append(line)
+        if READY in line:
+            return lines
+    raise AssertionError("sow serve was not ready within 90s:\n" + "".join(lines))
+
+
+def _interrupt(server: subprocess.Popen[str], within_s: float = 10) -> str:
+    server.send_signal(signal.SIGINT)
+    _, rest = server.communicate(timeout=within_s)
+    return rest
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    shutil.copytree(Path("topologies"), tmp_path / "topologies")
+    return tmp_path
+
+
+@pytest.mark.parametrize("after_s", [0.8, 1.5, 2.5])
+def test_ctrl_c_during_start_up_stops_cleanly(workdir: Path, after_s: float) -> None:
+    """From the moment ``sow`` runs (its first ~0.3 s are Python loading it), through the
+    broker's start, topic creation and the processor's restore."""
+    server = _serve(workdir)
+    time.sleep(after_s)
+    began = time.monotonic()
+    output = _interrupt(server)
+    assert server.returncode == 0, output
+    assert time.monotonic() - began < 10
+    assert not [line for line in output.splitlines() if any(n in line for n in NOISE)], output
+    # Nothing half-written: the next start on the same state directory gets ready.
+    again = _serve(workdir)
+    _until_ready(again)
+    _interrupt(again)
+    assert again.returncode == 0
+
+
+def test_a_start_a_restart_and_a_stop_print_no_warning_and_no_broker_noise(
+    workdir: Path,
+) -> None:
+    for _ in range(2):  # the restart finds a store whose log the old broker took along
+        server = _serve(workdir)
+        output = "".join(_until_ready(server))
+        output += _interrupt(server)
+        assert server.returncode == 0, output
+        noise = [line for line in output.splitlines() if any(n in line for n in NOISE)]
+        assert noise == [], output
+
+
+def test_a_taken_port_or_state_directory_is_refused_at_once_in_one_line(
+    workdir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    first = subprocess.Popen(
+        [sys.executable, "-m", "processor.cli", "serve", "--grpc-address", "127.0.0.1:0"],
+        cwd=workdir,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = _until_ready(first)
+        address = next(line.split()[1] for line in lines if "gRPC:" in line)
+        other = tmp_path_factory.mktemp("other")
+        for args, holder in (
+            (["--grpc-address", address, "--state-dir", str(other / "state")], "is taken by"),
+            (["--grpc-address", "127.0.0.1:0"], "is in use by"),
+        ):
+            began = time.monotonic()
+            second = subprocess.run(
+                [sys.executable, "-m", "processor.cli", "serve", *args],
+                cwd=workdir,
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert second.returncode == 3
+            assert time.monotonic() - began < 5
+            assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+            assert holder in second.stderr
+            assert f"process {first.pid}" in second.stderr
+    finally:
+        _interrupt(first)
