@@ -48,6 +48,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         "sow_key": args.sow_key,
         "expiration": args.expiration,
         "correlation_id": args.correlation_id,
+        "delta": args.delta,
     }
     published = refused = 0
     vector: dict[tuple[str, int], int] = {}
@@ -148,6 +149,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             order_by=args.order_by,
             grouping=args.grouping,
             projection=args.projection,
+            select=args.select,
             wait_for_catch_up=True,
         ):
             part = reply.WhichOneof("part")
@@ -201,6 +203,8 @@ def _change_json(change: Any) -> dict[str, Any]:
     }
     if change.oof_reason:
         out["reason"] = change.oof_reason
+    if change.delta:
+        out["delta"] = True
     if change.HasField("current"):
         out["current"] = _record_json(change.current)["data"]
     return out
@@ -216,6 +220,8 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
         "no_empties": args.no_empties,
         "sub_id": args.sub_id,
         "max_backlog": args.max_backlog,
+        "delta": args.delta,
+        "select": args.select,
         "text_form": True,
     }
     with SowClient(_address(args)) as client:
