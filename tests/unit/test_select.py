@@ -104,17 +104,17 @@ def test_every_leaf_follows_its_most_specific_directive(
     select = parse_select(",".join(sign + path for sign, path in directives))
     projected = _leaves(select.project(message)) if message else {}
     decisions: dict[tuple[str, ...], bool] = {}
-    for sign, path in directives:
-        key = () if path == "/" else tuple(path[1:].split("/"))
+    for sign, text in directives:
+        key = () if text == "/" else tuple(text[1:].split("/"))
         decisions.setdefault(key, sign == "+")
-    for path, value in _leaves(message).items():
-        if not path:
+    for leaf, value in _leaves(message).items():
+        if not leaf:
             continue
         decision = next(
-            (decisions[path[:end]] for end in range(len(path), -1, -1) if path[:end] in decisions),
+            (decisions[leaf[:end]] for end in range(len(leaf), -1, -1) if leaf[:end] in decisions),
             True,
         )
         if decision:
-            assert projected.get(path) == value
+            assert projected.get(leaf) == value
         else:
-            assert path not in projected
+            assert leaf not in projected
