@@ -97,7 +97,7 @@ def test_a_delta_without_the_key_field_is_refused(
         assert results[0].error_code == "INVALID_ARGUMENT"
         assert results[1].position is not None
         list(client.publish_stream("ORDERS", [b'{"id": 9, "b": 2}'], delta=True))
-        merged = list(client.publish_stream("ORDERS", [b'{"id": 9, "c": 3}'], delta=True))[0]
+        (merged,) = list(client.publish_stream("ORDERS", [b'{"id": 9, "c": 3}'], delta=True))
         assert _record(client, "ORDERS", merged) == {"id": 9, "a": 1, "b": 2, "c": 3}
 
 
