@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from processor.service.client import ServiceError, SowClient
 from processor.topology.model import SowTopic
-from tests.integration.harness import namespaced, running_sow
+from tests.integration.harness import namespaced, read_topic, running_sow
 from tests.integration.subscription_helpers import Collector, data
 
 ORDERS = SowTopic("ORDERS", keys=("/id",), partitions=2)
@@ -226,3 +227,34 @@ def test_delta_subscription_with_select_and_no_empties(
             (True, {"id": 3}),
         ]
         plain.stop()
+
+
+def test_deltas_from_foreign_producers(bootstrap: str, tmp_path: Path, unique: str) -> None:
+    """A delta written straight to the input topic (header sow.delta, no Kafka key) is
+    re-keyed and merged; one without its Key field, or with a bad sow.delta value, goes to
+    the dead-letter topic with the reason, and the next record still applies."""
+    from confluent_kafka import Producer
+
+    topology = namespaced(unique, ORDERS)
+    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+        client.publish("ORDERS", b'{"id": 4, "status": "open", "qty": 1}')
+        producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+        delta = [("sow.delta", b"1")]
+        topic = f"{unique}.ORDERS"
+        producer.produce(topic, b'{"status": "lost"}', None, headers=delta)
+        producer.produce(topic, b'{"id": 4, "qty": 2}', None, headers=[("sow.delta", b"yes")])
+        producer.produce(topic, b'{"id": 4, "qty": 3}', None, headers=delta)
+        assert producer.flush(30) == 0
+        letters = read_topic(bootstrap, f"{unique}.dead-letter", expect=2, timeout_s=30)
+        reasons = [dict(m.headers())["sow.error.reason"] for m in letters]  # type: ignore[attr-defined]
+        messages = [dict(m.headers())["sow.error.message"] for m in letters]  # type: ignore[attr-defined]
+        assert sorted(reasons) == [b"invalid-message", b"missing-key-field"]
+        assert any(b"delta_publish must give" in m for m in messages)
+        assert any(b"sow.delta" in m for m in messages)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            records, _, _ = client.query("ORDERS", filter="/id = 4")
+            if data(records[0])["qty"] == 3:
+                break
+            time.sleep(0.1)
+        assert data(records[0]) == {"id": 4, "status": "open", "qty": 3}
