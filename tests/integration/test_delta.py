@@ -258,3 +258,71 @@ def test_deltas_from_foreign_producers(bootstrap: str, tmp_path: Path, unique: s
                 break
             time.sleep(0.1)
         assert data(records[0]) == {"id": 4, "status": "open", "qty": 3}
+
+
+def test_delta_and_select_in_a_session_and_a_message_batch(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """A session's delta subscription gets deltas and drops empty ones; one with a bad
+    select list ends alone; a PublishBatch of messages with ``delta`` merges each."""
+    from processor.service._generated import sow_pb2
+
+    topology = namespaced(unique, ORDERS)
+    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+        session = client.session()
+        collector = Collector(session)
+        session.subscribe("ORDERS", "d", delta=True, no_empties=True)
+        session.subscribe("ORDERS", "bad", select="[+/a,*]")
+        assert collector.wait_for(
+            lambda c: any(m.WhichOneof("part") == "ended" for m in c.messages)
+            and any(m.WhichOneof("part") == "registered" for m in c.messages)
+        )
+        ended = [m for m in collector.messages if m.WhichOneof("part") == "ended"]
+        assert [(m.sub_id, m.ended.code) for m in ended] == [("bad", "INVALID_ARGUMENT")]
+        assert "'*'" in ended[0].ended.details
+
+        client.publish("ORDERS", b'{"id": 1, "a": 1, "b": 1}')
+        batch = sow_pb2.PublishBatch(
+            batch_id=1,
+            delta=True,
+            messages=[
+                sow_pb2.PublishRequest(topic="ORDERS", data=b'{"id": 1, "b": 1}'),  # unchanged
+                sow_pb2.PublishRequest(topic="ORDERS", data=b'{"id": 1, "b": 2}'),
+            ],
+        )
+        (ack,) = list(client._stub.PublishStream(iter([batch]), timeout=30))
+        assert not ack.refused
+        assert collector.wait_for(lambda c: len(c.changes()) >= 2)
+        assert [(c.delta, data(c.record)) for c in collector.changes()] == [
+            (False, {"id": 1, "a": 1, "b": 1}),
+            (True, {"id": 1, "b": 2}),
+        ]
+        records, _, _ = client.query("ORDERS")
+        assert data(records[0]) == {"id": 1, "a": 1, "b": 2}
+        session.cancel()
+        assert collector.done.wait(10)
+        assert len(collector.changes()) == 2
+
+
+def test_avro_delta_subscriptions_need_the_text_form(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    schema = tmp_path / "order.avsc"
+    schema.write_text(json.dumps(AVRO_SCHEMA))
+    topic = SowTopic("AORDERS", message_type="avro", keys=("/id",), schema=str(schema))
+    with running_sow(bootstrap, namespaced(unique, topic), tmp_path, unique) as (_, client):
+        refused = Collector(client.subscribe("AORDERS", delta=True))
+        assert refused.done.wait(20)
+        assert refused.error is not None and refused.error.code == "INVALID_ARGUMENT"
+        assert "text_form" in refused.error.details
+
+        collector = Collector(client.subscribe("AORDERS", delta=True, text_form=True))
+        assert collector.wait_for(lambda c: bool(c.messages))
+        client.publish("AORDERS", b'{"id": 1, "status": "open", "qty": 2}', text_form=True)
+        client.publish("AORDERS", b'{"id": 1, "qty": 3}', text_form=True, delta=True)
+        assert collector.wait_for(lambda c: len(c.changes()) >= 2)
+        assert [(c.delta, data(c.record)) for c in collector.changes()] == [
+            (False, {"id": 1, "status": "open", "qty": 2}),
+            (True, {"id": 1, "qty": 3}),
+        ]
+        collector.stop()

@@ -141,3 +141,56 @@ def test_changed_is_what_turns_old_into_new(old: dict[str, Any], new: dict[str, 
     # not represented: a delta never removes one)
     assert changed(merge(old, diff), new) == {}
     assert changed(old, merge(old, diff)) == diff
+
+
+def _shape(**options: Any) -> Any:
+    from processor.subscriptions.delta import MessageShape
+    from processor.topology.model import SowTopic
+
+    topic = SowTopic("ORDERS", keys=("/id", "/desk/book"))
+    return MessageShape.for_request([topic], {"ORDERS": JsonCodec()}, **options)
+
+
+def test_a_delta_update_is_the_changed_leaves_plus_the_key_fields() -> None:
+    shape = _shape(delta=True)
+    old = orjson.dumps({"id": 1, "desk": {"book": 2, "name": "a"}, "px": 1, "tags": [1, 2]})
+    new = orjson.dumps({"id": 1, "desk": {"book": 2, "name": "b"}, "px": 1, "tags": [1, 3]})
+    assert orjson.loads(shape.update("ORDERS", old, new)) == {
+        "id": 1,
+        "desk": {"book": 2, "name": "b"},
+        "tags": [1, 3],
+    }
+    # nothing changed: the Key fields alone, or nothing at all with no_empties
+    assert orjson.loads(shape.update("ORDERS", old, old)) == {"id": 1, "desk": {"book": 2}}
+    assert _shape(delta=True, no_empties=True).update("ORDERS", old, old) is None
+
+
+def test_with_a_select_list_only_selected_changes_count() -> None:
+    shape = _shape(delta=True, no_empties=True, select="[-/,+/px]")
+    old = orjson.dumps({"id": 1, "desk": {"book": 2}, "px": 1, "qty": 1})
+    unselected = orjson.dumps({"id": 1, "desk": {"book": 2}, "px": 1, "qty": 2})
+    selected = orjson.dumps({"id": 1, "desk": {"book": 2}, "px": 5, "qty": 3})
+    assert shape.update("ORDERS", old, unselected) is None
+    assert orjson.loads(shape.update("ORDERS", old, selected)) == {
+        "id": 1,
+        "desk": {"book": 2},
+        "px": 5,
+    }
+    assert orjson.loads(shape.full("ORDERS", selected)) == {"px": 5}
+
+
+def test_options_a_message_type_cannot_take_are_refused() -> None:
+    from processor.errors import InvalidRequestError
+    from processor.subscriptions.delta import MessageShape
+    from processor.topology.model import SowTopic
+
+    avro = SowTopic("A", message_type="avro", keys=("/id",))
+    binary = SowTopic("B", message_type="binary")
+    codecs: dict[str, Any] = {"A": AvroCodec(SCHEMA), "B": BinaryCodec()}
+    with pytest.raises(InvalidRequestError, match="text_form"):
+        MessageShape.for_request([avro], codecs, delta=True)
+    with pytest.raises(InvalidRequestError, match="binary messages have no fields"):
+        MessageShape.for_request([binary], codecs, select="[+/a]")
+    shape = MessageShape.for_request([avro, binary], codecs, delta=True, text_form=True)
+    assert shape is not None and shape.shapes("A") and not shape.shapes("B")
+    assert MessageShape.for_request([avro], codecs) is None
