@@ -274,8 +274,10 @@ def test_delta_and_select_in_a_session_and_a_message_batch(
         session.subscribe("ORDERS", "d", delta=True, no_empties=True)
         session.subscribe("ORDERS", "bad", select="[+/a,*]")
         assert collector.wait_for(
-            lambda c: any(m.WhichOneof("part") == "ended" for m in c.messages)
-            and any(m.WhichOneof("part") == "registered" for m in c.messages)
+            lambda c: (
+                any(m.WhichOneof("part") == "ended" for m in c.messages)
+                and any(m.WhichOneof("part") == "registered" for m in c.messages)
+            )
         )
         ended = [m for m in collector.messages if m.WhichOneof("part") == "ended"]
         assert [(m.sub_id, m.ended.code) for m in ended] == [("bad", "INVALID_ARGUMENT")]
@@ -313,7 +315,8 @@ def test_avro_delta_subscriptions_need_the_text_form(
     with running_sow(bootstrap, namespaced(unique, topic), tmp_path, unique) as (_, client):
         refused = Collector(client.subscribe("AORDERS", delta=True))
         assert refused.done.wait(20)
-        assert refused.error is not None and refused.error.code == "INVALID_ARGUMENT"
+        assert refused.error is not None
+        assert refused.error.code == "INVALID_ARGUMENT"
         assert "text_form" in refused.error.details
 
         collector = Collector(client.subscribe("AORDERS", delta=True, text_form=True))
