@@ -337,6 +337,34 @@ def expiration_of(value: bytes) -> int | None:
         raise EnvelopeError("envelope ends inside a number") from None
 
 
+def data_and_correlation_of(value: bytes) -> tuple[bytes, str | None]:
+    """Only the message bytes and the correlation id of an envelope (what a delta_publish
+    merges with), without building an :class:`Envelope`; raise EnvelopeError if it is not
+    one."""
+    try:
+        pos = _check_version(value)
+        for _ in range(3):  # topic, message type, log topic
+            size, pos = _long_at(value, pos)
+            pos += size
+        _, pos = _long_at(value, pos)  # log partition
+        _, pos = _long_at(value, pos)  # log offset
+        size, pos = _long_at(value, pos)  # SowKey
+        data, pos = _raw_at(value, pos + size)
+        _, pos = _long_at(value, pos)  # publish time
+        _, pos = _long_at(value, pos)  # apply time
+        present, pos = _optional_at(value, pos)
+        if present:
+            _, pos = _long_at(value, pos)  # expiration
+        present, pos = _optional_at(value, pos)
+        if not present:
+            return data, None
+        return data, _raw_at(value, pos)[0].decode()
+    except IndexError:
+        raise EnvelopeError("envelope ends inside a number") from None
+    except UnicodeDecodeError as exc:
+        raise EnvelopeError(f"string field is not UTF-8: {exc}") from exc
+
+
 def encode_progress(positions: list[tuple[str, int, int]]) -> bytes:
     """Value of a PROGRESS_KEY record: (log topic, partition, next offset) triples."""
     return json.dumps({"log": [list(p) for p in positions]}, separators=(",", ":")).encode()

@@ -47,6 +47,6 @@ def merge_delta(
     stored = state.lookup(sow_key)
     if stored is None:
         return state.codec.merge(None, value, form == b"json"), correlation_id
-    old = changelog.decode(stored)
-    merged = state.codec.merge(old.data, value, form == b"json")
-    return merged, correlation_id if correlation_id is not None else old.correlation_id
+    data, stored_correlation = changelog.data_and_correlation_of(stored)
+    merged = state.codec.merge(data, value, form == b"json")
+    return merged, correlation_id if correlation_id is not None else stored_correlation

@@ -100,9 +100,9 @@ class AvroCodec:
         """See the module doc for which fields a delta gives."""
         fields = self.decode_delta(delta, text_form)
         if stored is None:
-            value = prune(fields, _always if text_form else _not_null)
+            value = fields if text_form else prune(fields, _not_null)
         else:
-            value = merge(self.decode(stored), fields, _always if text_form else _not_null)
+            value = merge(self.decode(stored), fields, None if text_form else _not_null)
         buffer = io.BytesIO()
         try:
             fastavro.schemaless_writer(buffer, self._schema, value)
@@ -117,10 +117,6 @@ class AvroCodec:
 
     def text_of(self, value: Any) -> bytes:
         return orjson.dumps(value, default=_jsonable)
-
-
-def _always(_: Any) -> bool:
-    return True
 
 
 def _not_null(value: Any) -> bool:

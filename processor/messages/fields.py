@@ -26,26 +26,28 @@ from typing import Any
 Given = Callable[[Any], bool]
 
 
-def _always(_: Any) -> bool:
-    return True
-
-
-def merge(stored: Mapping[str, Any], delta: Mapping[str, Any], given: Given = _always) -> Any:
+def merge(stored: Mapping[str, Any], delta: Mapping[str, Any], given: Given | None = None) -> Any:
     """The record ``stored`` with the fields of ``delta`` merged in (see the module doc).
 
-    ``given(value)`` says whether a field of the delta is given; fields it rejects are
-    left as stored (the avro codec passes ``lambda v: v is not None``, so a null in an
-    Avro delta means "not given"). A given field the stored record lacks is added.
+    ``given(value)`` (None: every field) says whether a field of the delta is given;
+    fields it rejects are left as stored (the avro codec passes ``lambda v: v is not
+    None``, so a null in an Avro delta means "not given"). A given field the stored record
+    lacks is added.
     """
     out = dict(stored)
     for name, value in delta.items():
-        if not given(value):
+        if given is not None and not given(value):
             continue
-        current = out.get(name)
-        if isinstance(value, dict) and isinstance(current, dict):
-            out[name] = merge(current, value, given)
-        else:
+        if isinstance(value, dict):
+            current = out.get(name)
+            if isinstance(current, dict):
+                out[name] = merge(current, value, given)
+            else:
+                out[name] = _copy(value) if given is None else prune(value, given)
+        elif isinstance(value, list):
             out[name] = _copy(value)
+        else:
+            out[name] = value
     return out
 
 
@@ -108,4 +110,4 @@ def _copy(value: Any) -> Any:
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_copy(v) for v in value]
-    return value
+    return value  # immutable (str, number, bool, None, bytes, Decimal, ...)

@@ -196,3 +196,16 @@ def test_options_a_message_type_cannot_take_are_refused() -> None:
     assert shape.shapes("A")
     assert not shape.shapes("B")
     assert MessageShape.for_request([avro], codecs) is None
+
+
+@pytest.mark.parametrize("expiration", [None, 1_700_000_000_000])
+@pytest.mark.parametrize("correlation", [None, "", "c-1é"])
+def test_the_stored_message_and_correlation_id_read_without_a_full_decode(
+    expiration: int | None, correlation: str | None
+) -> None:
+    from processor import changelog
+
+    writer = changelog.EnvelopeWriter("ORDERS", "json", "in.ORDERS", 1)
+    envelope = writer.encode(12345, b"987", b'{"id":1}', 10, 20, expiration, correlation)
+    whole = changelog.decode(envelope)
+    assert changelog.data_and_correlation_of(envelope) == (whole.data, whole.correlation_id)
