@@ -346,15 +346,13 @@ def data_and_correlation_of(value: bytes) -> tuple[bytes, str | None]:
         for _ in range(3):  # topic, message type, log topic
             size, pos = _long_at(value, pos)
             pos += size
-        _, pos = _long_at(value, pos)  # log partition
-        _, pos = _long_at(value, pos)  # log offset
+        pos = _skip_long(value, _skip_long(value, pos))  # log partition, log offset
         size, pos = _long_at(value, pos)  # SowKey
         data, pos = _raw_at(value, pos + size)
-        _, pos = _long_at(value, pos)  # publish time
-        _, pos = _long_at(value, pos)  # apply time
+        pos = _skip_long(value, _skip_long(value, pos))  # publish time, apply time
         present, pos = _optional_at(value, pos)
         if present:
-            _, pos = _long_at(value, pos)  # expiration
+            pos = _skip_long(value, pos)  # expiration
         present, pos = _optional_at(value, pos)
         if not present:
             return data, None
@@ -363,6 +361,13 @@ def data_and_correlation_of(value: bytes) -> tuple[bytes, str | None]:
         raise EnvelopeError("envelope ends inside a number") from None
     except UnicodeDecodeError as exc:
         raise EnvelopeError(f"string field is not UTF-8: {exc}") from exc
+
+
+def _skip_long(buf: bytes, pos: int) -> int:
+    """The position after the Avro long at ``pos`` (IndexError past the end)."""
+    while buf[pos] >= 0x80:
+        pos += 1
+    return pos + 1
 
 
 def encode_progress(positions: list[tuple[str, int, int]]) -> bytes:
