@@ -337,6 +337,39 @@ def expiration_of(value: bytes) -> int | None:
         raise EnvelopeError("envelope ends inside a number") from None
 
 
+def data_and_correlation_of(value: bytes) -> tuple[bytes, str | None]:
+    """Only the message bytes and the correlation id of an envelope (what a delta_publish
+    merges with), without building an :class:`Envelope`; raise EnvelopeError if it is not
+    one."""
+    try:
+        pos = _check_version(value)
+        for _ in range(3):  # topic, message type, log topic
+            size, pos = _long_at(value, pos)
+            pos += size
+        pos = _skip_long(value, _skip_long(value, pos))  # log partition, log offset
+        size, pos = _long_at(value, pos)  # SowKey
+        data, pos = _raw_at(value, pos + size)
+        pos = _skip_long(value, _skip_long(value, pos))  # publish time, apply time
+        present, pos = _optional_at(value, pos)
+        if present:
+            pos = _skip_long(value, pos)  # expiration
+        present, pos = _optional_at(value, pos)
+        if not present:
+            return data, None
+        return data, _raw_at(value, pos)[0].decode()
+    except IndexError:
+        raise EnvelopeError("envelope ends inside a number") from None
+    except UnicodeDecodeError as exc:
+        raise EnvelopeError(f"string field is not UTF-8: {exc}") from exc
+
+
+def _skip_long(buf: bytes, pos: int) -> int:
+    """The position after the Avro long at ``pos`` (IndexError past the end)."""
+    while buf[pos] >= 0x80:
+        pos += 1
+    return pos + 1
+
+
 def encode_progress(positions: list[tuple[str, int, int]]) -> bytes:
     """Value of a PROGRESS_KEY record: (log topic, partition, next offset) triples."""
     return json.dumps({"log": [list(p) for p in positions]}, separators=(",", ":")).encode()

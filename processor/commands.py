@@ -7,6 +7,10 @@ change is a command on the log, applied by the processor in offset order).
   ``sow.sequence`` (its message number, decimal, increasing from 1); the processor applies
   each (publisher, sequence) at most once per partition and discards a publish whose
   sequence is not above the highest it applied for that publisher (as AMPS does).
+* **delta_publish**: a publish with header ``sow.delta``: ``1`` when the value is a
+  message of the topic's type, ``json`` when it is its JSON text form (avro topics: a
+  partial record the schema cannot hold). The processor merges it into the stored record
+  (:mod:`processor.messages.fields`); the merged message is what is stored and logged.
 * **sow_delete by SowKey**: key = SowKey, value = None.
 * **sow_delete by filter**: key = :data:`FILTER_DELETE_KEY`, value = None, header
   ``sow.filter`` = the filter text (UTF-8). It is written to every partition of the
@@ -23,5 +27,9 @@ CORRELATION_HEADER = "sow.correlation_id"
 FILTER_HEADER = "sow.filter"
 PUBLISHER_HEADER = "sow.publisher"
 SEQUENCE_HEADER = "sow.sequence"
+DELTA_HEADER = "sow.delta"
+#: ``sow.delta`` values: the delta is in the topic's message type, or in JSON text.
+DELTA_NATIVE = b"1"
+DELTA_TEXT = b"json"
 #: Never a SowKey: keys starting with NUL are reserved for commands and control records.
 FILTER_DELETE_KEY = b"\x00sow:delete-filter"

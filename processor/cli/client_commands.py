@@ -49,6 +49,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         "sow_key": args.sow_key,
         "expiration": args.expiration,
         "correlation_id": args.correlation_id,
+        "delta": args.delta,
     }
     published = refused = 0
     vector: dict[tuple[str, int], int] = {}
@@ -149,6 +150,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             order_by=args.order_by,
             grouping=args.grouping,
             projection=args.projection,
+            select=args.select,
             wait_for_catch_up=True,
         ):
             part = reply.WhichOneof("part")
@@ -202,6 +204,8 @@ def _change_json(change: Any) -> dict[str, Any]:
     }
     if change.oof_reason:
         out["reason"] = change.oof_reason
+    if change.delta:
+        out["delta"] = True
     if change.HasField("current"):
         out["current"] = _record_json(change.current)["data"]
     return out
@@ -234,6 +238,8 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
         "no_empties": args.no_empties,
         "sub_id": args.sub_id,
         "max_backlog": args.max_backlog,
+        "delta": args.delta,
+        "select": args.select,
         "text_form": True,
         "bookmark": args.bookmark or _timestamp_bookmark(args.from_time),
     }

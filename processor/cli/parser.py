@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--expiration", type=float, default=0.0, help="lifetime in seconds")
     publish.add_argument("--correlation-id", default="", help="passed through untouched")
     publish.add_argument(
+        "--delta",
+        action="store_true",
+        help="delta_publish: merge the given fields into the stored record (nested objects "
+        "merge, arrays are replaced whole, no field is removed); each message must give the "
+        "Key fields",
+    )
+    publish.add_argument(
         "--wait",
         action="store_true",
         help="after publishing, wait until the SOW reflects every message, then print a "
@@ -162,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
         "COUNT(/orderId) AS /orders' (with --grouping)",
     )
     query.add_argument("--batch-size", type=int, default=0, help="records per batch, 1..10000")
+    query.add_argument(
+        "--select",
+        default="",
+        help="select list (which fields each record carries), e.g. '[-/,+/id,+/price]'",
+    )
     query.add_argument("--query-id", default="", help="echoed back in group_begin/group_end")
     query.add_argument(
         "--min-position",
@@ -221,6 +233,17 @@ def build_parser() -> argparse.ArgumentParser:
         )
         command.add_argument(
             "--sub-id", default="", help="subscription id (SubId), echoed by the service"
+        )
+        command.add_argument(
+            "--select",
+            default="",
+            help="select list (which fields each record carries), e.g. '[-/,+/id,+/price]'",
+        )
+        command.add_argument(
+            "--delta",
+            action="store_true",
+            help="delta subscription: an update of a record already received carries only "
+            'the changed fields and the Key fields, printed with "delta": true',
         )
         command.add_argument(
             "--max-backlog",

@@ -5,6 +5,8 @@ Commands on the log (ARCHITECTURE.md: nothing else writes state):
 * publish: a record with a value. The message replaces the whole record of its SowKey
   (insert or full replacement). Optional headers: ``sow.expiration`` (seconds; 0 never
   expires) and ``sow.correlation_id``.
+* delta_publish: a publish with header ``sow.delta``, merged into the stored record
+  (:mod:`processor.engine.delta`); the merged message is what is recorded.
 * sow_delete by SowKey: a record with a null value whose Kafka key is the SowKey.
 * sow_delete by filter: a null-value record keyed ``FILTER_DELETE_KEY`` with the filter in
   a header; it deletes the partition's matching records, as of its place in the log.
@@ -42,8 +44,9 @@ from processor.engine.dead_letter import (
     explain,
     no_translation,
 )
+from processor.engine.delta import delta_key, merge_delta
 from processor.engine.expiry import note_due
-from processor.engine.headers import Sequenced, publish_options, sequenced
+from processor.engine.headers import Sequenced, delta_form, publish_options, sequenced
 from processor.engine.partition import PartitionState
 from processor.errors import (
     ExpressionError,
@@ -184,11 +187,11 @@ class Applier:
             # Every step below may fail for this record alone; a try costs nothing until
             # something raises, and then the record takes the slow path to the dead letters.
             try:
-                if value is None or key_function is None:
+                headers = record.headers()
+                if value is None or key_function is None or (headers and delta_form(headers)):
                     self._apply_slow(record, route, value, key, now_ms)
                     continue
                 sow_key = key_function(route.decode(value)).encode()
-                headers = record.headers()
                 if headers is None and route.plain:
                     expiration_ms = correlation_id = None
                 else:
@@ -265,7 +268,8 @@ class Applier:
     def _apply_slow(
         self, record: Record, route: Route, value: bytes | None, key: bytes | None, now_ms: int
     ) -> None:
-        """Deletes, and publishes to topics whose publishers provide the SowKey.
+        """Deletes, delta publishes, and publishes to topics whose publishers provide the
+        SowKey.
 
         Raises MessageError (and anything unexpected) for the caller to dead-letter.
         """
@@ -275,11 +279,15 @@ class Applier:
             return
         if value is None:
             sow_key = self._delete_key(state, key)
-            expiration_ms = correlation_id = None
+            expiration_ms = correlation_id = delta = None
             sequence = sequenced(record.headers()) if route.from_input else None
         else:
-            route.decode(value)
-            sow_key = validate_user_key(key).encode()
+            delta = delta_form(record.headers())
+            if delta is None:
+                route.decode(value)
+                sow_key = validate_user_key(key).encode()
+            else:
+                sow_key = delta_key(state, value, key, delta)
             expiration_ms, correlation_id, sequence = publish_options(
                 record.headers(), state, now_ms
             )
@@ -297,6 +305,8 @@ class Applier:
             self._produce_after_drain(route.changelog, None, sow_key, partition, headers)
             state.pending[sow_key] = None
             return
+        if delta is not None:
+            value, correlation_id = merge_delta(state, sow_key, value, delta, correlation_id)
         envelope = route.writer.encode(
             record.offset(),
             sow_key,

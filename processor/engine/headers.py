@@ -1,4 +1,5 @@
-"""Reading a command's headers: expiration, correlation id and duplicate detection.
+"""Reading a command's headers: expiration, correlation id, duplicate detection and
+delta_publish.
 
 Only records that carry headers (or whose topic has a default expiration) come here; the
 hot path never parses headers of a plain publish.
@@ -10,6 +11,9 @@ import math
 
 from processor.commands import (
     CORRELATION_HEADER,
+    DELTA_HEADER,
+    DELTA_NATIVE,
+    DELTA_TEXT,
     EXPIRATION_HEADER,
     PUBLISHER_HEADER,
     SEQUENCE_HEADER,
@@ -56,6 +60,22 @@ def publish_options(
     if publisher is None and sequence is None:
         return expiration_ms, correlation_id, None
     return expiration_ms, correlation_id, _sequenced(publisher, sequence)
+
+
+def delta_form(headers: Headers | None) -> bytes | None:
+    """``DELTA_NATIVE`` or ``DELTA_TEXT`` for a delta_publish, None for a plain publish.
+
+    Raises MessageError for a ``sow.delta`` header with another value.
+    """
+    for name, raw in headers or ():
+        if name == DELTA_HEADER:
+            if raw in (DELTA_NATIVE, DELTA_TEXT):
+                return raw
+            raise MessageError(
+                f"header {DELTA_HEADER}={raw!r} is not {DELTA_NATIVE.decode()!r} (the delta "
+                f"is in the topic's message type) or {DELTA_TEXT.decode()!r} (JSON text)"
+            )
+    return None
 
 
 def sequenced(headers: Headers | None) -> Sequenced | None:

@@ -33,6 +33,21 @@ class Codec(Protocol):
         """The text form of a payload (JSON; Base64 for binary)."""
         ...
 
+    def decode_delta(self, data: bytes, text_form: bool) -> Any:
+        """The fields of a delta_publish message (``text_form``: given as JSON text), for
+        computing its SowKey; raises DecodeError when it is not a delta of this type."""
+        ...
+
+    def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
+        """delta_publish: the payload of ``stored`` (None: no record yet) with the fields
+        ``delta`` gives merged in (:func:`processor.messages.fields.merge`). Raises
+        MessageError when the result is not a message of this type."""
+        ...
+
+    def text_of(self, value: Any) -> bytes:
+        """The JSON text of a decoded (possibly partial: selected or delta) message."""
+        ...
+
 
 def codec_for(topic: SowTopic) -> Codec:
     """The codec for a topic's message type."""

@@ -1,4 +1,17 @@
-"""The avro message type: schemaless Avro binary (fastavro), schema from an .avsc file."""
+"""The avro message type: schemaless Avro binary (fastavro), schema from an .avsc file.
+
+delta_publish on avro (spec 3.3): a delta is given either
+
+* as JSON text (the message's text form): the fields present in the JSON object are
+  given, the others are not; or
+* as an Avro record of the topic's schema: every field is given except those whose value
+  is null, so a binary delta can leave out only fields the schema makes nullable (a union
+  with "null"), and cannot set a field to null (a delta never removes a value).
+
+The merged record must be a whole record of the schema: a delta for a key with no stored
+record that leaves out a field with no default is refused (MessageError) with the field's
+name, since Avro cannot store a partial record.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +24,7 @@ import fastavro
 import orjson
 
 from processor.errors import ConfigurationError, DecodeError
+from processor.messages.fields import merge, prune
 
 
 class AvroCodec:
@@ -70,6 +84,43 @@ class AvroCodec:
 
     def to_text(self, data: bytes) -> bytes:
         return orjson.dumps(self.decode(data), default=_jsonable)
+
+    def decode_delta(self, data: bytes, text_form: bool) -> Any:
+        if not text_form:
+            return self.decode(data)
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"the delta text is not valid JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise DecodeError(f"an avro delta must be a JSON object, got a {type(value).__name__}")
+        return value
+
+    def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
+        """See the module doc for which fields a delta gives."""
+        fields = self.decode_delta(delta, text_form)
+        if stored is None:
+            value = fields if text_form else prune(fields, _not_null)
+        else:
+            value = merge(self.decode(stored), fields, None if text_form else _not_null)
+        buffer = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(buffer, self._schema, value)
+        except Exception as exc:
+            where = "with no stored record, " if stored is None else ""
+            raise DecodeError(
+                f"the delta merged into the stored record is not a record of Avro schema "
+                f"{self.source}: {exc}; {where}a delta must give every field the schema "
+                "requires (one without a default), since Avro cannot store a partial record"
+            ) from exc
+        return buffer.getvalue()
+
+    def text_of(self, value: Any) -> bytes:
+        return orjson.dumps(value, default=_jsonable)
+
+
+def _not_null(value: Any) -> bool:
+    return value is not None
 
 
 def _jsonable(value: Any) -> Any:

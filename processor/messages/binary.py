@@ -31,3 +31,16 @@ class BinaryCodec:
 
     def to_text(self, data: bytes) -> bytes:
         return base64.b64encode(data)
+
+    def decode_delta(self, data: bytes, text_form: bool) -> Any:
+        raise _no_fields("delta_publish cannot merge them; publish the whole message")
+
+    def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
+        raise _no_fields("delta_publish cannot merge them; publish the whole message")
+
+    def text_of(self, value: Any) -> bytes:
+        raise _no_fields("they cannot be given as a select list or a delta")
+
+
+def _no_fields(consequence: str) -> DecodeError:
+    return DecodeError(f"binary messages are opaque bytes without fields, so {consequence}")

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from processor.errors import DecodeError
+from processor.messages.fields import merge
 
 
 class JsonCodec:
@@ -34,3 +35,16 @@ class JsonCodec:
 
     def to_text(self, data: bytes) -> bytes:
         return data
+
+    def decode_delta(self, data: bytes, text_form: bool) -> Any:
+        return self.decode(data)
+
+    def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
+        """Every field of the JSON delta is given (a null too: it sets the field to null)."""
+        given = self.decode(delta)
+        if stored is None:
+            return delta
+        return orjson.dumps(merge(self.decode(stored), given))
+
+    def text_of(self, value: Any) -> bytes:
+        return orjson.dumps(value)

@@ -12,6 +12,11 @@ waits only for its own acknowledgement, so concurrent publishes share produce re
 A publish the broker has not confirmed by the caller's deadline fails with
 UnconfirmedWriteError: it may still be written, which is why publishers name themselves
 and number their messages (the processor applies each (publisher, sequence) once).
+
+A delta_publish (``delta``) goes to the log as it was given, with header ``sow.delta``;
+its SowKey is computed from its own fields, so it must give the Key fields. On an avro
+topic a delta in text form stays JSON text on the log (a partial record has no Avro
+encoding); the processor merges it. On a plain topic a delta is published as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from typing import NamedTuple, Protocol
 
 from processor.commands import (
     CORRELATION_HEADER,
+    DELTA_HEADER,
+    DELTA_NATIVE,
+    DELTA_TEXT,
     EXPIRATION_HEADER,
     FILTER_DELETE_KEY,
     FILTER_HEADER,
@@ -33,6 +41,7 @@ from processor.commands import (
 from processor.errors import (
     InvalidRequestError,
     MessageTooLargeError,
+    MissingKeyError,
     PositionTimeoutError,
     SowError,
     UnconfirmedWriteError,
@@ -58,7 +67,8 @@ MAX_PUBLISHER_LENGTH = 256
 class PublishCommand(NamedTuple):
     """One publish: the message (``text_form``: JSON, or Base64 for binary topics, to be
     encoded in the topic's type) and its options (``expiration`` in seconds).
-    ``publisher`` and ``sequence`` (> 0) ask for duplicate detection.
+    ``publisher`` and ``sequence`` (> 0) ask for duplicate detection; ``delta`` makes it
+    a delta_publish.
 
     The field names are the gRPC PublishRequest's, so the gateway takes either."""
 
@@ -70,6 +80,7 @@ class PublishCommand(NamedTuple):
     text_form: bool = False
     publisher: str = ""
     sequence: int = 0
+    delta: bool = False
 
 
 class PublishColumns(NamedTuple):
@@ -86,6 +97,7 @@ class PublishColumns(NamedTuple):
     expiration: float = 0.0
     correlation_id: str = ""
     sow_keys: Sequence[str] = ()
+    delta: bool = False
 
 
 class Published(NamedTuple):
@@ -123,6 +135,8 @@ class PublishFields(Protocol):
     def publisher(self) -> str: ...
     @property
     def sequence(self) -> int: ...
+    @property
+    def delta(self) -> bool: ...
 
 
 class _PublishRoute:
@@ -232,14 +246,26 @@ class Gateway:
         """Validate and key a publish: its log record and SowKey (raises SowError)."""
         route = self._route(command.topic)
         data = command.data
-        if command.text_form:
-            data = route.codec.from_text(data)
-        key = _sow_key(route, data, command.sow_key)
+        delta = command.delta and not route.plain
+        if delta:
+            key = _delta_key(route, data, command.text_form, command.sow_key)
+        else:
+            if command.text_form:
+                data = route.codec.from_text(data)
+            key = _sow_key(route, data, command.sow_key)
         raw = key.encode()
         limit = route.limit - len(raw)
         headers: Headers | None = None
-        if command.expiration or command.correlation_id or command.sequence or command.publisher:
+        if (
+            command.expiration
+            or command.correlation_id
+            or command.sequence
+            or command.publisher
+            or delta
+        ):
             headers = _headers(command)
+            if delta:
+                headers.append((DELTA_HEADER, _delta_form(route, command.text_form)))
             if len(data) > limit - HEADERS_ALLOWANCE:
                 limit -= sum(len(name) + len(value) for name, value in headers)
         if len(data) > limit:
@@ -280,6 +306,9 @@ class Gateway:
         kafka_topic, partitions, codec = route.kafka_topic, route.partitions, route.codec
         key_of, decode = route.key_function, codec.decode
         from_text = codec.from_text if batch.text_form else None
+        delta = batch.delta and not route.plain
+        if delta:
+            shared = [*shared, (DELTA_HEADER, _delta_form(route, batch.text_form))]
         publisher = (PUBLISHER_HEADER, batch.publisher.encode()) if batch.publisher else None
         fixed = sum(len(name) + len(value) for name, value in shared)
         if publisher is not None:
@@ -288,8 +317,11 @@ class Gateway:
         sequence = batch.first_sequence
         for index, given in enumerate(batch.data):
             try:
-                data = given if from_text is None else from_text(given)
-                if key_of is not None:
+                data = given if from_text is None or delta else from_text(given)
+                if delta:
+                    sow_key = batch.sow_keys[index] if batch.sow_keys else ""
+                    key = _delta_key(route, data, batch.text_form, sow_key)
+                elif key_of is not None:
                     key = key_of(decode(data))
                 elif route.plain:
                     decode(data)
@@ -414,6 +446,29 @@ def _sow_key(route: _PublishRoute, data: bytes, sow_key: str) -> str:
     if sow_key:
         raise _generated_keys(route.topic)
     return function(route.codec.decode(data))
+
+
+def _delta_key(route: _PublishRoute, data: bytes, text_form: bool, sow_key: str) -> str:
+    """The SowKey of a delta_publish to a SOW topic, computed from the delta's own fields
+    (or the publisher's SowKey); raises SowError when the delta cannot be merged."""
+    fields = route.codec.decode_delta(data, text_form)
+    function = route.key_function
+    if function is None:
+        return validate_user_key(sow_key)
+    if sow_key:
+        raise _generated_keys(route.topic)
+    try:
+        return function(fields)
+    except MissingKeyError as exc:
+        raise MissingKeyError(
+            f"a delta_publish to {route.topic.name} must give the record's Key fields "
+            f"({', '.join(route.topic.keys)}), which say which record it merges into: {exc}"
+        ) from exc
+
+
+def _delta_form(route: _PublishRoute, text_form: bool) -> bytes:
+    """How a delta travels: JSON text for avro deltas given as text, else as given."""
+    return DELTA_TEXT if text_form and route.codec.name == "avro" else DELTA_NATIVE
 
 
 def _partition(route: _PublishRoute, raw: bytes) -> int:

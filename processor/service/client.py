@@ -110,9 +110,11 @@ class SowClient:
         correlation_id: str = "",
         timeout: float = 30.0,
         text_form: bool = False,
+        delta: bool = False,
     ) -> Any:
         """Publish one message; the reply has its log position and SowKey. ``timeout``
-        covers every attempt."""
+        covers every attempt. ``delta``: a delta_publish, merged into the stored record
+        (it must give the Key fields)."""
         publisher, sequence = self._next_sequence()
         request = sow_pb2.PublishRequest(
             topic=topic,
@@ -123,6 +125,7 @@ class SowClient:
             text_form=text_form,
             publisher=publisher,
             sequence=sequence,
+            delta=delta,
         )
         deadline = time.monotonic() + timeout
         attempt = 0
@@ -155,7 +158,7 @@ class SowClient:
         """Publish many messages over one stream; yield one result per message, in order
         (a refused message's has ``error_code`` and ``error``; the others have position
         and SowKey). ``options`` are PublishRequest fields for every message
-        (expiration, correlation_id, sow_key).
+        (expiration, correlation_id, sow_key, delta).
 
         At most ``window`` batches are unacknowledged at a time. When the stream breaks
         with UNAVAILABLE, it is opened again and the unacknowledged batches are resent

@@ -20,9 +20,11 @@ from processor.changelog import Envelope
 from processor.query.gateway import Deleted, Gateway, PendingPublishes, PublishColumns, Published
 from processor.query.replica import LogPosition
 from processor.query.sow import QueryEngine, SowQuery
+from processor.query.topics import resolve_topics
 from processor.service._generated import sow_pb2, sow_pb2_grpc
 from processor.service.health import Health
 from processor.service.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
+from processor.subscriptions.delta import MessageShape
 from processor.subscriptions.hub import SubscriptionHub
 
 log = logging.getLogger(__name__)
@@ -160,7 +162,6 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         if not self._publish_slots.acquire(blocking=False):
             self._abort(context, _busy())
         try:
-            _refuse_unbuilt("publish", delta=request.delta)
             published = self._gateway.publish(request, _time_left(context))
         except errors.SowError as exc:
             self._abort(context, exc)
@@ -226,9 +227,9 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
     def _publish_batch(self, batch: Any) -> PendingPublishes:
         """Hand one PublishBatch (either form) to the gateway."""
-        if batch.delta or any(message.delta for message in batch.messages):
-            unbuilt = errors.UnsupportedError("delta_publish is not supported yet; publish whole")
-            return PendingPublishes.refused([unbuilt] * (len(batch.messages) + len(batch.data)))
+        if batch.delta:
+            for message in batch.messages:
+                message.delta = True
         if not batch.topic and not batch.data:
             return self._gateway.publish_many(batch.messages)
         columns = PublishColumns(
@@ -240,6 +241,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             batch.expiration,
             batch.correlation_id,
             batch.sow_keys,
+            batch.delta,
         )
         if batch.messages:
             error = errors.InvalidRequestError(
@@ -251,7 +253,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
     def SowQuery(self, request: Any, context: Any) -> Iterator[Any]:
         try:
-            _refuse_unbuilt("sow", select=request.select, bookmark=request.bookmark)
+            _refuse_unbuilt("sow", bookmark=request.bookmark)
+            shape = self._select(request)
         except errors.SowError as exc:
             self._abort(context, exc)
         query = SowQuery(
@@ -285,7 +288,14 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         topology = self._gateway.topology
         for batch in result.batches:
             records = [_record(e) for e in batch]
-            if text_form:
+            if shape is not None:
+                for record in records:
+                    if shape.shapes(record.topic):
+                        record.data = shape.full(record.topic, record.data)
+                    elif text_form:
+                        codec = self._gateway.codec(topology.topic(record.topic))
+                        record.data = codec.to_text(record.data)
+            elif text_form:
                 # A pattern can match topics of different message types.
                 for record in records:
                     codec = self._gateway.codec(topology.topic(record.topic))
@@ -302,6 +312,22 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                 elapsed_us=stats.elapsed_us,
                 plan=stats.plan,
             )
+        )
+
+    def _select(self, request: Any) -> MessageShape | None:
+        """A query's select list, checked against the topics it reads (None: no select)."""
+        if not request.select:
+            return None
+        if request.grouping or request.projection:
+            raise errors.InvalidRequestError(
+                "a select list does not apply to an aggregated query (grouping/projection); "
+                "choose the fields with the projection instead"
+            )
+        topology = self._gateway.topology
+        topics = resolve_topics(topology, request.topic)
+        codecs = {t.name: self._gateway.codec(t) for t in topics}
+        return MessageShape.for_request(
+            topics, codecs, select=request.select, text_form=request.text_form, what="sow query"
         )
 
     def SowDelete(self, request: Any, context: Any) -> Any:

@@ -198,7 +198,9 @@ class Session:
                     with self.ready:
                         woken.append(subscription)  # more than one message's worth
                 if deliveries:
-                    yield self._changes(subscription, request, deliveries)
+                    message = self._changes(subscription, request, deliveries)
+                    if message is not None:  # None: no_empties suppressed every change
+                        yield message
 
     def _ended(
         self, sub_id: str, subscription: Subscription, error: errors.SowError

@@ -5,12 +5,17 @@ holds (:class:`~processor.subscriptions.subscription.Subscription`). A subscribe
 falls behind past its backlog limit is ended with RESOURCE_EXHAUSTED and the reason
 ("slow consumer: N messages behind ..."); a client that cancels or disconnects ends
 its subscription. Errors map to statuses through :func:`processor.service.server.status_for`.
+
+Select lists and delta updates (:mod:`processor.subscriptions.delta`) are applied here, at
+send time: a delta update is computed from the state the subscriber last received
+(``Delivery.previous``), and one ``no_empties`` suppresses is not sent.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,8 +25,10 @@ from processor import changelog, errors
 from processor.changelog import Envelope
 from processor.messages import Codec
 from processor.query.events import ChangelogPosition
+from processor.query.topics import resolve_subscribed_topics
 from processor.service._generated import sow_pb2, sow_pb2_grpc
 from processor.service.sessions import Session
+from processor.subscriptions.delta import MessageShape
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
 from processor.subscriptions.subscription import SharedSender, Subscription
@@ -108,11 +115,42 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         self._codecs = codecs
         self._status_for = status_for
         self._streams = threading.BoundedSemaphore(SUBSCRIPTION_STREAMS)
+        #: The select list and delta rules of each subscription that has them.
+        self._shapes: weakref.WeakKeyDictionary[Subscription, MessageShape]
+        self._shapes = weakref.WeakKeyDictionary()
+
+    def _shape(self, request: Any) -> MessageShape | None:
+        """The request's select list and delta rules (checked before it is registered)."""
+        if not request.select and not request.delta:
+            return None
+        return MessageShape.for_request(
+            resolve_subscribed_topics(self._hub.topology, request.topic),
+            self._codecs,
+            select=request.select,
+            delta=request.delta,
+            no_empties=request.no_empties,
+            text_form=request.text_form,
+        )
 
     def _abort(self, context: Any, error: errors.SowError) -> None:
         context.abort(self._status_for(error), str(error))
 
-    def _converter(self, request: Any) -> Callable[[Envelope], Any]:
+    def _converter(
+        self, request: Any, shape: MessageShape | None = None
+    ) -> Callable[[Envelope], Any]:
+        """Envelope -> SowRecord: the whole message (text form on request), or the
+        selected fields when a select list applies to its topic."""
+        if shape is not None and shape.select is not None:
+            plain = self._converter(request)
+
+            def selected(envelope: Envelope) -> Any:
+                if not shape.shapes(envelope.topic):
+                    return plain(envelope)
+                record = _record(envelope, None)
+                record.data = shape.full(envelope.topic, envelope.data)
+                return record
+
+            return selected
         if not request.text_form:
             return lambda envelope: _record(envelope, None)
         return lambda envelope: _record(envelope, self._codecs[envelope.topic].to_text)
@@ -149,7 +187,10 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         self, request: Any, sender: SharedSender | None = None
     ) -> tuple[Subscription, list[Any]]:
         """Register a subscribe: the subscription and its ``registered`` message."""
+        shape = self._shape(request)
         subscription = self._hub.subscribe(_request(request), sender)
+        if shape is not None:
+            self._shapes[subscription] = shape
         snapshot = [_position(p) for p in subscription.start_vector()]
         registered = sow_pb2.SubscriptionMessage(
             sub_id=request.sub_id, registered=sow_pb2.Registered(snapshot=snapshot)
@@ -161,14 +202,19 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
     ) -> tuple[Subscription, list[Any]]:
         """Register a sow_and_subscribe: the subscription and its query result (group
         begin, batches, group end)."""
+        shape = self._shape(request)
         subscription, phase = self._hub.sow_and_subscribe(_request(request), sender)
+        if shape is not None:
+            self._shapes[subscription] = shape
         try:
-            return subscription, self._query_phase(request, phase)
+            return subscription, self._query_phase(request, phase, shape)
         except BaseException:
             self._hub.unsubscribe(subscription)
             raise
 
-    def _query_phase(self, request: Any, phase: QueryPhase) -> list[Any]:
+    def _query_phase(
+        self, request: Any, phase: QueryPhase, shape: MessageShape | None = None
+    ) -> list[Any]:
         sub_id = request.sub_id
         snapshot = [_position(p) for p in phase.snapshot]
         messages = [
@@ -182,7 +228,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                 ),
             )
         ]
-        convert = self._converter(request)
+        convert = self._converter(request, shape)
         for batch in phase.batches:
             messages.append(
                 sow_pb2.SubscriptionMessage(
@@ -207,15 +253,19 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         return messages
 
     def _changes(self, subscription: Subscription, request: Any, deliveries: list[Delivery]) -> Any:
-        """One message with a subscription's changes (``change`` when there is one)."""
-        convert = self._converter(request)
-        if len(deliveries) == 1:
-            return sow_pb2.SubscriptionMessage(
-                sub_id=request.sub_id, change=_change(deliveries[0], convert)
-            )
+        """One message with a subscription's changes (``change`` when there is one), or
+        None when ``no_empties`` suppressed every delta update among them."""
+        shape = self._shapes.get(subscription)
+        convert = self._converter(request, shape)
+        changes = [_change(d, convert) for d in deliveries]
+        if shape is not None and shape.delta:
+            changes = [c for d, c in zip(deliveries, changes, strict=True) if _delta(c, d, shape)]
+            if not changes:
+                return None
+        if len(changes) == 1:
+            return sow_pb2.SubscriptionMessage(sub_id=request.sub_id, change=changes[0])
         return sow_pb2.SubscriptionMessage(
-            sub_id=request.sub_id,
-            changes=sow_pb2.ChangeBatch(changes=[_change(d, convert) for d in deliveries]),
+            sub_id=request.sub_id, changes=sow_pb2.ChangeBatch(changes=changes)
         )
 
     def _stream(
@@ -260,7 +310,9 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                 if not deliveries and not context.is_active():
                     return
                 if deliveries:
-                    yield self._changes(subscription, request, deliveries)
+                    message = self._changes(subscription, request, deliveries)
+                    if message is not None:
+                        yield message
         finally:
             self._hub.unsubscribe(subscription)
 
@@ -277,6 +329,22 @@ def _change(delivery: Delivery, convert: Callable[[Envelope], Any]) -> Any:
     if delivery.current is not None:
         change.current.CopyFrom(convert(changelog.decode(delivery.current)))
     return change
+
+
+def _delta(change: Any, delivery: Delivery, shape: MessageShape) -> bool:
+    """Make ``change`` a delta update when it updates a record the subscriber holds;
+    False when ``no_empties`` suppresses it (nothing selected changed)."""
+    previous = delivery.previous
+    if previous is None or not shape.shapes(delivery.topic):
+        return True
+    data = shape.update(
+        delivery.topic, changelog.data_of(previous), changelog.data_of(delivery.envelope)
+    )
+    if data is None:
+        return False
+    change.record.data = data
+    change.delta = True
+    return True
 
 
 def _cancel_later(context: Any) -> None:

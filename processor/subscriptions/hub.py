@@ -465,8 +465,6 @@ class SubscriptionHub:
 
 #: Subscription options whose feature is still being built: refused, never ignored.
 _UNBUILT = (
-    "delta",
-    "select",
     "top_n",
     "skip_n",
     "order_by",

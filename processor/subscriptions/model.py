@@ -74,7 +74,9 @@ class Delivery:
     ``envelope`` is the record as the subscriber should see it: the new state for a
     publish, the last state it received for a delete or an OOF. ``current`` is the new
     state for an OOF ``match`` (it no longer matches the filter). ``position`` is the
-    changelog record of the change.
+    changelog record of the change. ``previous`` (delta subscriptions only) is the state
+    last delivered for a record the subscriber holds, on a publish that updates it: the
+    sender sends what changed since (:mod:`processor.subscriptions.delta`).
     """
 
     kind: ChangeKind
@@ -84,3 +86,4 @@ class Delivery:
     position: ChangelogPosition
     oof_reason: OofReason | None = None
     current: bytes | None = None
+    previous: bytes | None = None

@@ -6,7 +6,8 @@ whether the change's new state matches the filter. The subscription decides what
 means for its subscriber, from the records it holds ("in focus"):
 
 * new state matches: a publish (unless ``no_empties`` and the message is the one last
-  delivered); the record is now held;
+  delivered; for ``delta``, carrying the state last delivered as ``previous``); the
+  record is now held;
 * a held record is deleted or expires: an OOF ``deleted``/``expired`` with the last state
   delivered (``oof``), else, for sow_and_subscribe, a delete with that state;
 * a held record is updated so it no longer matches: an OOF ``match`` (``oof`` only);
@@ -24,6 +25,7 @@ the request's thread); ``take`` is for the one thread sending to the subscriber.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -80,8 +82,8 @@ class Subscription:
         self.with_query = with_query
         self.max_backlog = max_backlog
         #: Whether the subscription remembers what it delivered (needed for OOF,
-        #: sow_and_subscribe deletes and no_empties).
-        self.tracks_focus = request.oof or with_query or request.no_empties
+        #: sow_and_subscribe deletes, no_empties and delta).
+        self.tracks_focus = request.oof or with_query or request.no_empties or request.delta
         #: Topics whose messages are never held (plain topics): a matching message is
         #: delivered, nothing else (no OOF, no delete, no no_empties comparison).
         self.unheld_topics = unheld_topics
@@ -236,6 +238,8 @@ class Subscription:
                 and changelog.data_of(held) == changelog.data_of(publish.envelope)
             ):
                 return None
+            if self.request.delta and held is not None:
+                return dataclasses.replace(publish, previous=held)
             return publish
         if held is None:
             return None

@@ -1,0 +1,124 @@
+"""What a subscriber (or a query) sees of each message: select lists and delta updates.
+
+:class:`MessageShape` is made once per subscription or query from its options and applied
+at send time, after matching (a select list never changes what matches):
+
+* ``select`` (spec 1.19, :mod:`processor.messages.select`): every record sent carries only
+  the selected fields.
+* ``delta`` (spec 3.10): an update of a record the subscriber holds carries only the
+  fields that changed since the state last delivered for it (leaf paths, arrays whole;
+  :func:`processor.messages.fields.changed`), plus the topic's Key fields; records new to
+  the subscriber, deletes and OOFs are sent whole. A field removed by a full republish is
+  not represented in the delta. With ``no_empties`` an update with no changed field (with a
+  select list: no changed *selected* field) is not sent.
+
+Shaped messages are sent as JSON text: a partial record has no Avro encoding, so on avro
+topics select and delta need the text form (``text_form``), and binary messages have no
+fields to select (refused) or compare (a delta subscription gets them whole). Instances
+are immutable and thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from processor.errors import InvalidRequestError
+from processor.keys import parse_path
+from processor.messages import Codec
+from processor.messages.fields import changed, overlay, pick
+from processor.messages.select import SelectList, parse_select
+from processor.topology.model import SowTopic
+
+
+class MessageShape:
+    """Select list and delta rules of one subscription or query (see the module doc)."""
+
+    __slots__ = ("_codecs", "_keys", "delta", "no_empties", "select")
+
+    def __init__(
+        self,
+        codecs: Mapping[str, Codec],
+        key_paths: Mapping[str, tuple[tuple[str, ...], ...]],
+        select: SelectList | None,
+        delta: bool,
+        no_empties: bool,
+    ) -> None:
+        self._codecs = codecs
+        self._keys = key_paths
+        self.select = select
+        self.delta = delta
+        self.no_empties = no_empties
+
+    @classmethod
+    def for_request(
+        cls,
+        topics: Sequence[SowTopic],
+        codecs: Mapping[str, Codec],
+        *,
+        select: str = "",
+        delta: bool = False,
+        no_empties: bool = False,
+        text_form: bool = False,
+        what: str = "subscription",
+    ) -> MessageShape | None:
+        """The shape for a request's options over ``topics``, or None when the records go
+        as they are. Raises InvalidRequestError (naming the topic and what to do) when a
+        topic's message type cannot take the options, and for a bad select list."""
+        if not select and not delta:
+            return None
+        selected = parse_select(select) if select else None
+        shaped: dict[str, Codec] = {}
+        for topic in topics:
+            codec = codecs[topic.name]
+            if codec.name == "binary":
+                if selected is not None:
+                    raise InvalidRequestError(
+                        f"{what} on {topic.name}: binary messages have no fields, so a select "
+                        "list cannot apply; send the request without select"
+                    )
+                continue  # a delta subscription gets binary messages whole
+            if codec.name == "avro" and not text_form:
+                option = "select" if selected is not None else "delta"
+                raise InvalidRequestError(
+                    f"{what} on avro topic {topic.name} with {option}: selected fields and "
+                    "deltas are partial records, which Avro cannot encode; ask for the text "
+                    "form (text_form) to receive them as JSON"
+                )
+            shaped[topic.name] = codec
+        keys = {t.name: _key_paths(t.keys) for t in topics if t.name in shaped}
+        return cls(shaped, keys, selected, delta, no_empties)
+
+    def shapes(self, topic: str) -> bool:
+        """Whether records of ``topic`` are shaped (else they go as they are)."""
+        return topic in self._codecs
+
+    def full(self, topic: str, data: bytes) -> bytes:
+        """A whole record as the subscriber sees it: its selected fields, as JSON text
+        (the text form) when the topic is shaped."""
+        codec = self._codecs[topic]
+        message = codec.decode(data)
+        if self.select is not None:
+            message = self.select.project(message)
+        return codec.text_of(message)
+
+    def update(self, topic: str, held: bytes, data: bytes) -> bytes | None:
+        """A delta subscription's update of a held record: the changed (selected) fields
+        and the Key fields as JSON text, or None when ``no_empties`` suppresses it."""
+        codec = self._codecs[topic]
+        new = codec.decode(data)
+        delta: dict[str, Any] = changed(codec.decode(held), new)
+        if self.select is not None:
+            delta = self.select.project(delta)
+        if self.no_empties and not delta:
+            return None
+        keyed: dict[str, Any] = {}
+        for path in self._keys.get(topic, ()):
+            key = pick(new, path)
+            if key is not None:
+                keyed = overlay(keyed, key)
+        return codec.text_of(overlay(keyed, delta))
+
+
+def _key_paths(keys: Iterable[str]) -> tuple[tuple[str, ...], ...]:
+    return tuple(parse_path(k) for k in keys)
