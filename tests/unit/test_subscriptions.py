@@ -229,6 +229,16 @@ def test_a_range_family_matches_exactly_what_each_filter_matches(op: str) -> Non
         assert {g.text for g in matched} == expected, (value, op)
 
 
+def _apply_deliveries(state: dict[bytes, bytes], deliveries: list[Delivery]) -> None:
+    """A subscriber's copy of the records it holds, after these deliveries."""
+    for delivery in deliveries:
+        if delivery.kind is ChangeKind.PUBLISH:
+            state[delivery.sow_key] = changelog.data_of(delivery.envelope)
+        else:
+            assert delivery.sow_key in state
+            del state[delivery.sow_key]
+
+
 @pytest.mark.parametrize("filter_text", ["/price > 50", "/group = 4 AND /price < 30", ""])
 def test_sow_and_subscribe_state_follows_the_table_under_concurrent_units(
     filter_text: str,
@@ -281,20 +291,12 @@ def test_sow_and_subscribe_state_follows_the_table_under_concurrent_units(
         for subscription, phase in started:
             state = {e.sow_key.encode(): e.data for batch in phase.batches for e in batch}
 
-            def drain(wait_s: float) -> None:
-                for delivery in subscription.take(100_000, wait_s):
-                    if delivery.kind is ChangeKind.PUBLISH:
-                        state[delivery.sow_key] = changelog.data_of(delivery.envelope)
-                    else:
-                        assert delivery.sow_key in state
-                        del state[delivery.sow_key]
-
             # The dispatcher may still be working through the last units (a loaded
             # machine): drain until the state settles, then once more for anything extra.
             deadline = time.monotonic() + 20
             while state != expected and time.monotonic() < deadline:
-                drain(0.05)
-            drain(0.2)
+                _apply_deliveries(state, subscription.take(100_000, 0.05))
+            _apply_deliveries(state, subscription.take(100_000, 0.2))
             assert state == expected
     finally:
         hub.close()
