@@ -30,11 +30,10 @@ def _record_json(record: Any) -> dict[str, Any]:
     data: Any = (
         record.data.decode() if record.message_type == "binary" else orjson.loads(record.data)
     )
-    out: dict[str, Any] = {
-        "sow_key": record.sow_key,
-        "data": data,
-        "position": f"{record.position.topic}/{record.position.partition}/{record.position.offset}",
-    }
+    out: dict[str, Any] = {"sow_key": record.sow_key, "data": data}
+    if record.position.topic:  # aggregated rows come from no single message
+        position = record.position
+        out["position"] = f"{position.topic}/{position.partition}/{position.offset}"
     if record.correlation_id:
         out["correlation_id"] = record.correlation_id
     if record.expiration_ms:
@@ -58,7 +57,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
     with SowClient(_address(args)) as client:
         if args.data is not None:
             replies: Any = [
-                client.publish(args.topic, args.data.encode(), text_form=True, **options)
+                client.publish(
+                    args.topic, args.data.encode(), text_form=True, timeout=args.timeout, **options
+                )
             ]
         else:
             lines = (line.strip().encode() for line in sys.stdin if line.strip())
@@ -152,11 +153,19 @@ def cmd_query(args: argparse.Namespace) -> int:
             projection=args.projection,
             select=args.select,
             wait_for_catch_up=True,
+            timeout=args.timeout,
         ):
             part = reply.WhichOneof("part")
-            if part == "batch":
+            if part == "group_begin" and args.query_id:
+                begin = reply.group_begin
+                snapshot = [_position_json(p) for p in begin.snapshot]
+                _out({"group_begin": {"query_id": begin.query_id, "snapshot": snapshot}})
+            elif part == "batch":
                 for record in reply.batch.records:
-                    _out(_record_json(record))
+                    line = _record_json(record)
+                    if record.topic != args.topic:  # a regular-expression topic
+                        line = {"topic": record.topic, **line}
+                    _out(line)
             elif part == "group_end":
                 end = reply.group_end
                 _out(
@@ -178,12 +187,16 @@ def cmd_delete(args: argparse.Namespace) -> int:
     from processor.service.client import SowClient
 
     with SowClient(_address(args)) as client:
+        timeout = args.timeout
         if args.filter is not None:
-            reply = client.delete(args.topic, filter=args.filter)
+            reply = client.delete(args.topic, timeout=timeout, filter=args.filter)
         elif args.data is not None:
-            reply = client.delete(args.topic, data=args.data.encode(), text_form=True)
+            reply = client.delete(
+                args.topic, timeout=timeout, data=args.data.encode(), text_form=True
+            )
         else:
-            reply = client.delete(args.topic, [k for k in args.sow_keys.split(",") if k])
+            keys = [k for k in args.sow_keys.split(",") if k]
+            reply = client.delete(args.topic, keys, timeout=timeout)
     _out({"records_deleted": reply.records_deleted})
     return 0
 

@@ -25,6 +25,16 @@ def _version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
+def _timeout(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help=f"seconds {what} may take before the command gives up with the timeout exit "
+        "code (default: 60)",
+    )
+
+
 def _common_server(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",
@@ -140,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait-timeout", type=float, default=60.0, help="seconds --wait waits (default: 60)"
     )
     _common_server(publish)
+    _timeout(publish, "a single message (DATA given; a stream from stdin has none)")
 
     query = sub.add_parser(
         "query",
@@ -174,7 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="select list (which fields each record carries), e.g. '[-/,+/id,+/price]'",
     )
-    query.add_argument("--query-id", default="", help="echoed back in group_begin/group_end")
+    query.add_argument(
+        "--query-id",
+        default="",
+        help="echoed back: with it, a group_begin line comes first and group_end carries it",
+    )
     query.add_argument(
         "--min-position",
         action="append",
@@ -183,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait until the SOW reflects this log position (from publish); repeatable",
     )
     _common_server(query)
+    _timeout(query, "the query")
 
     delete = sub.add_parser(
         "delete",
@@ -200,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", help="delete the record this message (JSON; Base64 for binary) would update"
     )
     _common_server(delete)
+    _timeout(delete, "the delete (waiting for it to apply included)")
 
     for name, text in (
         (

@@ -123,6 +123,30 @@ def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
         )
         counts = {r["data"]["symbol"]: r["data"]["orders"] for r in lines[:-1]}  # type: ignore[index]
         assert counts == {"MSFT": 4}
+        assert all("position" not in r for r in lines[:-1])  # a row comes from no one message
+        # --query-id is echoed in a group_begin line; a pattern's results name their topic.
+        tagged = sow("query", "ORD.*S", "--query-id", "q7", "--top-n", "1", *at)
+        assert tagged[0]["group_begin"]["query_id"] == "q7"  # type: ignore[index]
+        assert tagged[1]["topic"] == "ORDERS"
+        assert tagged[-1]["group_end"]["query_id"] == "q7"  # type: ignore[index]
+        hurried = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "processor.cli",
+                "query",
+                "ORDERS",
+                "--timeout",
+                "0.000001",
+                *at,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert hurried.returncode == 6, hurried.stderr  # timeout
+        assert "DEADLINE_EXCEEDED" in hurried.stderr
         assert sow("delete", "ORDERS", "--filter", "/price > 100", *at) == [{"records_deleted": 1}]
         failed = subprocess.run(
             [sys.executable, "-m", "processor.cli", "query", "NOPE", *at],
