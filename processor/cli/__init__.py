@@ -48,6 +48,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         cmd_subscribe,
     )
     from processor.cli.serve import cmd_serve
+    from processor.cli.status import cmd_status
     from processor.config import Settings
     from processor.errors import SowError
 
@@ -64,6 +65,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         "delete": cmd_delete,
         "eval": cmd_eval,
         "check-config": cmd_check_config,
+        "status": cmd_status,
         "subscribe": cmd_subscribe,
         "sow-and-subscribe": cmd_subscribe,
     }

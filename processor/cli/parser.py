@@ -291,6 +291,18 @@ def build_parser() -> argparse.ArgumentParser:
             )
         _common_server(command)
 
+    status = sub.add_parser(
+        "status",
+        help="Print a running server's readiness and figures as a table.",
+        description="Read the metrics endpoint of a running `sow serve --metrics-address` "
+        "and print readiness, records per topic, applied records, dead letters, replica "
+        "staleness, subscriptions and gRPC calls.",
+    )
+    status.add_argument(
+        "--metrics-address",
+        default=None,
+        help="the server's metrics HOST:PORT (default: SOW_METRICS_ADDRESS)",
+    )
     check = sub.add_parser(
         "check-config",
         help="Validate topology files (YAML or AMPS XML) without starting anything.",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -70,7 +72,10 @@ def test_metrics_report_a_publish_and_a_dead_letter_after_they_happen(
 
         deadline = time.monotonic() + 30
         after = _samples(address)
-        while after[("sow_dead_letters_total", ())] < 1 and time.monotonic() < deadline:
+        while (
+            after[("sow_dead_letters_total", ())] < 1
+            or after[("sow_processor_records_total", ())] < 2
+        ) and time.monotonic() < deadline:
             time.sleep(0.2)
             after = _samples(address)
         assert after[("sow_dead_letters_total", ())] == 1
@@ -81,8 +86,31 @@ def test_metrics_report_a_publish_and_a_dead_letter_after_they_happen(
         assert after[("sow_replica_caught_up", ())] == 1
         assert _get(f"http://{address}/readyz") == (200, "ready\n")
         assert _get(f"http://{address}/nope")[0] == 404
+        status = subprocess.run(
+            [sys.executable, "-m", "processor.cli", "status", "--metrics-address", address],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        table = {
+            line.rsplit("  ", 1)[0].strip(): line.rsplit("  ", 1)[1]
+            for line in status.stdout.splitlines()
+        }
+        assert table["ready"] == "yes"
+        assert table["records {topic=ORDERS}"] == "1"
+        assert table["dead letters"] == "1"
     finally:
         app.stop()
+    gone = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "status", "--metrics-address", address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert gone.returncode == 5  # unavailable
+    assert f"no metrics endpoint answered at http://{address}/readyz" in gone.stderr
 
 
 def test_readyz_says_why_a_process_is_not_ready() -> None:

@@ -1,0 +1,66 @@
+"""``sow status``: a running server's health and figures, as a table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import urllib.error
+import urllib.request
+
+from processor.config import Settings
+from processor.errors import BrokerError, SowError
+
+#: Metrics shown, in this order, with their labels as printed.
+SHOWN = {
+    "sow_records": "records",
+    "sow_processor_records_total": "input records applied",
+    "sow_processor_transactions_total": "transactions",
+    "sow_dead_letters_total": "dead letters",
+    "sow_expirations_total": "expirations",
+    "sow_duplicate_publishes_total": "duplicate publishes",
+    "sow_replica_changes_total": "replica changes applied",
+    "sow_replica_staleness_seconds": "replica staleness (s)",
+    "sow_subscriptions": "subscriptions",
+    "sow_subscription_backlog": "subscription backlog",
+    "sow_grpc_requests_total": "gRPC calls",
+}
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print readiness and the main figures from a server's metrics endpoint."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    address = args.metrics_address or Settings.from_env().metrics_address
+    if not address:
+        raise SowError(
+            "no metrics address: pass --metrics-address HOST:PORT (what `sow serve "
+            "--metrics-address` serves) or set SOW_METRICS_ADDRESS"
+        )
+    ready = _get(f"http://{address}/readyz")
+    text = _get(f"http://{address}/metrics")
+    state = "yes" if ready == "ready" else "no: " + ready.removeprefix("not ready: ")
+    rows: list[tuple[str, str]] = [("ready", state)]
+    samples: dict[str, list[tuple[str, float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in SHOWN:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                samples.setdefault(sample.name, []).append((labels, sample.value))
+    for name, label in SHOWN.items():
+        for labels, figure in samples.get(name, []):
+            shown = f"{figure:,.3f}" if name.endswith("_seconds") else f"{figure:,.0f}"
+            rows.append((f"{label} {{{labels}}}" if labels else label, shown))
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        sys.stdout.write(f"{name:<{width}}  {value}\n")
+    return 0
+
+
+def _get(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return str(reply.read().decode()).strip()
+    except urllib.error.HTTPError as error:  # /readyz answers 503 with the reason
+        return str(error.read().decode()).strip()
+    except (urllib.error.URLError, OSError) as exc:
+        raise BrokerError(f"no metrics endpoint answered at {url}: {exc}") from None
