@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import signal
+import stat
 import sys
 import time
 from typing import Any
@@ -53,7 +55,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     published = refused = 0
     vector: dict[tuple[str, int], int] = {}
     last_key = ""
-    progress = _Progress("published")
+    read = [0]  # characters of standard input read so far (the progress bar's measure)
+    progress = _Progress("published", None if args.data is not None else _input_size())
     with SowClient(_address(args)) as client:
         if args.data is not None:
             replies: Any = [
@@ -62,7 +65,14 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 )
             ]
         else:
-            lines = (line.strip().encode() for line in sys.stdin if line.strip())
+
+            def counted(lines: Any) -> Any:
+                for line in lines:
+                    read[0] += len(line)
+                    if line.strip():
+                        yield line.strip().encode()
+
+            lines = counted(sys.stdin)
             replies = client.publish_stream(args.topic, lines, text_form=True, **options)
         for number, reply in enumerate(replies, 1):
             if reply.position is None:
@@ -74,7 +84,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             vector[(p.topic, p.partition)] = p.offset
             last_key = reply.sow_key
             _out({"sow_key": reply.sow_key, "position": f"{p.topic}/{p.partition}/{p.offset}"})
-            progress.tick(published)
+            progress.tick(published, read[0])
         progress.done(published)
         if args.wait and vector:
             positions = [_position_text(t, p, o) for (t, p), o in sorted(vector.items())]
@@ -90,30 +100,50 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 class _Progress:
-    """Progress of long bulk commands on stderr: a line a second after the first second."""
+    """Progress of long bulk commands on stderr, from the first second on: on a terminal
+    one line rewritten in place (with a bar and a percentage when the input's size is
+    known), otherwise a log line a second."""
 
-    def __init__(self, verb: str) -> None:
+    def __init__(self, verb: str, total_bytes: int | None = None) -> None:
         self.verb = verb
+        self.total = total_bytes
         self.started = self.last = time.monotonic()
         self.shown = False
+        self.terminal = sys.stderr.isatty()
 
-    def tick(self, count: int) -> None:
+    def tick(self, count: int, done_bytes: int = 0) -> None:
         if count % 1000:
             return
         now = time.monotonic()
-        if now - self.last >= 1.0:
+        if now - self.last >= (0.2 if self.terminal else 1.0) and now - self.started >= 1.0:
             self.last = now
             self.shown = True
             rate = count / max(now - self.started, 1e-9)
-            sys.stderr.write(f"  {self.verb} {count:,} messages ({rate:,.0f}/s)\n")
+            text = f"  {self.verb} {count:,} messages ({rate:,.0f}/s)"
+            if self.total:
+                share = min(done_bytes / self.total, 1.0)
+                bar = "#" * int(share * 30)
+                text = f"  [{bar:<30}] {share:6.1%}" + text[1:]
+            sys.stderr.write(f"\r{text}\x1b[K" if self.terminal else text + "\n")
+            sys.stderr.flush()
 
     def done(self, count: int) -> None:
         if self.shown:
             elapsed = time.monotonic() - self.started
-            sys.stderr.write(
+            line = (
                 f"  {self.verb} {count:,} messages in {elapsed:.1f}s "
-                f"({count / max(elapsed, 1e-9):,.0f}/s)\n"
+                f"({count / max(elapsed, 1e-9):,.0f}/s)"
             )
+            sys.stderr.write(f"\r{line}\x1b[K\n" if self.terminal else line + "\n")
+
+
+def _input_size() -> int | None:
+    """The size of standard input when it is a regular file (a redirect), else None."""
+    try:
+        status = os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) and status.st_size else None
 
 
 def _position_text(topic: str, partition: int, offset: int) -> str:
