@@ -298,30 +298,35 @@ def start(
                 app._spawn("sow-plain-tail", app.plain_tail.run)
             app.subscriptions = SubscriptionHub(topology, app.replica, engine, plain=app.plain_tail)
             app.health = Health(app.readiness)
-            interceptors = []
             if settings.metrics_address:
-                app.observer = _observer(app)
-                interceptors.append(app.observer.requests)
+                app.observer = _observer(app, requests=True)
+            interceptors = [] if app.observer is None else [app.observer.requests]
             app.grpc_server, app.grpc_address = start_server(
                 engine, gateway, settings.grpc_address, app.subscriptions, app.health, interceptors
             )
             app.health.start()
-            if app.observer is not None:
-                app.observer.serve(settings.metrics_address)
+        if settings.metrics_address:
+            if app.observer is None:
+                app.observer = _observer(app, requests=False)
+            child = app.processor_child
+            if child is not None:  # its figures are served by the child: relay them
+                app.observer.relay(child.metrics)
+            app.observer.serve(settings.metrics_address)
     except BaseException:
         app.stop()
         raise
     return app
 
 
-def _observer(app: Application) -> Observer:
-    """The metrics endpoint of ``app``: its components' figures, read when scraped."""
+def _observer(app: Application, *, requests: bool) -> Observer:
+    """The metrics endpoint of ``app``: its components' figures, read when scraped (and
+    gRPC calls, counted by an interceptor, when it serves gRPC)."""
     from processor.service.metrics import ComponentCollector, Observer
 
     collector = ComponentCollector(
         lambda: app.processor, lambda: app.replica, lambda: app.subscriptions
     )
-    return Observer(app.readiness, collector)
+    return Observer(app.readiness, collector, requests=requests)
 
 
 #: Loggers that warn when a log is shorter than what was read from it before.

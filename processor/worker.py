@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable
 
 from processor.config import Settings
@@ -54,8 +55,12 @@ class ProcessorChild:
             **os.environ,
             **settings.environment(),
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "SOW_METRICS_ADDRESS": "",  # the parent serves this process's endpoint
+            # The child serves its figures on a port of its own, which the parent's
+            # /metrics relays (see ``metrics``).
+            "SOW_METRICS_ADDRESS": "127.0.0.1:0" if settings.metrics_address else "",
         }
+        #: The child's metrics endpoint (from its ready banner; "" before or without).
+        self.metrics_address = ""
         self.ready = threading.Event()
         self._on_exit = on_exit
         self._stopping = threading.Event()
@@ -84,6 +89,8 @@ class ProcessorChild:
             if READY_LINE in line:
                 in_banner = True
                 self.ready.set()
+            if in_banner and "metrics:" in line and "http://" in line:
+                self.metrics_address = line.split("http://", 1)[1].split("/", 1)[0]
             if not in_banner:
                 sys.stderr.write(line)
                 sys.stderr.flush()
@@ -93,6 +100,17 @@ class ProcessorChild:
         if not self._stopping.is_set():
             log.error("the processor (pid %d) exited with code %d", self.process.pid, code)
             self._on_exit(code)
+
+    def metrics(self) -> bytes:
+        """The child's Prometheus text (empty until it is ready, or if it does not
+        answer within a second)."""
+        if not self.metrics_address:
+            return b""
+        try:
+            with urllib.request.urlopen(f"http://{self.metrics_address}/metrics", timeout=1) as r:
+                return bytes(r.read())
+        except OSError:
+            return b""
 
     def stop(self, grace_s: float = 30.0) -> None:
         """Stop the child (SIGTERM, then SIGKILL after ``grace_s``); idempotent."""

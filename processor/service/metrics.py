@@ -10,8 +10,8 @@
 * ``/readyz``: 200 when the readiness check passes, else 503 with the reason (the same
   check the grpc.health.v1 service reports).
 
-Figures of a processor running in a child process (``sow serve``) are not in its
-parent's ``/metrics``; the figures are those of the components in this process.
+A process relays the figures of its processor child (``sow serve``), which serves its
+own endpoint on a loopback port (:meth:`Observer.relay`).
 """
 
 from __future__ import annotations
@@ -182,13 +182,26 @@ def _method(full: str) -> str:
 class Observer:
     """The registry, the request interceptor and the HTTP endpoint of one process."""
 
-    def __init__(self, readiness: Callable[[], str | None], collector: Collector) -> None:
+    def __init__(
+        self, readiness: Callable[[], str | None], collector: Collector, *, requests: bool = True
+    ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(collector)
-        self.requests = RequestMetrics(self.registry)
+        #: The gRPC interceptor (None for a process that serves no gRPC).
+        self.requests = RequestMetrics(self.registry) if requests else None
         self._readiness = readiness
+        self._relayed: list[Callable[[], bytes]] = []
         self._server: ThreadingHTTPServer | None = None
         self.address = ""
+
+    def relay(self, fetch: Callable[[], bytes]) -> None:
+        """Append another process's metrics (Prometheus text; empty when it has none
+        or does not answer) to every scrape: ``sow serve``'s processor child."""
+        self._relayed.append(fetch)
+
+    def exposition(self) -> bytes:
+        """What /metrics answers."""
+        return generate_latest(self.registry) + b"".join(fetch() for fetch in self._relayed)
 
     def serve(self, address: str) -> str:
         """Serve HTTP on ``host:port`` (port 0: any free one); return the bound address."""
@@ -199,7 +212,7 @@ class Observer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._send(200, generate_latest(observer.registry), CONTENT_TYPE_LATEST)
+                    self._send(200, observer.exposition(), CONTENT_TYPE_LATEST)
                 elif path == "/healthz":
                     self._send(200, b"ok\n")
                 elif path == "/readyz":

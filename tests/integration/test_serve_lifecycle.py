@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 READY = "stop with Ctrl-C"
 #: Lines a normal start, restart or stop must not print.
@@ -125,3 +127,38 @@ def test_a_taken_port_or_state_directory_is_refused_at_once_in_one_line(
             assert f"process {first.pid}" in second.stderr
     finally:
         _interrupt(first)
+
+
+def test_sow_serve_metrics_include_its_processor_child(workdir: Path) -> None:
+    server = _serve(workdir, "--metrics-address", "127.0.0.1:0")
+    try:
+        lines = _until_ready(server)
+        grpc_address = next(line.split()[1] for line in lines if "gRPC:" in line)
+        metrics = next(
+            line.split("http://")[1].split("/")[0] for line in lines if "metrics:" in line
+        )
+        subprocess.run(
+            [sys.executable, "-m", "processor.cli", "publish", "ORDERS", '{"orderId": 1}'],
+            env={**_env(), "SOW_GRPC_ADDRESS": grpc_address},
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as reply:
+                text = reply.read().decode()
+            figures = {
+                sample.name: sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if not sample.labels
+            }
+            if figures.get("sow_processor_records_total", 0) >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert figures["sow_processor_records_total"] == 1  # from the processor child
+        assert figures["sow_processor_ready"] == 1
+        assert figures["sow_replica_caught_up"] == 1  # from the parent
+    finally:
+        _interrupt(server)
