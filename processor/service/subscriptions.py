@@ -133,6 +133,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             self._open_sow_and_subscribe,
             self._status_for,
             self._changes,
+            lambda subscription, request: self._hub.replace(subscription, _request(request)),
         )
         try:
             context.add_callback(session.close)
