@@ -46,9 +46,10 @@ MAX_SESSION_SUBSCRIPTIONS = 10_000
 #: (subscription, opening messages); raises SowError when the hub refuses it.
 Opener = Callable[[Any, SharedSender], tuple[Subscription, list[Any]]]
 
-#: Replaces a live subscription's request in place: (subscription, request); raises
-#: SowError, changing nothing, when the hub refuses it.
-Replacer = Callable[[Subscription, Any], None]
+#: Replaces a live subscription's request in place: (subscription, request, whether
+#: the command is a sow_and_subscribe); raises SowError, changing nothing, when the hub
+#: refuses it.
+Replacer = Callable[[Subscription, Any, bool], None]
 
 
 class Session:
@@ -164,7 +165,7 @@ class Session:
             return
         subscription = entry[0]
         try:
-            self._replace_with(subscription, request)
+            self._replace_with(subscription, request, kind == "sow_and_subscribe")
         except errors.SowError as exc:
             with self.ready:
                 if self._active.get(sub_id, (None,))[0] is subscription:

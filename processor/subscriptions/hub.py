@@ -321,13 +321,15 @@ class SubscriptionHub:
             ConflatingQueue(interval, key_of, self._clock).attach(subscription)
         return subscription
 
-    def replace(self, subscription: Subscription, request: SubscribeRequest) -> None:
+    def replace(
+        self, subscription: Subscription, request: SubscribeRequest, *, with_query: bool
+    ) -> None:
         """Replace a live subscription's filter and options in place (spec 3.12; the
         rules: :mod:`processor.subscriptions.replacing`). For a sow_and_subscribe the
         query is re-run: records newly in scope are delivered, held ones that left get
         OOFs (``oof``), with no gap and no duplicate; a subscribe's new filter applies
-        from the next change on. Raises a SowError, changing nothing, when refused."""
-        with_query = subscription.with_query
+        from the next change on. ``with_query``: the replacing command is a
+        sow_and_subscribe. Raises a SowError, changing nothing, when refused."""
         check_replace(subscription, request, with_query)
         topics, expression = self._validate(request, with_query=with_query, replacing=True)
         if all(isinstance(t, PlainTopic) for t in topics):

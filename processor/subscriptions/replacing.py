@@ -59,7 +59,7 @@ def check_replace(subscription: Subscription, request: SubscribeRequest, with_qu
             detail = f"restate {', '.join(missing)} (pagination options must be repeated)"
         else:
             detail = "a subscription cannot become paginated by replace; sow_and_subscribe anew"
-        raise InvalidRequestError(f"replace of paginated subscription {name!r}: {detail}")
+        raise InvalidRequestError(f"replace of subscription {name!r}: {detail}")
     if is_paginated(old):
         if old.order_by.strip() and not request.order_by.strip():
             raise InvalidRequestError(
