@@ -35,7 +35,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from processor import changelog
-from processor.errors import InvalidRequestError
+from processor.errors import InvalidRequestError, ParseError
 from processor.expr import field_getter
 from processor.expr.parser import parse_grouping
 from processor.messages import Codec
@@ -84,7 +84,13 @@ def key_function(request: SubscribeRequest, codecs: dict[str, Codec]) -> KeyOf:
             "notifications are per record; leave conflation_key empty (the SowKey) or "
             "drop oof"
         )
-    getters = [field_getter(i.steps) for i in parse_grouping(text)]
+    try:
+        fields = parse_grouping(text)
+    except ParseError as exc:
+        raise InvalidRequestError(
+            f"conflation_key {text!r} is not a list of fields like [/a,/b]: {exc}"
+        ) from exc
+    getters = [field_getter(i.steps) for i in fields]
 
     def key_of(delivery: Delivery) -> Hashable:
         try:
