@@ -388,11 +388,13 @@ class SubscriptionHub:
             if subscription.number not in self._subscriptions:
                 return  # unsubscribed meanwhile
             self._forget(subscription)
-            subscription.reset(request, unheld)
             if isinstance(subscription, PaginatedSubscription):
                 subscription.reconfigure(request, check_pagination(request, with_query=True))
             if marker.rows is not None:
+                # Under the options it had: oof or no_empties given by the replace apply
+                # to the changes after it (spec 3.9).
                 subscription.rebase(marker.vector, marker.rows, marker.gone)
+            subscription.reset(request, unheld)
             self._file(subscription, marker.topics, request.filter, marker.expression)
 
     def unsubscribe(self, subscription: Subscription) -> None:

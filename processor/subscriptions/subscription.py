@@ -295,7 +295,8 @@ class Subscription:
     def reset(self, request: SubscribeRequest, unheld_topics: frozenset[str]) -> None:
         """Take a replacing request (the hub calls this with the subscription out of its
         filter groups, on the dispatcher's thread at the replace's place in the change
-        stream): its filter and options apply from the next change on."""
+        stream, after :meth:`rebase`): its filter and options apply from the next change
+        on."""
         with self._ready:
             self.request = request
             self.max_backlog = request.max_backlog or self.max_backlog
@@ -303,7 +304,8 @@ class Subscription:
             self.tracks_focus = request.oof or self.with_query or request.no_empties
 
     def rebase(self, vector: StartVector, rows: list[Row], gone: set[tuple[str, bytes]]) -> None:
-        """Re-run a sow_and_subscribe's query after :meth:`reset` (spec 3.12): ``rows``
+        """Re-run a sow_and_subscribe's query for a replace, under the options it had
+        (spec 3.12; :meth:`reset` follows): ``rows``
         are the records matching the new filter at ``vector``; ``gone`` the held records
         that no longer existed there. Queues an OOF (``oof``: reason ``deleted`` for a
         gone record, else ``match``) or, for a gone record without ``oof``, a delete, for

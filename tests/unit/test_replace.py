@@ -89,6 +89,23 @@ def test_sow_and_subscribe_replace_sends_new_records_and_oofs_the_ones_that_left
     ]
 
 
+def test_oof_added_by_a_replace_applies_to_later_changes_only(
+    hub: tuple[SubscriptionHub, Feed, QueryEngine],
+) -> None:
+    subscriptions, feed, _ = hub
+    for key, price in [(1, 60), (2, 70)]:
+        feed.put(f"k{key}", {"id": key, "price": price})
+    request = SubscribeRequest("QUOTES", filter="/price > 50", sub_id="a")
+    subscription, _ = subscriptions.sow_and_subscribe(request)
+    subscriptions.replace(
+        subscription,
+        replace(request, filter="/price > 65", oof=True, replace=True),
+        with_query=True,
+    )
+    feed.put("k2", {"id": 2, "price": 10})
+    assert _summary(_settle(subscription)) == [("oof", 2, "match")]  # none for id 1
+
+
 def test_a_replace_under_a_stream_of_changes_has_no_gap_and_no_duplicate(
     hub: tuple[SubscriptionHub, Feed, QueryEngine],
 ) -> None:
