@@ -21,6 +21,13 @@ holds their input positions too. A sow_and_subscribe has no records to return fo
 and a subscription to plain topics only holds no records (no OOF, no deletes: a message
 that does not match is simply not delivered).
 
+Subscription features: a sow_and_subscribe with ``top_n`` and ``skip_n`` gets a
+:class:`~processor.subscriptions.window.PaginatedSubscription` (a live window); a
+``conflation`` interval puts a :class:`~processor.subscriptions.conflation.
+ConflatingQueue` between a subscription and its sender (one clock thread per hub);
+:meth:`SubscriptionHub.replace` changes a live subscription in place through a marker in
+the dispatcher's queue (:mod:`processor.subscriptions.replacing`).
+
 Thread-safety: every public method may be called from any thread.
 """
 

@@ -17,6 +17,11 @@ changes before it are the query result's (or happened before the subscribe) and 
 skipped. Until :meth:`start` is called, offered changes are buffered, so it may be
 registered with the dispatcher before the position it starts at is known.
 
+A replace (spec 3.12) moves a subscription to another request in place: :meth:`rebase`
+compares a re-run query's rows with what it holds, :meth:`reset` takes the new options.
+Subclasses decide differently (:mod:`processor.subscriptions.window`); a different send
+queue may stand in for the deque (:mod:`processor.subscriptions.conflation`).
+
 Thread-safety: ``offer``, ``start`` and ``close`` may run on any thread (the dispatcher,
 the request's thread); ``take`` is for the one thread sending to the subscriber.
 """
