@@ -4,7 +4,10 @@ An AMPS client connection carries many subscriptions; one gRPC stream per subscr
 costs the service a worker thread each (see :mod:`processor.service.subscriptions`), so
 a client with thousands of subscriptions opens a ``Session`` instead: it sends
 subscribe, sow_and_subscribe and unsubscribe commands, and gets every subscription's
-messages on the one stream, each tagged with its ``sub_id``.
+messages on the one stream, each tagged with its ``sub_id``. A subscribe or
+sow_and_subscribe command with ``replace`` changes the live subscription of its
+``sub_id`` in place (spec 3.12, :mod:`processor.subscriptions.replacing`); a refused
+replace ends that subscription with the reason.
 
 Threads: the gRPC worker of the stream sends; a reader thread takes the client's
 commands and registers subscriptions with the hub. All the session's subscriptions share
@@ -43,6 +46,11 @@ MAX_SESSION_SUBSCRIPTIONS = 10_000
 #: (subscription, opening messages); raises SowError when the hub refuses it.
 Opener = Callable[[Any, SharedSender], tuple[Subscription, list[Any]]]
 
+#: Replaces a live subscription's request in place: (subscription, request, whether
+#: the command is a sow_and_subscribe); raises SowError, changing nothing, when the hub
+#: refuses it.
+Replacer = Callable[[Subscription, Any, bool], None]
+
 
 class Session:
     """The subscriptions of one Session stream and what waits to be sent to it."""
@@ -54,8 +62,10 @@ class Session:
         sow_and_subscribe: Opener,
         status_for: Callable[[errors.SowError], grpc.StatusCode],
         changes: Callable[[Subscription, Any, list[Any]], Any],
+        replace: Replacer | None = None,
     ) -> None:
         self._hub = hub
+        self._replace_with = replace
         self._openers = {"subscribe": subscribe, "sow_and_subscribe": sow_and_subscribe}
         self._status_for = status_for
         self._changes = changes
@@ -98,6 +108,9 @@ class Session:
             return
         request = getattr(command, kind)
         sub_id = request.sub_id
+        if request.replace:
+            self._replace(kind, request)
+            return
         with self.ready:
             refusal = None
             if not sub_id:
@@ -134,6 +147,41 @@ class Session:
                 self.ready.notify()
         if closed:
             self._hub.unsubscribe(subscription)
+
+    def _replace(self, kind: str, request: Any) -> None:
+        """Replace the live subscription ``request.sub_id`` (spec 3.12). Refused (unknown
+        sub_id, an option that may not change, a bad filter): the subscription is ended
+        with the reason, as its ``ended`` message says."""
+        sub_id = request.sub_id
+        with self.ready:
+            entry = self._active.get(sub_id)
+        if entry is None or self._replace_with is None:
+            self._end(
+                sub_id,
+                "NOT_FOUND",
+                f"replace: no live subscription {sub_id!r} in this session to replace; send "
+                f"{kind} without replace to place it",
+            )
+            return
+        subscription = entry[0]
+        try:
+            self._replace_with(subscription, request, kind == "sow_and_subscribe")
+        except errors.SowError as exc:
+            with self.ready:
+                if self._active.get(sub_id, (None,))[0] is subscription:
+                    del self._active[sub_id]
+                    self._names.discard(sub_id)
+                    self._ids.pop(subscription.number, None)
+            self._hub.unsubscribe(subscription)
+            self._end(
+                sub_id,
+                self._status_for(exc).name,
+                f"replace refused, subscription ended: {exc}",
+            )
+            return
+        with self.ready:
+            if self._active.get(sub_id, (None,))[0] is subscription:
+                self._active[sub_id] = (subscription, request)
 
     def _unsubscribe(self, sub_id: str) -> None:
         with self.ready:

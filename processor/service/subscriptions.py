@@ -171,6 +171,9 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             self._open_sow_and_subscribe,
             self._status_for,
             self._changes,
+            lambda subscription, request, with_query: self._hub.replace(
+                subscription, _request(request), with_query=with_query
+            ),
         )
         try:
             context.add_callback(session.close)

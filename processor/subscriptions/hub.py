@@ -21,6 +21,13 @@ holds their input positions too. A sow_and_subscribe has no records to return fo
 and a subscription to plain topics only holds no records (no OOF, no deletes: a message
 that does not match is simply not delivered).
 
+Subscription features: a sow_and_subscribe with ``top_n`` and ``skip_n`` gets a
+:class:`~processor.subscriptions.window.PaginatedSubscription` (a live window); a
+``conflation`` interval puts a :class:`~processor.subscriptions.conflation.
+ConflatingQueue` between a subscription and its sender (one clock thread per hub);
+:meth:`SubscriptionHub.replace` changes a live subscription in place through a marker in
+the dispatcher's queue (:mod:`processor.subscriptions.replacing`).
+
 Thread-safety: every public method may be called from any thread.
 """
 
@@ -43,6 +50,7 @@ from processor.errors import (
     UnsupportedError,
 )
 from processor.expr import Expression, MessageContext
+from processor.keys import partition_for
 from processor.messages import Codec, codec_for
 from processor.query.events import ChangeEvent, ListenerHandle
 from processor.query.plain_tail import PlainTail
@@ -50,7 +58,13 @@ from processor.query.replica import LogPosition, Replica
 from processor.query.sow import DEFAULT_TIMEOUT_S, QueryEngine, QueryStats, SowQuery, memo_fields
 from processor.query.sow import select as select_records
 from processor.query.table import SowTable
-from processor.query.topics import resolve_subscribed_topics
+from processor.query.topics import is_pattern, resolve_subscribed_topics
+from processor.subscriptions.conflation import (
+    ConflatingQueue,
+    ConflationClock,
+    check_conflation,
+    key_function,
+)
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
 from processor.subscriptions.model import (
     DEFAULT_MAX_BACKLOG,
@@ -59,7 +73,14 @@ from processor.subscriptions.model import (
     Delivery,
     SubscribeRequest,
 )
-from processor.subscriptions.subscription import Offer, SharedSender, Subscription
+from processor.subscriptions.replacing import ReplaceMarker, check_replace
+from processor.subscriptions.subscription import Offer, Row, SharedSender, Subscription
+from processor.subscriptions.window import (
+    PaginatedSubscription,
+    check_pagination,
+    check_window_filter,
+    is_paginated,
+)
 from processor.topology.model import PlainTopic, SowTopic, Topology
 
 log = logging.getLogger(__name__)
@@ -109,7 +130,8 @@ class SubscriptionHub:
         self._indexes: dict[str, TopicIndex] = {}
         self._codecs: dict[str, Codec] = {t.name: codec_for(t) for t in topology.every_topic()}
         self._subscriptions: dict[int, list[tuple[TopicIndex, FilterGroup]]] = {}
-        self._units: collections.deque[Sequence[ChangeEvent]] = collections.deque()
+        self._units: collections.deque[Sequence[ChangeEvent] | ReplaceMarker] = collections.deque()
+        self._clock = ConflationClock()
         self._arrived = threading.Condition(threading.Lock())
         self._stop = threading.Event()
         self._inline = inline
@@ -134,6 +156,7 @@ class SubscriptionHub:
             self._arrived.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._clock.close()
         with self._lock:
             subscriptions = {
                 number: subscription
@@ -169,8 +192,8 @@ class SubscriptionHub:
         """Register a live subscription: every matching change applied from now on.
         ``sender``: one sender serving this subscription among others (a session;
         default: a sender of its own)."""
-        topics, expression = self._validate(request)
-        subscription = _subscription(request, topics, with_query=False, sender=sender)
+        topics, expression = self._validate(request, with_query=False)
+        subscription = self._subscription(request, topics, with_query=False, sender=sender)
 
         def register(_: list[SowTable]) -> None:
             self._register(subscription, topics, request.filter, expression)
@@ -185,15 +208,19 @@ class SubscriptionHub:
         """Query the SOW and subscribe at the same position: the result, then (through
         the subscription) every later matching change, with no gap and no duplicate.
         ``sender`` as for :meth:`subscribe`."""
-        topics, expression = self._validate(request)
+        topics, expression = self._validate(request, with_query=True)
         if all(isinstance(t, PlainTopic) for t in topics):
             return self._subscribe_without_sow(request, topics, expression, sender)
+        paginated = is_paginated(request)
         prepared = self.engine.prepare(
             SowQuery(
                 topic=request.topic,
                 filter=request.filter,
                 batch_size=request.batch_size,
                 query_id=request.query_id,
+                # Paginated: every matching record (the subscription orders them).
+                top_n=0 if paginated else request.top_n,
+                order_by="" if paginated else request.order_by,
             )
         )
         started = time.perf_counter()
@@ -201,7 +228,7 @@ class SubscriptionHub:
         if fields:
             for topic in prepared.topics:
                 self.replica.build_memo_indexes(topic, fields)
-        subscription = _subscription(request, topics, with_query=True, sender=sender)
+        subscription = self._subscription(request, topics, with_query=True, sender=sender)
 
         def query_and_register(tables: list[SowTable]) -> Any:
             selection = select_records(prepared, tables)
@@ -220,6 +247,8 @@ class SubscriptionHub:
                 for (topic, raw), e in zip(selection.rows, envelopes, strict=True)
             ),
         )
+        if isinstance(subscription, PaginatedSubscription):
+            envelopes = [changelog.decode(raw) for raw in subscription.initial]
         size = prepared.batch_size
         stats = QueryStats(
             topic_matches=selection.examined,
@@ -241,7 +270,7 @@ class SubscriptionHub:
         """sow_and_subscribe on plain topics only: an empty query result at the tail's
         position, then the live messages."""
         started = time.perf_counter()
-        subscription = _subscription(request, topics, with_query=True, sender=sender)
+        subscription = self._subscription(request, topics, with_query=True, sender=sender)
 
         def register(_: list[SowTable]) -> None:
             self._register(subscription, topics, request.filter, expression)
@@ -274,14 +303,135 @@ class SubscriptionHub:
         result, vector = self.replica.read(sow, read_both)
         return result, vector + plain_vector
 
+    def _subscription(
+        self,
+        request: SubscribeRequest,
+        topics: Sequence[SowTopic],
+        *,
+        with_query: bool,
+        sender: SharedSender | None,
+    ) -> Subscription:
+        """A subscription for ``request`` (validated): paginated, conflated or plain."""
+        if all(isinstance(t, PlainTopic) for t in topics):
+            with_query = False
+        request, unheld = _held(request, topics)
+        max_backlog = request.max_backlog or DEFAULT_MAX_BACKLOG
+        subscription: Subscription
+        if with_query and is_paginated(request):
+            subscription = PaginatedSubscription(
+                request,
+                codec=self._codecs[request.topic],
+                order=check_pagination(request, with_query=True),
+                max_backlog=max_backlog,
+                sender=sender,
+            )
+        else:
+            subscription = Subscription(
+                request,
+                with_query=with_query,
+                max_backlog=max_backlog,
+                unheld_topics=unheld,
+                sender=sender,
+            )
+        interval = check_conflation(request, self._codecs)
+        if interval is not None:
+            key_of = key_function(request, self._codecs)
+            ConflatingQueue(interval, key_of, self._clock).attach(subscription)
+        return subscription
+
+    def replace(
+        self, subscription: Subscription, request: SubscribeRequest, *, with_query: bool
+    ) -> None:
+        """Replace a live subscription's filter and options in place (spec 3.12; the
+        rules: :mod:`processor.subscriptions.replacing`). For a sow_and_subscribe the
+        query is re-run: records newly in scope are delivered, held ones that left get
+        OOFs (``oof``), with no gap and no duplicate; a subscribe's new filter applies
+        from the next change on. ``with_query``: the replacing command is a
+        sow_and_subscribe. Raises a SowError, changing nothing, when refused."""
+        check_replace(subscription, request, with_query)
+        topics, expression = self._validate(request, with_query=with_query, replacing=True)
+        if all(isinstance(t, PlainTopic) for t in topics):
+            with_query = False
+        if self._inline:
+            raise UnsupportedError("replace is not supported by a hub that matches inline")
+        prepared = None
+        if with_query:
+            prepared = self.engine.prepare(
+                SowQuery(topic=request.topic, filter=request.filter, query_id=request.query_id)
+            )
+            fields = memo_fields(prepared)
+            if fields:
+                for topic in prepared.topics:
+                    self.replica.build_memo_indexes(topic, fields)
+        held_topics = {key[0] for key in subscription.focus_keys()}
+        before = resolve_subscribed_topics(self.topology, subscription.request.topic)
+        read_topics = list({t.name: t for t in [*topics, *before]}.values())
+        marker = ReplaceMarker(subscription, request, topics, expression)
+
+        def read_and_mark(tables: list[SowTable]) -> None:
+            rows: list[Row] | None = None
+            if prepared is not None:
+                by_name = {t.topic.name: t for t in tables}
+                chosen = select_records(prepared, [by_name[t.name] for t in prepared.topics])
+                rows = [
+                    (topic, key, raw, _row_position(by_name[topic].topic, key))
+                    for topic, raw in chosen.rows
+                    for key in (changelog.decode(raw).sow_key.encode(),)
+                ]
+            existing = {t.topic.name: t.envelopes for t in tables if t.topic.name in held_topics}
+            marker.rows = rows
+            marker.gone = {
+                key
+                for key in subscription.focus_keys()
+                if key[0] in existing and key[1] not in existing[key[0]]
+            }
+            with self._arrived:
+                self._units.append(marker)
+                self._arrived.notify()
+
+        try:
+            _, vector = self._read(read_topics, read_and_mark)
+            marker.vector = _start_vector(vector)
+        finally:
+            marker.placed.set()
+
+    def _apply_replace(self, marker: ReplaceMarker) -> None:
+        """Move a subscription to its new filter at the replace's place in the stream."""
+        subscription = marker.subscription
+        request, unheld = _held(marker.request, marker.topics)
+        marker.placed.wait()
+        if marker.vector is None:
+            return  # the read failed: nothing was replaced
+        with self._lock:
+            if subscription.number not in self._subscriptions:
+                return  # unsubscribed meanwhile
+            self._forget(subscription)
+            if isinstance(subscription, PaginatedSubscription):
+                subscription.reconfigure(request, check_pagination(request, with_query=True))
+            if marker.rows is not None:
+                # Under the options it had: oof or no_empties given by the replace apply
+                # to the changes after it (spec 3.9).
+                subscription.rebase(marker.vector, marker.rows, marker.gone)
+            subscription.reset(request, unheld)
+            self._file(subscription, marker.topics, request.filter, marker.expression)
+
     def unsubscribe(self, subscription: Subscription) -> None:
         """Close a subscription and forget it (idempotent)."""
         subscription.close()
         with self._lock:
             self._forget(subscription)
 
-    def _validate(self, request: SubscribeRequest) -> tuple[list[SowTopic], Expression | None]:
+    def _validate(
+        self, request: SubscribeRequest, *, with_query: bool, replacing: bool = False
+    ) -> tuple[list[SowTopic], Expression | None]:
         _refuse_unbuilt(request)
+        if request.replace and not replacing:
+            raise InvalidRequestError(
+                "replace=true replaces a live subscription of a Session: send it as a "
+                "session command with that subscription's sub_id"
+            )
+        check_pagination(request, with_query=with_query)
+        check_conflation(request, self._codecs)
         topics = resolve_subscribed_topics(self.topology, request.topic)
         if request.max_backlog < 0 or request.max_backlog > MAX_MAX_BACKLOG:
             raise InvalidRequestError(
@@ -290,6 +440,13 @@ class SubscriptionHub:
             )
         expression = self._compiled(topics, request.filter)
         plain = [t.name for t in topics if isinstance(t, PlainTopic)]
+        if is_paginated(request):
+            if (is_pattern(request.topic) and request.topic not in self.topology.topics) or plain:
+                raise InvalidRequestError(
+                    f"a paginated subscription reads one literal SOW topic; {request.topic!r} "
+                    "is a regular expression or a topic without a SOW"
+                )
+            check_window_filter(request, expression)
         if plain and self.plain is None:
             raise InvalidRequestError(
                 f"topics {', '.join(plain)} have no SOW and this query service does not "
@@ -311,7 +468,7 @@ class SubscriptionHub:
                 f"{self.replica.catch_up_status()}; subscribe again shortly"
             )
         with self._lock:
-            if len(self._subscriptions) >= self.max_subscriptions:
+            if not replacing and len(self._subscriptions) >= self.max_subscriptions:
                 raise TooManySubscriptionsError(
                     f"this query service already serves {self.max_subscriptions} "
                     "subscriptions; subscribe to another query-service replica or retry later"
@@ -344,15 +501,25 @@ class SubscriptionHub:
         expression: Expression | None,
     ) -> None:
         """File a subscription under its topics' filter groups (under the replica's lock)."""
+        with self._lock:
+            self._file(subscription, topics, text, expression)
+
+    def _file(
+        self,
+        subscription: Subscription,
+        topics: list[SowTopic],
+        text: str,
+        expression: Expression | None,
+    ) -> None:
+        """:meth:`_register` with the hub's lock held."""
         key = text.strip()
         entries = []
-        with self._lock:
-            for topic in topics:
-                index = self._indexes.setdefault(topic.name, TopicIndex())
-                group = index.group(key, lambda: expression)
-                index.subscribe(group, subscription)
-                entries.append((index, group))
-            self._subscriptions[subscription.number] = entries
+        for topic in topics:
+            index = self._indexes.setdefault(topic.name, TopicIndex())
+            group = index.group(key, lambda: expression)
+            index.subscribe(group, subscription)
+            entries.append((index, group))
+        self._subscriptions[subscription.number] = entries
 
     def _forget(self, subscription: Subscription) -> None:
         """Remove a subscription from its groups (hub lock held)."""
@@ -385,7 +552,10 @@ class SubscriptionHub:
                 units.clear()
             for events in taken:
                 try:
-                    self._dispatch(events)
+                    if isinstance(events, ReplaceMarker):
+                        self._apply_replace(events)
+                    else:
+                        self._dispatch(events)
                 except Exception:
                     log.exception("dispatching a change to subscriptions failed")
 
@@ -464,15 +634,7 @@ class SubscriptionHub:
 
 
 #: Subscription options whose feature is still being built: refused, never ignored.
-_UNBUILT = (
-    "top_n",
-    "skip_n",
-    "order_by",
-    "replace",
-    "conflation",
-    "conflation_key",
-    "bookmark",
-)
+_UNBUILT = ("bookmark",)
 
 
 def _refuse_unbuilt(request: SubscribeRequest) -> None:
@@ -496,25 +658,22 @@ def _context(envelope: bytes | None) -> MessageContext | None:
     return None if envelope is None else changelog.decode(envelope).context()
 
 
-def _subscription(
-    request: SubscribeRequest,
-    topics: Sequence[SowTopic],
-    *,
-    with_query: bool,
-    sender: SharedSender | None = None,
-) -> Subscription:
-    """A subscription for ``request``; one to plain topics only holds no records, so it
-    gets neither OOF notifications nor deletes (a plain topic's messages are not records
-    that change); one to both kinds holds only the SOW topics' records."""
+def _held(
+    request: SubscribeRequest, topics: Sequence[SowTopic]
+) -> tuple[SubscribeRequest, frozenset[str]]:
+    """A subscription to plain topics only holds no records, so it gets neither OOF
+    notifications nor deletes (a plain topic's messages are not records that change);
+    one to both kinds holds only the SOW topics' records: (the request as served, the
+    topics whose records it does not hold)."""
     if all(isinstance(t, PlainTopic) for t in topics):
-        request, with_query = replace(request, oof=False, no_empties=False), False
-    return Subscription(
-        request,
-        with_query=with_query,
-        max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG,
-        unheld_topics=frozenset(t.name for t in topics if isinstance(t, PlainTopic)),
-        sender=sender,
-    )
+        request = replace(request, oof=False, no_empties=False)
+    return request, frozenset(t.name for t in topics if isinstance(t, PlainTopic))
+
+
+def _row_position(topic: SowTopic, sow_key: bytes) -> tuple[str, int, int]:
+    """The position reported with a record of a re-run query: its changelog partition
+    (offset -1: the record as of the replace, not one change)."""
+    return (topic.changelog_topic, partition_for(sow_key, topic.partitions), -1)
 
 
 def _start_vector(vector: list[LogPosition]) -> dict[tuple[str, int], int]:

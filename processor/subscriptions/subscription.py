@@ -18,6 +18,11 @@ changes before it are the query result's (or happened before the subscribe) and 
 skipped. Until :meth:`start` is called, offered changes are buffered, so it may be
 registered with the dispatcher before the position it starts at is known.
 
+A replace (spec 3.12) moves a subscription to another request in place: :meth:`rebase`
+compares a re-run query's rows with what it holds, :meth:`reset` takes the new options.
+Subclasses decide differently (:mod:`processor.subscriptions.window`); a different send
+queue may stand in for the deque (:mod:`processor.subscriptions.conflation`).
+
 Thread-safety: ``offer``, ``start`` and ``close`` may run on any thread (the dispatcher,
 the request's thread); ``take`` is for the one thread sending to the subscriber.
 """
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 
 from processor import changelog
 from processor.errors import SlowConsumerError, SowError
-from processor.query.events import ChangeEvent, ChangeReason
+from processor.query.events import ChangeEvent, ChangelogPosition, ChangeReason
 from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
 
 #: (changelog topic, partition) -> next offset: where a subscription starts.
@@ -45,6 +50,9 @@ _numbers = itertools.count(1)
 #: One change offered to a subscription: the change, and its publish delivery when the
 #: change's new state matches the filter (None: it does not, or the record is gone).
 Offer = tuple[ChangeEvent, "Delivery | None"]
+
+#: A record of a query result: (topic, SowKey, envelope, the position to report with it).
+Row = tuple[str, bytes, bytes, ChangelogPosition]
 
 
 def _condition() -> threading.Condition:
@@ -202,16 +210,34 @@ class Subscription:
             if delivery is None:
                 continue
             if len(queue) >= self.max_backlog:
-                behind = len(queue) + 1
-                self.closed = SlowConsumerError(
-                    f"slow consumer: {behind} messages behind (the subscription's backlog "
-                    f"limit is {self.max_backlog}); subscription {self.request.sub_id!r} on "
-                    f"{self.request.topic!r} is closed: read faster, raise max_backlog, or "
-                    "sow_and_subscribe again to resynchronise"
-                )
-                queue.clear()
-                self.focus.clear()
-                self._wake()
+                self._overflow(len(queue) + 1)
+                return True
+            queue.append(delivery)
+        if len(queue) != before:
+            self._wake(before == 0)
+        return False
+
+    def _overflow(self, behind: int) -> None:
+        """Close as a slow consumer ``behind`` messages behind (lock held); the caller
+        runs the close callbacks once the lock is released."""
+        self.closed = SlowConsumerError(
+            f"slow consumer: {behind} messages behind (the subscription's backlog "
+            f"limit is {self.max_backlog}); subscription {self.request.sub_id!r} on "
+            f"{self.request.topic!r} is closed: read faster, raise max_backlog, or "
+            "sow_and_subscribe again to resynchronise"
+        )
+        self._queue.clear()
+        self.focus.clear()
+        self._wake()
+
+    def _queue_all(self, deliveries: Iterable[Delivery]) -> bool:
+        """Queue deliveries (lock held), waking the sender; True when the queue
+        overflowed and the subscription closed."""
+        queue = self._queue
+        before = len(queue)
+        for delivery in deliveries:
+            if len(queue) >= self.max_backlog:
+                self._overflow(len(queue) + 1)
                 return True
             queue.append(delivery)
         if len(queue) != before:
@@ -266,6 +292,88 @@ class Subscription:
                 OofReason.MATCH,
                 new,
             )
+        return None
+
+    # -- replace (spec 3.12) ---------------------------------------------------------------
+
+    def focus_keys(self) -> list[tuple[str, bytes]]:
+        """The records in focus now (a copy)."""
+        with self._ready:
+            return list(self.focus)
+
+    def reset(self, request: SubscribeRequest, unheld_topics: frozenset[str]) -> None:
+        """Take a replacing request (the hub calls this with the subscription out of its
+        filter groups, on the dispatcher's thread at the replace's place in the change
+        stream, after :meth:`rebase`): its filter and options apply from the next change
+        on."""
+        with self._ready:
+            self.request = request
+            self.max_backlog = request.max_backlog or self.max_backlog
+            self.unheld_topics = unheld_topics
+            self.tracks_focus = request.oof or self.with_query or request.no_empties
+
+    def rebase(self, vector: StartVector, rows: list[Row], gone: set[tuple[str, bytes]]) -> None:
+        """Re-run a sow_and_subscribe's query for a replace, under the options it had
+        (spec 3.12; :meth:`reset` follows): ``rows``
+        are the records matching the new filter at ``vector``; ``gone`` the held records
+        that no longer existed there. Queues an OOF (``oof``: reason ``deleted`` for a
+        gone record, else ``match``) or, for a gone record without ``oof``, a delete, for
+        each held record not among the rows; then a publish for each row not held, or
+        held in an older state (what the subscriber would otherwise miss). Holds exactly
+        the rows from then on and skips changes before ``vector``, which they reflect."""
+        with self._ready:
+            if self.closed is not None or self._start is None:
+                return
+            deliveries = self._rebased(rows, gone)
+            self._start = dict(vector)
+            self._unreached = set(self._start)
+            overflow = self._queue_all(deliveries)
+        if overflow:
+            self._run_close_callbacks()
+
+    def _rebased(self, rows: list[Row], gone: set[tuple[str, bytes]]) -> list[Delivery]:
+        """The deliveries of :meth:`rebase` (lock held); updates ``focus``."""
+        new = {(topic, key): (envelope, position) for topic, key, envelope, position in rows}
+        left = [
+            self._leave(key, held, key in gone)
+            for key, held in self.focus.items()
+            if key not in new
+        ]
+        entered = [
+            Delivery(ChangeKind.PUBLISH, topic, key, envelope, position)
+            for (topic, key), (envelope, position) in new.items()
+            if self._changed_for_subscriber(self.focus.get((topic, key)), envelope)
+        ]
+        self.focus = {key: envelope for key, (envelope, _) in new.items()}
+        return [d for d in left if d is not None] + entered
+
+    def _changed_for_subscriber(self, held: bytes | None, envelope: bytes) -> bool:
+        """Whether a record the subscriber holds as ``held`` must be sent as ``envelope``."""
+        if held is None:
+            return True
+        if held == envelope:
+            return False
+        return not (
+            self.request.no_empties and changelog.data_of(held) == changelog.data_of(envelope)
+        )
+
+    def _leave(
+        self,
+        key: tuple[str, bytes],
+        held: bytes,
+        gone: bool,
+        position: ChangelogPosition | None = None,
+        current: bytes | None = None,
+    ) -> Delivery | None:
+        """What a held record leaving the focus means for the subscriber: an OOF
+        (``oof``), a delete (gone, without ``oof``), or nothing."""
+        topic, sow_key = key
+        where = position or (topic, -1, -1)
+        if self.request.oof:
+            reason = OofReason.DELETED if gone else OofReason.MATCH
+            return Delivery(ChangeKind.OOF, topic, sow_key, held, where, reason, current)
+        if gone and self.with_query:
+            return Delivery(ChangeKind.DELETE, topic, sow_key, held, where)
         return None
 
     def close(self, error: SowError | None = None) -> None:

@@ -1,0 +1,256 @@
+"""Conflated subscriptions (spec 3.11): at most one update per key per interval.
+
+A subscription with ``conflation`` (``"<n>ms"``, ``"<n>s"`` or ``"<n>m"``) gets a
+:class:`ConflatingQueue` in place of its send queue: it sits between the subscription's
+decisions and its sender. Per key (``conflation_key`` ``[/a,/b]``: those fields' values;
+default: the topic and SowKey), the first publish held starts the key's interval; later
+publishes for the key replace the held one; when the interval has passed the latest is
+released to the sender. So a key gets at most one publish per interval, and it is the
+latest state.
+
+OOFs and deletes are never conflated away: one arriving while a publish of its key is held
+releases that publish first, then itself (the OOF's body, the last state the subscription
+decided on, is then the state the subscriber last received). A record that leaves and
+re-enters the focus within one interval is therefore seen leaving (AMPS would send only
+the end-of-interval state). The query result of a sow_and_subscribe is never conflated.
+
+Timers: one :class:`ConflationClock` thread per hub serves every conflated subscription;
+each queue has at most one entry in the clock's heap (its earliest due key: keys are held
+in due order, as they share one interval).
+
+Thread-safety: a queue is used under its subscription's lock, like the deque it replaces;
+the clock takes that lock to release due messages (lock order: subscription, then clock;
+the clock never holds its own lock while taking a subscription's).
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import re
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from processor import changelog
+from processor.errors import InvalidRequestError, ParseError
+from processor.expr import field_getter
+from processor.expr.parser import parse_grouping
+from processor.messages import Codec
+from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
+from processor.subscriptions.subscription import Subscription
+
+_INTERVAL = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)\s*", re.IGNORECASE)
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+#: The longest interval accepted.
+MAX_INTERVAL_S = 3600.0
+
+#: A delivery -> the key it is conflated under.
+KeyOf = Callable[[Delivery], Hashable]
+
+
+def parse_interval(text: str) -> float | None:
+    """The conflation interval in seconds; None for ``""`` or ``"none"`` (no conflation).
+    Raises InvalidRequestError for anything else that is not ``<n>ms|<n>s|<n>m`` with
+    0 < n and at most an hour."""
+    if not text.strip() or text.strip().lower() == "none":
+        return None
+    found = _INTERVAL.fullmatch(text)
+    seconds = None if found is None else float(found[1]) * _SECONDS[found[2].lower()]
+    if seconds is None or not 0 < seconds <= MAX_INTERVAL_S:
+        raise InvalidRequestError(
+            f"conflation {text!r} is not an interval: use <n>ms, <n>s or <n>m (for example "
+            f"250ms, 1s, 1m; more than 0 and at most {MAX_INTERVAL_S:g}s), or none"
+        )
+    return seconds
+
+
+def _hashable(value: Any) -> Hashable:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def key_function(request: SubscribeRequest, codecs: dict[str, Codec]) -> KeyOf:
+    """How ``request`` keys its deliveries: the ``conflation_key`` fields' values, or the
+    topic and SowKey. Raises InvalidRequestError for a key that does not parse, or a
+    field key together with ``oof`` (spec 3.9: OOF is per record)."""
+    text = request.conflation_key.strip()
+    if not text:
+        return lambda delivery: (delivery.topic, delivery.sow_key)
+    if request.oof:
+        raise InvalidRequestError(
+            f"conflation_key {text!r} cannot be combined with oof: out-of-focus "
+            "notifications are per record; leave conflation_key empty (the SowKey) or "
+            "drop oof"
+        )
+    try:
+        fields = parse_grouping(text)
+    except ParseError as exc:
+        raise InvalidRequestError(
+            f"conflation_key {text!r} is not a list of fields like [/a,/b]: {exc}"
+        ) from exc
+    getters = [field_getter(i.steps) for i in fields]
+
+    def key_of(delivery: Delivery) -> Hashable:
+        try:
+            codec = codecs[delivery.topic]
+            message = codec.decode(changelog.data_of(delivery.envelope))
+        except Exception:
+            return (delivery.topic, delivery.sow_key)  # no field values: its own key
+        return (delivery.topic, *(_hashable(get(message)) for get in getters))
+
+    return key_of
+
+
+def check_conflation(request: SubscribeRequest, codecs: dict[str, Codec]) -> float | None:
+    """Validate a request's conflation options; its interval (None: not conflated)."""
+    interval = parse_interval(request.conflation)
+    if interval is None and request.conflation_key.strip():
+        raise InvalidRequestError(
+            f"conflation_key {request.conflation_key!r} needs a conflation interval "
+            "(conflation=250ms, 1s, ...)"
+        )
+    if interval is not None:
+        key_function(request, codecs)
+    return interval
+
+
+class ConflatingQueue:
+    """A subscription's send queue that holds publishes per key (see the module doc).
+
+    Has the deque operations the subscription uses; ``len`` counts only what is ready to
+    send (held publishes are bounded by the number of keys)."""
+
+    def __init__(self, interval_s: float, key_of: KeyOf, clock: ConflationClock) -> None:
+        self.interval_s = interval_s
+        self.key_of = key_of
+        self.clock = clock
+        self.ready: collections.deque[Delivery] = collections.deque()
+        #: key -> [due time, held publish], in due order.
+        self.held: dict[Hashable, list[Any]] = {}
+        self.subscription: Subscription | None = None
+        self._scheduled = False
+
+    def attach(self, subscription: Subscription) -> None:
+        """Become ``subscription``'s send queue."""
+        self.subscription = subscription
+        subscription._queue = self  # type: ignore[assignment]
+
+    def __len__(self) -> int:
+        return len(self.ready)
+
+    def __bool__(self) -> bool:
+        return bool(self.ready)
+
+    def append(self, delivery: Delivery) -> None:
+        key = self.key_of(delivery)
+        held = self.held
+        if delivery.kind is ChangeKind.PUBLISH:
+            entry = held.get(key)
+            if entry is not None:
+                entry[1] = delivery
+                return
+            due = time.monotonic() + self.interval_s
+            held[key] = [due, delivery]
+            if not self._scheduled:
+                self._scheduled = True
+                self.clock.schedule(due, self)
+            return
+        entry = held.pop(key, None)
+        if entry is not None:
+            self.ready.append(entry[1])
+        self.ready.append(delivery)
+
+    def extend(self, deliveries: Iterable[Delivery]) -> None:
+        for delivery in deliveries:
+            self.append(delivery)
+
+    def popleft(self) -> Delivery:
+        return self.ready.popleft()
+
+    def clear(self) -> None:
+        self.ready.clear()
+        self.held.clear()
+
+    def release(self, now: float) -> float | None:
+        """Move the publishes due by ``now`` to the sender (called by the clock, without
+        the subscription's lock); the next due time, or None when nothing is held."""
+        subscription = self.subscription
+        assert subscription is not None
+        overflow = False
+        with subscription._ready:
+            held, ready = self.held, self.ready
+            if subscription.closed is not None:
+                held.clear()
+            before = len(ready)
+            while held:
+                key = next(iter(held))
+                due, delivery = held[key]
+                if due > now:
+                    break
+                del held[key]
+                ready.append(delivery)
+            if len(ready) > subscription.max_backlog:
+                subscription._overflow(len(ready))
+                overflow = True
+            elif len(ready) != before:
+                subscription._wake(before == 0)
+            following: float | None = held[next(iter(held))][0] if held else None
+            self._scheduled = following is not None
+        if overflow:
+            subscription._run_close_callbacks()
+        return following
+
+
+class ConflationClock:
+    """One thread releasing every conflated subscription's due publishes (started on
+    first use; ``close`` stops it)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, ConflatingQueue]] = []
+        self._changed = threading.Condition(threading.Lock())
+        self._numbers = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def schedule(self, due: float, queue: ConflatingQueue) -> None:
+        """Call ``queue.release`` once ``due`` (a ``time.monotonic`` time) has passed."""
+        with self._changed:
+            if self._stopped:
+                return
+            heapq.heappush(self._heap, (due, next(self._numbers), queue))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="sow-conflation", daemon=True
+                )
+                self._thread.start()
+            if self._heap[0][2] is queue:
+                self._changed.notify()
+
+    def close(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._heap.clear()
+            self._changed.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def _run(self) -> None:
+        heap = self._heap
+        while True:
+            with self._changed:
+                while not self._stopped and (not heap or heap[0][0] > time.monotonic()):
+                    wait = None if not heap else heap[0][0] - time.monotonic()
+                    self._changed.wait(wait)
+                if self._stopped:
+                    return
+                now = time.monotonic()
+                due = []
+                while heap and heap[0][0] <= now:
+                    due.append(heapq.heappop(heap)[2])
+            for queue in due:
+                following = queue.release(now)
+                if following is not None:
+                    self.schedule(following, queue)
