@@ -283,6 +283,8 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
         "max_backlog": args.max_backlog,
         "delta": args.delta,
         "select": args.select,
+        "conflation": args.conflation,
+        "conflation_key": args.conflation_key,
         "text_form": True,
         "bookmark": args.bookmark or _timestamp_bookmark(args.from_time),
     }
@@ -290,7 +292,14 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
         if args.command == "subscribe":
             stream = client.subscribe(args.topic, **options)
         else:
-            stream = client.sow_and_subscribe(args.topic, batch_size=args.batch_size, **options)
+            stream = client.sow_and_subscribe(
+                args.topic,
+                batch_size=args.batch_size,
+                order_by=args.order_by,
+                top_n=args.top_n,
+                skip_n=args.skip_n,
+                **options,
+            )
         signal.signal(signal.SIGTERM, lambda *_: stream.cancel())
         try:
             for message in stream:

@@ -285,9 +285,34 @@ def build_parser() -> argparse.ArgumentParser:
             help="replay the changes after this UTC time (ISO 8601, e.g. 2026-11-23T20:00:00 "
             "or 20261123T200000Z), then go live",
         )
+        command.add_argument(
+            "--conflation",
+            default="",
+            help="at most one update per record per interval, the latest: 250ms, 1s, 1m",
+        )
+        command.add_argument(
+            "--conflation-key",
+            default="",
+            help="conflate by these fields instead of the record, e.g. '[/symbol]'",
+        )
         if name == "sow-and-subscribe":
             command.add_argument(
                 "--batch-size", type=int, default=0, help="query records per batch, 1..10000"
+            )
+            command.add_argument(
+                "--order-by", default="", help='"/field [ASC|DESC] [TEXT], ..." for the query'
+            )
+            command.add_argument(
+                "--top-n",
+                type=int,
+                default=0,
+                help="at most N records; with --skip-n a live window (paginated subscription)",
+            )
+            command.add_argument(
+                "--skip-n",
+                type=int,
+                default=0,
+                help="skip M records first (with --top-n: a live paginated window)",
             )
         _common_server(command)
 
