@@ -297,7 +297,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 order_by=args.order_by,
                 top_n=args.top_n,
-                skip_n=args.skip_n,
+                **({} if args.skip_n is None else {"skip_n": args.skip_n}),
                 **options,
             )
         signal.signal(signal.SIGTERM, lambda *_: stream.cancel())

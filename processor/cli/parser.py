@@ -311,8 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument(
                 "--skip-n",
                 type=int,
-                default=0,
-                help="skip M records first (with --top-n: a live paginated window)",
+                default=None,
+                help="skip M records first (with --top-n, even 0 for the first page: a live "
+                "paginated window)",
             )
         _common_server(command)
 

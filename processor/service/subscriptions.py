@@ -93,7 +93,7 @@ def _request(request: Any) -> SubscribeRequest:
         delta=request.delta,
         select=request.select,
         top_n=request.top_n,
-        skip_n=request.skip_n,
+        skip_n=request.skip_n if request.HasField("skip_n") else None,
         order_by=request.order_by,
         replace=request.replace,
         conflation=request.conflation,

@@ -43,7 +43,8 @@ class SubscribeRequest:
     delta: bool = False
     select: str = ""
     top_n: int = 0
-    skip_n: int = 0
+    #: None: not given (``top_n`` alone only limits the query); 0 is the first page.
+    skip_n: int | None = None
     order_by: str = ""
     replace: bool = False
     conflation: str = ""

@@ -53,7 +53,8 @@ def check_replace(subscription: Subscription, request: SubscribeRequest, with_qu
         missing = [
             option
             for option in ("top_n", "skip_n", "order_by")
-            if getattr(old, option) and not getattr(request, option)
+            if getattr(old, option) not in (None, 0, "")
+            and getattr(request, option) in (None, 0, "")
         ]
         if missing:
             detail = f"restate {', '.join(missing)} (pagination options must be repeated)"
@@ -91,3 +92,9 @@ class ReplaceMarker:
     rows: list[Row] | None = None
     gone: set[tuple[str, bytes]] = field(default_factory=set)
     placed: threading.Event = field(default_factory=threading.Event)
+
+
+def _given(request: SubscribeRequest, option: str) -> bool:
+    """Whether a pagination option was given (``skip_n`` 0 is: the first page)."""
+    value = getattr(request, option)
+    return value is not None if option == "skip_n" else bool(value)

@@ -66,9 +66,9 @@ class Descending:
 
 
 def is_paginated(request: SubscribeRequest) -> bool:
-    """A sow_and_subscribe with both ``top_n`` and ``skip_n`` keeps a live window; with
-    ``top_n`` alone it only limits the query (spec 3.8)."""
-    return request.top_n > 0 and request.skip_n > 0
+    """A sow_and_subscribe with both ``top_n`` and ``skip_n`` (0 included: the first
+    page) keeps a live window; with ``top_n`` alone it only limits the query (spec 3.8)."""
+    return request.top_n > 0 and request.skip_n is not None
 
 
 def check_pagination(request: SubscribeRequest, *, with_query: bool) -> tuple[OrderKey, ...]:
@@ -76,17 +76,18 @@ def check_pagination(request: SubscribeRequest, *, with_query: bool) -> tuple[Or
 
     Raises InvalidRequestError naming the option: negative values, ``skip_n`` without
     ``top_n``, pagination on a plain subscribe."""
-    if request.top_n < 0 or request.skip_n < 0:
+    skip_n = request.skip_n or 0
+    if request.top_n < 0 or skip_n < 0:
         raise InvalidRequestError(
             f"top_n and skip_n must not be negative (got top_n={request.top_n}, "
             f"skip_n={request.skip_n})"
         )
-    if not with_query and (request.top_n or request.skip_n or request.order_by.strip()):
+    if not with_query and (request.top_n or skip_n or request.order_by.strip()):
         raise InvalidRequestError(
             "top_n, skip_n and order_by need a query: send sow_and_subscribe for a "
             "paginated subscription (subscribe has no result to order or page)"
         )
-    if request.skip_n and not request.top_n:
+    if request.skip_n is not None and not request.top_n:
         raise InvalidRequestError(
             f"skip_n ({request.skip_n}) requires top_n: page k of size n is top_n=n, skip_n=n*(k-1)"
         )
@@ -155,8 +156,8 @@ class PaginatedSubscription(Subscription):
 
     def _configure(self, request: SubscribeRequest, order: tuple[OrderKey, ...]) -> None:
         self._sort_key = sort_key_function(order, self._codec)
-        self._first = request.skip_n
-        self._end = request.skip_n + request.top_n
+        self._first = request.skip_n or 0
+        self._end = self._first + request.top_n
 
     def _load(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
         """Hold ``rows`` ((SowKey, envelope) of every matching record) (lock held)."""

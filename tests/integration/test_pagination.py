@@ -60,6 +60,38 @@ def test_seed_003_publishing_into_the_window_pushes_the_last_record_out(
         collector.stop()
 
 
+def test_the_first_page_is_live_and_top_n_alone_only_limits_the_query(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    topology = namespaced(unique, PETS)
+    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+        last = None
+        for pet_id in (1, 2, 5):
+            last = client.publish("PETS", orjson.dumps({"id": pet_id}))
+        assert last is not None
+        client.query("PETS", min_position=[last.position])
+        first_page = Collector(
+            client.sow_and_subscribe("PETS", top_n=2, skip_n=0, order_by="/id", oof=True)
+        )
+        limited = Collector(client.sow_and_subscribe("PETS", top_n=2, order_by="/id", oof=True))
+        for collector in (first_page, limited):
+            assert collector.wait_for(lambda c: c.group_end() is not None)
+            assert [data(r)["id"] for r in collector.query_records()] == [1, 2]
+        client.publish("PETS", orjson.dumps({"id": 0}))
+        assert first_page.wait_for(lambda c: len(c.changes()) >= 2)
+        assert [(c.kind, data(c.record)["id"]) for c in first_page.changes()] == [
+            (sow_pb2.CHANGE_OOF, 2),
+            (sow_pb2.CHANGE_PUBLISH, 0),
+        ]
+        # Without skip_n the subscription is an ordinary one after its limited query.
+        assert limited.wait_for(lambda c: len(c.changes()) >= 1)
+        assert [(c.kind, data(c.record)["id"]) for c in limited.changes()] == [
+            (sow_pb2.CHANGE_PUBLISH, 0)
+        ]
+        first_page.stop()
+        limited.stop()
+
+
 def _page(client: SowClient, options: dict[str, Any]) -> dict[str, Any]:
     records, _, _ = client.query(
         "QUOTES",
@@ -91,7 +123,7 @@ def test_twenty_random_paginated_subscribers_follow_the_sow(
             options = {
                 "filter": rng.choice(["", "/price > 10", "/price < 40"]),
                 "top_n": rng.randint(1, 5),
-                "skip_n": rng.randint(1, 6),
+                "skip_n": rng.randint(0, 6),  # 0: the first page
                 "order_by": rng.choice(["", "/price", "/price DESC", "/name, /price DESC"]),
             }
             stream = client.sow_and_subscribe("QUOTES", oof=True, sub_id=f"p{number}", **options)

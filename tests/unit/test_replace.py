@@ -191,7 +191,7 @@ def test_a_subscribe_replace_changes_the_filter_from_the_next_change(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"skip_n": 0}, "restate skip_n"),
+        ({"skip_n": None}, "restate skip_n"),
         ({"order_by": ""}, "restate order_by"),
         ({"topic": "OTHER"}, "cannot change the topic"),
         ({"conflation": "1s"}, "cannot change conflation"),
