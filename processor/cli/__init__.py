@@ -16,7 +16,7 @@ from processor.cli.parser import build_parser
 __all__ = ["build_parser", "main"]
 
 #: Commands that run until stopped: Ctrl-C asks them for a clean stop, at any moment.
-RUNNERS = ("serve", "process")
+RUNNERS = ("serve", "process", "query-service")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,6 +60,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     handlers = {
         "serve": lambda a: cmd_serve(a, stop),
         "process": lambda a: cmd_serve(a, stop, service=False),
+        "query-service": lambda a: cmd_serve(a, stop, processor=False),
         "publish": cmd_publish,
         "query": cmd_query,
         "delete": cmd_delete,

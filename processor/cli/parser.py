@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="Kafka bootstrap servers; without it the embedded broker is started"
             if name == "serve"
             else "Kafka bootstrap servers (required here, or KAFKA_BOOTSTRAP_SERVERS: "
-            "sow process never starts a broker)",
+            f"sow {name} never starts a broker)",
         )
         p.add_argument(
             "--state-dir",
@@ -111,6 +111,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     process = runner("process", "Run only the processor against a configured Kafka.")
     process.add_argument("--max-batch", type=int, default=None, help="records per transaction")
+    reader = runner(
+        "query-service",
+        "Run only a query service (read replica and gRPC: queries, publishes, "
+        "subscriptions) against a configured Kafka; run several to scale reads.",
+    )
+    reader.add_argument(
+        "--grpc-address",
+        default=None,
+        help=f"where to serve gRPC (default: {DEFAULT_GRPC_ADDRESS})",
+    )
+    reader.add_argument(
+        "--metrics-address",
+        default=None,
+        help="serve Prometheus /metrics, /healthz and /readyz over HTTP here",
+    )
 
     publish = sub.add_parser(
         "publish",

@@ -58,10 +58,10 @@ def cmd_serve(
     if stop is None:
         stop = _stop_on_signal()  # from here on Ctrl-C asks for a clean stop, at any moment
     settings = _settings(args)
-    if not service and not settings.bootstrap_servers:
+    if not (processor and service) and not settings.bootstrap_servers:
         raise SowError(
-            "sow process runs against an existing Kafka: pass --bootstrap-servers or set "
-            "KAFKA_BOOTSTRAP_SERVERS (use sow serve for the all-in-one embedded setup)"
+            f"sow {args.command} runs against an existing Kafka: pass --bootstrap-servers or "
+            "set KAFKA_BOOTSTRAP_SERVERS (use sow serve for the all-in-one embedded setup)"
         )
     if service:
         check_port_free(settings.grpc_address)

@@ -29,19 +29,6 @@ from tests.integration.harness import namespaced, running_sow
 ORDERS = SowTopic("ORDERS", keys=("/id",))
 BOOKMARKS = SowTopic("BOOKMARKS", keys=("/clientName", "/subId"))
 
-#: A query service alone (no processor), printing its address.
-QUERY_SERVICE = """
-import pathlib, sys, time
-from processor.app import start
-from processor.config import Settings
-settings = Settings(bootstrap_servers=sys.argv[1], state_dir=pathlib.Path(sys.argv[2]),
-                    grpc_address="127.0.0.1:0", topology=pathlib.Path(sys.argv[3]))
-app = start(settings, processor=False, allow_docker=False)
-print(app.grpc_address, flush=True)
-while True:
-    time.sleep(3600)
-"""
-
 #: A subscriber that prints each change, discards it, and says so.
 SUBSCRIBER = """
 import json, sys
@@ -133,10 +120,31 @@ def test_a_subscription_fails_over_to_another_query_service_with_no_gap_and_no_d
     topology = namespaced(unique, ORDERS)
     topology_file = _write_topology(tmp_path / "topology.yaml", *topology.topics.values())
     with running_sow(bootstrap, topology, tmp_path / "main", unique) as (app, publisher):
-        doomed = _spawn(QUERY_SERVICE, bootstrap, str(tmp_path / "doomed"), str(topology_file))
+        doomed = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "processor.cli",
+                "query-service",
+                "--bootstrap-servers",
+                bootstrap,
+                "--topology",
+                str(topology_file),
+                "--state-dir",
+                str(tmp_path / "doomed"),
+                "--grpc-address",
+                "127.0.0.1:0",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         children.append(doomed)
-        assert doomed.stdout is not None
-        doomed_address = _line(doomed.stdout, 60)
+        assert doomed.stderr is not None
+        banner = ""
+        while "gRPC:" not in banner:
+            banner = _line(doomed.stderr, 60)
+        doomed_address = banner.split()[1]
         received: dict[int, list[int]] = defaultdict(list)
         with FailoverClient(
             [doomed_address, app.grpc_address], "failover-test", pause_s=0.1
