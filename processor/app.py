@@ -23,6 +23,7 @@ from processor.log.kafka import (
     KafkaTransactionalLog,
     ensure_topics,
 )
+from processor.log.kafka_ranges import KafkaRangeReader
 from processor.query.gateway import Gateway
 from processor.query.plain_tail import PlainTail
 from processor.query.replica import Replica
@@ -241,6 +242,7 @@ def start(
                 topology,
                 lambda: KafkaChangelogTail(bootstrap, **_fetch_settings(settings)),
                 snapshot_dir=settings.state_dir / "replica",
+                reader=lambda: KafkaRangeReader(bootstrap),
             )
             app.replica.start_catching_up()
             app._spawn("sow-replica", app.replica.run)

@@ -451,6 +451,16 @@ class KafkaPartitionReader:
             return None
         return int(high)
 
+    def earliest_offset(self, topic: str, partition: int) -> int:
+        """The partition's low watermark: the earliest offset it still retains."""
+        try:
+            low, _ = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot read the earliest retained offset of {topic}[{partition}]: {exc}"
+            ) from exc
+        return max(int(low), 0)
+
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The first offset whose record is at or after ``timestamp_ms`` (else the end).
 

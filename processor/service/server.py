@@ -18,6 +18,7 @@ import grpc
 from processor import errors
 from processor.changelog import Envelope
 from processor.query.gateway import Deleted, Gateway, PendingPublishes, PublishColumns, Published
+from processor.query.historical import point_of, run_historical
 from processor.query.replica import LogPosition
 from processor.query.sow import QueryEngine, SowQuery
 from processor.service._generated import sow_pb2, sow_pb2_grpc
@@ -47,6 +48,7 @@ STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
     (errors.InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.MessageError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.PositionTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.BookmarkTooOldError, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.CatchingUpError, grpc.StatusCode.UNAVAILABLE),
     (errors.BrokerError, grpc.StatusCode.UNAVAILABLE),
     (errors.SowError, grpc.StatusCode.INTERNAL),
@@ -250,7 +252,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
     def SowQuery(self, request: Any, context: Any) -> Iterator[Any]:
         try:
-            _refuse_unbuilt("sow", select=request.select, bookmark=request.bookmark)
+            _refuse_unbuilt("sow", select=request.select)
+            point = point_of(request.bookmark) if request.bookmark else None
         except errors.SowError as exc:
             self._abort(context, exc)
         query = SowQuery(
@@ -269,7 +272,10 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             wait_for_catch_up=request.wait_for_catch_up,
         )
         try:
-            result = self._engine.run(query)
+            if point is None:
+                result = self._engine.run(query)
+            else:
+                result = run_historical(self._engine, query, point)
         except errors.SowError as exc:
             self._abort(context, exc)
         yield sow_pb2.SowQueryReply(

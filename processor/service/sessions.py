@@ -41,7 +41,7 @@ MAX_SESSION_SUBSCRIPTIONS = 10_000
 
 #: Builds a subscription's opening messages and registers it: (request, sender) ->
 #: (subscription, opening messages); raises SowError when the hub refuses it.
-Opener = Callable[[Any, SharedSender], tuple[Subscription, list[Any]]]
+Opener = Callable[[Any, SharedSender], tuple[Subscription, Iterable[Any]]]
 
 
 class Session:
