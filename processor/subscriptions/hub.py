@@ -46,7 +46,6 @@ from processor.expr import Expression, MessageContext
 from processor.messages import Codec, codec_for
 from processor.query.bookmarks import parse_bookmark
 from processor.query.events import ChangeEvent, ListenerHandle
-from processor.query.historical import historical_states
 from processor.query.plain_tail import PlainTail
 from processor.query.replica import LogPosition, Replica
 from processor.query.sow import DEFAULT_TIMEOUT_S, QueryEngine, QueryStats, SowQuery, memo_fields
@@ -54,6 +53,7 @@ from processor.query.sow import select as select_records
 from processor.query.table import SowTable
 from processor.query.topics import resolve_subscribed_topics
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
+from processor.subscriptions.historical import open_historical
 from processor.subscriptions.model import (
     DEFAULT_MAX_BACKLOG,
     MAX_MAX_BACKLOG,
@@ -61,7 +61,7 @@ from processor.subscriptions.model import (
     Delivery,
     SubscribeRequest,
 )
-from processor.subscriptions.replay import Replay, open_replay, saved_point
+from processor.subscriptions.replay import Replay, open_replay
 from processor.subscriptions.subscription import Offer, SharedSender, Subscription
 from processor.topology.model import PlainTopic, SowTopic, Topology
 
@@ -216,7 +216,17 @@ class SubscriptionHub:
         bookmark = parse_bookmark(request.bookmark)
         # Spec 3.13: on topics without History the bookmark is ignored.
         if not bookmark.now and any(t.history is not None for t in topics):
-            return self._historical(request, topics, expression, sender)
+            subscription = _subscription(request, topics, with_query=True, sender=sender)
+            vector, batches, stats, replay = open_historical(
+                self.engine,
+                subscription,
+                topics,
+                expression,
+                self._codecs,
+                register=lambda: self._register(subscription, topics, request.filter, expression),
+                close=lambda: self.unsubscribe(subscription),
+            )
+            return subscription, QueryPhase(vector, batches, stats, replay)
         prepared = self.engine.prepare(
             SowQuery(
                 topic=request.topic,
@@ -259,72 +269,6 @@ class SubscriptionHub:
         )
         batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
         return subscription, QueryPhase(vector, batches, stats)
-
-    def _historical(
-        self,
-        request: SubscribeRequest,
-        topics: list[SowTopic],
-        expression: Expression | None,
-        sender: SharedSender | None,
-    ) -> tuple[Subscription, QueryPhase]:
-        """A historical sow_and_subscribe: the SOW at the saved point at or before the
-        bookmark, the replay from there (in ``QueryPhase.replay``), then live."""
-        without = [t.name for t in topics if t.history is None]
-        if without:
-            raise InvalidRequestError(
-                f"a historical sow_and_subscribe needs History on every topic; "
-                f"{', '.join(without)} has none: subscribe to the History topics alone"
-            )
-        bookmark = parse_bookmark(request.bookmark)
-        if bookmark.is_range:
-            raise InvalidRequestError(
-                f"bookmark {request.bookmark!r} is a range; a historical sow_and_subscribe "
-                "starts at one point: give a timestamp or a position vector"
-            )
-        state_point, replay_from = saved_point(bookmark, topics)
-        prepared = self.engine.prepare(
-            SowQuery(request.topic, filter=request.filter, batch_size=request.batch_size)
-        )
-        started = time.perf_counter()
-        subscription = _subscription(request, topics, with_query=True, sender=sender)
-
-        # The history read and the registration share the replica's lock (re-entrant).
-        def read(_: list[SowTable]) -> list[SowTable]:
-            self._register(subscription, topics, request.filter, expression)
-            return historical_states(prepared, self.engine, state_point)[0]
-
-        tables, vector = self.replica.read(prepared.topics, read)
-        try:
-            selection = select_records(prepared, tables)
-            envelopes = [changelog.decode(raw) for _, raw in selection.rows]
-            rows = [
-                (topic, e.sow_key.encode(), raw)
-                for (topic, raw), e in zip(selection.rows, envelopes, strict=True)
-            ]
-            replay = open_replay(
-                self.replica,
-                subscription,
-                replay_from,
-                topics,
-                expression,
-                self._codecs,
-                vector,
-                focus=rows if subscription.tracks_focus else (),
-                close=lambda: self.unsubscribe(subscription),
-            )
-        except BaseException:
-            self.unsubscribe(subscription)
-            raise
-        size = prepared.batch_size
-        stats = QueryStats(
-            topic_matches=selection.examined,
-            matches=selection.matches,
-            records_returned=len(envelopes),
-            elapsed_us=int((time.perf_counter() - started) * 1e6),
-            plan="historical: " + "; ".join(selection.plans),
-        )
-        batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
-        return subscription, QueryPhase(vector, batches, stats, replay)
 
     def _subscribe_without_sow(
         self,
