@@ -244,3 +244,102 @@ def test_sow_and_subscribe_ignores_a_bookmark_without_history(
     assert collector.wait_for(lambda c: c.group_end() is not None)
     assert {r.sow_key for r in collector.query_records()} == {r.sow_key for r in records}
     collector.stop()
+
+
+def test_replays_started_during_publishing_deliver_every_change_once(
+    sow: tuple[SowClient, Topology], bootstrap: str
+) -> None:
+    """Bookmark subscriptions start while publishers run: the replay and the live
+    stream meet with no gap and no duplicate, whatever arrives during the replay."""
+    import threading
+    import time
+
+    client, topology = sow
+    rng = random.Random(6)
+    publish_rounds(client, rng, 150)
+    name = topology.topic("QUOTES").changelog_topic
+    stop = threading.Event()
+    last: list[Any] = []
+
+    def publish() -> None:
+        own = random.Random(7)
+        while not stop.is_set():
+            message = {"id": own.randint(0, 30), "price": own.randint(0, 100)}
+            last.append(client.publish("QUOTES", orjson.dumps(message)))
+            time.sleep(0.002)
+
+    publisher = threading.Thread(target=publish, daemon=True)
+    publisher.start()
+    started: list[tuple[Collector, dict[int, int], bool]] = []
+    try:
+        for round_number in range(4):
+            time.sleep(rng.uniform(0.2, 0.6))
+            records = changelog(bootstrap, topology)
+            if round_number == 0:
+                after, bookmark = {0: 0, 1: 0}, "0"
+            elif round_number == 1:
+                seen = {p: max(o for q, o, *_ in records if q == p) // 2 for p in (0, 1)}
+                after = {p: o + 1 for p, o in seen.items()}
+                bookmark = ",".join(f"{name}/{p}/{o}" for p, o in seen.items())
+            else:
+                moment = int(time.time() * 1000) - 300
+                after = {}
+                for partition in (0, 1):
+                    later = [o for p, o, _, _, ts in records if p == partition and ts > moment]
+                    after[partition] = (
+                        later[0]
+                        if later
+                        else max((o + 1 for p, o, *_ in records if p == partition), default=0)
+                    )
+                bookmark = _stamp(moment)
+            filtered = round_number % 2 == 0
+            stream = client.subscribe(
+                "QUOTES", filter=FILTER if filtered else "", bookmark=bookmark
+            )
+            started.append((Collector(stream), after, filtered))
+    finally:
+        stop.set()
+        publisher.join(10)
+    client.query("QUOTES", min_position=[last[-1].position], timeout=30)
+    records = changelog(bootstrap, topology)
+    for collector, after, filtered in started:
+        expected = [
+            (p, o)
+            for p, o, _, value, _ in records
+            if value is not None
+            and after[p] <= o
+            and (not filtered or matching((p, o, "", value, 0)))
+        ]
+        collector.wait_for(lambda c, n=len(expected): len(c.changes()) >= n, 30)  # noqa: B008
+        got = delivered(collector)
+        missing = sorted(set(expected) - set(got))
+        assert not missing, f"after {after}: missing {missing[:10]}; {collector.error}"
+        assert len(got) == len(set(got)), "a change delivered twice"
+        assert sorted(got) == expected
+        collector.stop()
+
+
+def test_a_bookmark_past_the_replica_skips_what_the_client_has(
+    sow: tuple[SowClient, Topology], bootstrap: str
+) -> None:
+    """A client failing over to a replica that is behind sends positions past the
+    replica's: nothing is replayed there and the live stream starts after them."""
+    client, topology = sow
+    rng = random.Random(8)
+    publish_rounds(client, rng, 40)
+    name = topology.topic("QUOTES").changelog_topic
+    records = changelog(bootstrap, topology)
+    ends = {p: max(o for q, o, *_ in records if q == p) for p in (0, 1)}
+    ahead = {p: o + 25 for p, o in ends.items()}
+    bookmark = ",".join(f"{name}/{p}/{o}" for p, o in ahead.items())
+    collector = Collector(client.subscribe("QUOTES", bookmark=bookmark))
+    reached = completed(collector)
+    assert reached == {p: o + 1 for p, o in ahead.items()}
+    assert collector.changes() == []
+    publish_rounds(client, rng, 120)
+    records = changelog(bootstrap, topology)
+    expected = [(p, o) for p, o, _, v, _ in records if v is not None and o > ahead[p]]
+    assert expected, "publishing went past the bookmark"
+    assert collector.wait_for(lambda c: len(c.changes()) >= len(expected), 30)
+    assert sorted(delivered(collector)) == expected
+    collector.stop()
