@@ -12,9 +12,11 @@ point.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from processor import changelog
 from processor.errors import CatchingUpError, InvalidRequestError
+from processor.expr import FieldInput
 from processor.messages import codec_for
 from processor.query.bookmarks import Point, parse_bookmark
 from processor.query.replica import LogPosition
@@ -26,9 +28,14 @@ from processor.query.sow import (
     QueryStats,
     SowQuery,
     _aggregated_envelopes,
+    memo_fields,
     select,
 )
 from processor.query.table import SowTable
+
+#: A table's state as of the point, its current records, and the live memo values of
+#: the query's fields.
+_State = tuple[dict[bytes, bytes], dict[bytes, bytes], list[FieldInput], list[dict[bytes, Any]]]
 
 
 def point_of(text: str) -> Point | None:
@@ -47,28 +54,42 @@ def historical_states(
     prepared: PreparedQuery, engine: QueryEngine, point: Point
 ) -> tuple[list[SowTable], list[LogPosition]]:
     """The tables of ``prepared``'s topics as of ``point`` (current ones for topics
-    without History), and the replica's position vector when they were read."""
+    without History), and the replica's position vector when they were read.
+
+    The tables come with the memo indexes the query reads: a record whose historical
+    version is the current one takes its value from the live table's memo index (copied
+    under the replica's lock), so only records changed since ``point`` are decoded.
+    """
     replica = engine.replica
     history = replica.history
+    fields = memo_fields(prepared)
+    if fields:
+        for topic in prepared.topics:
+            replica.build_memo_indexes(topic, fields)
 
-    def read(tables: list[SowTable]) -> list[dict[bytes, bytes]]:
+    def read(tables: list[SowTable]) -> list[_State]:
         states = []
         for table in tables:
             topic_history = history.topics.get(table.topic.name)
             if topic_history is None:
-                states.append(dict(table.envelopes))
+                state = dict(table.envelopes)
             elif point.epoch:
-                states.append({})
+                state = {}
             else:
-                states.append(topic_history.state_at(point))
+                state = topic_history.state_at(point)
+            live = [f for f in fields if f.steps in table.memo]
+            columns = [dict(table.memo[f.steps].values) for f in live]
+            states.append((state, dict(table.envelopes), live, columns))
         return states
 
     states, vector = replica.read(prepared.topics, read)
     tables = []
-    for topic, state in zip(prepared.topics, states, strict=True):
+    for topic, (state, current, live, columns) in zip(prepared.topics, states, strict=True):
         table = SowTable(topic, codec_for(topic))
         for sow_key, envelope in state.items():
             table.put(sow_key, envelope)
+        if live:
+            table.install_memo(live, current, columns)
         tables.append(table)
     return tables, vector
 
