@@ -116,6 +116,9 @@ class Session:
             return
         try:
             subscription, opening = self._openers[kind](request, self.sender)
+            # A bookmark replay is read here, before the sender's lock is taken (it
+            # starts the subscription, which shares that lock).
+            opening = list(opening)
         except errors.SowError as exc:
             with self.ready:
                 self._names.discard(sub_id)

@@ -343,3 +343,24 @@ def test_a_bookmark_past_the_replica_skips_what_the_client_has(
     assert collector.wait_for(lambda c: len(c.changes()) >= len(expected), 30)
     assert sorted(delivered(collector)) == expected
     collector.stop()
+
+
+def test_a_session_subscription_replays_from_a_bookmark(
+    sow: tuple[SowClient, Topology], bootstrap: str
+) -> None:
+    client, topology = sow
+    rng = random.Random(9)
+    publish_rounds(client, rng, 60)
+    session = client.session()
+    session.subscribe("QUOTES", "replayed", filter=FILTER, bookmark="0")
+    collector = Collector(session)
+    reached = completed(collector)
+    records = changelog(bootstrap, topology)
+    expected = [(p, o) for p, o, *_ in filter(matching, records) if o < reached[p]]
+    assert delivered(collector) == expected
+    publish_rounds(client, rng, 40)
+    records = changelog(bootstrap, topology)
+    expected = [(p, o) for p, o, *_ in filter(matching, records)]
+    assert collector.wait_for(lambda c: len(c.changes()) >= len(expected), 30)
+    assert sorted(delivered(collector)) == expected
+    collector.stop()
