@@ -87,6 +87,16 @@ class Replay:
         try:
             for events in read_changes(reader, self._topics, self.plan.ranges):
                 self.replayed += len(events)
+                if not shadow.tracks_focus:
+                    # Nothing to remember: every matching change is delivered as it is.
+                    publishes = [
+                        Delivery(ChangeKind.PUBLISH, e.topic, e.sow_key, e.new, e.position)
+                        for e in events
+                        if e.new is not None and matches(e)
+                    ]
+                    if publishes:
+                        yield publishes
+                    continue
                 shadow.offer_all(
                     [
                         (
