@@ -84,6 +84,17 @@ class TopicHistory:
             return
         g = self.granularity_ms
         last = versions[-1]
+        if last[1] == partition and offset <= last[2]:
+            # The partition is read again from an earlier offset (its log was lost and
+            # replaced, or replayed): the record's history restarts from this change.
+            self.size -= len(versions)
+            versions.clear()
+            if envelope is None:
+                del self.versions[sow_key]
+                return
+            versions.append(version)
+            self.size += 1
+            return
         if g > 0 and last[0] // g == time_ms // g:
             versions[-1] = version
         else:

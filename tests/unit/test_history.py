@@ -190,3 +190,15 @@ def test_a_topic_without_history_ignores_the_bookmark() -> None:
     result = run_historical(engine, SowQuery("PLAIN"), Point(timestamp_ms=0))
     assert result.stats is not None
     assert result.stats.records_returned == 1
+
+
+def test_a_partition_read_again_restarts_the_history_of_its_records() -> None:
+    engine, feed = setup()
+    history = engine.replica.history.topics["QUOTES"]
+    now = int(time.time() * 1000) - 5000
+    partition, _ = feed.publish("a", {"id": "a", "v": 1}, now)
+    feed.publish("a", {"id": "a", "v": 2}, now + 10)
+    # The same partition from offset 0 again (a replaced log): no mixed-up versions.
+    history.record(b"a", now + 20, partition, 0, history.versions[b"a"][0][3])
+    assert [v[2] for v in history.versions[b"a"]] == [0]
+    assert history.size == 1
