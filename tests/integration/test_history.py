@@ -52,7 +52,8 @@ def publish_rounds(client: SowClient, rng: random.Random, rounds: int, each: int
 def timeline(bootstrap: str, topology: Topology) -> list[tuple[int, str, bytes | None]]:
     """(time, SowKey, message or None) of every change, in time order (offset order
     within a partition, which is all the model needs: a key lives in one partition)."""
-    records: Any = read_topic(bootstrap, topology.topic("HQUOTES").changelog_topic, 2)
+    name = topology.topic("HQUOTES").changelog_topic
+    records: Any = read_topic(bootstrap, name, 2, timeout_s=120)
     changes = [
         (r.timestamp()[1], r.partition(), r.offset(), r.key().decode(), r.value())
         for r in records

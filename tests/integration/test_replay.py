@@ -54,7 +54,8 @@ def publish_rounds(client: SowClient, rng: random.Random, count: int) -> None:
 
 def changelog(bootstrap: str, topology: Topology) -> list[Change]:
     """Every data record of the QUOTES changelog, in offset order per partition."""
-    records: Any = read_topic(bootstrap, topology.topic("QUOTES").changelog_topic, 2)
+    name = topology.topic("QUOTES").changelog_topic
+    records: Any = read_topic(bootstrap, name, 2, timeout_s=120)
     changes = [
         (r.partition(), r.offset(), r.key().decode(), r.value(), r.timestamp()[1])
         for r in records
@@ -106,7 +107,7 @@ def check_replay_then_live(
     publish_rounds(client, rng, 40)
     records = changelog(bootstrap, topology)
     expected = [(p, o) for p, o, *_ in filter(matching, records) if after[p] <= o]
-    assert collector.wait_for(lambda c: len(c.changes()) >= len(expected), 30)
+    assert collector.wait_for(lambda c: len(c.changes()) >= len(expected), 60)
     got = delivered(collector)
     assert len(got) == len(set(got)), "a change delivered twice"
     assert sorted(got) == expected
@@ -266,7 +267,7 @@ def test_replays_started_during_publishing_deliver_every_change_once(
         while not stop.is_set():
             message = {"id": own.randint(0, 30), "price": own.randint(0, 100)}
             last.append(client.publish("QUOTES", orjson.dumps(message)))
-            time.sleep(0.002)
+            time.sleep(0.01)
 
     publisher = threading.Thread(target=publish, daemon=True)
     publisher.start()
@@ -310,10 +311,12 @@ def test_replays_started_during_publishing_deliver_every_change_once(
             and after[p] <= o
             and (not filtered or matching((p, o, "", value, 0)))
         ]
-        collector.wait_for(lambda c, n=len(expected): len(c.changes()) >= n, 30)  # noqa: B008
+        collector.wait_for(lambda c, n=len(expected): len(c.changes()) >= n, 60)  # noqa: B008
         got = delivered(collector)
         missing = sorted(set(expected) - set(got))
+        extra = sorted(set(got) - set(expected))
         assert not missing, f"after {after}: missing {missing[:10]}; {collector.error}"
+        assert not extra, f"after {after}: extra {extra[:10]}"
         assert len(got) == len(set(got)), "a change delivered twice"
         assert sorted(got) == expected
         collector.stop()
