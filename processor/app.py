@@ -28,6 +28,7 @@ from processor.log.kafka import (
     KafkaTransactionalLog,
     ensure_topics,
 )
+from processor.log.kafka_ranges import KafkaRangeReader
 from processor.query.gateway import Gateway
 from processor.query.plain_tail import PlainTail
 from processor.query.replica import Replica
@@ -56,9 +57,13 @@ def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
     for topic in topology.topics.values():
         specs.append(TopicSpec(topic.kafka_topic, topic.partitions, {}))
         specs.append(TopicSpec(topic.repartition_topic, topic.partitions, {}))
-        specs.append(
-            TopicSpec(topic.changelog_topic, topic.partitions, {"cleanup.policy": "compact"})
-        )
+        changelog_config = {"cleanup.policy": "compact"}
+        if topic.history is not None:
+            # Replays and the history index see every version only while compaction
+            # leaves them: keep the Window uncompacted.
+            lag_ms = int(topic.history.window_s * 1000)
+            changelog_config["min.compaction.lag.ms"] = str(lag_ms)
+        specs.append(TopicSpec(topic.changelog_topic, topic.partitions, changelog_config))
     return specs
 
 
@@ -285,6 +290,7 @@ def start(
                 topology,
                 lambda: KafkaChangelogTail(bootstrap, **_fetch_settings(settings)),
                 snapshot_dir=settings.state_dir / "replica",
+                reader=lambda: KafkaRangeReader(bootstrap),
             )
             app.replica.start_catching_up()
             app._spawn("sow-replica", app.replica.run)

@@ -141,6 +141,10 @@ class UnsupportedError(SowError):
     """A request asks for something this release does not implement yet."""
 
 
+class BookmarkTooOldError(SowError):
+    """A replay bookmark points below the earliest offset the log still retains."""
+
+
 class PositionTimeoutError(SowError):
     """A read asked for a minimum log position the service did not reach in time."""
 

@@ -148,6 +148,29 @@ class PartitionReader(Protocol):
     def close(self) -> None: ...
 
 
+class ChangelogReader(Protocol):
+    """Reads retained changelog records between offsets (bookmark replays, the history
+    index): read_committed, group-less. Not thread-safe: one per reading thread."""
+
+    def earliest_offset(self, topic: str, partition: int) -> int:
+        """The earliest offset the partition still retains (its low watermark)."""
+        ...
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The first offset whose record time is at or after ``timestamp_ms`` (the end
+        offset when there is none)."""
+        ...
+
+    def read_range(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> Iterator[Sequence[Record]]:
+        """Batches of the records at offsets ``start <= offset < end``, in order; stops
+        at the partition's end if that comes first. Transaction markers are skipped."""
+        ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class TailState:
     """What fetches have shown about one followed changelog partition.

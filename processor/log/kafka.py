@@ -451,25 +451,58 @@ class KafkaPartitionReader:
             return None
         return int(high)
 
+    def earliest_offset(self, topic: str, partition: int) -> int:
+        """The partition's low watermark: the earliest offset it still retains."""
+        try:
+            low, _ = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot read the earliest retained offset of {topic}[{partition}]: {exc}"
+            ) from exc
+        return max(int(low), 0)
+
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The first offset whose record is at or after ``timestamp_ms`` (else the end).
 
-        The broker's answer is checked: some brokers (Tansu) answer offset 0 for a time
-        past the last record. When the record found is older than asked, the partition is
-        scanned forward from there to the first record that is not.
+        The broker's answer is only a hint, checked both ways: some brokers (Tansu)
+        answer offset 0 for a time past the last record, or an offset past records that
+        are at or after the time. Records before the hint are read back (in growing
+        steps) while they are not older than asked, then the partition is scanned
+        forward to the first record that is not older.
         """
         found = self._consumer.offsets_for_times(
             [TopicPartition(topic, partition, timestamp_ms)], 10
         )
-        offset = int(found[0].offset)
-        if offset < 0:  # no record at or after the time: the end
-            return OFFSET_END
-        start = offset
+        hint = int(found[0].offset)
+        if hint < 0:  # "no record at or after the time": checked from the end
+            end = max(self.end_offset_estimate(topic, partition) or 0, 0)
+            start = self._back_to(topic, partition, end, timestamp_ms)
+            if start == end:
+                return OFFSET_END
+        else:
+            start = self._back_to(topic, partition, hint, timestamp_ms)
         for batch in self.read_to_end(topic, partition, start):
             for record in batch:
                 if record.timestamp()[1] >= timestamp_ms:
                     return record.offset()
         return max(self.last_end_offset, start)
+
+    def _back_to(self, topic: str, partition: int, hint: int, timestamp_ms: int) -> int:
+        """An offset at or before the first record at or after ``timestamp_ms``, going
+        back from ``hint`` while the records before it are not older."""
+        earliest = self.earliest_offset(topic, partition)
+        start, step = hint, 64
+        while start > earliest:
+            before = max(start - step, earliest)
+            newer = False
+            for batch in self.read_to_end(topic, partition, before):
+                newer = any(r.offset() < start and r.timestamp()[1] >= timestamp_ms for r in batch)
+                if newer or batch[-1].offset() >= start - 1:
+                    break
+            if not newer:
+                return start
+            start, step = before, step * 2
+        return start
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):

@@ -1,4 +1,6 @@
-"""Reading fixed offset ranges of Kafka partitions: the Spark reader's access to the log.
+"""Reading fixed offset ranges of Kafka partitions: the Spark reader's and the bookmark
+replays' access to the log (:class:`KafkaRangeReader` is a
+:class:`~processor.log.ChangelogReader`).
 
 A Spark job plans on the driver (how many partitions, where each ends) and reads on the
 executors (one offset range per task). Both halves are here so that only this package
@@ -65,6 +67,10 @@ class KafkaRangeReader:
         for _ in self._reader.read_to_end(topic, partition, start):
             pass
         return max(self._reader.last_end_offset, start)
+
+    def earliest_offset(self, topic: str, partition: int) -> int:
+        """The earliest offset the partition still retains (its low watermark)."""
+        return self._reader.earliest_offset(topic, partition)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The first offset whose record time is at or after ``timestamp_ms`` (the end

@@ -58,11 +58,12 @@ from processor.changelog import (
 )
 from processor.expr import FieldInput
 from processor.keys import partition_for
-from processor.log import ChangelogTail, Record, TopicPartitionKey, read_ready
+from processor.log import ChangelogReader, ChangelogTail, Record, TopicPartitionKey, read_ready
 from processor.messages import codec_for
 from processor.query import snapshot
 from processor.query.catchup import CatchUp
 from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle, Listeners
+from processor.query.history import HistoryIndex
 from processor.query.table import SowTable
 from processor.query.units import Unit, UnitCutter
 from processor.topology.model import SowTopic, Topology
@@ -94,8 +95,15 @@ class Replica:
         tail: Callable[[], ChangelogTail],
         snapshot_dir: Path | None = None,
         snapshot_interval_s: float = SNAPSHOT_INTERVAL_S,
+        reader: Callable[[], ChangelogReader] | None = None,
     ) -> None:
         self.topology = topology
+        #: Opens a reader of past changelog records (bookmark replays, the history
+        #: backfill); None: this replica cannot replay.
+        self.open_reader = reader
+        #: Past versions of the History topics' records (:mod:`processor.query.history`),
+        #: recorded as changes are applied; read it under the lock (``read``).
+        self.history = HistoryIndex(topology, reader)
         self._tail_factory = tail
         self._snapshot_dir = snapshot_dir
         self._snapshot_interval_s = snapshot_interval_s
@@ -154,6 +162,9 @@ class Replica:
                 # Fetching starts while the snapshot loads.
                 tail.assign([(t, p, o) for (t, p), o in self._starts(*early).items()])
             self._load_snapshot()
+            # History is complete within the Window even after a snapshot: what the
+            # snapshot holds only as the latest state is read from the changelogs.
+            self.history.backfill(self._changelog_next)
             starts = self._starts(self._changelog_next, self._check.waiting)
             if early is None or starts != self._starts(*early):
                 tail.assign([(t, p, o) for (t, p), o in starts.items()])
@@ -254,6 +265,7 @@ class Replica:
             self._changelog_next[tp] = first
             self._last_record.pop(tp, None)
         envelopes = table.envelopes
+        recorder = self.history.recorder(topic.name, partition) if self.history else None
         for record in records:
             key = record.key() or b""
             value = record.value()
@@ -265,6 +277,8 @@ class Replica:
                 elif key == RESET_KEY:
                     self._reset(table, partition, (changelog, partition, record.offset()), events)
                 continue
+            if recorder is not None:
+                recorder(key, record.timestamp()[1], record.offset(), value)
             if value is None:
                 old = envelopes.get(key)
                 if table.delete(key):

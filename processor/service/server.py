@@ -18,6 +18,7 @@ import grpc
 from processor import errors
 from processor.changelog import Envelope
 from processor.query.gateway import Deleted, Gateway, PendingPublishes, PublishColumns, Published
+from processor.query.historical import point_of, run_historical
 from processor.query.replica import LogPosition
 from processor.query.sow import QueryEngine, SowQuery
 from processor.query.topics import resolve_topics
@@ -50,6 +51,7 @@ STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
     (errors.InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.MessageError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.PositionTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.BookmarkTooOldError, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.CatchingUpError, grpc.StatusCode.UNAVAILABLE),
     (errors.BrokerError, grpc.StatusCode.UNAVAILABLE),
     (errors.SowError, grpc.StatusCode.INTERNAL),
@@ -253,8 +255,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
     def SowQuery(self, request: Any, context: Any) -> Iterator[Any]:
         try:
-            _refuse_unbuilt("sow", bookmark=request.bookmark)
             shape = self._select(request)
+            point = point_of(request.bookmark) if request.bookmark else None
         except errors.SowError as exc:
             self._abort(context, exc)
         query = SowQuery(
@@ -273,7 +275,10 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             wait_for_catch_up=request.wait_for_catch_up,
         )
         try:
-            result = self._engine.run(query)
+            if point is None:
+                result = self._engine.run(query)
+            else:
+                result = run_historical(self._engine, query, point)
         except errors.SowError as exc:
             self._abort(context, exc)
         yield sow_pb2.SowQueryReply(
@@ -404,13 +409,3 @@ def start_server(
         )
     server.start()
     return server, f"{host}:{bound}"
-
-
-def _refuse_unbuilt(command: str, **options: object) -> None:
-    """Options whose feature is still being built are refused, never ignored."""
-    given = [name for name, value in options.items() if value]
-    if given:
-        raise errors.UnsupportedError(
-            f"{command} option {', '.join(given)} is not supported by this service yet; "
-            "send the command without it"
-        )

@@ -44,7 +44,7 @@ MAX_SESSION_SUBSCRIPTIONS = 10_000
 
 #: Builds a subscription's opening messages and registers it: (request, sender) ->
 #: (subscription, opening messages); raises SowError when the hub refuses it.
-Opener = Callable[[Any, SharedSender], tuple[Subscription, list[Any]]]
+Opener = Callable[[Any, SharedSender], tuple[Subscription, Iterable[Any]]]
 
 #: Replaces a live subscription's request in place: (subscription, request, whether
 #: the command is a sow_and_subscribe); raises SowError, changing nothing, when the hub
@@ -129,6 +129,9 @@ class Session:
             return
         try:
             subscription, opening = self._openers[kind](request, self.sender)
+            # A bookmark replay is read here, before the sender's lock is taken (it
+            # starts the subscription, which shares that lock).
+            opening = list(opening)
         except errors.SowError as exc:
             with self.ready:
                 self._names.discard(sub_id)

@@ -13,10 +13,11 @@ send time: a delta update is computed from the state the subscriber last receive
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import grpc
@@ -24,6 +25,7 @@ import grpc
 from processor import changelog, errors
 from processor.changelog import Envelope
 from processor.messages import Codec
+from processor.query.bookmarks import parse_bookmark
 from processor.query.events import ChangelogPosition
 from processor.query.topics import resolve_subscribed_topics
 from processor.service._generated import sow_pb2, sow_pb2_grpc
@@ -31,6 +33,7 @@ from processor.service.sessions import Session
 from processor.subscriptions.delta import MessageShape
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
+from processor.subscriptions.replay import Replay
 from processor.subscriptions.subscription import SharedSender, Subscription
 
 log = logging.getLogger(__name__)
@@ -188,9 +191,18 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
 
     def _open_subscribe(
         self, request: Any, sender: SharedSender | None = None
-    ) -> tuple[Subscription, list[Any]]:
-        """Register a subscribe: the subscription and its ``registered`` message."""
+    ) -> tuple[Subscription, Iterable[Any]]:
+        """Register a subscribe: the subscription and its ``registered`` message (for a
+        bookmark subscription, then its replay and ``completed``, sent as read)."""
         shape = self._shape(request)
+        if request.bookmark and not parse_bookmark(request.bookmark).now:
+            subscription, replay = self._hub.subscribe_replaying(_request(request), sender)
+            if shape is not None:
+                self._shapes[subscription] = shape
+            registered = sow_pb2.SubscriptionMessage(
+                sub_id=request.sub_id, registered=sow_pb2.Registered()
+            )
+            return subscription, itertools.chain([registered], self._replayed(request, replay))
         subscription = self._hub.subscribe(_request(request), sender)
         if shape is not None:
             self._shapes[subscription] = shape
@@ -200,20 +212,37 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         )
         return subscription, [registered]
 
+    def _replayed(self, request: Any, replay: Replay) -> Iterator[Any]:
+        """A replay's changes as it reads them, then ``completed``."""
+        for deliveries in replay:
+            for start in range(0, len(deliveries), SEND_BATCH):
+                chunk = deliveries[start : start + SEND_BATCH]
+                message = self._changes(replay.live, request, chunk)
+                if message is not None:  # no_empties may drop every update of a batch
+                    yield message
+        yield sow_pb2.SubscriptionMessage(
+            sub_id=request.sub_id,
+            completed=sow_pb2.Completed(position=[_position(p) for p in replay.completed]),
+        )
+
     def _open_sow_and_subscribe(
         self, request: Any, sender: SharedSender | None = None
-    ) -> tuple[Subscription, list[Any]]:
+    ) -> tuple[Subscription, Iterable[Any]]:
         """Register a sow_and_subscribe: the subscription and its query result (group
-        begin, batches, group end)."""
+        begin, batches, group end; for a historical one, then the replay and
+        ``completed``)."""
         shape = self._shape(request)
         subscription, phase = self._hub.sow_and_subscribe(_request(request), sender)
         if shape is not None:
             self._shapes[subscription] = shape
         try:
-            return subscription, self._query_phase(request, phase, shape)
+            opening = self._query_phase(request, phase, shape)
         except BaseException:
             self._hub.unsubscribe(subscription)
             raise
+        if phase.replay is not None:
+            return subscription, itertools.chain(opening, self._replayed(request, phase.replay))
+        return subscription, opening
 
     def _query_phase(
         self, request: Any, phase: QueryPhase, shape: MessageShape | None = None
@@ -275,7 +304,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         self,
         request: Any,
         context: Any,
-        register: Callable[[Any], tuple[Subscription, list[Any]]],
+        register: Callable[[Any], tuple[Subscription, Iterable[Any]]],
     ) -> Iterator[Any]:
         """One subscription stream: take a stream slot, register with the hub, send the
         opening messages, then the live changes; the subscription is dropped however

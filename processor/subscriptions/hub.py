@@ -52,6 +52,7 @@ from processor.errors import (
 from processor.expr import Expression, MessageContext
 from processor.keys import partition_for
 from processor.messages import Codec, codec_for
+from processor.query.bookmarks import parse_bookmark
 from processor.query.events import ChangeEvent, ListenerHandle
 from processor.query.plain_tail import PlainTail
 from processor.query.replica import LogPosition, Replica
@@ -66,6 +67,7 @@ from processor.subscriptions.conflation import (
     key_function,
 )
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
+from processor.subscriptions.historical import open_historical
 from processor.subscriptions.model import (
     DEFAULT_MAX_BACKLOG,
     MAX_MAX_BACKLOG,
@@ -74,6 +76,7 @@ from processor.subscriptions.model import (
     SubscribeRequest,
 )
 from processor.subscriptions.replacing import ReplaceMarker, check_replace
+from processor.subscriptions.replay import Replay, open_replay
 from processor.subscriptions.subscription import Offer, Row, SharedSender, Subscription
 from processor.subscriptions.window import (
     PaginatedSubscription,
@@ -100,6 +103,8 @@ class QueryPhase:
     snapshot: list[LogPosition]
     batches: list[list[changelog.Envelope]]
     stats: QueryStats
+    #: A historical sow_and_subscribe's replay, to send after the query result.
+    replay: Replay | None = None
 
 
 class SubscriptionHub:
@@ -192,6 +197,8 @@ class SubscriptionHub:
         """Register a live subscription: every matching change applied from now on.
         ``sender``: one sender serving this subscription among others (a session;
         default: a sender of its own)."""
+        if not parse_bookmark(request.bookmark).now:
+            raise InvalidRequestError("a bookmark subscription is opened with subscribe_replaying")
         topics, expression = self._validate(request, with_query=False)
         subscription = self._subscription(request, topics, with_query=False, sender=sender)
 
@@ -201,6 +208,36 @@ class SubscriptionHub:
         _, vector = self._read(topics, register)
         subscription.start(_start_vector(vector))
         return subscription
+
+    def subscribe_replaying(
+        self, request: SubscribeRequest, sender: SharedSender | None = None
+    ) -> tuple[Subscription, Replay]:
+        """subscribe with a bookmark: the subscription, registered (buffering), and its
+        replay, which starts it (:mod:`processor.subscriptions.replay`)."""
+        bookmark = parse_bookmark(request.bookmark)
+        _refuse_with_replay(request, "a bookmark subscription")
+        topics, expression = self._validate(request, with_query=False)
+        subscription = self._subscription(request, topics, with_query=False, sender=sender)
+
+        def register(_: list[SowTable]) -> None:
+            self._register(subscription, topics, request.filter, expression)
+
+        _, vector = self._read(topics, register)
+        try:
+            replay = open_replay(
+                self.replica,
+                subscription,
+                bookmark,
+                topics,
+                expression,
+                self._codecs,
+                vector,
+                close=lambda: self.unsubscribe(subscription),
+            )
+        except BaseException:
+            self.unsubscribe(subscription)
+            raise
+        return subscription, replay
 
     def sow_and_subscribe(
         self, request: SubscribeRequest, sender: SharedSender | None = None
@@ -212,6 +249,21 @@ class SubscriptionHub:
         if all(isinstance(t, PlainTopic) for t in topics):
             return self._subscribe_without_sow(request, topics, expression, sender)
         paginated = is_paginated(request)
+        bookmark = parse_bookmark(request.bookmark)
+        # Spec 3.13: on topics without History the bookmark is ignored.
+        if not bookmark.now and any(t.history is not None for t in topics):
+            _refuse_with_replay(request, "a historical sow_and_subscribe")
+            subscription = self._subscription(request, topics, with_query=True, sender=sender)
+            vector, batches, stats, replay = open_historical(
+                self.engine,
+                subscription,
+                topics,
+                expression,
+                self._codecs,
+                register=lambda: self._register(subscription, topics, request.filter, expression),
+                close=lambda: self.unsubscribe(subscription),
+            )
+            return subscription, QueryPhase(vector, batches, stats, replay)
         prepared = self.engine.prepare(
             SowQuery(
                 topic=request.topic,
@@ -424,7 +476,6 @@ class SubscriptionHub:
     def _validate(
         self, request: SubscribeRequest, *, with_query: bool, replacing: bool = False
     ) -> tuple[list[SowTopic], Expression | None]:
-        _refuse_unbuilt(request)
         if request.replace and not replacing:
             raise InvalidRequestError(
                 "replace=true replaces a live subscription of a Session: send it as a "
@@ -633,16 +684,16 @@ class SubscriptionHub:
             self.dispatch_cpu_s += time.thread_time() - began
 
 
-#: Subscription options whose feature is still being built: refused, never ignored.
-_UNBUILT = ("bookmark",)
-
-
-def _refuse_unbuilt(request: SubscribeRequest) -> None:
-    given = [name for name in _UNBUILT if getattr(request, name)]
-    if given:
-        raise UnsupportedError(
-            f"subscription option {', '.join(given)} is not supported by this query "
-            "service yet; subscribe without it"
+def _refuse_with_replay(request: SubscribeRequest, what: str) -> None:
+    """Options a replaying subscription cannot have (spec 3.10: bookmark delta
+    subscriptions are rejected; a replayed window is not built)."""
+    refused = [name for name in ("delta", "replace") if getattr(request, name)]
+    if request.skip_n is not None:
+        refused.append("skip_n (a paginated window)")
+    if refused:
+        raise InvalidRequestError(
+            f"{what} cannot take {', '.join(refused)}: replay without it, or subscribe "
+            "from now (no bookmark)"
         )
 
 

@@ -47,6 +47,7 @@ from processor.topology.model import (
     MESSAGE_TYPES,
     Durability,
     HashIndexSpec,
+    History,
     KeyGeneratorSpec,
     PlainTopic,
     SowTopic,
@@ -78,11 +79,12 @@ SOW_NOT_IMPLEMENTED = (
 IMPLEMENTED = (
     "Name", "Topic", "MessageType", "Key", "KeyDomain", "KeyGenerator", "Durability",
     "Duration", "RecoveryPoint", "Expiration", "HashIndex", "Index", "KafkaTopic", "Partitions",
+    "History",
 )
 #: AMPS Topic options accepted (and validated) but not implemented yet.
 NOT_IMPLEMENTED = (
     "FileName", "SlabSize", "InitialSlabCount", "RecordSize", "InitialSize", "IncrementSize",
-    "ExpectedKeyCountHint", "History", "Preprocessing", "Enrichment", "Pattern",
+    "ExpectedKeyCountHint", "Preprocessing", "Enrichment", "Pattern",
 )
 #: Elements of a TransactionLog Topic (a plain topic when it names no SOW topic).
 PLAIN_ELEMENTS = ("Name", "MessageType", "KafkaTopic", "Partitions")
@@ -98,6 +100,8 @@ _XML_NAME = {
     "hash_indexes": "HashIndex",
     "indexes": "Index",
     "message_type": "MessageType",
+    "history": "History",
+    "expiration_s": "Expiration",
 }
 _VARIABLE = re.compile(r"\$\{([^}]*)\}")
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -270,6 +274,19 @@ class _Reader:
                 options[option.tag] = self.text(option, option_where, empty=True)
         return KeyGeneratorSpec(factory, MappingProxyType(options))
 
+    def history(self, element: ET.Element, where: str) -> History:
+        """``<History><Window>..</Window><Granularity>..</Granularity></History>``."""
+        groups = self.group(element, where, ("Window", "Granularity"))
+        for required in ("Window", "Granularity"):
+            if required not in groups:
+                self.fail(f"<History> needs <{required}>, an interval such as 7d or 15m", where)
+        window = self.value(*groups["Window"][0], parse_interval)
+        granularity = self.value(*groups["Granularity"][0], parse_interval)
+        try:
+            return History(window, granularity)
+        except ValueError as exc:
+            self.fail(str(exc), where)
+
     def accept_unimplemented(self, tag: str, items: list[Child]) -> None:
         """Validate a not-yet-implemented Topic option, then warn that it has no effect."""
         element, where = items[0]
@@ -285,12 +302,6 @@ class _Reader:
         }
         if tag in simple:
             self.value(element, where, simple[tag])
-        elif tag == "History":
-            groups = self.group(element, where, ("Window", "Granularity"))
-            for required in ("Window", "Granularity"):
-                if required not in groups:
-                    self.fail(f"<History> needs <{required}>, an interval such as 7d or 15m", where)
-                self.value(*groups[required][0], parse_interval)
         else:  # Preprocessing, Enrichment
             fields = self.group(element, where, ("Field",)).get("Field", [])
             if not fields:
@@ -353,6 +364,8 @@ class _Reader:
         for tag, (attribute, parse) in single.items():
             if tag in groups:
                 fields[attribute] = self.value(*groups[tag][0], parse)
+        if "History" in groups:
+            fields["history"] = self.history(*groups["History"][0])
         if "KeyGenerator" in groups:
             fields["key_generator"] = self.key_generator(*groups["KeyGenerator"][0])
         for tag in NOT_IMPLEMENTED:

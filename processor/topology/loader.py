@@ -185,6 +185,11 @@ def check_topic(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, st
             f"{name_of('key_domain')} seeds keys generated from {keys} fields, and this topic "
             f"has no {keys}; remove {name_of('key_domain')} or add {keys} fields"
         )
+    if topic.history is not None and topic.expiration_s is not None:
+        return "expiration_s", (
+            f"{name_of('expiration_s')} must be disabled when {name_of('history')} is set "
+            "(as in AMPS): history keeps every version of a record for its Window"
+        )
     name = topic.kafka_topic
     if (
         not KAFKA_TOPIC_NAME.match(name)

@@ -66,6 +66,28 @@ class KeyGeneratorSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class History:
+    """AMPS ``History``: keep past versions of every record for historical queries.
+
+    ``window_s`` is how far back historical queries reach (older versions are pruned; the
+    latest state of every record is always kept); ``granularity_s`` is the shortest time
+    between two saved versions of one record (0: every version is saved).
+    """
+
+    window_s: float
+    granularity_s: float
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0:
+            raise ValueError(f"History Window must be positive, got {self.window_s:g}s")
+        if self.granularity_s < 0 or self.granularity_s > self.window_s:
+            raise ValueError(
+                f"History Granularity must be from 0 to the Window ({self.window_s:g}s), "
+                f"got {self.granularity_s:g}s"
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class HashIndexSpec:
     """A configured hash index: exact-match and IN lookups over exactly these fields."""
 
@@ -97,6 +119,8 @@ class SowTopic:
     expiration_s: float | None = None
     hash_indexes: tuple[HashIndexSpec, ...] = ()
     indexes: tuple[str, ...] = ()
+    #: Historical versions kept for historical queries (None: no history).
+    history: History | None = None
 
     def __post_init__(self) -> None:
         if not self.kafka_topic:

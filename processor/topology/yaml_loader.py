@@ -35,6 +35,7 @@ from processor.topology.model import (
     MESSAGE_TYPES,
     Durability,
     HashIndexSpec,
+    History,
     KeyGeneratorSpec,
     PlainTopic,
     RecoveryPoint,
@@ -66,6 +67,7 @@ TOPIC_FIELDS = (
     "expiration",
     "hash_indexes",
     "indexes",
+    "history",
     "sow",
 )
 #: The fields of a plain topic (``sow: false``).
@@ -130,6 +132,17 @@ def _expiration(value: object) -> float | None:
     return parse_expiration(_text(value, "an interval such as 30s, or enabled or disabled"))
 
 
+def _history(value: object) -> History:
+    if not isinstance(value, dict) or set(value) != {"window", "granularity"}:
+        raise ValueError(
+            "history is a mapping with exactly 'window' and 'granularity', both intervals "
+            f"(e.g. {{window: 7d, granularity: 15m}}), got {_describe(value)}"
+        )
+    window = parse_interval(_text(value["window"], "an interval such as 7d"))
+    granularity = parse_interval(_text(value["granularity"], "an interval such as 15m or 0s"))
+    return History(window, granularity)
+
+
 def _paths(value: object) -> tuple[str, ...]:
     expected = "a field path such as /orderId, or a list of them"
     if isinstance(value, str):
@@ -190,6 +203,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "expiration": _expiration,
     "hash_indexes": _hash_indexes,
     "indexes": _paths,
+    "history": _history,
 }
 
 

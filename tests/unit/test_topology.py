@@ -14,6 +14,7 @@ from processor.topology.amps_xml import load_amps_config, parse_amps_config
 from processor.topology.model import (
     Durability,
     HashIndexSpec,
+    History,
     KeyGeneratorSpec,
     RecoveryKind,
     SowTopic,
@@ -444,8 +445,9 @@ def test_xml_not_implemented_options_warn(caplog: pytest.LogCaptureFixture) -> N
         topology = parse_amps_config(text, "cfg.xml")
     assert topology.topic("ORDERS").keys == ("/invoice",)
     warned = caplog.text
-    for tag in ("FileName", "SlabSize", "InitialSlabCount", "History", "Enrichment", "View"):
+    for tag in ("FileName", "SlabSize", "InitialSlabCount", "Enrichment", "View"):
         assert f"<{tag}> is accepted but not implemented yet" in warned
+    assert topology.topic("ORDERS").history == History(7 * 86400, 15 * 60)
     assert "AMPSConfig/SOW/Topic[1]/SlabSize" in warned
     assert "AMPSConfig/SOW/Queue" in warned
 
