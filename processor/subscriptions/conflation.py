@@ -26,6 +26,7 @@ the clock never holds its own lock while taking a subscription's).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import heapq
 import itertools
 import re
@@ -149,6 +150,11 @@ class ConflatingQueue:
         if delivery.kind is ChangeKind.PUBLISH:
             entry = held.get(key)
             if entry is not None:
+                # A delta is computed against what the subscriber has: the state before
+                # the first held publish, not the one it replaces (None: sent whole).
+                first: Delivery = entry[1]
+                if delivery.previous is not first.previous:
+                    delivery = dataclasses.replace(delivery, previous=first.previous)
                 entry[1] = delivery
                 return
             due = time.monotonic() + self.interval_s

@@ -77,6 +77,27 @@ def test_only_the_latest_value_per_key_is_delivered_after_the_interval(
     assert all(at - started >= 0.29 for at, _ in taken)
 
 
+def test_a_conflated_delta_is_taken_against_what_the_subscriber_has(
+    hub: tuple[SubscriptionHub, Feed],
+) -> None:
+    subscriptions, feed = hub
+    feed.put("IBM", {"id": "IBM", "price": 1, "qty": 1})
+    subscription = subscriptions.subscribe(
+        SubscribeRequest("QUOTES", conflation="200ms", delta=True, oof=True)
+    )
+    feed.put("IBM", {"id": "IBM", "price": 1, "qty": 1})  # now held by the subscriber
+    assert len(_collect(subscription, 0.4)) == 1
+    feed.put("IBM", {"id": "IBM", "price": 2, "qty": 1})
+    feed.put("IBM", {"id": "IBM", "price": 2, "qty": 5})  # replaces the held publish
+    taken = [d for _, d in _collect(subscription, 0.5)]
+    assert len(taken) == 1
+    assert taken[0].previous is not None
+    # Against the state delivered before the interval, so the price change is not lost.
+    assert _data(taken[0]) == {"id": "IBM", "price": 2, "qty": 5}
+    previous = orjson.loads(changelog.data_of(taken[0].previous))
+    assert previous == {"id": "IBM", "price": 1, "qty": 1}
+
+
 def test_an_oof_is_never_conflated_away_and_follows_the_held_publish(
     hub: tuple[SubscriptionHub, Feed],
 ) -> None:
