@@ -3,6 +3,7 @@ hand, with the dispatcher thread (the replace's marker travels with the changes)
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -215,3 +216,19 @@ def test_a_replace_that_changes_what_may_not_change_is_refused(
         )
     with pytest.raises(InvalidRequestError, match="session command"):
         subscriptions.subscribe(SubscribeRequest("QUOTES", replace=True))
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [({"delta": True}, "delta"), ({"top_n": 2, "skip_n": 0}, "skip_n (a paginated window)")],
+)
+def test_a_replaying_subscription_refuses_what_a_replay_cannot_keep(
+    options: dict[str, Any], refused: str
+) -> None:
+    replica = Replica(TOPOLOGY, tail=lambda: None)  # type: ignore[arg-type, return-value]
+    hub = SubscriptionHub(TOPOLOGY, replica, QueryEngine(TOPOLOGY, replica))
+    try:
+        with pytest.raises(InvalidRequestError, match=f"cannot take {re.escape(refused)}"):
+            hub.subscribe_replaying(SubscribeRequest("QUOTES", bookmark="0", **options))
+    finally:
+        hub.close()
