@@ -135,6 +135,8 @@ class Replica:
             None if snapshot_dir is None else snapshot.SnapshotWriter(snapshot_dir, topology)
         )
         self.applied = 0
+        #: SOW topic -> [publishes, deletes] applied since start (for metrics).
+        self.changes_by_topic: dict[str, list[int]] = {t: [0, 0] for t in self._tables}
 
     # -- the applier -------------------------------------------------------------------
 
@@ -266,6 +268,7 @@ class Replica:
             self._last_record.pop(tp, None)
         envelopes = table.envelopes
         recorder = self.history.recorder(topic.name, partition) if self.history else None
+        publishes = deletes = 0
         for record in records:
             key = record.key() or b""
             value = record.value()
@@ -280,6 +283,7 @@ class Replica:
             if recorder is not None:
                 recorder(key, record.timestamp()[1], record.offset(), value)
             if value is None:
+                deletes += 1
                 old = envelopes.get(key)
                 if table.delete(key):
                     reason = self._remember_delete(record)
@@ -287,6 +291,7 @@ class Replica:
                         position = (changelog, partition, record.offset())
                         events.append(ChangeEvent(topic.name, key, old, None, position, reason))
             else:
+                publishes += 1
                 if events is not None:
                     position = (changelog, partition, record.offset())
                     old = envelopes.get(key)
@@ -296,6 +301,9 @@ class Replica:
                 table.put(key, value)
             self.applied += 1
         if records:
+            counts = self.changes_by_topic[topic.name]
+            counts[0] += publishes
+            counts[1] += deletes
             last = records[-1]
             self._changelog_next[tp] = last.offset() + 1
             self._last_record[tp] = (last.offset(), last.timestamp()[1], last.key() or b"")

@@ -99,6 +99,15 @@ class ComponentCollector(Collector):
                 replica.staleness_ms() / 1000,
             )
             yield _gauge("sow_replica_caught_up", "1 once caught up", replica.caught_up())
+            changes = CounterMetricFamily(
+                "sow_topic_changes",
+                "Publishes and deletes the read replica applied, per SOW topic",
+                labels=["topic", "kind"],
+            )
+            for topic, (publishes, deletes) in replica.changes_by_topic.items():
+                changes.add_metric([topic, "publish"], publishes)
+                changes.add_metric([topic, "delete"], deletes)
+            yield changes
             records = GaugeMetricFamily("sow_records", "Records in the SOW", labels=["topic"])
             for topic, count in replica.record_counts().items():
                 records.add_metric([topic], count)

@@ -81,6 +81,8 @@ def test_metrics_report_a_publish_and_a_dead_letter_after_they_happen(
         assert after[("sow_dead_letters_total", ())] == 1
         assert after[("sow_processor_records_total", ())] >= 2
         assert after[("sow_records", (("topic", "ORDERS"),))] == 1
+        changes = (("kind", "publish"), ("topic", "ORDERS"))
+        assert after[("sow_topic_changes_total", changes)] == 1
         assert after[("sow_grpc_requests_total", (("code", "OK"), ("method", "Sow/Publish")))] == 1
         assert after[("sow_grpc_request_seconds_count", (("method", "Sow/Publish"),))] == 1
         assert after[("sow_replica_caught_up", ())] == 1
