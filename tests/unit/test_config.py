@@ -93,3 +93,25 @@ def test_kafka_properties_refuse_malformed_values(raw: str, entry: str) -> None:
     message = str(caught.value)
     assert f"kafka_properties (SOW_KAFKA_PROPERTIES) {entry} is not key=value" in message
     assert "'key=value;key=value'" in message
+
+
+def test_kafka_properties_reach_the_products_clients() -> None:
+    """The product's own client (KafkaLogWriter) is built with the properties: librdkafka
+    sees them (it refuses an unknown one) and the writer's record limit follows
+    message.max.bytes given there."""
+    from confluent_kafka import KafkaException
+
+    from processor.log.kafka import RECORD_FRAMING_BYTES, KafkaLogWriter, use_client_properties
+
+    try:
+        use_client_properties({"message.max.bytes": "2000000"})
+        writer = KafkaLogWriter("127.0.0.1:1")
+        try:
+            assert writer.max_record_bytes == 2_000_000 - RECORD_FRAMING_BYTES
+        finally:
+            writer.close()
+        use_client_properties({"no.such.property": "1"})
+        with pytest.raises(KafkaException, match=r"no\.such\.property"):
+            KafkaLogWriter("127.0.0.1:1")
+    finally:
+        use_client_properties({})
