@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from processor.errors import (
     BrokerError,
+    ConfigurationError,
     FencedError,
     MessageTooLargeError,
     RecordTooLargeError,
@@ -108,7 +109,13 @@ def producer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
 
 def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> None:
     """Create missing topics; check existing ones have the partition count asked for."""
-    admin = AdminClient(client_settings(bootstrap))
+    try:
+        admin = AdminClient(client_settings(bootstrap))
+    except KafkaException as exc:  # the first client a start makes: refuse bad properties
+        raise ConfigurationError(
+            f"the Kafka client refused its configuration: {exc.args[0].str()}; check the "
+            f"properties given in SOW_KAFKA_PROPERTIES ({sorted(_client_properties)})"
+        ) from exc
     try:
         existing = admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from processor.broker import KAFKA_FETCH_WAIT_MS, TANSU_FETCH_WAIT_MS, ExternalBroker, TansuBroker
@@ -115,3 +117,26 @@ def test_kafka_properties_reach_the_products_clients() -> None:
             KafkaLogWriter("127.0.0.1:1")
     finally:
         use_client_properties({})
+
+
+def test_a_start_refuses_properties_kafka_does_not_know() -> None:
+    from processor.app import start
+    from processor.log.kafka import use_client_properties
+
+    settings = Settings.from_env(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+            "SOW_TOPOLOGY": str(Path(__file__).resolve().parents[2] / "topologies" / "orders.yaml"),
+            "SOW_KAFKA_PROPERTIES": "security.protocol=PLAINTEXT;no.such.property=1",
+        }
+    )
+    try:
+        with pytest.raises(ConfigurationError) as caught:
+            start(settings, processor=True, service=False)
+    finally:
+        use_client_properties({})
+    assert str(caught.value) == (
+        "the Kafka client refused its configuration: No such configuration property: "
+        '"no.such.property"; check the properties given in SOW_KAFKA_PROPERTIES '
+        "(['no.such.property', 'security.protocol'])"
+    )
