@@ -73,8 +73,9 @@ def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container["env"]}
 
 
-def test_helm_lint_finds_no_errors_or_warnings() -> None:
-    report = helm.lint(CHART, BOOTSTRAP, strict=True)
+@pytest.mark.parametrize("values", VALUES_SETS)
+def test_helm_lint_finds_no_errors_or_warnings(values: str) -> None:
+    report = helm.lint(CHART, values_of(values), strict=True)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []  # 2 warning, 3 error
 
