@@ -27,6 +27,7 @@ from processor.log.kafka import (
     KafkaPartitionReader,
     KafkaTransactionalLog,
     ensure_topics,
+    use_client_properties,
 )
 from processor.log.kafka_ranges import KafkaRangeReader
 from processor.query.gateway import Gateway
@@ -257,6 +258,7 @@ def start(
 
         topology = load_topology(settings.topology)
     check()
+    use_client_properties(settings.client_properties)
     broker = start_broker(settings.bootstrap_servers, allow_docker=allow_docker)
     if settings.fetch_wait_ms is None:
         settings = replace(settings, fetch_wait_ms=broker.fetch_wait_ms)

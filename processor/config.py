@@ -12,6 +12,11 @@
 | max_batch | SOW_MAX_BATCH | ``10000`` records per transaction |
 | assignment | SOW_ASSIGNMENT | ``group``; ``static``: one processor takes every partition |
 | fetch_wait_ms | SOW_FETCH_WAIT_MS | 2 on the embedded broker, 10 on any other (see below) |
+| kafka_properties | SOW_KAFKA_PROPERTIES | none; ``key=value;key=value`` librdkafka properties |
+
+``kafka_properties`` go into every Kafka client the product makes (consumers, producers,
+admin), after the product's own settings: security (``security.protocol=SASL_SSL;
+sasl.mechanism=PLAIN;sasl.username=...``), TLS files (``ssl.ca.location=...``) and the like.
 
 ``fetch_wait_ms`` is how long a consumer's fetch may wait at the broker for new records (the
 processor reading its input, the query service reading the changelogs). Kafka answers a
@@ -56,6 +61,8 @@ class Settings:
     #: The broker's log ends with the process that started it (the embedded broker): a
     #: new log at start is then expected and logged at INFO, not WARNING.
     ephemeral_log: bool = False
+    #: ``key=value;key=value`` librdkafka properties for every client ("": none).
+    kafka_properties: str = ""
 
     @property
     def transactional_id(self) -> str:
@@ -76,7 +83,13 @@ class Settings:
         "fetch_wait_ms": "SOW_FETCH_WAIT_MS",
         "metrics_address": "SOW_METRICS_ADDRESS",
         "ephemeral_log": "SOW_EPHEMERAL_LOG",
+        "kafka_properties": "SOW_KAFKA_PROPERTIES",
     }
+
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """``kafka_properties`` as a librdkafka property map (validated when set)."""
+        return parse_kafka_properties(self.kafka_properties)
 
     def environment(self) -> dict[str, str]:
         """These settings as environment variables (the inverse of ``from_env``), for a
@@ -115,6 +128,9 @@ class Settings:
                 converted[name] = _whole(name, value, "milliseconds", 1, 1000)
             elif name == "ephemeral_log":
                 converted[name] = str(value).strip().lower() in ("1", "true", "yes")
+            elif name == "kafka_properties":
+                parse_kafka_properties(str(value))  # refuse a malformed value now
+                converted[name] = str(value)
             elif name == "assignment":
                 if value not in ASSIGNMENTS:
                     raise ConfigurationError(
@@ -138,3 +154,23 @@ def _whole(name: str, value: Any, unit: str, least: int, most: int | None = None
         bound = f"at least {least}" if most is None else f"between {least} and {most}"
         raise ConfigurationError(f"{name} must be {bound} {unit}, got {value!r}")
     return number
+
+
+def parse_kafka_properties(text: str) -> dict[str, str]:
+    """``key=value;key=value`` (blank entries ignored) as a map, or a ConfigurationError
+    naming the entry that is not ``key=value``. Values may contain ``=``; keys are
+    librdkafka property names (letters, digits, ``.`` and ``_``)."""
+    properties: dict[str, str] = {}
+    for position, entry in enumerate(text.split(";"), start=1):
+        if not entry.strip():
+            continue
+        key, equals, value = entry.partition("=")
+        key = key.strip()
+        if not equals or not key or not all(c.isalnum() or c in "._" for c in key):
+            raise ConfigurationError(
+                f"kafka_properties (SOW_KAFKA_PROPERTIES) entry {position} {entry.strip()!r} "
+                "is not key=value; write librdkafka properties as "
+                "'key=value;key=value', e.g. 'security.protocol=SASL_SSL;sasl.mechanism=PLAIN'"
+            )
+        properties[key] = value.strip()
+    return properties

@@ -12,7 +12,8 @@ from processor.config import DEFAULT_GRPC_ADDRESS
 EPILOG = f"""\
 environment: KAFKA_BOOTSTRAP_SERVERS (use this Kafka instead of the embedded broker),
 SOW_TOPOLOGY, SOW_STATE_DIR, SOW_GRPC_ADDRESS, SOW_GROUP_ID, SOW_INSTANCE_ID,
-SOW_METRICS_ADDRESS.
+SOW_METRICS_ADDRESS, SOW_KAFKA_PROPERTIES (librdkafka properties for every Kafka client,
+e.g. security.protocol=SASL_SSL;sasl.mechanism=PLAIN).
 
 {exits.HELP}
 """

@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from processor.errors import (
     BrokerError,
+    ConfigurationError,
     FencedError,
     MessageTooLargeError,
     RecordTooLargeError,
@@ -49,6 +50,21 @@ log = logging.getLogger(__name__)
 
 #: Settings every client gets; quiet librdkafka's connection chatter to errors only.
 BASE = {"log_level": 3, "socket.keepalive.enable": True}
+#: Properties the deployment adds to every client (security, TLS): set once at start by
+#: :func:`use_client_properties`, applied after the product's own settings.
+_client_properties: dict[str, str] = {}
+
+
+def use_client_properties(properties: Mapping[str, str]) -> None:
+    """Add ``properties`` (librdkafka names) to every client built from now on, replacing
+    any given before (``Settings.kafka_properties``; the processor child gets them too)."""
+    _client_properties.clear()
+    _client_properties.update(properties)
+
+
+def client_settings(bootstrap: str) -> dict[str, Any]:
+    """What every client gets: the base settings, the broker, the deployment's properties."""
+    return {**BASE, "bootstrap.servers": bootstrap, **_client_properties}
 
 
 def consumer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
@@ -70,6 +86,7 @@ def consumer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
         "fetch.wait.max.ms": 10,
         "queued.min.messages": 200000,
     }
+    settings.update(_client_properties)
     settings.update(extra)
     return settings
 
@@ -85,13 +102,20 @@ def producer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
         "queue.buffering.max.messages": 1000000,
         "queue.buffering.max.kbytes": 1048576,
     }
+    settings.update(_client_properties)
     settings.update(extra)
     return settings
 
 
 def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> None:
     """Create missing topics; check existing ones have the partition count asked for."""
-    admin = AdminClient({**BASE, "bootstrap.servers": bootstrap})
+    try:
+        admin = AdminClient(client_settings(bootstrap))
+    except KafkaException as exc:  # the first client a start makes: refuse bad properties
+        raise ConfigurationError(
+            f"the Kafka client refused its configuration: {exc.args[0].str()}; check the "
+            f"properties given in SOW_KAFKA_PROPERTIES ({sorted(_client_properties)})"
+        ) from exc
     try:
         existing = admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from processor.broker import KAFKA_FETCH_WAIT_MS, TANSU_FETCH_WAIT_MS, ExternalBroker, TansuBroker
@@ -44,3 +46,97 @@ def test_max_batch_refuses_bad_values() -> None:
 def test_environment_round_trips_for_a_child_process() -> None:
     settings = Settings.from_env({}, fetch_wait_ms=3, max_batch=500, assignment="static")
     assert Settings.from_env(settings.environment()) == settings
+
+
+def test_kafka_properties_reach_every_client_config() -> None:
+    from processor.log.kafka import (
+        client_settings,
+        consumer_settings,
+        producer_settings,
+        use_client_properties,
+    )
+
+    settings = Settings.from_env(
+        {
+            "SOW_KAFKA_PROPERTIES": "security.protocol=SASL_SSL; sasl.mechanism=PLAIN;;"
+            "sasl.password=a=b"
+        }
+    )
+    wanted = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.password": "a=b"}
+    assert settings.client_properties == wanted
+    assert settings.environment()["SOW_KAFKA_PROPERTIES"] == settings.kafka_properties
+    use_client_properties(settings.client_properties)
+    try:
+        consumer = consumer_settings("kafka:9092", **{"group.id": "g"})
+        producer = producer_settings("kafka:9092", **{"transactional.id": "t"})
+        admin = client_settings("kafka:9092")
+        for config in (consumer, producer, admin):
+            assert wanted.items() <= config.items()
+            assert config["bootstrap.servers"] == "kafka:9092"
+        assert consumer["group.id"] == "g"
+        assert producer["transactional.id"] == "t"
+        assert consumer["isolation.level"] == "read_committed"  # the product's own stay
+    finally:
+        use_client_properties({})
+    assert "security.protocol" not in consumer_settings("kafka:9092")
+
+
+@pytest.mark.parametrize(
+    ("raw", "entry"),
+    [
+        ("security.protocol", "entry 1 'security.protocol'"),
+        ("security.protocol=SSL;=PLAIN", "entry 2 '=PLAIN'"),
+        ("bad key=1", "entry 1 'bad key=1'"),
+    ],
+)
+def test_kafka_properties_refuse_malformed_values(raw: str, entry: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({"SOW_KAFKA_PROPERTIES": raw})
+    message = str(caught.value)
+    assert f"kafka_properties (SOW_KAFKA_PROPERTIES) {entry} is not key=value" in message
+    assert "'key=value;key=value'" in message
+
+
+def test_kafka_properties_reach_the_products_clients() -> None:
+    """The product's own client (KafkaLogWriter) is built with the properties: librdkafka
+    sees them (it refuses an unknown one) and the writer's record limit follows
+    message.max.bytes given there."""
+    from confluent_kafka import KafkaException
+
+    from processor.log.kafka import RECORD_FRAMING_BYTES, KafkaLogWriter, use_client_properties
+
+    try:
+        use_client_properties({"message.max.bytes": "2000000"})
+        writer = KafkaLogWriter("127.0.0.1:1")
+        try:
+            assert writer.max_record_bytes == 2_000_000 - RECORD_FRAMING_BYTES
+        finally:
+            writer.close()
+        use_client_properties({"no.such.property": "1"})
+        with pytest.raises(KafkaException, match=r"no\.such\.property"):
+            KafkaLogWriter("127.0.0.1:1")
+    finally:
+        use_client_properties({})
+
+
+def test_a_start_refuses_properties_kafka_does_not_know() -> None:
+    from processor.app import start
+    from processor.log.kafka import use_client_properties
+
+    settings = Settings.from_env(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+            "SOW_TOPOLOGY": str(Path(__file__).resolve().parents[2] / "topologies" / "orders.yaml"),
+            "SOW_KAFKA_PROPERTIES": "security.protocol=PLAINTEXT;no.such.property=1",
+        }
+    )
+    try:
+        with pytest.raises(ConfigurationError) as caught:
+            start(settings, processor=True, service=False)
+    finally:
+        use_client_properties({})
+    assert str(caught.value) == (
+        "the Kafka client refused its configuration: No such configuration property: "
+        '"no.such.property"; check the properties given in SOW_KAFKA_PROPERTIES '
+        "(['no.such.property', 'security.protocol'])"
+    )
