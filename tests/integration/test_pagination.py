@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 from typing import Any
@@ -9,10 +10,12 @@ from typing import Any
 import orjson
 import pytest
 
+from processor.query.replica import Replica
+from processor.query.sow import QueryEngine, SowQuery
 from processor.service._generated import sow_pb2
 from processor.service.client import ServiceError, SowClient
 from processor.topology.model import SowTopic
-from tests.integration.harness import namespaced, running_sow
+from tests.integration.harness import namespaced, read_topic, running_sow
 from tests.integration.subscription_helpers import Collector, data
 
 PETS = SowTopic("PETS", keys=("/id",))
@@ -147,6 +150,89 @@ def test_twenty_random_paginated_subscribers_follow_the_sow(
         for _, collector in subscribers:
             assert collector.error is None
             collector.stop()
+
+
+def test_each_window_after_every_delivery_is_the_page_of_the_sow_at_that_change(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """20 random paginated subscribers under random publishes and deletes, over gRPC.
+    The topic has one partition, so the changelog orders every change: after each
+    delivered change (the deliveries sharing its changelog position), the subscriber's
+    window must be the page the sow query gives over the changelog up to that change,
+    replayed one change at a time into a replica of the test's own."""
+    rng = random.Random(12)
+    topology = namespaced(unique, PETS)  # PETS: one partition, keyed by /id
+    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+
+        def pet(key: int) -> bytes:
+            price = rng.choice([None, rng.randint(0, 50)])
+            return orjson.dumps({"id": key, "price": price, "name": rng.choice("abcdef")})
+
+        published = [client.publish("PETS", pet(key)) for key in range(20)]
+        client.query("PETS", min_position=[p.position for p in published])
+        subscribers = []
+        for number in range(20):
+            options = {
+                "filter": rng.choice(["", "/price > 10", "/price < 40"]),
+                "top_n": rng.randint(1, 5),
+                "skip_n": rng.randint(0, 6),
+                "order_by": rng.choice(["", "/price", "/price DESC", "/name, /price DESC"]),
+            }
+            stream = client.sow_and_subscribe("PETS", oof=True, sub_id=f"p{number}", **options)
+            subscribers.append((options, Collector(stream)))
+        for _, collector in subscribers:
+            assert collector.wait_for(lambda c: c.group_end() is not None)
+        last = published[-1].position
+        for _ in range(120):
+            key = rng.randrange(30)
+            if rng.random() < 0.25:
+                client.delete("PETS", filter=f"/id = {key}")
+            else:
+                last = client.publish("PETS", pet(key)).position
+        client.query("PETS", min_position=[last])
+        for options, collector in subscribers:
+            current = client.query("PETS", **options)[0]
+            expected = {r.sow_key: data(r) for r in current}
+            assert collector.wait_for(lambda c, e=expected: _window(c) == e, 10), options
+            collector.stop()
+        changelog = read_topic(bootstrap, topology.topic("PETS").changelog_topic)
+    for options, collector in subscribers:
+        _check_every_delivery(topology, changelog, options, collector)
+
+
+def _check_every_delivery(
+    topology: Any, changelog: list[Any], options: dict[str, Any], collector: Collector
+) -> None:
+    """Replay ``changelog`` one change at a time into a fresh replica; after each change
+    a subscriber was sent something for, its window must be the sow query's page."""
+    replica = Replica(topology, tail=lambda: None)  # type: ignore[arg-type, return-value]
+    engine = QueryEngine(topology, replica)
+    records = iter(changelog)
+    pending = next(records, None)
+
+    def apply_through(offset: int) -> None:
+        nonlocal pending
+        while pending is not None and pending.offset() <= offset:
+            replica.apply([pending])
+            pending = next(records, None)
+
+    def page() -> dict[str, Any]:
+        result = engine.run(SowQuery(topic="PETS", **options))
+        return {e.sow_key: orjson.loads(e.data) for batch in result.batches for e in batch}
+
+    apply_through(collector.group_end().snapshot[0].offset - 1)
+    view = {r.sow_key: data(r) for r in collector.query_records()}
+    assert view == page(), options
+    changes = collector.changes()
+    for offset, group in itertools.groupby(changes, lambda c: c.changelog_position.offset):
+        for change in group:
+            if change.kind == sow_pb2.CHANGE_PUBLISH:
+                view[change.sow_key] = data(change.record)
+            else:
+                assert change.sow_key in view, (options, offset)
+                del view[change.sow_key]
+        apply_through(offset)
+        assert view == page(), (options, offset)
 
 
 @pytest.mark.parametrize(
