@@ -247,6 +247,7 @@ def test_sow_and_subscribe_ignores_a_bookmark_without_history(
     collector.stop()
 
 
+@pytest.mark.heavy  # ~130 s on the embedded broker: its fetches slow as batches pile up
 def test_replays_started_during_publishing_deliver_every_change_once(
     sow: tuple[SowClient, Topology], bootstrap: str
 ) -> None:
