@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from processor import changelog
 from processor.errors import CatchingUpError, InvalidRequestError
 from processor.expr import FieldInput
 from processor.messages import codec_for
@@ -25,10 +24,9 @@ from processor.query.sow import (
     PreparedQuery,
     QueryEngine,
     QueryResult,
-    QueryStats,
     SowQuery,
-    _aggregated_envelopes,
     memo_fields,
+    query_result,
     select,
 )
 from processor.query.table import SowTable
@@ -107,20 +105,4 @@ def run_historical(engine: QueryEngine, query: SowQuery, point: Point) -> QueryR
     started = time.perf_counter()
     tables, vector = historical_states(prepared, engine, point)
     selection = select(prepared, tables)
-    if prepared.aggregation is not None:
-        envelopes = _aggregated_envelopes(prepared.topics[0], selection.aggregated)
-    else:
-        envelopes = [changelog.decode(envelope) for _, envelope in selection.rows]
-    size = prepared.batch_size
-    result = QueryResult(query.query_id, query.topic, vector)
-    result.aggregated = prepared.aggregation is not None
-    result.batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
-    plans = "; ".join(selection.plans)
-    result.stats = QueryStats(
-        topic_matches=selection.examined,
-        matches=selection.matches,
-        records_returned=len(envelopes),
-        elapsed_us=int((time.perf_counter() - started) * 1e6),
-        plan=f"historical: {plans}",
-    )
-    return result
+    return query_result(query, prepared, selection, vector, started, "historical: ")

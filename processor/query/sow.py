@@ -216,22 +216,35 @@ class QueryEngine:
         selection, vector = self.replica.read(
             prepared.topics, lambda tables: select(prepared, tables)
         )
-        if prepared.aggregation is not None:
-            envelopes = _aggregated_envelopes(prepared.topics[0], selection.aggregated)
-        else:
-            envelopes = [changelog.decode(envelope) for _, envelope in selection.rows]
-        size = prepared.batch_size
-        result = QueryResult(query.query_id, query.topic, vector)
-        result.aggregated = prepared.aggregation is not None
-        result.batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
-        result.stats = QueryStats(
-            topic_matches=selection.examined,
-            matches=selection.matches,
-            records_returned=len(envelopes),
-            elapsed_us=int((time.perf_counter() - started) * 1e6),
-            plan="; ".join(selection.plans),
-        )
-        return result
+        return query_result(query, prepared, selection, vector, started)
+
+
+def query_result(
+    query: SowQuery,
+    prepared: PreparedQuery,
+    selection: _Selection,
+    vector: list[LogPosition],
+    started: float,
+    plan_prefix: str = "",
+) -> QueryResult:
+    """A selection as the query's result: decoded envelopes (or aggregated rows) in
+    batches, with the stats; ``started`` is the ``perf_counter`` the query began at."""
+    if prepared.aggregation is not None:
+        envelopes = _aggregated_envelopes(prepared.topics[0], selection.aggregated)
+    else:
+        envelopes = [changelog.decode(envelope) for _, envelope in selection.rows]
+    size = prepared.batch_size
+    result = QueryResult(query.query_id, query.topic, vector)
+    result.aggregated = prepared.aggregation is not None
+    result.batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
+    result.stats = QueryStats(
+        topic_matches=selection.examined,
+        matches=selection.matches,
+        records_returned=len(envelopes),
+        elapsed_us=int((time.perf_counter() - started) * 1e6),
+        plan=plan_prefix + "; ".join(selection.plans),
+    )
+    return result
 
 
 def memo_fields(prepared: PreparedQuery) -> list[FieldInput]:
