@@ -27,7 +27,6 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -45,6 +44,7 @@ from processor.query.sow import QueryEngine, SowQuery
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.model import MAX_MAX_BACKLOG, SubscribeRequest
 from processor.topology.model import History, SowTopic, Topology
+from tests.unit.log_records import LogRecord
 
 
 def replay_rates(records: int) -> dict[str, object]:
@@ -112,42 +112,6 @@ def replay_rates(records: int) -> dict[str, object]:
         broker.stop()
 
 
-@dataclass
-class _Record:
-    """One changelog record (the log's Record protocol), for the replica's apply path."""
-
-    topic_: str
-    partition_: int
-    offset_: int
-    key_: bytes
-    value_: bytes
-    time_ms: int
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def key(self) -> bytes:
-        return self.key_
-
-    def value(self) -> bytes:
-        return self.value_
-
-    def headers(self) -> None:
-        return None
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self.time_ms)
-
-    def error(self) -> None:
-        return None
-
-
 def historical_queries(versions: int, keys: int) -> dict[str, object]:
     topic = SowTopic("HORDERS", keys=("/orderId",), partitions=2, history=History(86400.0, 0.0))
     topology = Topology({"HORDERS": topic})
@@ -158,7 +122,7 @@ def historical_queries(versions: int, keys: int) -> dict[str, object]:
     step = 3_600_000 / versions
     offsets = [0, 0]
     began = time.perf_counter()
-    chunk: list[_Record] = []
+    chunk: list[LogRecord] = []
     for i in range(versions):
         key_number = i % keys
         message = {"orderId": key_number, "qty": (i * 7919) % 1000, "price": (i * 31) % 10_000}
@@ -171,7 +135,9 @@ def historical_queries(versions: int, keys: int) -> dict[str, object]:
         )  # fmt: skip
         encoded = changelog.encode(envelope)
         chunk.append(
-            _Record(topic.changelog_topic, partition, offsets[partition], sow_key, encoded, at)
+            LogRecord(
+                topic.changelog_topic, partition, offsets[partition], sow_key, encoded, None, at
+            )
         )
         offsets[partition] += 1
         if len(chunk) == 10_000:
