@@ -126,7 +126,7 @@ class EnvelopeWriter:
             + _string(log_topic)
             + _long(log_partition)
         )
-        self._time = -1
+        self._time: int | None = None  # no time encoded yet (-1 is a valid time)
         self._time_bytes = b""
 
     def encode(
