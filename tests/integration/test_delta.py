@@ -261,10 +261,12 @@ def test_deltas_from_foreign_producers(bootstrap: str, tmp_path: Path, unique: s
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             records, _, _ = client.query("ORDERS", filter="/id = 4")
-            if data(records[0])["qty"] == 3:
+            # the replica follows the changelog: right after the dead letters commit it may
+            # not have the record yet
+            if records and data(records[0])["qty"] == 3:
                 break
             time.sleep(0.1)
-        assert data(records[0]) == {"id": 4, "status": "open", "qty": 3}
+        assert [data(r) for r in records] == [{"id": 4, "status": "open", "qty": 3}]
 
 
 def test_delta_and_select_in_a_session_and_a_message_batch(
