@@ -149,6 +149,11 @@ class PositionTimeoutError(SowError):
     """A read asked for a minimum log position the service did not reach in time."""
 
 
+class DeadlineError(SowError):
+    """A command's deadline (``--timeout``) passed before the service answered; what it
+    was sending may or may not have taken effect."""
+
+
 class SlowConsumerError(SowError):
     """A subscriber fell behind past its subscription's backlog limit and was
     disconnected; it must subscribe again (sow_and_subscribe to resynchronise)."""

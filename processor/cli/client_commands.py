@@ -9,13 +9,15 @@ import os
 import signal
 import stat
 import sys
+import threading
 import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 
 from processor.config import Settings
-from processor.errors import ConfigurationError, SowError
+from processor.errors import ConfigurationError, DeadlineError, SowError
 
 
 def _out(value: Any) -> None:
@@ -73,7 +75,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
                         yield line.strip().encode()
 
             lines = counted(sys.stdin)
-            replies = client.publish_stream(args.topic, lines, text_form=True, **options)
+            replies = client.publish_stream(
+                args.topic, lines, text_form=True, ack_timeout=args.timeout, **options
+            )
         for number, reply in enumerate(replies, 1):
             if reply.position is None:
                 refused += 1
@@ -301,8 +305,9 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
                 **options,
             )
         signal.signal(signal.SIGTERM, lambda *_: stream.cancel())
+        registration = _Registration(stream, args.timeout, _address(args))
         try:
-            for message in stream:
+            for message in registration.watch(stream):
                 part = message.WhichOneof("part")
                 if part == "change":
                     _out(_change_json(message.change))
@@ -329,6 +334,41 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             stream.cancel()
     return 0
+
+
+class _Registration:
+    """``--timeout`` of a subscription: the service must send the first message (its
+    registration, or the query's first batch) within ``timeout_s``; otherwise the stream
+    is cancelled and :meth:`watch` raises DeadlineError. Later silence is normal."""
+
+    def __init__(self, stream: Any, timeout_s: float, address: str) -> None:
+        self.timeout_s = timeout_s
+        self.address = address
+        self.answered = threading.Event()
+        self.expired = threading.Event()
+
+        def expire() -> None:
+            if not self.answered.is_set():
+                self.expired.set()
+                stream.cancel()
+
+        self.timer = threading.Timer(timeout_s, expire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def watch(self, messages: Iterable[Any]) -> Iterator[Any]:
+        """``messages``, noting the first; DeadlineError if the timer ended them."""
+        try:
+            for message in messages:
+                self.answered.set()
+                yield message
+        finally:
+            self.timer.cancel()
+        if self.expired.is_set():
+            raise DeadlineError(
+                f"the service at {self.address} did not register the subscription within "
+                f"--timeout {self.timeout_s:g}s"
+            )
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

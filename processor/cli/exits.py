@@ -50,6 +50,6 @@ def code_for(error: errors.SowError) -> int:
         return INVALID
     if isinstance(error, errors.CatchingUpError | errors.BrokerError):
         return UNAVAILABLE
-    if isinstance(error, errors.PositionTimeoutError):
+    if isinstance(error, errors.PositionTimeoutError | errors.DeadlineError):
         return TIMEOUT
     return FAILED

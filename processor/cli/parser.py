@@ -166,7 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait-timeout", type=float, default=60.0, help="seconds --wait waits (default: 60)"
     )
     _common_server(publish)
-    _timeout(publish, "a single message (DATA given; a stream from stdin has none)")
+    _timeout(
+        publish,
+        "the service may take to acknowledge (DATA: the publish; a stream from stdin: each "
+        "acknowledgement, waiting for input never counts)",
+    )
 
     query = sub.add_parser(
         "query",
@@ -332,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "paginated window)",
             )
         _common_server(command)
+        _timeout(
+            command,
+            "the service may take to register the subscription (its first message; the "
+            "subscription itself runs until stopped)",
+        )
 
     status = sub.add_parser(
         "status",
@@ -345,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the server's metrics HOST:PORT (default: SOW_METRICS_ADDRESS)",
     )
+    _timeout(status, "each of the two reads of the metrics endpoint")
     check = sub.add_parser(
         "check-config",
         help="Validate topology files (YAML or AMPS XML) without starting anything.",

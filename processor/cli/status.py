@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 
 from processor.config import Settings
-from processor.errors import BrokerError, SowError
+from processor.errors import BrokerError, DeadlineError, SowError
 
 #: Metrics shown, in this order, with their labels as printed.
 SHOWN = {
@@ -36,8 +36,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             "no metrics address: pass --metrics-address HOST:PORT (what `sow serve "
             "--metrics-address` serves) or set SOW_METRICS_ADDRESS"
         )
-    ready = _get(f"http://{address}/readyz")
-    text = _get(f"http://{address}/metrics")
+    ready = _get(f"http://{address}/readyz", args.timeout)
+    text = _get(f"http://{address}/metrics", args.timeout)
     state = "yes" if ready == "ready" else "no: " + ready.removeprefix("not ready: ")
     rows: list[tuple[str, str]] = [("ready", state)]
     samples: dict[str, list[tuple[str, float]]] = {}
@@ -56,11 +56,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _get(url: str) -> str:
+def _get(url: str, timeout: float) -> str:
     try:
-        with urllib.request.urlopen(url, timeout=10) as reply:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
             return str(reply.read().decode()).strip()
     except urllib.error.HTTPError as error:  # /readyz answers 503 with the reason
         return str(error.read().decode()).strip()
     except (urllib.error.URLError, OSError) as exc:
+        if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
+            raise DeadlineError(f"{url} did not answer within --timeout {timeout:g}s") from None
         raise BrokerError(f"no metrics endpoint answered at {url}: {exc}") from None

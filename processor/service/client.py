@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from processor.errors import SowError
+from processor.errors import DeadlineError, SowError
 from processor.service._generated import sow_pb2, sow_pb2_grpc
 
 
@@ -68,6 +68,7 @@ class SowClient:
     """
 
     def __init__(self, address: str, publisher: str | None = None, retries: int = 3) -> None:
+        self.address = address
         self._channel = grpc.insecure_channel(address)
         self._stub = sow_pb2_grpc.SowStub(self._channel)  # type: ignore[no-untyped-call]
         self._subscriptions = sow_pb2_grpc.SubscriptionsStub(self._channel)  # type: ignore[no-untyped-call]
@@ -153,6 +154,7 @@ class SowClient:
         text_form: bool = False,
         batch_size: int = 500,
         window: int = 8,
+        ack_timeout: float | None = None,
         **options: Any,
     ) -> Iterator[PublishResult]:
         """Publish many messages over one stream; yield one result per message, in order
@@ -164,6 +166,10 @@ class SowClient:
         with UNAVAILABLE, it is opened again and the unacknowledged batches are resent
         with their sequence numbers (up to ``retries`` times in a row), so no message is
         lost or applied twice.
+
+        With ``ack_timeout``, a service that acknowledges nothing for that many seconds
+        while batches are outstanding ends the publish with DeadlineError (the outstanding
+        messages may or may not be in the log). Waiting for ``messages`` never counts.
         """
         publish = _StreamPublish(
             self._stub,
@@ -174,6 +180,8 @@ class SowClient:
             window,
             text_form,
             options,
+            ack_timeout,
+            self.address,
         )
         failures = 0
         while True:
@@ -364,8 +372,15 @@ class _StreamPublish:
         window: int,
         text_form: bool,
         options: dict[str, Any],
+        ack_timeout: float | None = None,
+        address: str = "",
     ) -> None:
         self.stub = stub
+        self.address = address
+        self.ack_timeout = ack_timeout
+        #: ``time.monotonic()`` of the last ack, or of the send that left the service
+        #: owing one (the ack timeout's clock).
+        self.owed_since = 0.0
         self.topic = topic
         self.source = source
         self.publisher = publisher
@@ -418,12 +433,17 @@ class _StreamPublish:
                 batch = self._next_batch()
                 if batch is None:
                     return
+                if not self.unacked:
+                    self.owed_since = time.monotonic()
                 self.unacked.append(batch)
                 yield batch
 
+        self.owed_since = time.monotonic()
         call = self.stub.PublishStream(requests())
+        expired = self._watch(call, closed)
         try:
-            for ack in call:
+            for ack in self._acks(call, expired):
+                self.owed_since = time.monotonic()
                 batch = self.unacked.popleft()
                 if batch.batch_id != ack.batch_id:
                     raise SowError(
@@ -435,6 +455,38 @@ class _StreamPublish:
         finally:
             closed.set()
             call.cancel()
+
+    def _watch(self, call: Any, closed: threading.Event) -> threading.Event:
+        """With an ack timeout, a thread that cancels ``call`` once the service owes an
+        ack for longer; the event it returns is set when it did."""
+        expired = threading.Event()
+        limit = self.ack_timeout
+        if limit is None:
+            return expired
+
+        def watch() -> None:
+            while not closed.wait(min(limit / 4, 0.1)):
+                if self.unacked and time.monotonic() - self.owed_since > limit:
+                    expired.set()
+                    call.cancel()
+                    return
+
+        threading.Thread(target=watch, name="publish-ack-timeout", daemon=True).start()
+        return expired
+
+    def _acks(self, call: Any, expired: threading.Event) -> Iterator[Any]:
+        """The call's acks; a cancel by the ack timeout becomes DeadlineError."""
+        try:
+            yield from call
+        except grpc.RpcError as exc:
+            if expired.is_set():
+                outstanding = sum(len(batch.data) for batch in self.unacked)
+                raise DeadlineError(
+                    f"the service at {self.address} acknowledged nothing for "
+                    f"{self.ack_timeout:g}s with {outstanding:,} messages outstanding (they "
+                    "may or may not be in the log)"
+                ) from exc
+            raise
 
 
 def _results(ack: Any) -> list[PublishResult]:

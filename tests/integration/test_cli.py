@@ -228,3 +228,63 @@ def test_version_and_exit_codes_are_documented() -> None:
         check=True,
     )
     assert "4 not found, 5 unavailable" in " ".join(helped.stdout.split())
+
+
+def test_every_client_command_gives_up_on_a_silent_server_at_its_timeout() -> None:
+    """A server that accepts the connection and never answers: publish (one message and a
+    stream from stdin), query, delete, subscribe, sow-and-subscribe and status each exit
+    with the timeout code, saying so, soon after their --timeout."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(silent.accept()[0])  # kept open, never read or written
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    commands = {
+        "publish": (["publish", "ORDERS", '{"orderId": 1}', "--server", address], None),
+        "publish stream": (["publish", "ORDERS", "--server", address], '{"orderId": 1}\n'),
+        "query": (["query", "ORDERS", "--server", address], None),
+        "delete": (["delete", "ORDERS", "--filter", "1=1", "--server", address], None),
+        "subscribe": (["subscribe", "ORDERS", "--server", address], None),
+        "sow-and-subscribe": (["sow-and-subscribe", "ORDERS", "--server", address], None),
+        "status": (["status", "--metrics-address", address], None),
+    }
+    try:
+        runs = {
+            name: subprocess.Popen(
+                [sys.executable, "-m", "processor.cli", *args, "--timeout", "2"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name, (args, _) in commands.items()
+        }
+        for name, run in runs.items():
+            feed = commands[name][1]
+            # the stream's stdin stays open: waiting for input must never count
+            if feed is not None:
+                assert run.stdin is not None
+                run.stdin.write(feed)
+                run.stdin.flush()
+        began = time.monotonic()
+        for name, run in runs.items():
+            _, err = run.communicate(timeout=60)
+            assert run.returncode == 6, (name, err)  # timeout
+            assert "2s" in err or "DEADLINE_EXCEEDED" in err, (name, err)
+        # all ran side by side: each gave up within seconds of its 2 s (start-up included)
+        assert time.monotonic() - began < 30
+    finally:
+        silent.close()
+        for connection in held:
+            connection.close()
