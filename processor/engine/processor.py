@@ -150,6 +150,20 @@ class Processor:
         """Commands discarded by duplicate detection since start."""
         return 0 if self._applier is None else self._applier.duplicates
 
+    def input_lag(self) -> dict[str, int]:
+        """Committed input records not yet applied, per SOW topic (its input and
+        repartition partitions this processor fetches), as of the consumer's latest
+        statistics (about a second old); thread-safe. Partitions held for recovery are
+        not fetched and not counted: see :meth:`recovering`."""
+        lag = dict.fromkeys(self.topology.topics, 0)
+        consumer = self._input
+        if consumer is not None:
+            for (log_topic, _), behind in consumer.lag().items():
+                known = self._by_log_topic.get(log_topic)
+                if known is not None:
+                    lag[known[0].name] += behind
+        return lag
+
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch; thread-safe."""
         self._stop.set()

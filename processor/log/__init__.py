@@ -76,6 +76,12 @@ class InputLog(Protocol):
         """The consumer group metadata that transactions commit offsets for."""
         ...
 
+    def lag(self) -> Mapping[TopicPartitionKey, int]:
+        """Committed records not yet returned by ``consume``, per fetching partition, as
+        of the client's latest statistics (about every second; empty before the first).
+        Thread-safe: monitoring reads it from other threads."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -185,8 +185,18 @@ class KafkaInputLog:
     instances, or a static one beside group members, on the same group is not supported.
     """
 
+    #: How often librdkafka reports statistics (the source of :meth:`lag`).
+    STATISTICS_INTERVAL_MS = 1000
+
     def __init__(self, bootstrap: str, group_id: str, static: bool = False, **extra: Any) -> None:
-        self._consumer = Consumer(consumer_settings(bootstrap, **{"group.id": group_id, **extra}))
+        self._lag: dict[TopicPartitionKey, int] = {}
+        settings = {
+            "group.id": group_id,
+            "statistics.interval.ms": self.STATISTICS_INTERVAL_MS,
+            "stats_cb": self._note_statistics,
+            **extra,
+        }
+        self._consumer = Consumer(consumer_settings(bootstrap, **settings))
         self._static = static
         #: Partitions assigned and fetching, and those held until ``resume``.
         self._active: dict[TopicPartitionKey, TopicPartition] = {}
@@ -278,6 +288,25 @@ class KafkaInputLog:
 
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()
+
+    def lag(self) -> Mapping[TopicPartitionKey, int]:
+        return self._lag
+
+    def _note_statistics(self, text: str) -> None:
+        """librdkafka's statistics (called inside ``consume``): per fetching partition,
+        the last stable offset (read_committed's end) less the next offset to return
+        (for one with nothing returned yet, the next offset to fetch less the records
+        queued; one not fetched yet is left out)."""
+        lag: dict[TopicPartitionKey, int] = {}
+        for topic, figures in json.loads(text).get("topics", {}).items():
+            for partition, p in figures.get("partitions", {}).items():
+                end, position = p.get("ls_offset", -1), p.get("app_offset", -1)
+                if position < 0:  # nothing returned yet: where fetching is, less the queue
+                    fetched = p.get("next_offset", -1)
+                    position = fetched - p.get("fetchq_cnt", 0) if fetched >= 0 else -1
+                if partition != "-1" and end >= 0 and position >= 0:
+                    lag[(topic, int(partition))] = max(end - position, 0)
+        self._lag = lag  # replaced whole: readers on other threads see one or the other
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):  # already closed

@@ -371,6 +371,23 @@ class Replica:
         with self._changed:
             return {name: len(table) for name, table in self._tables.items()}
 
+    def changelog_lag(self) -> dict[str, int]:
+        """Changelog records per SOW topic that fetches showed committed and the replica
+        has not applied yet (read but waiting for the rest of their transaction
+        included); 0 for a topic whose partitions are current or not fetched yet."""
+        states = self._catch_up.states
+        lag = dict.fromkeys(self._tables, 0)
+        with self._changed:
+            read_next = dict(self._units.read_next)
+            pending = {tp: len(records) for tp, records in self._units.pending.items()}
+        for tp, state in states.items():
+            topic = self._by_changelog.get(tp[0])
+            if topic is None or state.end < 0:
+                continue
+            read = max(state.position, read_next.get(tp, 0))
+            lag[topic.name] += max(state.end - read, 0) + pending.get(tp, 0)
+        return lag
+
     def staleness_ms(self) -> int:
         """How long ago fetches last confirmed that the replica had every committed
         changelog record (see :meth:`CatchUp.staleness_ms`)."""

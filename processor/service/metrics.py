@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,11 @@ class ComponentCollector(Collector):
             yield _gauge(
                 "sow_processor_ready", "1 once joined and restored", processor.ready.is_set()
             )
+            yield _by_topic(
+                "sow_processor_input_lag",
+                "Committed input records the processor has not applied yet",
+                processor.input_lag(),
+            )
         replica = self._replica()
         if replica is not None:
             yield _counter(
@@ -112,6 +117,11 @@ class ComponentCollector(Collector):
             for topic, count in replica.record_counts().items():
                 records.add_metric([topic], count)
             yield records
+            yield _by_topic(
+                "sow_replica_changelog_lag",
+                "Changelog records committed that the read replica has not applied yet",
+                replica.changelog_lag(),
+            )
         hub = self._hub()
         if hub is not None:
             yield _gauge("sow_subscriptions", "Live subscriptions", len(hub))
@@ -136,6 +146,13 @@ def _counter(name: str, text: str, value: float) -> CounterMetricFamily:
 
 def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, text, value=float(value))
+
+
+def _by_topic(name: str, text: str, values: Mapping[str, float]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, text, labels=["topic"])
+    for topic, value in values.items():
+        family.add_metric([topic], value)
+    return family
 
 
 class RequestMetrics(grpc.ServerInterceptor):  # type: ignore[type-arg]

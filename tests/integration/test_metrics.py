@@ -131,3 +131,50 @@ def test_readyz_says_why_a_process_is_not_ready() -> None:
         assert _get(f"http://{address}/readyz") == (200, "ready\n")
     finally:
         observer.stop()
+
+
+def test_lag_metrics_rise_with_a_burst_and_fall_back_to_zero(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """A burst written straight to the input topic shows as processor input lag and then
+    as replica changelog lag while it is worked off; both are 0 once it is applied."""
+    topology = namespaced(unique, ORDERS)
+    settings = Settings(
+        bootstrap_servers=bootstrap,
+        state_dir=tmp_path,
+        grpc_address="127.0.0.1:0",
+        group_id=f"{unique}-group",
+        dead_letter_topic=f"{unique}.dead-letter",
+        metrics_address="127.0.0.1:0",
+    )
+    app = start(settings, topology=topology, allow_docker=False)
+    try:
+        assert app.observer is not None
+        address = app.observer.address
+        topic = (("topic", "ORDERS"),)
+        burst = 300_000
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        for n in range(burst):
+            producer.produce(
+                topology.topic("ORDERS").kafka_topic, b'{"orderId": %d}' % (n % 1000), b"%d" % n
+            )
+            if n % 50_000 == 0:
+                producer.poll(0)
+        assert producer.flush(60) == 0
+        seen = {"sow_processor_input_lag": 0.0, "sow_replica_changelog_lag": 0.0}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            samples = _samples(address)
+            for name in seen:
+                seen[name] = max(seen[name], samples[(name, topic)])
+            if samples[("sow_processor_records_total", ())] >= burst and all(
+                samples[(name, topic)] == 0 for name in seen
+            ):
+                break
+            time.sleep(0.05)
+        assert samples[("sow_processor_records_total", ())] >= burst
+        assert all(samples[(name, topic)] == 0 for name in seen), samples
+        assert seen["sow_processor_input_lag"] > 0
+        assert seen["sow_replica_changelog_lag"] > 0
+    finally:
+        app.stop()
