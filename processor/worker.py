@@ -25,6 +25,7 @@ import threading
 import urllib.request
 from collections.abc import Callable
 
+from processor import progress
 from processor.config import Settings
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class ProcessorChild:
             # The child serves its figures on a port of its own, which the parent's
             # /metrics relays (see ``metrics``).
             "SOW_METRICS_ADDRESS": "127.0.0.1:0" if settings.metrics_address else "",
+            # Its progress lines come marked, to be shown as this process's own.
+            progress.RELAY_ENV: "1",
         }
         #: The child's metrics endpoint (from its ready banner; "" before or without).
         self.metrics_address = ""
@@ -92,8 +95,7 @@ class ProcessorChild:
             if in_banner and "metrics:" in line and "http://" in line:
                 self.metrics_address = line.split("http://", 1)[1].split("/", 1)[0]
             if not in_banner:
-                sys.stderr.write(line)
-                sys.stderr.flush()
+                progress.forward(line)
             elif BANNER_END in line:
                 in_banner = False
         code = self.process.wait()

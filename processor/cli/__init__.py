@@ -38,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     import logging
 
+    from processor import progress
     from processor.cli import exits
     from processor.cli.check import cmd_check_config
     from processor.cli.client_commands import (
@@ -52,11 +53,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from processor.config import Settings
     from processor.errors import SowError
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    progress.install(logging.DEBUG if args.verbose else logging.INFO)
     handlers = {
         "serve": lambda a: cmd_serve(a, stop),
         "process": lambda a: cmd_serve(a, stop, service=False),

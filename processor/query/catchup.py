@@ -79,6 +79,16 @@ class CatchUp:
             f"{len(self.partitions)} changelog partitions read to their end{estimate}"
         )
 
+    def figures(self, read_next: Mapping[TopicPartitionKey, int]) -> tuple[int, int | None]:
+        """Catching up as (changelog offsets read, offsets to read in all), summed over
+        partitions, for a progress bar; the total is None until every partition's end
+        was fetched once."""
+        done = sum(read_next.get(tp, 0) for tp in self.partitions)
+        ends = [self.states[tp].end for tp in self.partitions if tp in self.states]
+        if len(ends) < len(self.partitions) or min(ends, default=0) < 0:
+            return done, None
+        return done, max(sum(ends), done)
+
     def staleness_ms(self) -> int:
         """How long ago fetches last confirmed that every partition had nothing the
         replica lacks (the oldest partition counts; never confirmed: since ``begin``);

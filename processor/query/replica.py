@@ -60,6 +60,7 @@ from processor.expr import FieldInput
 from processor.keys import partition_for
 from processor.log import ChangelogReader, ChangelogTail, Record, TopicPartitionKey, read_ready
 from processor.messages import codec_for
+from processor.progress import progress
 from processor.query import snapshot
 from processor.query.catchup import CatchUp
 from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle, Listeners
@@ -177,7 +178,7 @@ class Replica:
                 now = time.monotonic()
                 if not self._catch_up.done and now - last_report >= 1.0:
                     last_report = now
-                    log.info("%s", self.catch_up_status())
+                    log.info("%s", self.catch_up_status(), extra=self.catch_up_progress())
                 snapshots = self._snapshots
                 if (
                     snapshots is not None
@@ -365,6 +366,11 @@ class Replica:
         with self._changed:
             records = sum(len(t) for t in self._tables.values())
             return self._catch_up.status(self._units.read_next, records)
+
+    def catch_up_progress(self) -> dict[str, object]:
+        """The ``extra`` of a catching-up log line (:mod:`processor.progress`)."""
+        with self._changed:
+            return progress(*self._catch_up.figures(self._units.read_next))
 
     def record_counts(self) -> dict[str, int]:
         """Records per SOW topic, as applied."""
