@@ -34,6 +34,7 @@ from processor.engine.partition import PartitionState
 from processor.engine.publishers import PUBLISHER_META_PREFIX, meta_key, meta_key_of_control
 from processor.engine.republish import REPUBLISH_CURSOR
 from processor.log import PartitionReader, Record, TransactionalLog
+from processor.progress import progress
 from processor.state import CHANGELOG_OFFSET, Store, offset_bytes, offset_from
 from processor.topology.model import RecoveryKind, SowTopic
 
@@ -41,7 +42,8 @@ log = logging.getLogger(__name__)
 
 OFFSET_BEGINNING = -2
 
-ProgressReport = Callable[[str], None]
+ProgressReport = Callable[..., None]
+"""Reports progress: ``report(text, extra=progress(done, total))`` (:mod:`processor.progress`)."""
 
 
 class Restored:
@@ -180,7 +182,8 @@ def restore_steps(
         report(
             f"restored {name}: {applied:,} changelog records replayed in "
             f"{time.monotonic() - began:.3f}s, store at offset {end}"
-            + (" (bulk rebuild)" if bulk else "")
+            + (" (bulk rebuild)" if bulk else ""),
+            extra=progress(applied, applied),
         )
     return restored
 
@@ -245,7 +248,10 @@ def _replay(
         if now - last_report >= report_every_s:
             last_report = now
             total = f" of about {behind:,}" if behind else ""
-            report(f"restoring {name}: {applied:,}{total} changelog records replayed")
+            report(
+                f"restoring {name}: {applied:,}{total} changelog records replayed",
+                extra=progress(applied, behind),
+            )
         yield applied
     for record in unfinished:
         restored.saw_change(record)

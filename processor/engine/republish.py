@@ -20,6 +20,7 @@ from processor.changelog import PROGRESS_KEY, PUBLISHER_PREFIX, encode_progress
 from processor.engine.partition import PartitionState
 from processor.engine.publishers import PUBLISHER_META_PREFIX
 from processor.log import TransactionalLog
+from processor.progress import progress
 from processor.state import CHANGELOG_OFFSET, Store, offset_bytes
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 #: meta key (every record and the publishers up to that one).
 REPUBLISH_CURSOR = b"republish-cursor"
 
-ProgressReport = Callable[[str], None]
+ProgressReport = Callable[..., None]
 CrashHook = Callable[[str], None]
 
 
@@ -103,7 +104,10 @@ def republish_steps(
             },
         )
         written += count
-        report(f"{name}: re-published {written:,} records (of {total:,} in the store)")
+        report(
+            f"{name}: re-published {written:,} records (of {total:,} in the store)",
+            extra=progress(total if finished else written, total),
+        )
         if crash:
             crash("republished")
         if finished:

@@ -165,8 +165,8 @@ def test_lag_metrics_rise_with_a_burst_and_fall_back_to_zero(
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             samples = _samples(address)
-            for name in seen:
-                seen[name] = max(seen[name], samples[(name, topic)])
+            for name, most in seen.items():
+                seen[name] = max(most, samples[(name, topic)])
             if samples[("sow_processor_records_total", ())] >= burst and all(
                 samples[(name, topic)] == 0 for name in seen
             ):

@@ -57,8 +57,14 @@ def test_a_restore_runs_in_steps_reports_progress_and_resumes_after_a_cut(
     reader = KafkaPartitionReader(bootstrap)
     store = RocksDBStore(tmp_path / "db")
     lines: list[str] = []
+    figures: list[object] = []
+
+    def report(text: str, extra: dict[str, object] | None = None) -> None:
+        lines.append(text)
+        figures.append(None if extra is None else extra["progress"])
+
     try:
-        steps = restore_steps(store, topic, 0, reader, lines.append, report_every_s=0.0)
+        steps = restore_steps(store, topic, 0, reader, report, report_every_s=0.0)
         first = next(steps)
         assert 0 < first < end
         steps.close()  # cut short: what was written stays, with the offset it reflects
@@ -67,7 +73,8 @@ def test_a_restore_runs_in_steps_reports_progress_and_resumes_after_a_cut(
         assert store.count() <= first
 
         lines.clear()
-        steps = restore_steps(store, topic, 0, reader, lines.append, report_every_s=0.0)
+        figures.clear()
+        steps = restore_steps(store, topic, 0, reader, report, report_every_s=0.0)
         counts = []
         while True:
             try:
@@ -102,6 +109,9 @@ def test_a_restore_runs_in_steps_reports_progress_and_resumes_after_a_cut(
         ]
         assert len(middle) == len(lines) - 2 >= 1
         assert middle == sorted(middle)
+        # a terminal shows them as a bar: (replayed, about how many), then complete
+        assert [done for done, _ in figures[1:-1]] == middle  # type: ignore[misc]
+        assert figures[-1] == (end - cut, end - cut)
         assert re.fullmatch(
             rf"restored ORDERS\[0\]: {end - cut:,} changelog records replayed in [\d.]+s, "
             rf"store at offset {end}",
