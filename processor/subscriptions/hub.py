@@ -1,7 +1,8 @@
 """The subscription hub: registers subscriptions and dispatches the replica's changes.
 
 One replica listener serves every subscription. It only hands each applied unit's
-events to a queue; a dispatcher thread takes them from there in order, finds each
+events to a queue; a dispatcher thread (:mod:`processor.subscriptions.dispatcher`) takes
+them from there in order, finds each
 change's candidate filter groups (:mod:`processor.subscriptions.fanout`), evaluates each
 group's filter once (a range family's expression once for all its groups), and offers
 each subscription its share of the unit in one call; the bounded queues never block it.
@@ -33,10 +34,7 @@ Thread-safety: every public method may be called from any thread.
 
 from __future__ import annotations
 
-import collections
-import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -49,11 +47,11 @@ from processor.errors import (
     TooManySubscriptionsError,
     UnsupportedError,
 )
-from processor.expr import Expression, MessageContext
+from processor.expr import Expression
 from processor.keys import partition_for
 from processor.messages import Codec, codec_for
 from processor.query.bookmarks import parse_bookmark
-from processor.query.events import ChangeEvent, ListenerHandle
+from processor.query.events import ListenerHandle
 from processor.query.plain_tail import PlainTail
 from processor.query.replica import LogPosition, Replica
 from processor.query.sow import DEFAULT_TIMEOUT_S, QueryEngine, QueryStats, SowQuery, memo_fields
@@ -66,18 +64,16 @@ from processor.subscriptions.conflation import (
     check_conflation,
     key_function,
 )
-from processor.subscriptions.fanout import FilterGroup, TopicIndex
+from processor.subscriptions.dispatcher import Dispatcher
 from processor.subscriptions.historical import open_historical
 from processor.subscriptions.model import (
     DEFAULT_MAX_BACKLOG,
     MAX_MAX_BACKLOG,
-    ChangeKind,
-    Delivery,
     SubscribeRequest,
 )
 from processor.subscriptions.replacing import ReplaceMarker, check_replace
 from processor.subscriptions.replay import Replay, open_replay
-from processor.subscriptions.subscription import Offer, Row, SharedSender, Subscription
+from processor.subscriptions.subscription import Row, SharedSender, Subscription
 from processor.subscriptions.window import (
     PaginatedSubscription,
     check_pagination,
@@ -91,8 +87,6 @@ T = TypeVar("T")
 
 #: Subscriptions one hub serves at most.
 MAX_SUBSCRIPTIONS = 10_000
-#: How long the dispatcher sleeps when idle before checking for a stop.
-IDLE_WAIT_S = 0.1
 
 
 @dataclass(slots=True)
@@ -131,63 +125,42 @@ class SubscriptionHub:
         self.plain = plain
         self.engine = engine
         self.max_subscriptions = max_subscriptions
-        self._lock = threading.Lock()
-        self._indexes: dict[str, TopicIndex] = {}
         self._codecs: dict[str, Codec] = {t.name: codec_for(t) for t in topology.every_topic()}
-        self._subscriptions: dict[int, list[tuple[TopicIndex, FilterGroup]]] = {}
-        self._units: collections.deque[Sequence[ChangeEvent] | ReplaceMarker] = collections.deque()
         self._clock = ConflationClock()
-        self._arrived = threading.Condition(threading.Lock())
-        self._stop = threading.Event()
-        self._inline = inline
-        self._thread: threading.Thread | None = None
-        if not inline:
-            self._thread = threading.Thread(target=self._run, name="sow-subscriptions", daemon=True)
-            self._thread.start()
-        self._listener: ListenerHandle = replica.listen(self._on_unit)
-        self._plain_listener = None if plain is None else plain.listen(self._on_unit)
-        #: Changes dispatched so far, and the CPU time the dispatching took (seconds of
-        #: the dispatching thread; for metrics and benchmarks).
-        self.dispatched = 0
-        self.dispatch_cpu_s = 0.0
+        self._dispatcher = Dispatcher(self._codecs, self._apply_replace, inline=inline)
+        self._listener: ListenerHandle = replica.listen(self._dispatcher.on_unit)
+        self._plain_listener = None if plain is None else plain.listen(self._dispatcher.on_unit)
+
+    @property
+    def dispatched(self) -> int:
+        """Changes dispatched so far (metrics, benchmarks)."""
+        return self._dispatcher.dispatched
+
+    @property
+    def dispatch_cpu_s(self) -> float:
+        """CPU seconds the dispatching took so far (metrics, benchmarks)."""
+        return self._dispatcher.dispatch_cpu_s
+
+    def queued(self) -> int:
+        """Units and replace markers waiting for the dispatcher."""
+        return self._dispatcher.queued()
 
     def close(self) -> None:
         """Stop listening and dispatching; open subscriptions are closed."""
         self._listener.close()
         if self._plain_listener is not None:
             self._plain_listener.close()
-        self._stop.set()
-        with self._arrived:
-            self._arrived.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        subscriptions = self._dispatcher.close()
         self._clock.close()
-        with self._lock:
-            subscriptions = {
-                number: subscription
-                for index in self._indexes.values()
-                for group in index.groups.values()
-                for number, subscription in group.subscriptions.items()
-            }
-            self._subscriptions.clear()
-            self._indexes.clear()
-        for subscription in subscriptions.values():
+        for subscription in subscriptions:
             subscription.close()
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._subscriptions)
+        return len(self._dispatcher)
 
     def backlog(self) -> int:
         """Messages waiting for subscribers, summed over the live subscriptions."""
-        with self._lock:
-            subscriptions = {
-                subscription.number: subscription
-                for entries in self._subscriptions.values()
-                for _, group in entries
-                for subscription in group.subscriptions.values()
-            }
-        return sum(subscription.backlog() for subscription in subscriptions.values())
+        return sum(subscription.backlog() for subscription in self._dispatcher.subscriptions())
 
     # -- subscribing ---------------------------------------------------------------------
 
@@ -404,7 +377,7 @@ class SubscriptionHub:
         topics, expression = self._validate(request, with_query=with_query, replacing=True)
         if all(isinstance(t, PlainTopic) for t in topics):
             with_query = False
-        if self._inline:
+        if self._dispatcher.inline:
             raise UnsupportedError("replace is not supported by a hub that matches inline")
         prepared = None
         if with_query:
@@ -437,9 +410,7 @@ class SubscriptionHub:
                 for key in subscription.focus_keys()
                 if key[0] in existing and key[1] not in existing[key[0]]
             }
-            with self._arrived:
-                self._units.append(marker)
-                self._arrived.notify()
+            self._dispatcher.put_marker(marker)
 
         try:
             _, vector = self._read(read_topics, read_and_mark)
@@ -454,10 +425,11 @@ class SubscriptionHub:
         marker.placed.wait()
         if marker.vector is None:
             return  # the read failed: nothing was replaced
-        with self._lock:
-            if subscription.number not in self._subscriptions:
+        dispatcher = self._dispatcher
+        with dispatcher.lock:
+            if not dispatcher.is_filed(subscription):
                 return  # unsubscribed meanwhile
-            self._forget(subscription)
+            dispatcher.forget(subscription)
             if isinstance(subscription, PaginatedSubscription):
                 subscription.reconfigure(request, check_pagination(request, with_query=True))
             if marker.rows is not None:
@@ -465,13 +437,13 @@ class SubscriptionHub:
                 # to the changes after it (spec 3.9).
                 subscription.rebase(marker.vector, marker.rows, marker.gone)
             subscription.reset(request, unheld)
-            self._file(subscription, marker.topics, request.filter, marker.expression)
+            dispatcher.file(subscription, marker.topics, request.filter, marker.expression)
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """Close a subscription and forget it (idempotent)."""
         subscription.close()
-        with self._lock:
-            self._forget(subscription)
+        with self._dispatcher.lock:
+            self._dispatcher.forget(subscription)
 
     def _validate(
         self, request: SubscribeRequest, *, with_query: bool, replacing: bool = False
@@ -489,7 +461,7 @@ class SubscriptionHub:
                 f"max_backlog {request.max_backlog} is out of range: use 1 to "
                 f"{MAX_MAX_BACKLOG} (0 means the default, {DEFAULT_MAX_BACKLOG})"
             )
-        expression = self._compiled(topics, request.filter)
+        expression = self._dispatcher.compiled(topics, request.filter)
         plain = [t.name for t in topics if isinstance(t, PlainTopic)]
         if is_paginated(request):
             if (is_pattern(request.topic) and request.topic not in self.topology.topics) or plain:
@@ -518,31 +490,12 @@ class SubscriptionHub:
                 f"not caught up within {DEFAULT_TIMEOUT_S:g}s: "
                 f"{self.replica.catch_up_status()}; subscribe again shortly"
             )
-        with self._lock:
-            if not replacing and len(self._subscriptions) >= self.max_subscriptions:
-                raise TooManySubscriptionsError(
-                    f"this query service already serves {self.max_subscriptions} "
-                    "subscriptions; subscribe to another query-service replica or retry later"
-                )
+        if not replacing and len(self._dispatcher) >= self.max_subscriptions:
+            raise TooManySubscriptionsError(
+                f"this query service already serves {self.max_subscriptions} "
+                "subscriptions; subscribe to another query-service replica or retry later"
+            )
         return topics, expression
-
-    def _compiled(self, topics: list[SowTopic], text: str) -> Expression | None:
-        """The filter's expression, shared with a group that has the same text."""
-        key = text.strip()
-        if not key:
-            return None
-        with self._lock:
-            for topic in topics:
-                index = self._indexes.get(topic.name)
-                group = None if index is None else index.groups.get(key)
-                if group is not None:
-                    return group.expression
-        from processor.expr import compile as compile_expression
-
-        expression = compile_expression(key)
-        # Generate its code now, on the subscriber's thread, not in the dispatcher.
-        _ = expression.source
-        return expression
 
     def _register(
         self,
@@ -552,136 +505,7 @@ class SubscriptionHub:
         expression: Expression | None,
     ) -> None:
         """File a subscription under its topics' filter groups (under the replica's lock)."""
-        with self._lock:
-            self._file(subscription, topics, text, expression)
-
-    def _file(
-        self,
-        subscription: Subscription,
-        topics: list[SowTopic],
-        text: str,
-        expression: Expression | None,
-    ) -> None:
-        """:meth:`_register` with the hub's lock held."""
-        key = text.strip()
-        entries = []
-        for topic in topics:
-            index = self._indexes.setdefault(topic.name, TopicIndex())
-            group = index.group(key, lambda: expression)
-            index.subscribe(group, subscription)
-            entries.append((index, group))
-        self._subscriptions[subscription.number] = entries
-
-    def _forget(self, subscription: Subscription) -> None:
-        """Remove a subscription from its groups (hub lock held)."""
-        for index, group in self._subscriptions.pop(subscription.number, ()):
-            index.unsubscribe(group, subscription)
-
-    # -- dispatching ---------------------------------------------------------------------
-
-    def _on_unit(self, events: Sequence[ChangeEvent]) -> None:
-        """The replica listener: hand the unit over (or match it here when inline)."""
-        if not self._subscriptions:
-            # Nothing registered before this unit was applied: no subscription needs it.
-            return
-        if self._inline:
-            self._dispatch(events)
-            return
-        with self._arrived:
-            self._units.append(events)
-            self._arrived.notify()
-
-    def _run(self) -> None:
-        units = self._units
-        while not self._stop.is_set():
-            with self._arrived:
-                if not units:
-                    self._arrived.wait(IDLE_WAIT_S)
-                if not units:
-                    continue
-                taken = list(units)
-                units.clear()
-            for events in taken:
-                try:
-                    if isinstance(events, ReplaceMarker):
-                        self._apply_replace(events)
-                    else:
-                        self._dispatch(events)
-                except Exception:
-                    log.exception("dispatching a change to subscriptions failed")
-
-    def _dispatch(self, events: Sequence[ChangeEvent]) -> None:
-        """Offer a unit's changes to the subscriptions they concern, in one call per
-        subscription (one lock hold per subscription per unit, not per change).
-
-        A subscription that does not track its focus gets its group's list of matching
-        changes, shared by every such subscription of the group; one that tracks its
-        focus gets its own list, which also holds the non-matching changes of records it
-        may hold, in order."""
-        began = time.thread_time()
-        hits: dict[FilterGroup, list[Offer]] = {}
-        shares: dict[Subscription, list[Offer]] = {}
-        #: (subscription number, topic, SowKey) published to a tracking subscription in
-        #: this unit.
-        held: set[tuple[int, str, bytes]] = set()
-        with self._lock:
-            for event in events:
-                index = self._indexes.get(event.topic)
-                if not index:
-                    continue
-                codec = self._codecs[event.topic]
-                new, old = event.new, event.old
-                new_message = None if new is None else _message(codec, new)
-                old_message = None if old is None or not index.tracking else _message(codec, old)
-                context = functools.partial(_context, new)
-                matched, unmatched = index.route(new_message, old_message, context, new is not None)
-                if matched:
-                    assert new is not None
-                    offer: Offer = (
-                        event,
-                        Delivery(
-                            ChangeKind.PUBLISH, event.topic, event.sow_key, new, event.position
-                        ),
-                    )
-                    for group in matched:
-                        listed = hits.get(group)
-                        if listed is None:
-                            hits[group] = [offer]
-                        else:
-                            listed.append(offer)
-                        if group.tracking:
-                            for subscription in group.subscriptions.values():
-                                if subscription.tracks_focus:
-                                    shares.setdefault(subscription, []).append(offer)
-                                    held.add((subscription.number, event.topic, event.sow_key))
-                if unmatched:
-                    key = (event.topic, event.sow_key)
-                    miss: Offer = (event, None)
-                    for group in unmatched:
-                        for subscription in group.subscriptions.values():
-                            # A change that does not match concerns only a subscription
-                            # that may hold the record: held before this unit, or given
-                            # it earlier in this unit (its focus is updated when the
-                            # unit's share is offered).
-                            if subscription.may_hold(key) or ((subscription.number, *key) in held):
-                                shares.setdefault(subscription, []).append(miss)
-                self.dispatched += 1
-            closed = []
-            for group, listed in hits.items():
-                if len(group.subscriptions) == group.tracking:
-                    continue
-                for subscription in group.subscriptions.values():
-                    if not subscription.tracks_focus:
-                        subscription.offer_all(listed)
-                        if subscription.closed is not None:
-                            closed.append(subscription)
-            for subscription, share in shares.items():
-                subscription.offer_all(share)
-                if subscription.closed is not None:
-                    closed.append(subscription)
-            for subscription in closed:
-                self._forget(subscription)
-            self.dispatch_cpu_s += time.thread_time() - began
+        self._dispatcher.register(subscription, topics, text, expression)
 
 
 def _refuse_with_replay(request: SubscribeRequest, what: str) -> None:
@@ -695,18 +519,6 @@ def _refuse_with_replay(request: SubscribeRequest, what: str) -> None:
             f"{what} cannot take {', '.join(refused)}: replay without it, or subscribe "
             "from now (no bookmark)"
         )
-
-
-def _message(codec: Codec, envelope: bytes) -> Any:
-    try:
-        return codec.decode(changelog.data_of(envelope))
-    except Exception:
-        # The processor only writes messages it decoded; such a record has no field values.
-        return None
-
-
-def _context(envelope: bytes | None) -> MessageContext | None:
-    return None if envelope is None else changelog.decode(envelope).context()
 
 
 def _held(

@@ -47,7 +47,7 @@ def _settle(subscription: Subscription, quiet_s: float = 1.0) -> list[Delivery]:
 def _quiesce(hub: SubscriptionHub) -> None:
     """Wait until the dispatcher has handled every unit handed to it."""
     seen = -1
-    while hub._units or hub.dispatched != seen:
+    while hub.queued() or hub.dispatched != seen:
         seen = hub.dispatched
         time.sleep(0.2)
 

@@ -84,7 +84,7 @@ def test_a_change_is_checked_only_against_candidate_filters(
     )
     listed = subscriptions.subscribe(SubscribeRequest("QUOTES", filter="/symbol IN ('S7', 'S8')"))
     scan = subscriptions.subscribe(SubscribeRequest("QUOTES", filter="/price * /qty > 1000"))
-    index = subscriptions._indexes["QUOTES"]
+    index = subscriptions._dispatcher._indexes["QUOTES"]
     assert len(index.groups) == 1002  # the twin shares S7's group and its compiled filter
     assert list(index.families) == [("/price * /qty", ">")]
     matched, unmatched = index.route(
