@@ -4,12 +4,15 @@ One processor (in this process, through the harness; its own gRPC service takes 
 publishes and serves no subscriber) and two query services as separate OS processes
 (``python -m processor.cli query-service``) on the session's broker. Every subscriber
 has its own :class:`FailoverClient` over both query services, most of them with the
-doomed one first. A publisher writes updates carrying per-key sequence numbers; the
-doomed query service is SIGKILLed mid-stream; every subscriber must see, per key,
-exactly 1..N in order: no gap and no duplicate across the failover.
+doomed one first, and a third each start at the whole log (``0``), at now (``""``) and
+at a position vector. The topic holds a history (sequence number 0 per key) before they
+subscribe; then a publisher writes updates carrying per-key sequence numbers 1..N while
+the doomed query service is SIGKILLed. Every subscriber must see, per key, exactly the
+sequence numbers its bookmark asks for, in order: 0..N from the whole log, 1..N from now
+or from the vector of the history's last positions. No gap and no duplicate.
 
-A subscription delivers every change (no conflation: no ``conflation`` option is set),
-so the sequence numbers a subscriber sees are the publishes, not a sample of them.
+A subscription delivers every change (no conflation option is set), so the sequence
+numbers a subscriber sees are the publishes, not a sample of them.
 """
 
 from __future__ import annotations
@@ -24,26 +27,38 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
+from processor.service.bookmarks import format_vector
+from processor.service.client import SowClient
 from processor.service.failover import FailoverClient
-from processor.topology.model import SowTopic
+from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import namespaced, running_sow
 
-QUOTES = SowTopic("QUOTES", keys=("/id",), partitions=2)
-
-#: Keys the publisher updates round robin, each with sequence numbers 1..N.
+#: Keys the publisher updates round robin: sequence number 0 (the history), then 1..N.
 KEYS = 20
+
+
+class Services(NamedTuple):
+    """Two query-service processes on one topology; ``doomed`` is the one to kill."""
+
+    topology: Topology
+    doomed: subprocess.Popen[str]
+    doomed_address: str
+    survivor_address: str
 
 
 @dataclass
 class Subscriber:
-    """One subscriber: its client, what it received and how it ended."""
+    """One subscriber: its client, where it starts, what it received and how it ended."""
 
     number: int
     client: FailoverClient
     bookmark: str
+    #: The first sequence number it must see per key: 0 from the whole log, else 1.
+    first: int
     seqs: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     received: int = 0
     error: BaseException | None = None
@@ -75,7 +90,6 @@ def _query_service(bootstrap: str, topology: Path, state_dir: Path) -> subproces
 
 def _grpc_address(service: subprocess.Popen[str], timeout_s: float = 90) -> str:
     """The address a query service prints once it is ready (its ``gRPC:`` line)."""
-    assert service.stderr is not None
     lines: list[str] = []
     found: list[str] = []
 
@@ -90,28 +104,23 @@ def _grpc_address(service: subprocess.Popen[str], timeout_s: float = 90) -> str:
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(timeout_s)
-    assert found, f"the query service printed no gRPC address in {timeout_s:g}s:\n" + "".join(lines)
+    assert found, f"no gRPC address from the query service in {timeout_s:g}s:\n" + "".join(lines)
     return found[0]
 
 
 @pytest.fixture
-def query_services(
-    bootstrap: str, tmp_path: Path, unique: str
-) -> Iterator[tuple[SowTopic, subprocess.Popen[str], str, str]]:
-    """The namespaced topic, the doomed query service and both addresses (doomed first)."""
-    topic = namespaced(unique, QUOTES).topics["QUOTES"]
-    topology = tmp_path / "topology.yaml"
-    topology.write_text(
-        "topics:\n"
-        f"  - name: {topic.name}\n"
-        "    key: [/id]\n"
-        f"    kafka_topic: {topic.kafka_topic}\n"
+def services(bootstrap: str, tmp_path: Path, unique: str) -> Iterator[Services]:
+    topology = namespaced(unique, SowTopic("QUOTES", keys=("/id",), partitions=2))
+    topic = topology.topics["QUOTES"]
+    topology_file = tmp_path / "topology.yaml"
+    topology_file.write_text(
+        f"topics:\n  - name: QUOTES\n    key: [/id]\n    kafka_topic: {topic.kafka_topic}\n"
         f"    partitions: {topic.partitions}\n"
     )
-    doomed = _query_service(bootstrap, topology, tmp_path / "doomed")
-    survivor = _query_service(bootstrap, topology, tmp_path / "survivor")
+    doomed = _query_service(bootstrap, topology_file, tmp_path / "doomed")
+    survivor = _query_service(bootstrap, topology_file, tmp_path / "survivor")
     try:
-        yield topic, doomed, _grpc_address(doomed), _grpc_address(survivor)
+        yield Services(topology, doomed, _grpc_address(doomed), _grpc_address(survivor))
     finally:
         for service in (doomed, survivor):
             if service.poll() is None:
@@ -121,8 +130,24 @@ def query_services(
                 service.stderr.close()
 
 
-def _subscribe(subscriber: Subscriber, total: int) -> None:
-    """Receive ``total`` changes, discarding each before taking the next (thread body)."""
+def _history(publisher: SowClient, address: str) -> str:
+    """Publish sequence number 0 for every key; the bookmark vector of its last changes
+    (read from the query service at ``address``)."""
+    for key in range(KEYS):
+        publisher.publish("QUOTES", json.dumps({"id": key, "seq": 0}).encode())
+    last: dict[tuple[str, int], int] = {}
+    with SowClient(address) as client, client.subscribe("QUOTES", bookmark="0") as stream:
+        changes = (m.change for m in stream if m.WhichOneof("part") == "change")
+        for _, change in zip(range(KEYS), changes, strict=False):
+            position = change.changelog_position
+            last[(position.topic, position.partition)] = position.offset
+    return format_vector(last)
+
+
+def _subscribe(subscriber: Subscriber, per_key: int) -> None:
+    """Receive every change the subscriber must see, discarding each before taking the
+    next (thread body)."""
+    total = KEYS * (per_key + 1 - subscriber.first)
     try:
         subscription = subscriber.client.subscribe(
             "QUOTES", f"quotes-{subscriber.number}", bookmark=subscriber.bookmark
@@ -147,49 +172,54 @@ def _subscribe(subscriber: Subscriber, total: int) -> None:
         subscriber.done.set()
 
 
-def _kill_under_subscribers(
+def _run(
+    services: Services,
     bootstrap: str,
     tmp_path: Path,
     unique: str,
-    services: tuple[SowTopic, subprocess.Popen[str], str, str],
+    *,
     count: int,
     per_key: int,
     rate: float,
+    kill_after: float | None,
 ) -> None:
-    topic, doomed, doomed_address, survivor_address = services
-    total = KEYS * per_key
-    # Four in five start on the doomed service; half start "now", half at the whole log.
-    subscribers = [
-        Subscriber(
-            n,
-            FailoverClient(
-                [doomed_address, survivor_address] if n % 5 else [survivor_address, doomed_address],
-                f"subscriber-{n}",
-                pause_s=0.1,
-            ),
-            bookmark="" if n % 2 else "0",
-        )
-        for n in range(count)
-    ]
-    threads = [
-        threading.Thread(target=_subscribe, args=(s, total), daemon=True) for s in subscribers
-    ]
-    with running_sow(bootstrap, namespaced(unique, topic), tmp_path / "processor", unique) as (
+    """``count`` subscribers, four in five with the doomed service first; the kill lands
+    once every subscriber on it has received ``kill_after`` of its changes (None: before
+    they subscribe, so their first subscribe fails). Asserts every subscriber saw
+    exactly its sequence numbers."""
+    doomed, survivor = services.doomed_address, services.survivor_address
+    with running_sow(bootstrap, services.topology, tmp_path / "processor", unique) as (
         _,
         publisher,
     ):
+        vector = _history(publisher, survivor)
+        if kill_after is None:
+            services.doomed.send_signal(signal.SIGKILL)
+        subscribers = [
+            Subscriber(
+                n,
+                FailoverClient(
+                    [doomed, survivor] if n % 5 else [survivor, doomed], f"client-{n}", pause_s=0.1
+                ),
+                *(("0", 0), ("", 1), (vector, 1))[n % 3],
+            )
+            for n in range(count)
+        ]
+        threads = [
+            threading.Thread(target=_subscribe, args=(s, per_key), daemon=True) for s in subscribers
+        ]
         for thread in threads:
             thread.start()
         for subscriber in subscribers:
             assert subscriber.registered.wait(60), f"subscriber {subscriber.number} not registered"
             assert subscriber.error is None, (subscriber.number, subscriber.error)
-        on_doomed = [s for s in subscribers if s.client.address == doomed_address]
+        on_doomed = [s for s in subscribers if s.client.failovers or s.client.address == doomed]
         assert len(on_doomed) == count * 4 // 5
         published = threading.Event()
 
         def publish() -> None:
             began = time.monotonic()
-            for n in range(total):
+            for n in range(KEYS * per_key):
                 data = json.dumps({"id": n % KEYS, "seq": n // KEYS + 1}).encode()
                 publisher.publish("QUOTES", data)
                 time.sleep(max(0.0, began + (n + 1) / rate - time.monotonic()))
@@ -197,13 +227,16 @@ def _kill_under_subscribers(
 
         publishing = threading.Thread(target=publish, daemon=True)
         publishing.start()
-        # The kill lands once every subscriber on the doomed service is a third through.
-        deadline = time.monotonic() + 60
-        while min(s.received for s in on_doomed) < total // 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        doomed.send_signal(signal.SIGKILL)
-        received_at_kill = {s.number: s.received for s in on_doomed}
-        assert not published.is_set(), "the publisher was done before the kill"
+        received_at_kill: dict[int, int] = {}
+        if kill_after is not None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(
+                s.received < kill_after * KEYS * (per_key + 1 - s.first) for s in on_doomed
+            ):
+                time.sleep(0.01)
+            services.doomed.send_signal(signal.SIGKILL)
+            received_at_kill = {s.number: s.received for s in on_doomed}
+            assert not published.is_set(), "the publisher was done before the kill"
         publishing.join(60)
         deadline = time.monotonic() + 60
         for subscriber in subscribers:
@@ -213,42 +246,41 @@ def _kill_under_subscribers(
             subscriber.client.close()  # ends the late ones' streams (they are reported)
         for thread in threads:
             thread.join(10)
-    assert doomed.wait(10) == -signal.SIGKILL
+    assert services.doomed.wait(10) == -signal.SIGKILL
     assert late == [], f"subscribers (number, changes received) still waiting: {late}"
-    errors = [(s.number, repr(s.error)) for s in subscribers if s.error is not None]
-    assert errors == []
-    # The kill landed mid-stream for the subscribers on the doomed service, and every one
-    # of them (and only they) moved to the survivor.
-    assert all(0 < received < total for received in received_at_kill.values()), received_at_kill
+    assert [(s.number, repr(s.error)) for s in subscribers if s.error is not None] == []
+    if kill_after:
+        assert all(received < KEYS * per_key for received in received_at_kill.values())
+    # Every subscriber on the doomed service (and only they) moved to the survivor.
     assert {s.number for s in subscribers if s.client.failovers} == {s.number for s in on_doomed}
-    assert all(s.client.address == survivor_address for s in subscribers)
-    expected = list(range(1, per_key + 1))
-    wrong = {
-        s.number: {key: seqs for key, seqs in s.seqs.items() if seqs != expected}
-        for s in subscribers
-        if s.seqs != dict.fromkeys(range(KEYS), expected)
-    }
-    assert wrong == {}, f"subscribers whose per-key sequence numbers are not 1..{per_key}"
+    assert all(s.client.address == survivor for s in subscribers)
+    wrong: dict[tuple[int, str], dict[int, list[int]]] = {}
+    for s in subscribers:
+        expected = list(range(s.first, per_key + 1))
+        if s.seqs != {key: expected for key in range(KEYS)}:
+            mistaken = {key: seqs for key, seqs in s.seqs.items() if seqs != expected}
+            wrong[(s.number, {"0": "0", "": "now"}.get(s.bookmark, "vector"))] = mistaken
+    assert wrong == {}, "subscribers whose per-key sequence numbers are not what they asked"
 
 
-def test_twenty_subscribers_resume_on_the_other_query_service_with_no_gap_and_no_duplicate(
-    bootstrap: str,
-    tmp_path: Path,
-    unique: str,
-    query_services: tuple[SowTopic, subprocess.Popen[str], str, str],
-) -> None:
-    _kill_under_subscribers(
-        bootstrap, tmp_path, unique, query_services, count=20, per_key=30, rate=100
-    )
-
-
-@pytest.mark.heavy
 def test_a_hundred_subscribers_resume_on_the_other_query_service_with_no_gap_and_no_duplicate(
-    bootstrap: str,
-    tmp_path: Path,
-    unique: str,
-    query_services: tuple[SowTopic, subprocess.Popen[str], str, str],
+    services: Services, bootstrap: str, tmp_path: Path, unique: str
 ) -> None:
-    _kill_under_subscribers(
-        bootstrap, tmp_path, unique, query_services, count=100, per_key=30, rate=100
-    )
+    """The kill lands a third of the way through every doomed subscriber's stream."""
+    _run(services, bootstrap, tmp_path, unique, count=100, per_key=30, rate=150, kill_after=1 / 3)
+
+
+def test_subscribers_killed_before_their_first_live_change_miss_nothing_and_repeat_nothing(
+    services: Services, bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """The kill lands as the publisher starts: the doomed subscribers have discarded
+    at most the history (the whole-log ones), and resume from where they registered."""
+    _run(services, bootstrap, tmp_path, unique, count=30, per_key=10, rate=100, kill_after=0)
+
+
+def test_subscribers_whose_first_query_service_is_down_start_where_their_bookmark_says(
+    services: Services, bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """The first subscribe of four in five fails (the service is gone): the second, on
+    the other service, must start at the bookmark asked for, not at the whole log."""
+    _run(services, bootstrap, tmp_path, unique, count=15, per_key=10, rate=100, kill_after=None)
