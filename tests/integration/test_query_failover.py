@@ -215,11 +215,15 @@ def _run(
             assert subscriber.error is None, (subscriber.number, subscriber.error)
         on_doomed = [s for s in subscribers if s.client.failovers or s.client.address == doomed]
         assert len(on_doomed) == count * 4 // 5
-        published = threading.Event()
+        published, killed = threading.Event(), threading.Event()
+        if kill_after is None:
+            killed.set()
 
         def publish() -> None:
             began = time.monotonic()
             for n in range(KEYS * per_key):
+                if n == KEYS * per_key // 2:
+                    killed.wait(60)  # slow subscribers: the kill still lands mid-stream
                 data = json.dumps({"id": n % KEYS, "seq": n // KEYS + 1}).encode()
                 publisher.publish("QUOTES", data)
                 time.sleep(max(0.0, began + (n + 1) / rate - time.monotonic()))
@@ -235,6 +239,7 @@ def _run(
             ):
                 time.sleep(0.01)
             services.doomed.send_signal(signal.SIGKILL)
+            killed.set()
             received_at_kill = {s.number: s.received for s in on_doomed}
             assert not published.is_set(), "the publisher was done before the kill"
         publishing.join(60)
