@@ -62,6 +62,8 @@ class Subscriber:
     seqs: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     received: int = 0
     error: BaseException | None = None
+    #: When it was registered again after its first registration (a failover).
+    resumed_at: float | None = None
     registered: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -156,6 +158,8 @@ def _subscribe(subscriber: Subscriber, per_key: int) -> None:
             for message in subscription:
                 part = message.WhichOneof("part")
                 if part == "registered":
+                    if subscriber.registered.is_set() and subscriber.resumed_at is None:
+                        subscriber.resumed_at = time.monotonic()
                     subscriber.registered.set()
                 if part != "change":
                     continue
@@ -232,6 +236,7 @@ def _run(
         publishing = threading.Thread(target=publish, daemon=True)
         publishing.start()
         received_at_kill: dict[int, int] = {}
+        killed_at = 0.0
         if kill_after is not None:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and any(
@@ -239,6 +244,7 @@ def _run(
             ):
                 time.sleep(0.01)
             services.doomed.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
             killed.set()
             received_at_kill = {s.number: s.received for s in on_doomed}
             assert not published.is_set(), "the publisher was done before the kill"
@@ -254,8 +260,14 @@ def _run(
     assert services.doomed.wait(10) == -signal.SIGKILL
     assert late == [], f"subscribers (number, changes received) still waiting: {late}"
     assert [(s.number, repr(s.error)) for s in subscribers if s.error is not None] == []
-    if kill_after:
+    if kill_after is not None:
         assert all(received < KEYS * per_key for received in received_at_kill.values())
+        assert [s.number for s in on_doomed if s.resumed_at is None] == []
+        waits = sorted((s.resumed_at or killed_at) - killed_at for s in on_doomed)
+        print(  # a figure, not a bound (see the report with pytest -s)
+            f"\n{len(on_doomed)} subscribers resubscribed after the kill within "
+            f"{waits[-1]:.2f} s (median {waits[len(waits) // 2]:.2f} s)"
+        )
     # Every subscriber on the doomed service (and only they) moved to the survivor.
     assert {s.number for s in subscribers if s.client.failovers} == {s.number for s in on_doomed}
     assert all(s.client.address == survivor for s in subscribers)
