@@ -4,7 +4,8 @@
 stream breaks (the service died, restarted or cannot be reached), it connects to the
 next address (round robin) and subscribes again from the subscription's bookmark in its
 :class:`~processor.service.bookmarks.BookmarkStore`: the position of the last message the
-application *discarded*. The service replays from there and goes live, so an application
+application *discarded* (until the store knows where the subscription got to, from the
+bookmark it was made with). The service replays from there and goes live, so an application
 that discards each message once it is done with it sees every change once, across
 failovers and, with a :class:`~processor.service.bookmarks.SowBookmarkStore`, across
 restarts of its own process (AMPS's HAClient with a bookmark store, seed 004).
