@@ -176,6 +176,79 @@ def _subscribe(subscriber: Subscriber, per_key: int) -> None:
         subscriber.done.set()
 
 
+def _start_subscribers(
+    count: int, doomed: str, survivor: str, vector: str, per_key: int
+) -> tuple[list[Subscriber], list[threading.Thread]]:
+    """``count`` subscribers, four in five with the doomed service first, a third each
+    at the whole log, now and ``vector``; each in its own thread."""
+    subscribers = [
+        Subscriber(
+            n,
+            FailoverClient(
+                [doomed, survivor] if n % 5 else [survivor, doomed], f"client-{n}", pause_s=0.1
+            ),
+            *(("0", 0), ("", 1), (vector, 1))[n % 3],
+        )
+        for n in range(count)
+    ]
+    threads = [
+        threading.Thread(target=_subscribe, args=(s, per_key), daemon=True) for s in subscribers
+    ]
+    for thread in threads:
+        thread.start()
+    for subscriber in subscribers:
+        assert subscriber.registered.wait(60), f"subscriber {subscriber.number} not registered"
+        assert subscriber.error is None, (subscriber.number, subscriber.error)
+    return subscribers, threads
+
+
+def _start_publisher(
+    publisher: SowClient, per_key: int, rate: float, killed: threading.Event
+) -> tuple[threading.Thread, threading.Event]:
+    """Publish sequence numbers 1..per_key for every key, round robin, at about ``rate``
+    a second, in a thread; half way it waits for ``killed``. Returns the thread and the
+    event set once everything is published."""
+    published = threading.Event()
+
+    def publish() -> None:
+        began = time.monotonic()
+        for n in range(KEYS * per_key):
+            if n == KEYS * per_key // 2:
+                killed.wait(60)  # slow subscribers: the kill still lands mid-stream
+            publisher.publish("QUOTES", json.dumps({"id": n % KEYS, "seq": n // KEYS + 1}).encode())
+            time.sleep(max(0.0, began + (n + 1) / rate - time.monotonic()))
+        published.set()
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    return thread, published
+
+
+def _wait_for_all(subscribers: list[Subscriber], threads: list[threading.Thread]) -> None:
+    """Wait (60 s at most) for every subscriber to end; fail naming the late ones."""
+    deadline = time.monotonic() + 60
+    for subscriber in subscribers:
+        subscriber.done.wait(max(0.0, deadline - time.monotonic()))
+    late = [(s.number, s.received) for s in subscribers if not s.done.is_set()]
+    for subscriber in subscribers:
+        subscriber.client.close()  # ends the late ones' streams (they are reported)
+    for thread in threads:
+        thread.join(10)
+    assert late == [], f"subscribers (number, changes received) still waiting: {late}"
+    assert [(s.number, repr(s.error)) for s in subscribers if s.error is not None] == []
+
+
+def _assert_exactly_what_they_asked(subscribers: list[Subscriber], per_key: int) -> None:
+    """Per key, every subscriber saw first..per_key in order: no gap, no duplicate."""
+    wrong: dict[tuple[int, str], dict[int, list[int]]] = {}
+    for s in subscribers:
+        expected = list(range(s.first, per_key + 1))
+        if s.seqs != {key: expected for key in range(KEYS)}:
+            mistaken = {key: seqs for key, seqs in s.seqs.items() if seqs != expected}
+            wrong[(s.number, {"0": "0", "": "now"}.get(s.bookmark, "vector"))] = mistaken
+    assert wrong == {}, "subscribers whose per-key sequence numbers are not what they asked"
+
+
 def _run(
     services: Services,
     bootstrap: str,
@@ -187,11 +260,11 @@ def _run(
     rate: float,
     kill_after: float | None,
 ) -> None:
-    """``count`` subscribers, four in five with the doomed service first; the kill lands
-    once every subscriber on it has received ``kill_after`` of its changes (None: before
-    they subscribe, so their first subscribe fails). Asserts every subscriber saw
-    exactly its sequence numbers."""
+    """``count`` subscribers; the kill lands once every subscriber on the doomed service
+    has received ``kill_after`` of its changes (None: before they subscribe, so their
+    first subscribe fails). Asserts every subscriber saw exactly its sequence numbers."""
     doomed, survivor = services.doomed_address, services.survivor_address
+    killed = threading.Event()
     with running_sow(bootstrap, services.topology, tmp_path / "processor", unique) as (
         _,
         publisher,
@@ -199,44 +272,11 @@ def _run(
         vector = _history(publisher, survivor)
         if kill_after is None:
             services.doomed.send_signal(signal.SIGKILL)
-        subscribers = [
-            Subscriber(
-                n,
-                FailoverClient(
-                    [doomed, survivor] if n % 5 else [survivor, doomed], f"client-{n}", pause_s=0.1
-                ),
-                *(("0", 0), ("", 1), (vector, 1))[n % 3],
-            )
-            for n in range(count)
-        ]
-        threads = [
-            threading.Thread(target=_subscribe, args=(s, per_key), daemon=True) for s in subscribers
-        ]
-        for thread in threads:
-            thread.start()
-        for subscriber in subscribers:
-            assert subscriber.registered.wait(60), f"subscriber {subscriber.number} not registered"
-            assert subscriber.error is None, (subscriber.number, subscriber.error)
+            killed.set()
+        subscribers, threads = _start_subscribers(count, doomed, survivor, vector, per_key)
         on_doomed = [s for s in subscribers if s.client.failovers or s.client.address == doomed]
         assert len(on_doomed) == count * 4 // 5
-        published, killed = threading.Event(), threading.Event()
-        if kill_after is None:
-            killed.set()
-
-        def publish() -> None:
-            began = time.monotonic()
-            for n in range(KEYS * per_key):
-                if n == KEYS * per_key // 2:
-                    killed.wait(60)  # slow subscribers: the kill still lands mid-stream
-                data = json.dumps({"id": n % KEYS, "seq": n // KEYS + 1}).encode()
-                publisher.publish("QUOTES", data)
-                time.sleep(max(0.0, began + (n + 1) / rate - time.monotonic()))
-            published.set()
-
-        publishing = threading.Thread(target=publish, daemon=True)
-        publishing.start()
-        received_at_kill: dict[int, int] = {}
-        killed_at = 0.0
+        publishing, published = _start_publisher(publisher, per_key, rate, killed)
         if kill_after is not None:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and any(
@@ -246,22 +286,13 @@ def _run(
             services.doomed.send_signal(signal.SIGKILL)
             killed_at = time.monotonic()
             killed.set()
-            received_at_kill = {s.number: s.received for s in on_doomed}
+            received_at_kill = [s.received for s in on_doomed]
             assert not published.is_set(), "the publisher was done before the kill"
         publishing.join(60)
-        deadline = time.monotonic() + 60
-        for subscriber in subscribers:
-            subscriber.done.wait(max(0.0, deadline - time.monotonic()))
-        late = [(s.number, s.received) for s in subscribers if not s.done.is_set()]
-        for subscriber in subscribers:
-            subscriber.client.close()  # ends the late ones' streams (they are reported)
-        for thread in threads:
-            thread.join(10)
+        _wait_for_all(subscribers, threads)
     assert services.doomed.wait(10) == -signal.SIGKILL
-    assert late == [], f"subscribers (number, changes received) still waiting: {late}"
-    assert [(s.number, repr(s.error)) for s in subscribers if s.error is not None] == []
     if kill_after is not None:
-        assert all(received < KEYS * per_key for received in received_at_kill.values())
+        assert all(received < KEYS * per_key for received in received_at_kill)
         assert [s.number for s in on_doomed if s.resumed_at is None] == []
         waits = sorted((s.resumed_at or killed_at) - killed_at for s in on_doomed)
         print(  # a figure, not a bound (see the report with pytest -s)
@@ -271,13 +302,7 @@ def _run(
     # Every subscriber on the doomed service (and only they) moved to the survivor.
     assert {s.number for s in subscribers if s.client.failovers} == {s.number for s in on_doomed}
     assert all(s.client.address == survivor for s in subscribers)
-    wrong: dict[tuple[int, str], dict[int, list[int]]] = {}
-    for s in subscribers:
-        expected = list(range(s.first, per_key + 1))
-        if s.seqs != {key: expected for key in range(KEYS)}:
-            mistaken = {key: seqs for key, seqs in s.seqs.items() if seqs != expected}
-            wrong[(s.number, {"0": "0", "": "now"}.get(s.bookmark, "vector"))] = mistaken
-    assert wrong == {}, "subscribers whose per-key sequence numbers are not what they asked"
+    _assert_exactly_what_they_asked(subscribers, per_key)
 
 
 def test_a_hundred_subscribers_resume_on_the_other_query_service_with_no_gap_and_no_duplicate(
