@@ -99,6 +99,11 @@ class FailoverClient:
             client = self.client
             try:
                 return client.query(topic, **kwargs)
+            except ValueError:
+                # grpc's "Cannot invoke RPC: Channel closed!": another thread moved to the
+                # next service and closed this client after we took it. Use the new one.
+                if self.client is client:
+                    raise
             except ServiceError as error:
                 attempts += 1
                 if error.code not in FAILOVER_CODES or attempts >= self.rounds * len(
@@ -203,6 +208,11 @@ class BookmarkSubscription:
                         self._anchored = True  # discarded before the next is taken
                     yield message
                 return
+            except ValueError:
+                if self._cancelled:
+                    return
+                if self._owner.client is client:
+                    raise  # not the race FailoverClient.query describes
             except ServiceError as error:
                 if self._cancelled:
                     return
