@@ -2,14 +2,15 @@
 
 One processor (in this process, through the harness; its own gRPC service takes the
 publishes and serves no subscriber) and two query services as separate OS processes
-(``python -m processor.cli query-service``) on the session's broker. Every subscriber
-has its own :class:`FailoverClient` over both query services, most of them with the
-doomed one first, and a third each start at the whole log (``0``), at now (``""``) and
-at a position vector. The topic holds a history (sequence number 0 per key) before they
-subscribe; then a publisher writes updates carrying per-key sequence numbers 1..N while
-the doomed query service is SIGKILLed. Every subscriber must see, per key, exactly the
-sequence numbers its bookmark asks for, in order: 0..N from the whole log, 1..N from now
-or from the vector of the history's last positions. No gap and no duplicate.
+(``python -m processor.cli query-service``) on the session's broker. The subscribers use
+FailoverClients over both query services (half a client each, half sharing one in fives),
+most of them with the doomed one first, and a third each start at the whole log (``0``),
+at now (``""``) and at a position vector. The topic holds a history (sequence number 0
+per key) before they subscribe; then a publisher writes updates carrying per-key sequence
+numbers 1..N while the doomed query service is SIGKILLed. Every subscriber must see, per
+key, exactly the sequence numbers its bookmark asks for, in order: 0..N from the whole
+log, 1..N from now or from the vector of the history's last positions. No gap and no
+duplicate.
 
 A subscription delivers every change (no conflation option is set), so the sequence
 numbers a subscriber sees are the publishes, not a sample of them.
@@ -33,7 +34,7 @@ import pytest
 
 from processor.service.bookmarks import format_vector
 from processor.service.client import SowClient
-from processor.service.failover import FailoverClient
+from processor.service.failover import BookmarkSubscription, FailoverClient
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import namespaced, running_sow
 
@@ -62,6 +63,7 @@ class Subscriber:
     seqs: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     received: int = 0
     error: BaseException | None = None
+    subscription: BookmarkSubscription | None = None
     #: When it was registered again after its first registration (a failover).
     resumed_at: float | None = None
     registered: threading.Event = field(default_factory=threading.Event)
@@ -158,7 +160,7 @@ def _subscribe(subscriber: Subscriber, per_key: int) -> None:
     next (thread body)."""
     total = KEYS * (per_key + 1 - subscriber.first)
     try:
-        subscription = subscriber.client.subscribe(
+        subscription = subscriber.subscription = subscriber.client.subscribe(
             "QUOTES", f"quotes-{subscriber.number}", bookmark=subscriber.bookmark
         )
         with subscription:
@@ -239,7 +241,9 @@ def _wait_for_all(subscribers: list[Subscriber], threads: list[threading.Thread]
         subscriber.done.wait(max(0.0, deadline - time.monotonic()))
     late = [(s.number, s.received) for s in subscribers if not s.done.is_set()]
     for subscriber in subscribers:
-        subscriber.client.close()  # ends the late ones' streams (they are reported)
+        if subscriber.subscription is not None:
+            subscriber.subscription.cancel()  # ends the late ones (they are reported)
+        subscriber.client.close()
     for thread in threads:
         thread.join(10)
     assert late == [], f"subscribers (number, changes received) still waiting: {late}"
