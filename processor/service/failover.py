@@ -4,7 +4,8 @@
 stream breaks (the service died, restarted or cannot be reached), it connects to the
 next address (round robin) and subscribes again from the subscription's bookmark in its
 :class:`~processor.service.bookmarks.BookmarkStore`: the position of the last message the
-application *discarded*. The service replays from there and goes live, so an application
+application *discarded* (until the store knows where the subscription got to, from the
+bookmark it was made with). The service replays from there and goes live, so an application
 that discards each message once it is done with it sees every change once, across
 failovers and, with a :class:`~processor.service.bookmarks.SowBookmarkStore`, across
 restarts of its own process (AMPS's HAClient with a bookmark store, seed 004).
@@ -21,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from processor.errors import InvalidRequestError
-from processor.service.bookmarks import BookmarkStore, MemoryBookmarkStore
+from processor.service.bookmarks import BookmarkStore, MemoryBookmarkStore, Vector, parse_vector
 from processor.service.client import ServiceError, SowClient, SubscriptionStream
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,11 @@ class FailoverClient:
             client = self.client
             try:
                 return client.query(topic, **kwargs)
+            except ValueError:
+                # grpc's "Cannot invoke RPC: Channel closed!": another thread moved to the
+                # next service and closed this client after we took it. Use the new one.
+                if self.client is client:
+                    raise
             except ServiceError as error:
                 attempts += 1
                 if error.code not in FAILOVER_CODES or attempts >= self.rounds * len(
@@ -158,16 +164,27 @@ class BookmarkSubscription:
         self._options = options
         self._stream: SubscriptionStream | None = None
         self._cancelled = False
+        #: Whether the store says where this subscription got to. Until it does (nothing
+        #: delivered, no ``registered`` or ``completed`` recorded), a resubscription uses
+        #: the bookmark asked for: the store knows nothing of it (or something stale).
+        self._anchored = bookmark == RECENT
         #: Subscriptions made (1 + resubscriptions after failures).
         self.attempts = 0
 
     def _start_bookmark(self) -> str:
-        if self.attempts == 0 and self._bookmark != RECENT:
-            return self._bookmark
-        return self._owner.store.most_recent(self.sub_id)
+        if self._anchored:
+            return self._owner.store.most_recent(self.sub_id)
+        return self._bookmark
 
     def __iter__(self) -> Iterator[Any]:
         store, failures = self._owner.store, 0
+        vector = _vector_of(self._bookmark) if not self._anchored else None
+        if vector is not None:
+            # Everything up to the vector counts as discarded: a replay cut short resumes
+            # each partition where it got to, after the vector.
+            for (topic, partition), offset in sorted(vector.items()):
+                store.discard(self.sub_id, topic, partition, offset)
+            self._anchored = True
         while not self._cancelled:
             client = self._owner.client
             bookmark = self._start_bookmark()
@@ -182,11 +199,20 @@ class BookmarkSubscription:
                     if part == "registered" and bookmark in NOW:
                         # Nothing is replayed: the subscription starts at this vector.
                         store.advance(self.sub_id, _triples(message.registered.snapshot))
+                        self._anchored = True
                     elif part == "completed":
                         # Every replayed message came before this, and was discarded.
                         store.advance(self.sub_id, _triples(message.completed.position))
+                        self._anchored = True
+                    elif part == "change":
+                        self._anchored = True  # discarded before the next is taken
                     yield message
                 return
+            except ValueError:
+                if self._cancelled:
+                    return
+                if self._owner.client is client:
+                    raise  # not the race FailoverClient.query describes
             except ServiceError as error:
                 if self._cancelled:
                     return
@@ -210,6 +236,16 @@ class BookmarkSubscription:
 
     def __exit__(self, *exc: object) -> None:
         self.cancel()
+
+
+def _vector_of(bookmark: str) -> Vector | None:
+    """The position vector a bookmark names; None for now, epoch, a timestamp or a range."""
+    if bookmark in NOW or "/" not in bookmark or bookmark.startswith(("[", "(")):
+        return None
+    try:
+        return parse_vector(bookmark)
+    except InvalidRequestError:
+        return None  # not a vector: the service says what is wrong with it
 
 
 def _triples(positions: Any) -> list[tuple[str, int, int]]:
