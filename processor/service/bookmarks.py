@@ -73,6 +73,10 @@ class BookmarkStore(Protocol):
     def discard(self, sub_id: str, topic: str, partition: int, offset: int) -> None:
         """The application is done with the message at this changelog position."""
 
+    def forget(self, sub_id: str) -> None:
+        """Start ``sub_id`` over: a subscription made with an explicit bookmark replaces
+        whatever the store had for it (a stale vector must not skip what it asks for)."""
+
 
 class MemoryBookmarkStore:
     """Bookmarks kept in this process: enough to fail over between query services."""
@@ -97,6 +101,11 @@ class MemoryBookmarkStore:
                 return  # already discarded (a replayed message the store had)
             vector[(topic, partition)] = offset
             self._saved(sub_id, dict(vector))
+
+    def forget(self, sub_id: str) -> None:
+        with self._lock:
+            if self._vectors.pop(sub_id, None):
+                self._saved(sub_id, {})
 
     def _saved(self, sub_id: str, vector: Vector) -> None:
         """Called (under the lock) when a subscription's vector changed."""

@@ -178,6 +178,8 @@ class BookmarkSubscription:
 
     def __iter__(self) -> Iterator[Any]:
         store, failures = self._owner.store, 0
+        if not self._anchored:
+            store.forget(self.sub_id)  # the bookmark asked for decides, not a stale entry
         vector = _vector_of(self._bookmark) if not self._anchored else None
         if vector is not None:
             # Everything up to the vector counts as discarded: a replay cut short resumes

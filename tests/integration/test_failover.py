@@ -247,3 +247,33 @@ def test_a_sow_bookmark_store_loads_what_it_saved(
         assert parse_vector(again.most_recent("a")) == {("t", 0): 5, ("t", 1): 2}
         assert parse_vector(again.most_recent("b")) == {("u", 0): 9}
         assert again.most_recent("c") == "0"
+
+
+def test_an_explicit_bookmark_is_not_overridden_by_what_the_store_had(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """A store that already holds a later position for the sub_id (an earlier run) must
+    not make a subscription from the whole log skip what it asked for."""
+    from processor.service.bookmarks import MemoryBookmarkStore
+
+    topology = namespaced(unique, ORDERS)
+    changelog = topology.topic("ORDERS").changelog_topic
+    with running_sow(bootstrap, topology, tmp_path, unique) as (app, publisher):
+        for n in range(3):
+            reply = publisher.publish("ORDERS", json.dumps({"id": n, "seq": 1}).encode())
+        publisher.query("ORDERS", min_position=[reply.position])
+        store = MemoryBookmarkStore()
+        for partition in range(topology.topic("ORDERS").partitions):
+            store.discard("again", changelog, partition, 1_000)  # stale, far ahead
+        with FailoverClient([app.grpc_address], "stale", store) as client:
+            subscription = client.subscribe("ORDERS", "again", bookmark="0")
+            ids = []
+            for message in subscription:
+                if message.WhichOneof("part") == "change":
+                    ids.append(json.loads(message.change.record.data)["id"])
+                    client.discard(message)
+                if message.WhichOneof("part") == "completed" or len(ids) == 3:
+                    break
+            subscription.cancel()
+    assert sorted(ids) == [0, 1, 2]
+    assert max(parse_vector(store.most_recent("again")).values()) < 1_000

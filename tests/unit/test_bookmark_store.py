@@ -58,3 +58,13 @@ def test_a_start_vector_fills_only_partitions_with_no_bookmark() -> None:
     store.advance("s", [("t", 0, 100), ("t", 1, 20), ("t", 2, 0)])
     # t/0 keeps its discard; t/1 starts before offset 20; t/2 has nothing to skip.
     assert parse_vector(store.most_recent("s")) == {("t", 0): 7, ("t", 1): 19}
+
+
+def test_forgetting_starts_a_subscription_over() -> None:
+    store = MemoryBookmarkStore()
+    store.discard("s", "t", 0, 7)
+    store.forget("s")
+    store.forget("never")
+    assert store.most_recent("s") == EPOCH
+    store.discard("s", "t", 0, 2)
+    assert parse_vector(store.most_recent("s")) == {("t", 0): 2}
