@@ -135,15 +135,20 @@ class Cluster:
             *("--state-dir", str(state)),
         ]
 
-    def add_processor(self) -> Member:
-        """A new ``sow process`` with its own state directory and instance id."""
+    def add_processor(
+        self, env: dict[str, str] | None = None, instance: int | None = None
+    ) -> Member:
+        """A new ``sow process`` with its own state directory and instance id (``env``:
+        environment variables for this one, e.g. ``SOW_CRASH_AT``; ``instance``: restart
+        that earlier processor's instance, with its state directory)."""
         n = len(self.processors) + 1
+        instance = n if instance is None else instance
         argv = [
             "process",
-            *self._common(self.work / f"processor-{n}"),
-            *("--group-id", self.group, "--instance-id", str(n)),
+            *self._common(self.work / f"processor-{instance}"),
+            *("--group-id", self.group, "--instance-id", str(instance)),
         ]
-        member = Member(f"processor-{n}", argv, self.env, self.input_topic)
+        member = Member(f"processor-{n}", argv, {**self.env, **(env or {})}, self.input_topic)
         self.processors.append(member)
         return member
 
