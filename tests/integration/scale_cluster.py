@@ -49,6 +49,8 @@ class Member:
         #: (monotonic time, partitions) of every assignment, in order.
         self.assignments: list[tuple[float, frozenset[int]]] = []
         self.killed = False
+        #: Set for a processor asked to crash (SOW_CRASH_AT): its exit is no failure.
+        self.may_crash = False
         self._input_topic = input_topic
         self.process = subprocess.Popen(
             [sys.executable, "-m", "processor.cli", *argv],
@@ -149,6 +151,7 @@ class Cluster:
             *("--group-id", self.group, "--instance-id", str(instance)),
         ]
         member = Member(f"processor-{n}", argv, {**self.env, **(env or {})}, self.input_topic)
+        member.may_crash = "SOW_CRASH_AT" in (env or {})
         self.processors.append(member)
         return member
 
@@ -185,7 +188,7 @@ class Cluster:
         of the live processors when it does not happen in time."""
         began = time.monotonic()
         while not self.settled():
-            dead = [p for p in self.processors if not p.killed and not p.alive]
+            dead = [p for p in self.processors if not (p.killed or p.may_crash or p.alive)]
             if dead:
                 raise AssertionError(f"{dead[0].name} exited on its own:\n{dead[0].log()}")
             if time.monotonic() - began > timeout_s:
@@ -198,6 +201,6 @@ class Cluster:
         """Stop every member still running; exit codes by name."""
         codes = {}
         for member in [*self.processors, *self.services]:
-            if not member.killed:
+            if not (member.killed or member.may_crash):
                 codes[member.name] = member.stop()
         return codes
