@@ -173,6 +173,12 @@ class Processor:
         return self._standby_records_before + current
 
     @property
+    def owned_partitions(self) -> list[tuple[str, int]]:
+        """The store partitions (SOW topic, partition) this processor owns now. Same
+        thread rule as ``standby_partitions``."""
+        return sorted(self._states)
+
+    @property
     def standby_partitions(self) -> list[tuple[str, int]]:
         """The store partitions (SOW topic, partition) kept warm now; read it from the
         poll loop's thread or while the processor is idle (monitoring, tests)."""

@@ -180,9 +180,9 @@ class Standby:
 
     def behind(self) -> int | None:
         """Changelog records the standby stores lag behind the ends the latest fetches
-        showed; None while an end is not known yet."""
+        showed; None while an end is not known yet (or the partitions just changed)."""
         if self._dirty:
-            self._reassign()
+            return None
         if self._tail is None:
             return 0
         states = self._tail.states()
