@@ -151,8 +151,7 @@ def failover(
         # Each record the other member applied is one changelog record (plus progress).
         wait_for(
             "the standby stores to catch up",
-            lambda: survivor.standby_records >= leaving.applied
-            and survivor.standby_behind() == 0,
+            lambda: survivor.standby_records >= leaving.applied and survivor.standby_behind() == 0,
         )
     before_restored, before_applied = survivor.restored_records, survivor.applied
     running[0].stop()
