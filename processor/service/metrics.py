@@ -88,6 +88,16 @@ class ComponentCollector(Collector):
             yield _gauge(
                 "sow_processor_ready", "1 once joined and restored", processor.ready.is_set()
             )
+            yield _counter(
+                "sow_processor_restored_records",
+                "Changelog records replayed to recover store partitions",
+                processor.restored_records,
+            )
+            yield _counter(
+                "sow_standby_records",
+                "Changelog records written into standby stores",
+                processor.standby_records,
+            )
         replica = self._replica()
         if replica is not None:
             yield _counter(

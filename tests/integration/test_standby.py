@@ -19,6 +19,7 @@ from processor.config import Settings
 from processor.engine.processor import Processor
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.kafka import ensure_topics
+from processor.service.metrics import ComponentCollector
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import namespaced
@@ -173,6 +174,13 @@ def test_failover_to_a_warm_standby_replays_only_the_tail(
     # the standby had them all, so the takeover replays at most a few progress records.
     assert replayed < 50, f"the takeover replayed {replayed} changelog records"
     assert survivor.standby_partitions == []
+    figures = {
+        sample.name: sample.value
+        for metric in ComponentCollector(lambda: survivor, lambda: None, lambda: None).collect()
+        for sample in metric.samples
+    }
+    assert figures["sow_standby_records_total"] == survivor.standby_records > 0
+    assert figures["sow_processor_restored_records_total"] == survivor.restored_records
 
 
 def test_failover_without_standby_replays_the_whole_changelog(
