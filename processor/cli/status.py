@@ -18,6 +18,8 @@ SHOWN = {
     "sow_dead_letters_total": "dead letters",
     "sow_expirations_total": "expirations",
     "sow_duplicate_publishes_total": "duplicate publishes",
+    "sow_processor_restored_records_total": "changelog records restored",
+    "sow_standby_records_total": "standby records",
     "sow_replica_changes_total": "replica changes applied",
     "sow_replica_staleness_seconds": "replica staleness (s)",
     "sow_subscriptions": "subscriptions",
