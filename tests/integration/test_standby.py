@@ -203,7 +203,11 @@ class Revocations(logging.Handler):
             self.at.append(time.monotonic())
 
 
-@pytest.mark.parametrize("membership", ["static", "dynamic"])
+@pytest.mark.parametrize(
+    "membership",
+    # The dynamic contrast (a member that leaves is revoked at once) is the long-run tier.
+    ["static", pytest.param("dynamic", marks=pytest.mark.heavy)],
+)
 def test_static_member_keeps_its_partitions_across_a_quick_restart(
     bootstrap: str,
     unique: str,
