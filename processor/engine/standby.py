@@ -94,9 +94,9 @@ class Standby:
         return sorted(self._followers)
 
     def follow(self, owned: set[StoreKey]) -> None:
-        """Keep a warm copy of every persistent store partition not in ``owned`` (opening
-        the stores it lacks); close those that are now owned elsewhere by this process's
-        caller (the caller takes what it owns with :meth:`take` first)."""
+        """Keep a warm copy of every persistent store partition not in ``owned``, opening
+        the stores it lacks. A standby still held for a partition in ``owned`` is closed:
+        the caller takes the stores it now owns with :meth:`take` before calling this."""
         wanted = {(t.name, p) for t in self._topics for p in range(t.partitions)}
         wanted -= owned
         wanted -= self._stopped
