@@ -92,11 +92,25 @@ def store_opener(state_dir: Path) -> Callable[[SowTopic, int], Store]:
 
 
 def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> Processor:
-    """A processor wired to Kafka and RocksDB per the settings."""
+    """A processor wired to Kafka and RocksDB per the settings: a static group member
+    under static membership, with standby stores when asked (group assignment only)."""
     fetch = _fetch_settings(settings)
+    static = settings.assignment == "static"
+    member = {}
+    if settings.group_instance_id is not None and not static:
+        member["group.instance.id"] = settings.group_instance_id
+    standby_tail = None
+    if settings.standby == "all":
+        if static:
+            log.warning(
+                "standby=all is ignored with assignment=static: the one processor owns "
+                "every store partition, there is none to keep warm"
+            )
+        else:
+            standby_tail = lambda: KafkaChangelogTail(bootstrap, **fetch)  # noqa: E731
     connections = ProcessorConnections(
         input_log=lambda: KafkaInputLog(
-            bootstrap, settings.group_id, static=settings.assignment == "static", **fetch
+            bootstrap, settings.group_id, static=static, **fetch, **member
         ),
         transactional_log=lambda: KafkaTransactionalLog(bootstrap, settings.transactional_id),
         reader=lambda: KafkaPartitionReader(bootstrap),
@@ -108,6 +122,7 @@ def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> P
         settings.dead_letter_topic,
         max_batch=settings.max_batch,
         crash_hook=crash_hook_from_env(),
+        standby_tail=standby_tail,
     )
 
 

@@ -13,6 +13,8 @@
 | assignment | SOW_ASSIGNMENT | ``group``; ``static``: one processor takes every partition |
 | fetch_wait_ms | SOW_FETCH_WAIT_MS | 2 on the embedded broker, 10 on any other (see below) |
 | kafka_properties | SOW_KAFKA_PROPERTIES | none; ``key=value;key=value`` librdkafka properties |
+| standby | SOW_STANDBY | ``off``; ``all``: warm copies of the stores this processor does not own |
+| membership | SOW_MEMBERSHIP | ``static`` when the instance id is given, else ``dynamic`` |
 
 ``kafka_properties`` go into every Kafka client the product makes (consumers, producers,
 admin), after the product's own settings: security (``security.protocol=SASL_SSL;
@@ -24,6 +26,14 @@ fetch as soon as records arrive, so there it only bounds idle requests. The embe
 broker answers a fetch only when its wait is over, so the wait is added to the latency of
 every change (twice: input, then changelog): small waits make changes visible sooner and
 cost idle CPU (measured on 2 cores: ~17% of a core at 10 ms, ~30-40% at 2 ms).
+
+``standby=all`` makes a group-mode processor tail the changelog of every persistent store
+partition it does not own into its own store files, so taking one over replays only the
+changelog's tail (docs/standby.md). ``membership=static`` gives the group member a
+``group.instance.id`` (``group_id-instance_id``): a replica restarted within the session
+timeout gets its partitions back without a rebalance. It is the default when
+``instance_id`` is set explicitly (SOW_INSTANCE_ID or ``--instance-id``), as the Helm chart
+does from the pod name.
 """
 
 from __future__ import annotations
@@ -38,6 +48,10 @@ from processor.errors import ConfigurationError
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:50051"
 #: How the processor gets its partitions (SOW_ASSIGNMENT).
 ASSIGNMENTS = ("group", "static")
+#: Which store partitions a processor keeps warm copies of (SOW_STANDBY).
+STANDBYS = ("off", "all")
+#: Consumer-group membership (SOW_MEMBERSHIP).
+MEMBERSHIPS = ("dynamic", "static")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +77,20 @@ class Settings:
     ephemeral_log: bool = False
     #: ``key=value;key=value`` librdkafka properties for every client ("": none).
     kafka_properties: str = ""
+    #: ``off`` or ``all``; see the module table.
+    standby: str = "off"
+    #: ``from_env`` makes it ``static`` when instance_id is given and membership is not.
+    membership: str = "dynamic"
 
     @property
     def transactional_id(self) -> str:
         """Stable per processor replica, so a restarted replica fences its predecessor."""
         return f"{self.group_id}-{self.instance_id}"
+
+    @property
+    def group_instance_id(self) -> str | None:
+        """The consumer's ``group.instance.id`` under static membership (None: dynamic)."""
+        return self.transactional_id if self.membership == "static" else None
 
     #: Setting -> the environment variable that sets it.
     ENVIRONMENT: ClassVar[dict[str, str]] = {
@@ -84,6 +107,8 @@ class Settings:
         "metrics_address": "SOW_METRICS_ADDRESS",
         "ephemeral_log": "SOW_EPHEMERAL_LOG",
         "kafka_properties": "SOW_KAFKA_PROPERTIES",
+        "standby": "SOW_STANDBY",
+        "membership": "SOW_MEMBERSHIP",
     }
 
     @property
@@ -103,7 +128,8 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
-        """Defaults, then environment variables, then non-None ``overrides``."""
+        """Defaults, then environment variables, then non-None ``overrides``. An
+        instance id given either way, with no membership given, means static membership."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for field_name, variable in cls.ENVIRONMENT.items():
@@ -111,6 +137,8 @@ class Settings:
             if raw:
                 values[field_name] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if "instance_id" in values and "membership" not in values:
+            values["membership"] = "static"
         return cls()._with(values)
 
     def _with(self, values: dict[str, Any]) -> Settings:
@@ -131,15 +159,28 @@ class Settings:
             elif name == "kafka_properties":
                 parse_kafka_properties(str(value))  # refuse a malformed value now
                 converted[name] = str(value)
-            elif name == "assignment":
-                if value not in ASSIGNMENTS:
-                    raise ConfigurationError(
-                        f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {value!r}"
-                    )
-                converted[name] = value
+            elif name in _CHOICES:
+                converted[name] = _choice(name, value)
             else:
                 converted[name] = str(value)
         return replace(self, **converted)
+
+
+#: Settings with a fixed set of values.
+_CHOICES = {"assignment": ASSIGNMENTS, "standby": STANDBYS, "membership": MEMBERSHIPS}
+
+
+def _choice(name: str, value: Any) -> str:
+    """``value`` if it is one of the setting's choices, or a ConfigurationError naming
+    the setting, its environment variable and the choices."""
+    choices = _CHOICES[name]
+    text = str(value).strip().lower()
+    if text not in choices:
+        variable = Settings.ENVIRONMENT[name]
+        raise ConfigurationError(
+            f"{name} ({variable}) must be one of {', '.join(choices)}, got {value!r}"
+        )
+    return text
 
 
 def _whole(name: str, value: Any, unit: str, least: int, most: int | None = None) -> int:

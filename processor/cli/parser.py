@@ -112,6 +112,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     process = runner("process", "Run only the processor against a configured Kafka.")
     process.add_argument("--max-batch", type=int, default=None, help="records per transaction")
+    process.add_argument(
+        "--standby",
+        choices=("off", "all"),
+        default=None,
+        help="all: keep warm copies of the store partitions this processor does not own, "
+        "so a failover replays only the changelog's tail (default: SOW_STANDBY, else off)",
+    )
+    process.add_argument(
+        "--membership",
+        choices=("dynamic", "static"),
+        default=None,
+        help="static: join the group with group.instance.id <group-id>-<instance-id>, so a "
+        "restart within the session timeout keeps the partitions (default: SOW_MEMBERSHIP, "
+        "else static when the instance id is given, else dynamic)",
+    )
     reader = runner(
         "query-service",
         "Run only a query service (read replica and gRPC: queries, publishes, "

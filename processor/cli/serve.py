@@ -27,6 +27,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         group_id=getattr(args, "group_id", None),
         instance_id=getattr(args, "instance_id", None),
         max_batch=getattr(args, "max_batch", None),
+        standby=getattr(args, "standby", None),
+        membership=getattr(args, "membership", None),
     )
 
 

@@ -14,6 +14,11 @@ Expiration (:mod:`processor.engine.expiry`) runs in the same loop: every transac
 also deletes the records due by then (bounded per transaction), and an idle processor
 checks its due indexes after each idle wait (``IDLE_WAIT_S``) and commits a transaction
 of expiries alone when some are due. Partitions still recovering are left out.
+
+With standby stores (:mod:`processor.engine.standby`) the loop also keeps warm copies of
+the store partitions it does not own, a bounded chunk per iteration after recovery; a
+newly assigned partition takes its standby's store and replays only the changelog's tail,
+and a revoked one becomes a standby.
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ from processor.engine.recovery import (
     write_reset,
 )
 from processor.engine.republish import republish_pending, republish_steps
+from processor.engine.standby import Standby
 from processor.engine.transaction import Transaction
 from processor.errors import BrokerError, FencedError
 from processor.keys import key_function
 from processor.log import (
+    ChangelogTail,
     InputLog,
     PartitionReader,
     Record,
@@ -93,7 +100,10 @@ class Processor:
         max_batch: int = 10000,
         crash_hook: CrashHook | None = None,
         republish_chunk: int = 10000,
+        standby_tail: Callable[[], ChangelogTail] | None = None,
     ) -> None:
+        """``standby_tail`` makes changelog tails for standby stores (None: no standby
+        stores); only a consumer-group member has partitions it does not own."""
         self.topology = topology
         self._connections = connections
         self._open_store = open_store
@@ -101,6 +111,9 @@ class Processor:
         self._max_batch = max_batch
         self._crash = crash_hook
         self._republish_chunk = republish_chunk
+        self._standby_tail = standby_tail
+        self._standby: Standby | None = None
+        self._standby_records_before = 0
         self._recoveries: dict[tuple[str, int], Recovery] = {}
         #: Input offsets found applied past the committed ones (see _start_after_recovery),
         #: to commit before the next batch so the group's offsets tell the truth.
@@ -122,6 +135,9 @@ class Processor:
         #: Committed transactions and the records they held (monitoring, benchmarks).
         self.transactions = 0
         self.records = 0
+        #: Changelog records replayed by recoveries since start (a failover to a warm
+        #: standby replays only the changelog's tail).
+        self.restored_records = 0
         #: ``time.perf_counter()`` when the first batch arrived (None before).
         self.first_batch_at: float | None = None
         #: Set once the processor has its partitions and every store is recovered.
@@ -150,6 +166,7 @@ class Processor:
         """Commands discarded by duplicate detection since start."""
         return 0 if self._applier is None else self._applier.duplicates
 
+<<<<<<< HEAD
     def input_lag(self) -> dict[str, int]:
         """Committed input records not yet applied, per SOW topic (its input and
         repartition partitions this processor fetches), as of the consumer's latest
@@ -163,6 +180,30 @@ class Processor:
                 if known is not None:
                     lag[known[0].name] += behind
         return lag
+=======
+    @property
+    def standby_records(self) -> int:
+        """Changelog records written into standby stores since start."""
+        current = 0 if self._standby is None else self._standby.records
+        return self._standby_records_before + current
+
+    @property
+    def owned_partitions(self) -> list[tuple[str, int]]:
+        """The store partitions (SOW topic, partition) this processor owns now. Same
+        thread rule as ``standby_partitions``."""
+        return sorted(self._states)
+
+    @property
+    def standby_partitions(self) -> list[tuple[str, int]]:
+        """The store partitions (SOW topic, partition) kept warm now; read it from the
+        poll loop's thread or while the processor is idle (monitoring, tests)."""
+        return [] if self._standby is None else self._standby.partitions
+
+    def standby_behind(self) -> int | None:
+        """Changelog records the standby stores lag behind (None: not known yet; 0
+        without standbys). Same thread rule as ``standby_partitions``."""
+        return 0 if self._standby is None else self._standby.behind()
+>>>>>>> standby
 
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch; thread-safe."""
@@ -206,7 +247,14 @@ class Processor:
         if self._expirer is not None:
             self._expired_before += self._expirer.expired
         expirer = self._expirer = Expirer(producer.raw_produce, producer.drain)
+        if self._standby is not None:
+            self._standby_records_before += self._standby.records
+        standby = self._standby = None
+        if self._standby_tail is not None:
+            standby = self._standby = Standby(self.topology, self._open_store, self._standby_tail)
         try:
+            if standby is not None:
+                standby.follow(set())  # warm while the group join runs
             log.info(
                 "processor taking its partitions of %s", ", ".join(sorted(self.topology.topics))
             )
@@ -216,6 +264,8 @@ class Processor:
                     self._commit_offsets_behind(producer, consumer)
                 if self._recoveries:
                     self._recover_step()
+                    records = consumer.consume(self._max_batch, 0)
+                elif standby is not None and standby.step():
                     records = consumer.consume(self._max_batch, 0)
                 else:
                     records = self._next_batch(consumer)
@@ -247,6 +297,8 @@ class Processor:
                 self.records += len(records)
         finally:
             self._close_states(list(self._states))
+            if standby is not None:
+                standby.close()
             self._input = None
             consumer.close()
             producer.close()
@@ -297,6 +349,8 @@ class Processor:
                 start = self._start_after_recovery(state, tp, committed.get(tp, -1))
                 if start is not None:
                     starts[tp] = start
+        if self._standby is not None:
+            self._standby.follow(set(self._states))
         names = ", ".join(f"{t}[{p}]" for t, p in sorted(partitions))
         if self._recoveries:
             log.info("given %s; recovering %d store partitions first", names, len(self._recoveries))
@@ -337,7 +391,12 @@ class Processor:
     def _open(self, topic: SowTopic, partition: int) -> PartitionState:
         assert self._reader is not None
         assert self._producer is not None
-        store = self._open_store(topic, partition)
+        taken = None
+        if self._standby is not None:
+            taken = self._standby.take((topic.name, partition))
+        store, warm_log_next = taken if taken is not None else (None, {})
+        if store is None:
+            store = self._open_store(topic, partition)
         state = PartitionState(
             topic=topic,
             partition=partition,
@@ -349,15 +408,21 @@ class Processor:
         if state.transient:
             write_reset(state, self._producer)
         else:
-            self._recoveries[(topic.name, partition)] = Recovery(state, self._recover(state), {})
+            steps = self._recover(state, warm_log_next)
+            self._recoveries[(topic.name, partition)] = Recovery(state, steps, {})
         return state
 
-    def _recover(self, state: PartitionState) -> Generator[object, None, Restored]:
+    def _recover(
+        self, state: PartitionState, warm_log_next: Mapping[str, int]
+    ) -> Generator[object, None, Restored]:
         """The steps of one store partition's recovery: replay, then republish if the
-        log was lost (or a republish was cut short)."""
+        log was lost (or a republish was cut short). ``warm_log_next`` is what a standby
+        store's replay showed applied before the handover (its changelog was read there)."""
         assert self._reader is not None
         assert self._producer is not None
         restored = yield from restore_steps(state.store, state.topic, state.partition, self._reader)
+        for log_topic, nxt in warm_log_next.items():
+            restored.log_next[log_topic] = max(restored.log_next.get(log_topic, 0), nxt)
         if republish_pending(state.store):
             yield from republish_steps(
                 state, self._producer, self._republish_chunk, crash=self._crash
@@ -373,6 +438,7 @@ class Processor:
         except StopIteration as done:
             restored: Restored = done.value
         del self._recoveries[key]
+        self.restored_records += restored.applied
         state = recovery.state
         state.log_next = restored.log_next
         state.publishers.load()
@@ -404,14 +470,20 @@ class Processor:
             revoked.add((topic.name, partition))
         # A store partition closes once neither of its log topics is assigned.
         still = {(r.state.topic.name, r.state.partition) for r in self._applier.routes.values()}
-        self._close_states([k for k in revoked if k not in still])
+        self._close_states([k for k in revoked if k not in still], warm=True)
         log.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)))
 
-    def _close_states(self, keys: list[tuple[str, int]]) -> None:
+    def _close_states(self, keys: list[tuple[str, int]], warm: bool = False) -> None:
+        """Drop store partitions; with ``warm``, their stores become standbys (when this
+        processor keeps standbys) instead of closing."""
         for key in keys:
             recovery = self._recoveries.pop(key, None)
             if recovery is not None:
                 recovery.steps.close()  # releases its reader and store iterators first
             state = self._states.pop(key, None)
-            if state is not None:
+            if state is None:
+                continue
+            if warm and self._standby is not None:
+                self._standby.give(state.topic, state.partition, state.store)
+            else:
                 state.store.close()

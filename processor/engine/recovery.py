@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from itertools import compress
 from typing import cast
 
@@ -212,37 +212,7 @@ def _replay(
     end = start
     unfinished: list[Record] = []
     for batch in reader.read_to_end(topic.changelog_topic, partition, start):
-        kind = type(batch[0])  # the log client's record class: its methods, looked up once
-        keys: list[bytes | None] = list(map(kind.key, batch))
-        values: list[bytes | None] = list(map(kind.value, batch))
-        controls = list(compress(range(len(keys)), map(_is_control, keys)))
-        meta: dict[bytes, bytes | None] = {}
-        if not controls:
-            updates: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))  # type: ignore[arg-type]
-            unfinished.extend(batch)
-        else:
-            updates = {}
-            begin = after_progress = 0
-            for i in controls:
-                updates.update(zip(keys[begin:i], values[begin:i], strict=True))  # type: ignore[arg-type]
-                begin = i + 1
-                key, value = keys[i] or b"", values[i]
-                if key.startswith(PUBLISHER_PREFIX):
-                    meta[meta_key_of_control(key)] = value
-                elif key == RESET_KEY:
-                    updates.clear()
-                    meta.clear()
-                    stale = [k for k, _ in store.meta_items(PUBLISHER_META_PREFIX)]
-                    store.clear(dict.fromkeys(stale))
-                elif key == PROGRESS_KEY and value is not None:
-                    meta.update(restored.saw_progress(value))
-                    unfinished.clear()
-                    after_progress = i + 1
-            updates.update(zip(keys[begin:], values[begin:], strict=True))  # type: ignore[arg-type]
-            unfinished.extend(batch[after_progress:])
-        end = batch[-1].offset() + 1
-        meta[CHANGELOG_OFFSET] = offset_bytes(end)
-        store.write(updates, meta, due_entries(updates) if expiring else None)
+        end = replay_batch(store, batch, restored, unfinished, expiring)
         applied += len(batch)
         now = time.monotonic()
         if now - last_report >= report_every_s:
@@ -257,6 +227,56 @@ def _replay(
         restored.saw_change(record)
     restored.applied = applied
     return restored, applied, end
+
+
+def replay_batch(
+    store: Store,
+    batch: Sequence[Record],
+    restored: Restored,
+    unfinished: list[Record],
+    expiring: bool,
+) -> int:
+    """Write one batch of a changelog partition's records (in offset order, following
+    the store's changelog offset) into ``store``: data, control records (publisher
+    sequences, resets, progress), due index entries when ``expiring``, and the changelog
+    offset reached, in one atomic write; return that offset.
+
+    ``restored`` notes the PROGRESS records; ``unfinished`` keeps the records after the
+    last one (the caller passes them to :meth:`Restored.saw_change` when it is done).
+    Used by restores and by standby stores (:mod:`processor.engine.standby`).
+    """
+    kind = type(batch[0])  # the log client's record class: its methods, looked up once
+    keys: list[bytes | None] = list(map(kind.key, batch))
+    values: list[bytes | None] = list(map(kind.value, batch))
+    controls = list(compress(range(len(keys)), map(_is_control, keys)))
+    meta: dict[bytes, bytes | None] = {}
+    if not controls:
+        updates: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))  # type: ignore[arg-type]
+        unfinished.extend(batch)
+    else:
+        updates = {}
+        begin = after_progress = 0
+        for i in controls:
+            updates.update(zip(keys[begin:i], values[begin:i], strict=True))  # type: ignore[arg-type]
+            begin = i + 1
+            key, value = keys[i] or b"", values[i]
+            if key.startswith(PUBLISHER_PREFIX):
+                meta[meta_key_of_control(key)] = value
+            elif key == RESET_KEY:
+                updates.clear()
+                meta.clear()
+                stale = [k for k, _ in store.meta_items(PUBLISHER_META_PREFIX)]
+                store.clear(dict.fromkeys(stale))
+            elif key == PROGRESS_KEY and value is not None:
+                meta.update(restored.saw_progress(value))
+                unfinished.clear()
+                after_progress = i + 1
+        updates.update(zip(keys[begin:], values[begin:], strict=True))  # type: ignore[arg-type]
+        unfinished.extend(batch[after_progress:])
+    end = batch[-1].offset() + 1
+    meta[CHANGELOG_OFFSET] = offset_bytes(end)
+    store.write(updates, meta, due_entries(updates) if expiring else None)
+    return end
 
 
 def due_entries(updates: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:

@@ -93,6 +93,16 @@ class ComponentCollector(Collector):
                 "Committed input records the processor has not applied yet",
                 processor.input_lag(),
             )
+            yield _counter(
+                "sow_processor_restored_records",
+                "Changelog records replayed to recover store partitions",
+                processor.restored_records,
+            )
+            yield _counter(
+                "sow_standby_records",
+                "Changelog records written into standby stores",
+                processor.standby_records,
+            )
         replica = self._replica()
         if replica is not None:
             yield _counter(

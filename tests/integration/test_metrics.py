@@ -102,6 +102,7 @@ def test_metrics_report_a_publish_and_a_dead_letter_after_they_happen(
         assert table["ready"] == "yes"
         assert table["records {topic=ORDERS}"] == "1"
         assert table["dead letters"] == "1"
+        assert table["standby records"] == "0"  # standby is off by default
     finally:
         app.stop()
     gone = subprocess.run(

@@ -140,3 +140,71 @@ def test_a_start_refuses_properties_kafka_does_not_know() -> None:
         '"no.such.property"; check the properties given in SOW_KAFKA_PROPERTIES '
         "(['no.such.property', 'security.protocol'])"
     )
+
+
+def test_standby_is_off_unless_asked() -> None:
+    assert Settings.from_env({}).standby == "off"
+    assert Settings.from_env({"SOW_STANDBY": "all"}).standby == "all"
+    assert Settings.from_env({"SOW_STANDBY": " ALL "}).standby == "all"
+    assert Settings.from_env({"SOW_STANDBY": "all"}, standby="off").standby == "off"
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "message"),
+    [
+        ("SOW_STANDBY", "2", "standby (SOW_STANDBY) must be one of off, all, got '2'"),
+        (
+            "SOW_MEMBERSHIP",
+            "sticky",
+            "membership (SOW_MEMBERSHIP) must be one of dynamic, static, got 'sticky'",
+        ),
+        (
+            "SOW_ASSIGNMENT",
+            "round-robin",
+            "assignment (SOW_ASSIGNMENT) must be one of group, static, got 'round-robin'",
+        ),
+    ],
+)
+def test_choices_refuse_other_values_naming_the_variable(
+    variable: str, raw: str, message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({variable: raw})
+    assert str(caught.value) == message
+
+
+def test_membership_is_static_when_the_instance_id_is_given() -> None:
+    assert Settings.from_env({}).membership == "dynamic"
+    assert Settings.from_env({}).group_instance_id is None
+    given = Settings.from_env({"SOW_INSTANCE_ID": "sow-processor-2", "SOW_GROUP_ID": "g"})
+    assert given.membership == "static"
+    assert given.group_instance_id == "g-sow-processor-2" == given.transactional_id
+    assert Settings.from_env({}, instance_id="3").membership == "static"
+    unasked = Settings.from_env({"SOW_INSTANCE_ID": "1", "SOW_MEMBERSHIP": "dynamic"})
+    assert unasked.group_instance_id is None
+    assert Settings.from_env({"SOW_MEMBERSHIP": "static"}).group_instance_id == "sow-processor-0"
+
+
+def test_a_child_process_keeps_dynamic_membership_and_standby() -> None:
+    # The child always gets SOW_INSTANCE_ID: it must not turn dynamic into static.
+    settings = Settings.from_env({}, standby="all")
+    child = Settings.from_env(settings.environment())
+    assert child == settings
+    assert child.membership == "dynamic"
+    assert child.standby == "all"
+
+
+def test_sow_process_options_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from processor.cli.parser import build_parser
+    from processor.cli.serve import _settings
+
+    for variable in Settings.ENVIRONMENT.values():
+        monkeypatch.delenv(variable, raising=False)
+    parser = build_parser()
+    args = parser.parse_args(["process", "--standby", "all", "--instance-id", "sow-processor-1"])
+    settings = _settings(args)
+    assert (settings.standby, settings.membership) == ("all", "static")
+    args = parser.parse_args(["process", "--instance-id", "1", "--membership", "dynamic"])
+    assert _settings(args).group_instance_id is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["process", "--standby", "some"])

@@ -108,6 +108,14 @@ def test_processor_statefulset_keeps_state_per_replica(values: str) -> None:
     # each replica its own transactional id: SOW_INSTANCE_ID is the pod's name
     assert env["SOW_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["SOW_GROUP_ID"]["value"] == values_of(values).get("groupId", "sow-processor")
+    # static membership from the pod's name; standby stores as asked
+    given = values_of(values).get("processor", {})
+    assert env["SOW_MEMBERSHIP"]["value"] == given.get("membership", "static")
+    assert env["SOW_STANDBY"]["value"] == given.get("standby", "off")
+    settings = Settings.from_env(
+        {k: e["value"] for k, e in env.items() if "value" in e} | {"SOW_INSTANCE_ID": "p-1"}
+    )
+    assert settings.group_instance_id == f"{settings.group_id}-p-1"
     metrics_port = int(env["SOW_METRICS_ADDRESS"]["value"].rsplit(":", 1)[1])
     assert container["ports"] == [{"name": "metrics", "containerPort": metrics_port}]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
@@ -228,6 +236,10 @@ BAD_VALUES = {
     "port out of range": (
         "kafka: {bootstrapServers: 'kafka:9092'}\nqueryService: {grpcPort: 70000}",
         "at '/queryService/grpcPort': maximum: got 70,000, want 65,535",
+    ),
+    "unknown standby placement": (
+        "kafka: {bootstrapServers: 'kafka:9092'}\nprocessor: {standby: two}",
+        "at '/processor/standby': value must be one of 'off', 'all'",
     ),
     "bootstrap without a port": (
         "kafka: {bootstrapServers: kafka}",
