@@ -18,12 +18,10 @@ SHOWN = {
     "sow_dead_letters_total": "dead letters",
     "sow_expirations_total": "expirations",
     "sow_duplicate_publishes_total": "duplicate publishes",
-<<<<<<< HEAD
     "sow_processor_input_lag": "input lag (records)",
-=======
+    "sow_processor_recovering_partitions": "store partitions recovering",
     "sow_processor_restored_records_total": "changelog records restored",
     "sow_standby_records_total": "standby records",
->>>>>>> standby
     "sow_replica_changes_total": "replica changes applied",
     "sow_replica_staleness_seconds": "replica staleness (s)",
     "sow_replica_changelog_lag": "replica changelog lag (records)",

@@ -69,6 +69,8 @@ class Recovery:
     state: PartitionState
     steps: Generator[object, None, Restored]
     held: dict[TopicPartitionKey, int]
+    #: Changelog records replayed so far (counted into ``restored_records`` as it goes).
+    replayed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,12 +168,11 @@ class Processor:
         """Commands discarded by duplicate detection since start."""
         return 0 if self._applier is None else self._applier.duplicates
 
-<<<<<<< HEAD
     def input_lag(self) -> dict[str, int]:
         """Committed input records not yet applied, per SOW topic (its input and
         repartition partitions this processor fetches), as of the consumer's latest
         statistics (about a second old); thread-safe. Partitions held for recovery are
-        not fetched and not counted: see :meth:`recovering`."""
+        not fetched and not counted: see :attr:`recovering`."""
         lag = dict.fromkeys(self.topology.topics, 0)
         consumer = self._input
         if consumer is not None:
@@ -180,7 +181,13 @@ class Processor:
                 if known is not None:
                     lag[known[0].name] += behind
         return lag
-=======
+
+    @property
+    def recovering(self) -> int:
+        """Store partitions still replaying their changelog (their input held back);
+        thread-safe. With :attr:`restored_records`, a recovery's progress."""
+        return len(self._recoveries)
+
     @property
     def standby_records(self) -> int:
         """Changelog records written into standby stores since start."""
@@ -203,7 +210,6 @@ class Processor:
         """Changelog records the standby stores lag behind (None: not known yet; 0
         without standbys). Same thread rule as ``standby_partitions``."""
         return 0 if self._standby is None else self._standby.behind()
->>>>>>> standby
 
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch; thread-safe."""
@@ -433,12 +439,15 @@ class Processor:
         """Run one step of the first unfinished recovery; on its end, resume its input."""
         key, recovery = next(iter(self._recoveries.items()))
         try:
-            next(recovery.steps)
+            step = next(recovery.steps)
+            if isinstance(step, int):  # a replay step: records replayed so far
+                self.restored_records += step - recovery.replayed
+                recovery.replayed = step
             return
         except StopIteration as done:
             restored: Restored = done.value
         del self._recoveries[key]
-        self.restored_records += restored.applied
+        self.restored_records += restored.applied - recovery.replayed
         state = recovery.state
         state.log_next = restored.log_next
         state.publishers.load()

@@ -93,6 +93,11 @@ class ComponentCollector(Collector):
                 "Committed input records the processor has not applied yet",
                 processor.input_lag(),
             )
+            yield _gauge(
+                "sow_processor_recovering_partitions",
+                "Store partitions still replaying their changelog",
+                processor.recovering,
+            )
             yield _counter(
                 "sow_processor_restored_records",
                 "Changelog records replayed to recover store partitions",
