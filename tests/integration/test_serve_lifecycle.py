@@ -50,8 +50,15 @@ def _until_ready(server: subprocess.Popen[str]) -> list[str]:
 
 
 def _interrupt(server: subprocess.Popen[str], within_s: float = 10) -> str:
+    """Ctrl-C the server and return the rest of its output; one that does not exit in
+    time is killed (its processor child dies with it) and the test fails."""
     server.send_signal(signal.SIGINT)
-    _, rest = server.communicate(timeout=within_s)
+    try:
+        _, rest = server.communicate(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        server.kill()  # its processor child follows (it dies with its parent)
+        _, rest = server.communicate(timeout=30)
+        raise AssertionError(f"sow serve did not stop within {within_s}s of Ctrl-C:\n{rest}")
     return rest
 
 
