@@ -58,7 +58,8 @@ def _interrupt(server: subprocess.Popen[str], within_s: float = 10) -> str:
     except subprocess.TimeoutExpired:
         server.kill()  # its processor child follows (it dies with its parent)
         _, rest = server.communicate(timeout=30)
-        raise AssertionError(f"sow serve did not stop within {within_s}s of Ctrl-C:\n{rest}") from None
+        stuck = f"sow serve did not stop within {within_s}s of Ctrl-C:\n{rest}"
+        raise AssertionError(stuck) from None
     return rest
 
 
