@@ -19,6 +19,9 @@ For each process count, in turn (never two runs at once):
 
     PYTHONPATH=. python bench/scale.py --records 400000 --json-out bench/results/scale.json
 
+``--failover-keys 200000`` then runs bench/failover.py: the failover time with and without
+a standby store (``--processes ''`` runs that alone).
+
 The machine's load average is printed before each run: on shared cores the figures move
 with it. The Markdown table goes to stdout, progress to stderr.
 """
@@ -299,11 +302,30 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument(
-        "--processes", default="1,2", help="process counts to run, in order (default: 1,2)"
+        "--processes",
+        default="1,2",
+        help="process counts to run, in order (default: 1,2; '' runs none)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument(
+        "--failover-keys",
+        type=int,
+        default=0,
+        help="afterwards, the failover time with and without a standby store for this many "
+        "keys (bench/failover.py; the issue's figure: 200000)",
+    )
     args = parser.parse_args()
+    if args.processes:
+        ingest(args)
+    if args.failover_keys:
+        # After the ingest runs, never beside them: both measure a shared machine.
+        failover = [sys.executable, str(Path(__file__).with_name("failover.py"))]
+        subprocess.run([*failover, "--keys", str(args.failover_keys)], check=True)
+
+
+def ingest(args: argparse.Namespace) -> None:
+    """The ingest runs: one per process count, then their table (and JSON)."""
     broker = start_broker(allow_docker=False)
     if not isinstance(broker, TansuBroker) or broker.pid is None:
         broker.stop()
