@@ -36,7 +36,7 @@ from processor.topology.model import SowTopic
 bootstrap, kafka_topic, path, moment = sys.argv[1:5]
 topic = SowTopic("ORDERS", keys=("/orderId",), kafka_topic=kafka_topic)
 store = RocksDBStore(__import__("pathlib").Path(path))
-steps = restore_steps(store, topic, 0, KafkaPartitionReader(bootstrap), lambda line: None)
+steps = restore_steps(store, topic, 0, KafkaPartitionReader(bootstrap), lambda line, **_: None)
 if moment in ("mid-rebuild", "meta-flushed-first"):
     next(steps)
     next(steps)
@@ -76,7 +76,7 @@ def _reference(bootstrap: str, topic: SowTopic) -> list[tuple[bytes, bytes]]:
     store = MemoryStore()
     reader = KafkaPartitionReader(bootstrap)
     try:
-        restore_from_changelog(store, topic, 0, reader, lambda line: None)
+        restore_from_changelog(store, topic, 0, reader, lambda line, **figures: None)
     finally:
         reader.close()
     return sorted(store.items())
@@ -113,7 +113,7 @@ def test_a_rebuild_killed_at_any_moment_restarts_to_the_same_store(
             assert store.count() == RECORDS
             assert offset_from(store.get_meta(CHANGELOG_OFFSET)) == end
             assert store.get_meta(b"probe") == b"1"
-        restored = restore_from_changelog(store, topic, 0, reader, lambda line: None)
+        restored = restore_from_changelog(store, topic, 0, reader, lambda line, **figures: None)
         assert restored.applied == (end if wiped else 0)
         assert offset_from(store.get_meta(CHANGELOG_OFFSET)) == end
         assert len(list(store.meta_items(b"publisher:"))) == 50
