@@ -14,7 +14,7 @@
 | fetch_wait_ms | SOW_FETCH_WAIT_MS | 2 on the embedded broker, 10 on any other (see below) |
 | kafka_properties | SOW_KAFKA_PROPERTIES | none; ``key=value;key=value`` librdkafka properties |
 | standby | SOW_STANDBY | ``off``; ``all``: warm copies of the stores this processor does not own |
-| membership | SOW_MEMBERSHIP | ``static`` when the instance id is given, else ``dynamic`` |
+| membership | SOW_MEMBERSHIP | ``dynamic``; ``static``: join with a ``group.instance.id`` |
 
 ``kafka_properties`` go into every Kafka client the product makes (consumers, producers,
 admin), after the product's own settings: security (``security.protocol=SASL_SSL;
@@ -31,9 +31,9 @@ cost idle CPU (measured on 2 cores: ~17% of a core at 10 ms, ~30-40% at 2 ms).
 partition it does not own into its own store files, so taking one over replays only the
 changelog's tail (docs/standby.md). ``membership=static`` gives the group member a
 ``group.instance.id`` (``group_id-instance_id``): a replica restarted within the session
-timeout gets its partitions back without a rebalance. It is the default when
-``instance_id`` is set explicitly (SOW_INSTANCE_ID or ``--instance-id``), as the Helm chart
-does from the pod name.
+timeout gets its partitions back without a rebalance; the Helm chart sets it, with the
+instance id from the pod name. It is not the default: on the embedded Tansu broker a
+static member that dies keeps its partitions (nobody takes them over), see docs/standby.md.
 """
 
 from __future__ import annotations
@@ -79,7 +79,6 @@ class Settings:
     kafka_properties: str = ""
     #: ``off`` or ``all``; see the module table.
     standby: str = "off"
-    #: ``from_env`` makes it ``static`` when instance_id is given and membership is not.
     membership: str = "dynamic"
 
     @property
@@ -128,8 +127,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
-        """Defaults, then environment variables, then non-None ``overrides``. An
-        instance id given either way, with no membership given, means static membership."""
+        """Defaults, then environment variables, then non-None ``overrides``."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for field_name, variable in cls.ENVIRONMENT.items():
@@ -137,8 +135,6 @@ class Settings:
             if raw:
                 values[field_name] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
-        if "instance_id" in values and "membership" not in values:
-            values["membership"] = "static"
         return cls()._with(values)
 
     def _with(self, values: dict[str, Any]) -> Settings:

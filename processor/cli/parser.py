@@ -124,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("dynamic", "static"),
         default=None,
         help="static: join the group with group.instance.id <group-id>-<instance-id>, so a "
-        "restart within the session timeout keeps the partitions (default: SOW_MEMBERSHIP, "
-        "else static when the instance id is given, else dynamic)",
+        "restart within the session timeout keeps the partitions; not on the embedded broker, "
+        "where a dead static member keeps them (default: SOW_MEMBERSHIP, else dynamic)",
     )
     reader = runner(
         "query-service",

@@ -237,7 +237,7 @@ def test_static_member_keeps_its_partitions_across_a_quick_restart(
                 group_id=f"{unique}-group",
                 dead_letter_topic=f"{unique}.dead-letter",
                 instance_id=name,
-                membership=None if membership == "static" else membership,
+                membership=membership,
             )
             assert config.membership == membership
             processor = build_processor(config, bootstrap, orders)

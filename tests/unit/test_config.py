@@ -173,15 +173,16 @@ def test_choices_refuse_other_values_naming_the_variable(
     assert str(caught.value) == message
 
 
-def test_membership_is_static_when_the_instance_id_is_given() -> None:
+def test_membership_is_static_only_when_asked() -> None:
     assert Settings.from_env({}).membership == "dynamic"
     assert Settings.from_env({}).group_instance_id is None
-    given = Settings.from_env({"SOW_INSTANCE_ID": "sow-processor-2", "SOW_GROUP_ID": "g"})
-    assert given.membership == "static"
-    assert given.group_instance_id == "g-sow-processor-2" == given.transactional_id
-    assert Settings.from_env({}, instance_id="3").membership == "static"
-    unasked = Settings.from_env({"SOW_INSTANCE_ID": "1", "SOW_MEMBERSHIP": "dynamic"})
+    unasked = Settings.from_env({"SOW_INSTANCE_ID": "sow-processor-2", "SOW_GROUP_ID": "g"})
+    assert unasked.membership == "dynamic"
     assert unasked.group_instance_id is None
+    asked = Settings.from_env(
+        {"SOW_INSTANCE_ID": "sow-processor-2", "SOW_GROUP_ID": "g", "SOW_MEMBERSHIP": "static"}
+    )
+    assert asked.group_instance_id == "g-sow-processor-2" == asked.transactional_id
     assert Settings.from_env({"SOW_MEMBERSHIP": "static"}).group_instance_id == "sow-processor-0"
 
 
@@ -203,7 +204,9 @@ def test_sow_process_options_reach_the_settings(monkeypatch: pytest.MonkeyPatch)
     parser = build_parser()
     args = parser.parse_args(["process", "--standby", "all", "--instance-id", "sow-processor-1"])
     settings = _settings(args)
-    assert (settings.standby, settings.membership) == ("all", "static")
+    assert (settings.standby, settings.membership) == ("all", "dynamic")
+    args = parser.parse_args(["process", "--instance-id", "1", "--membership", "static"])
+    assert _settings(args).group_instance_id == "sow-processor-1"
     args = parser.parse_args(["process", "--instance-id", "1", "--membership", "dynamic"])
     assert _settings(args).group_instance_id is None
     with pytest.raises(SystemExit):
