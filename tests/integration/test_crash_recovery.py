@@ -289,10 +289,10 @@ def sigkill_scenario(
     assert store_contents(state_dir, topic) == model.state
 
 
-def test_sigkill_during_100k_updates_then_rebuild(
+def test_sigkill_during_50k_updates_then_rebuild(
     bootstrap: str, unique: str, tmp_path: Path, orders: tuple[SowTopic, Path]
 ) -> None:
-    sigkill_scenario(bootstrap, f"{unique}-group", tmp_path, orders, 100_000, 5_000, 25.0, 4)
+    sigkill_scenario(bootstrap, f"{unique}-group", tmp_path, orders, 50_000, 5_000, 12.0, 3)
 
 
 @pytest.mark.heavy

@@ -324,6 +324,7 @@ def test_a_hundred_subscribers_resume_on_the_other_query_service_with_no_gap_and
     _run(services, bootstrap, tmp_path, unique, count=100, per_key=30, rate=150, kill_after=1 / 3)
 
 
+@pytest.mark.heavy  # the 100-subscriber test and the down-first one run in the normal tier
 def test_subscribers_killed_before_their_first_live_change_miss_nothing_and_repeat_nothing(
     services: Services, bootstrap: str, tmp_path: Path, unique: str
 ) -> None:
