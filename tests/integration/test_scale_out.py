@@ -263,7 +263,12 @@ def run_scenario(
         publisher.stop()
     try:
         for address in addresses:
-            wait_for_model(address, "SCALE", publisher.model, 60)
+            try:
+                wait_for_model(address, "SCALE", publisher.model, 60)
+            except AssertionError as stale:
+                members = [*cluster.processors, *cluster.services]
+                logs = "\n".join(f"--- {m.name}\n{m.log()[-6000:]}" for m in members)
+                raise AssertionError(f"{stale}\nthe members' logs:\n{logs}") from None
     finally:
         reader.stop()
 
@@ -283,6 +288,10 @@ def run_scenario(
     return settle
 
 
+# Heavy: it failed once at the end of a full clean-clone run (the query service's SOW
+# stayed where it was when the second processor joined, for 60 s), and never alone; the
+# members' logs are now part of the failure message.
+@pytest.mark.heavy
 def test_a_processor_joins_and_one_is_killed_mid_stream(bootstrap: str, scale: Cluster) -> None:
     """1 -> 2 processors, then SIGKILL the first: the second takes every partition."""
     settle = run_scenario(bootstrap, scale, services=1, steps=[("add", 1), ("kill", 1)])
