@@ -316,11 +316,21 @@ class KafkaInputLog:
 class KafkaTransactionalLog:
     """Transactional producer (:class:`processor.log.TransactionalLog`)."""
 
+    #: How long Kafka lets a transaction stay open before aborting it. A processor that
+    #: dies mid-transaction holds back every read_committed reader of the partitions the
+    #: transaction touched (the query services, restores) until then, unless an instance
+    #: with its transactional id starts again first; 10 s, as Kafka Streams uses. (The
+    #: embedded Tansu broker never aborts: docs/scaling.md.)
+    TRANSACTION_TIMEOUT_MS = 10_000
+
     def __init__(self, bootstrap: str, transactional_id: str, **extra: Any) -> None:
         self._producer = Producer(
             producer_settings(
                 bootstrap,
-                **{"transactional.id": transactional_id, "transaction.timeout.ms": 60000},
+                **{
+                    "transactional.id": transactional_id,
+                    "transaction.timeout.ms": self.TRANSACTION_TIMEOUT_MS,
+                },
                 **extra,
             )
         )
