@@ -176,7 +176,7 @@ class SubscriptionHub:
         subscription = self._subscription(request, topics, with_query=False, sender=sender)
 
         def register(_: list[SowTable]) -> None:
-            self._register(subscription, topics, request.filter, expression)
+            self._dispatcher.register(subscription, topics, request.filter, expression)
 
         _, vector = self._read(topics, register)
         subscription.start(_start_vector(vector))
@@ -193,7 +193,7 @@ class SubscriptionHub:
         subscription = self._subscription(request, topics, with_query=False, sender=sender)
 
         def register(_: list[SowTable]) -> None:
-            self._register(subscription, topics, request.filter, expression)
+            self._dispatcher.register(subscription, topics, request.filter, expression)
 
         _, vector = self._read(topics, register)
         try:
@@ -233,7 +233,9 @@ class SubscriptionHub:
                 topics,
                 expression,
                 self._codecs,
-                register=lambda: self._register(subscription, topics, request.filter, expression),
+                register=lambda: self._dispatcher.register(
+                    subscription, topics, request.filter, expression
+                ),
                 close=lambda: self.unsubscribe(subscription),
             )
             return subscription, QueryPhase(vector, batches, stats, replay)
@@ -257,7 +259,7 @@ class SubscriptionHub:
 
         def query_and_register(tables: list[SowTable]) -> Any:
             selection = select_records(prepared, tables)
-            self._register(subscription, topics, request.filter, expression)
+            self._dispatcher.register(subscription, topics, request.filter, expression)
             return selection
 
         selection, vector = self._read(
@@ -298,7 +300,7 @@ class SubscriptionHub:
         subscription = self._subscription(request, topics, with_query=True, sender=sender)
 
         def register(_: list[SowTable]) -> None:
-            self._register(subscription, topics, request.filter, expression)
+            self._dispatcher.register(subscription, topics, request.filter, expression)
 
         _, vector = self._read(topics, register)
         subscription.start(_start_vector(vector))
@@ -496,16 +498,6 @@ class SubscriptionHub:
                 "subscriptions; subscribe to another query-service replica or retry later"
             )
         return topics, expression
-
-    def _register(
-        self,
-        subscription: Subscription,
-        topics: list[SowTopic],
-        text: str,
-        expression: Expression | None,
-    ) -> None:
-        """File a subscription under its topics' filter groups (under the replica's lock)."""
-        self._dispatcher.register(subscription, topics, text, expression)
 
 
 def _refuse_with_replay(request: SubscribeRequest, what: str) -> None:

@@ -10,9 +10,11 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from processor import changelog
 from processor.app import Application, start
 from processor.config import Settings
 from processor.service.client import SowClient
+from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
 
 
@@ -81,3 +83,13 @@ def read_topic(
     finally:
         consumer.close()
     return records
+
+
+def store_contents(state_dir: Path, topic: SowTopic) -> dict[bytes, bytes]:
+    """The messages a processor's RocksDB stores hold for ``topic``, by SowKey."""
+    contents: dict[bytes, bytes] = {}
+    for p in range(topic.partitions):
+        store = RocksDBStore(state_dir / topic.name / str(p))
+        contents.update((k, changelog.decode(v).data) for k, v in store.items())
+        store.close()
+    return contents

@@ -24,8 +24,8 @@ from processor import changelog
 from processor.app import topic_specs
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.kafka import ensure_topics
-from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
+from tests.integration.harness import store_contents
 
 PARTITIONS = 2
 
@@ -186,15 +186,6 @@ def wait_until_committed(
     finally:
         consumer.close()
     raise AssertionError(f"the processor did not commit up to {ends} in {timeout_s}s")
-
-
-def store_contents(state_dir: Path, topic: SowTopic) -> dict[bytes, bytes]:
-    contents: dict[bytes, bytes] = {}
-    for p in range(topic.partitions):
-        store = RocksDBStore(state_dir / topic.name / str(p))
-        contents.update((k, changelog.decode(v).data) for k, v in store.items())
-        store.close()
-    return contents
 
 
 def assert_changelog_exactly_once(bootstrap: str, topic: SowTopic, model: Model) -> None:

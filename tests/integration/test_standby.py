@@ -13,16 +13,14 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from processor import changelog
 from processor.app import build_processor, topic_specs
 from processor.config import Settings
 from processor.engine.processor import Processor
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.kafka import ensure_topics
 from processor.service.metrics import ComponentCollector
-from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
-from tests.integration.harness import namespaced
+from tests.integration.harness import namespaced, store_contents
 
 PARTITIONS = 4
 KEYS = 8000
@@ -106,15 +104,6 @@ def wait_for(what: str, condition: Callable[[], bool], timeout_s: float = 40.0) 
             pass
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def store_contents(state_dir: Path, topic: SowTopic) -> dict[bytes, bytes]:
-    contents: dict[bytes, bytes] = {}
-    for p in range(topic.partitions):
-        store = RocksDBStore(state_dir / topic.name / str(p))
-        contents.update((k, changelog.decode(v).data) for k, v in store.items())
-        store.close()
-    return contents
 
 
 def failover(
