@@ -26,10 +26,21 @@ def _version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def _timeout(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=60.0,
         help=f"seconds {what} may take before the command gives up with the timeout exit "
         "code (default: 60)",

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from processor.errors import DeadlineError, SowError
+from processor.errors import DeadlineError, InvalidRequestError, SowError
 from processor.service._generated import sow_pb2, sow_pb2_grpc
 
 
@@ -171,6 +171,10 @@ class SowClient:
         while batches are outstanding ends the publish with DeadlineError (the outstanding
         messages may or may not be in the log). Waiting for ``messages`` never counts.
         """
+        if ack_timeout is not None and not ack_timeout > 0:
+            raise InvalidRequestError(
+                f"ack_timeout must be a positive number of seconds (or None), got {ack_timeout!r}"
+            )
         publish = _StreamPublish(
             self._stub,
             topic,

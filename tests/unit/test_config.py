@@ -211,3 +211,17 @@ def test_sow_process_options_reach_the_settings(monkeypatch: pytest.MonkeyPatch)
     assert _settings(args).group_instance_id is None
     with pytest.raises(SystemExit):
         parser.parse_args(["process", "--standby", "some"])
+
+
+@pytest.mark.parametrize("given", ["0", "-1", "abc", "inf", "nan"])
+def test_a_timeout_must_be_a_positive_number_of_seconds(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from processor.cli.parser import build_parser
+
+    for command in (["query", "T"], ["subscribe", "T"], ["publish", "T"], ["status"]):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*command, "--timeout", given])
+        assert exited.value.code == 2
+        assert f"{given!r} is not a positive number of seconds" in capsys.readouterr().err
+    assert build_parser().parse_args(["query", "T", "--timeout", "0.5"]).timeout == 0.5
