@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args()
-    broker = start_broker(allow_docker=False)
+    broker = start_broker()
     topology = Topology(
         {"ORDERS": SowTopic("ORDERS", keys=("/id",), kafka_topic="bench.ORDERS")},
         (),

@@ -150,7 +150,7 @@ def main() -> None:
         help="SOW_ASSIGNMENT of the restarted processors (sow serve's child uses static)",
     )
     args = parser.parse_args()
-    broker = start_broker(allow_docker=False)
+    broker = start_broker()
     bootstrap = broker.bootstrap_servers
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),

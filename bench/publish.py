@@ -295,7 +295,7 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args()
 
-    broker = start_broker(allow_docker=False)
+    broker = start_broker()
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},

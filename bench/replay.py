@@ -48,7 +48,7 @@ from tests.unit.log_records import LogRecord
 
 
 def replay_rates(records: int) -> dict[str, object]:
-    broker = start_broker(allow_docker=False)
+    broker = start_broker()
     try:
         bootstrap = broker.bootstrap_servers
         topic = SowTopic(

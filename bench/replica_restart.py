@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="  %(name)s: %(message)s")
     logging.getLogger("processor.log.kafka").setLevel(logging.WARNING)
-    broker = start_broker(allow_docker=False)
+    broker = start_broker()
     try:
         bootstrap = broker.bootstrap_servers
         topic = SowTopic(

@@ -326,7 +326,7 @@ def main() -> None:
 
 def ingest(args: argparse.Namespace) -> None:
     """The ingest runs: one per process count, then their table (and JSON)."""
-    broker = start_broker(allow_docker=False)
+    broker = start_broker()
     if not isinstance(broker, TansuBroker) or broker.pid is None:
         broker.stop()
         raise SystemExit(

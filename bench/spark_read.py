@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     broker = None
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not bootstrap:
-        broker = start_broker(allow_docker=False)
+        broker = start_broker()
         bootstrap = broker.bootstrap_servers
     topic = SowTopic(
         "ORDERS", keys=("/orderId",), partitions=2, kafka_topic=f"bench-spark-{os.getpid()}"

@@ -250,7 +250,6 @@ def start(
     topology: Topology | None = None,
     processor: bool = True,
     service: bool = True,
-    allow_docker: bool = True,
     processor_process: bool = False,
     cancelled: threading.Event | None = None,
 ) -> Application:
@@ -274,7 +273,11 @@ def start(
         topology = load_topology(settings.topology)
     check()
     use_client_properties(settings.client_properties)
-    broker = start_broker(settings.bootstrap_servers, allow_docker=allow_docker)
+    broker = start_broker(
+        settings.bootstrap_servers,
+        state_dir=settings.state_dir,
+        embedded=settings.embedded_broker,
+    )
     if settings.fetch_wait_ms is None:
         settings = replace(settings, fetch_wait_ms=broker.fetch_wait_ms)
     if not broker.keeps_log:

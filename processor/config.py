@@ -3,6 +3,7 @@
 | setting | environment variable | default |
 | --- | --- | --- |
 | bootstrap_servers | KAFKA_BOOTSTRAP_SERVERS | none: start the embedded broker |
+| embedded_broker | SOW_EMBEDDED_BROKER | ``auto``; or ``kafka``, ``tansu`` (see below) |
 | topology | SOW_TOPOLOGY | ``topologies`` (a file or a directory) |
 | state_dir | SOW_STATE_DIR | ``sow-state`` |
 | grpc_address | SOW_GRPC_ADDRESS | ``127.0.0.1:50051`` |
@@ -15,6 +16,10 @@
 | kafka_properties | SOW_KAFKA_PROPERTIES | none; ``key=value;key=value`` librdkafka properties |
 | standby | SOW_STANDBY | ``off``; ``all``: warm copies of the stores this processor does not own |
 | membership | SOW_MEMBERSHIP | ``dynamic``; ``static``: join with a ``group.instance.id`` |
+
+``embedded_broker`` picks the broker ``sow serve`` starts when no bootstrap servers are given:
+``auto`` starts the embedded Apache Kafka when Java 17+ is installed, else the embedded Tansu
+broker (memory only); ``kafka`` or ``tansu`` insist on one (processor/broker/).
 
 ``kafka_properties`` go into every Kafka client the product makes (consumers, producers,
 admin), after the product's own settings: security (``security.protocol=SASL_SSL;
@@ -52,6 +57,8 @@ ASSIGNMENTS = ("group", "static")
 STANDBYS = ("off", "all")
 #: Consumer-group membership (SOW_MEMBERSHIP).
 MEMBERSHIPS = ("dynamic", "static")
+#: The broker started when no bootstrap address is given (SOW_EMBEDDED_BROKER).
+EMBEDDED_BROKERS = ("auto", "kafka", "tansu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +66,8 @@ class Settings:
     """Everything a kafka-sow process needs to know; immutable once built."""
 
     bootstrap_servers: str | None = None
+    #: Which broker to start when no bootstrap address is given; see the module table.
+    embedded_broker: str = "auto"
     topology: Path = Path("topologies")
     state_dir: Path = Path("sow-state")
     grpc_address: str = DEFAULT_GRPC_ADDRESS
@@ -94,6 +103,7 @@ class Settings:
     #: Setting -> the environment variable that sets it.
     ENVIRONMENT: ClassVar[dict[str, str]] = {
         "bootstrap_servers": "KAFKA_BOOTSTRAP_SERVERS",
+        "embedded_broker": "SOW_EMBEDDED_BROKER",
         "topology": "SOW_TOPOLOGY",
         "state_dir": "SOW_STATE_DIR",
         "grpc_address": "SOW_GRPC_ADDRESS",
@@ -163,7 +173,12 @@ class Settings:
 
 
 #: Settings with a fixed set of values.
-_CHOICES = {"assignment": ASSIGNMENTS, "standby": STANDBYS, "membership": MEMBERSHIPS}
+_CHOICES = {
+    "embedded_broker": EMBEDDED_BROKERS,
+    "assignment": ASSIGNMENTS,
+    "standby": STANDBYS,
+    "membership": MEMBERSHIPS,
+}
 
 
 def _choice(name: str, value: Any) -> str:

@@ -1,7 +1,8 @@
 """Shared fixtures: one broker for the whole session, chosen as the product chooses it.
 
-Order: ``KAFKA_BOOTSTRAP_SERVERS`` (a real cluster), Kafka in Docker via testcontainers when
-a Docker engine answers, else the embedded Tansu broker on a free loopback port.
+Order: ``KAFKA_BOOTSTRAP_SERVERS`` (a real cluster), else the embedded Apache Kafka (a
+temporary log, timers shortened by :data:`TEST_BROKER_SETTINGS`), else the embedded Tansu
+broker. ``SOW_EMBEDDED_BROKER=tansu`` runs the session on Tansu (the CI smoke tier).
 """
 
 from __future__ import annotations
@@ -18,11 +19,18 @@ from processor.broker import Broker, start_broker
 
 _counter = itertools.count()
 
+#: The session's embedded Apache Kafka cleans compacted logs and aborts timed-out
+#: transactions within a second, so tests can watch both happen.
+TEST_BROKER_SETTINGS = {
+    "log.cleaner.backoff.ms": "100",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+}
+
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[Broker]:
     """The session's broker; stopped at the end if the session started it."""
-    started = start_broker(allow_docker=True)
+    started = start_broker(kafka_overrides=TEST_BROKER_SETTINGS)
     try:
         yield started
     finally:

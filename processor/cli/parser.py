@@ -11,9 +11,9 @@ from processor.config import DEFAULT_GRPC_ADDRESS
 
 EPILOG = f"""\
 environment: KAFKA_BOOTSTRAP_SERVERS (use this Kafka instead of the embedded broker),
-SOW_TOPOLOGY, SOW_STATE_DIR, SOW_GRPC_ADDRESS, SOW_GROUP_ID, SOW_INSTANCE_ID,
-SOW_METRICS_ADDRESS, SOW_KAFKA_PROPERTIES (librdkafka properties for every Kafka client,
-e.g. security.protocol=SASL_SSL;sasl.mechanism=PLAIN).
+SOW_EMBEDDED_BROKER (auto, kafka or tansu), SOW_TOPOLOGY, SOW_STATE_DIR, SOW_GRPC_ADDRESS,
+SOW_GROUP_ID, SOW_INSTANCE_ID, SOW_METRICS_ADDRESS, SOW_KAFKA_PROPERTIES (librdkafka
+properties for every Kafka client, e.g. security.protocol=SASL_SSL;sasl.mechanism=PLAIN).
 
 {exits.HELP}
 """
@@ -117,9 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         "127.0.0.1:9464 (default: SOW_METRICS_ADDRESS, else none)",
     )
     serve.add_argument(
-        "--no-docker",
-        action="store_true",
-        help="never try Kafka in Docker, even when a Docker engine answers",
+        "--embedded-broker",
+        choices=("auto", "kafka", "tansu"),
+        default=None,
+        help="the broker to start when no bootstrap servers are given: auto (Apache Kafka "
+        "when Java 17+ is installed, else Tansu), kafka or tansu (default: "
+        "SOW_EMBEDDED_BROKER, else auto)",
     )
     process = runner("process", "Run only the processor against a configured Kafka.")
     process.add_argument("--max-batch", type=int, default=None, help="records per transaction")

@@ -29,6 +29,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         max_batch=getattr(args, "max_batch", None),
         standby=getattr(args, "standby", None),
         membership=getattr(args, "membership", None),
+        embedded_broker=getattr(args, "embedded_broker", None),
     )
 
 
@@ -75,7 +76,6 @@ def cmd_serve(
             settings,
             processor=processor,
             service=service,
-            allow_docker=not getattr(args, "no_docker", False),
             processor_process=processor and service,
             cancelled=stop,
         )

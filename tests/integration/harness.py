@@ -35,7 +35,7 @@ def running_sow(
         group_id=f"{unique}-group",
         dead_letter_topic=f"{unique}.dead-letter",
     )
-    app = start(settings, topology=topology, allow_docker=False)
+    app = start(settings, topology=topology)
     client = SowClient(app.grpc_address)
     try:
         yield app, client

@@ -41,7 +41,6 @@ def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
             "-m",
             "processor.cli",
             "serve",
-            "--no-docker",
             "--topology",
             str(REPO / "topologies"),
             "--state-dir",

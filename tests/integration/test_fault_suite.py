@@ -81,9 +81,7 @@ def service_only(bootstrap: str, topic: SowTopic, tmp_path: Path, unique: str) -
         group_id=f"{unique}-unused",
         dead_letter_topic=f"{unique}.dead-letter",
     )
-    return start(
-        settings, topology=Topology({"ORDERS": topic}), processor=False, allow_docker=False
-    )
+    return start(settings, topology=Topology({"ORDERS": topic}), processor=False)
 
 
 def sigkill_scenario(bootstrap: str, unique: str, tmp_path: Path, kills_wanted: int) -> None:
@@ -143,7 +141,7 @@ def freeze_scenario(tmp_path: Path, unique: str, seconds: float) -> None:
             group_id=f"{unique}-group",
             dead_letter_topic=f"{unique}.dead-letter",
         )
-        app = start(settings, topology=Topology({"ORDERS": topic}), allow_docker=False)
+        app = start(settings, topology=Topology({"ORDERS": topic}))
         client = SowClient(app.grpc_address)
         model = StreamedModel()
         model.publish(client, (orjson.dumps({"orderId": i, "v": 0}) for i in range(2000)))

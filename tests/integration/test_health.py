@@ -63,7 +63,7 @@ def test_health_flips_to_serving_only_once_the_processor_is_ready(
     )
     # The processor runs as a child process (as in `sow serve`): it takes a while to join
     # and restore, and the service must not say SERVING before.
-    app = start(settings, allow_docker=False, processor_process=True)
+    app = start(settings, processor_process=True)
     try:
         seen: list[int] = []
         with grpc.insecure_channel(app.grpc_address) as channel:
@@ -122,5 +122,5 @@ def test_a_taken_grpc_port_is_refused_not_shared(
         )
         began = time.monotonic()
         with pytest.raises(ConfigurationError, match="port is taken"):
-            start(settings, topology=topology, processor=False, allow_docker=False)
+            start(settings, topology=topology, processor=False)
         assert time.monotonic() - began < 5

@@ -51,7 +51,7 @@ def test_metrics_report_a_publish_and_a_dead_letter_after_they_happen(
         dead_letter_topic=f"{unique}.dead-letter",
         metrics_address="127.0.0.1:0",
     )
-    app = start(settings, topology=topology, allow_docker=False)
+    app = start(settings, topology=topology)
     try:
         assert app.observer is not None
         address = app.observer.address
@@ -148,7 +148,7 @@ def test_lag_metrics_rise_with_a_burst_and_fall_back_to_zero(
         dead_letter_topic=f"{unique}.dead-letter",
         metrics_address="127.0.0.1:0",
     )
-    app = start(settings, topology=topology, allow_docker=False)
+    app = start(settings, topology=topology)
     try:
         assert app.observer is not None
         address = app.observer.address

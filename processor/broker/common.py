@@ -1,0 +1,108 @@
+"""What every broker kind shares: the Broker protocol, the external broker, loopback ports,
+and waiting for a broker to answer."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from processor.errors import BrokerError
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+#: Kafka answers a fetch as soon as records arrive: the wait only bounds idle requests.
+KAFKA_FETCH_WAIT_MS = 10
+
+
+class Broker(Protocol):
+    """A running broker this process may use."""
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The ``host:port[,host:port]`` list clients connect to."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """One line for banners and logs: what kind of broker this is, which version, and
+        where."""
+        ...
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        """How long a consumer's fetch should wait at this broker for new records (the
+        default of ``Settings.fetch_wait_ms``)."""
+        ...
+
+    @property
+    def keeps_log(self) -> bool:
+        """False when the log ends with this process (a new log at every start is then
+        the normal case, not a loss worth a warning)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the broker if this process started it; idempotent."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalBroker:
+    """A broker someone else runs (Apache Kafka, Redpanda, Confluent)."""
+
+    bootstrap_servers: str
+
+    @property
+    def description(self) -> str:
+        return f"external Kafka at {self.bootstrap_servers}"
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        return KAFKA_FETCH_WAIT_MS
+
+    @property
+    def keeps_log(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        """Nothing to stop: the broker is not ours."""
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    """True when nothing listens on 127.0.0.1:``port`` and it can be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_until_answers(bootstrap_servers: str, timeout_s: float) -> None:
+    """Block until the broker answers a metadata request; raise BrokerError on timeout."""
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    while time.monotonic() < deadline:
+        try:
+            metadata = admin.list_topics(timeout=1.0)
+            if metadata.brokers:
+                return
+        except Exception as exc:  # any client error means "not yet"
+            last = exc
+        time.sleep(0.1)
+    raise BrokerError(
+        f"the broker at {bootstrap_servers} did not answer within {timeout_s:.0f}s "
+        f"(last error: {last}); check that it is running and reachable"
+    )

@@ -1,0 +1,335 @@
+"""The embedded Apache Kafka: a single-node KRaft broker (broker and controller in one JVM).
+
+Layout of its directory (``<state dir>/kafka`` under ``sow serve``, a temporary folder for
+tests and benchmarks)::
+
+    data/               the log (log.dirs), formatted on first start; survives restarts
+    server.properties   written at every start from :func:`server_properties`
+    ports.json          the ports of the last start, taken again when they are free
+    broker.pid          the JVM's process id while it runs
+    broker.log          the broker's own log (log4j2, rolled at 20 MB)
+    broker.out          the JVM's stdout and stderr (start-up failures land here)
+
+The settings suit one node: replication factors 1, internal topics of one partition, no
+initial rebalance delay, session floors low enough for short test timeouts, and timed-out
+transactions aborted within a second of their deadline.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from processor.broker.common import KAFKA_FETCH_WAIT_MS, free_loopback_port, port_is_free
+from processor.broker.maven import classpath, kafka_version, require_java
+from processor.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+#: The JVM heap cap (MB): the broker of one development machine needs little.
+DEFAULT_HEAP_MB = 512
+_PR_SET_PDEATHSIG = 1
+
+
+def server_properties(
+    data: Path, port: int, controller_port: int, overrides: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The broker's configuration: one combined broker+controller node on loopback."""
+    properties = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # Short session timeouts are allowed (the product's and the tests' own).
+        "group.min.session.timeout.ms": "1000",
+        "group.consumer.min.session.timeout.ms": "1000",
+        "group.consumer.session.timeout.ms": "6000",
+        "group.consumer.min.heartbeat.interval.ms": "100",
+        "group.consumer.heartbeat.interval.ms": "500",
+        # A transaction left open by a crashed producer is aborted soon after its timeout.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        # Smaller segments let the changelogs' compaction start sooner on a small node.
+        "log.segment.bytes": str(64 * 1024 * 1024),
+    }
+    properties.update(overrides or {})
+    return properties
+
+
+def new_cluster_id() -> str:
+    """A cluster id in Kafka's form: a random UUID as 22 URL-safe base64 characters (not
+    starting with '-', as Kafka's own Uuid.randomUuid avoids)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+class EmbeddedKafka:
+    """Apache Kafka (the release the pom pins) as a child JVM on free loopback ports.
+
+    Contract: after ``start()`` returns the broker answers metadata requests; ``stop()``
+    shuts it down cleanly (SIGTERM, SIGKILL after ``grace_s``) and is idempotent;
+    ``kill()`` is SIGKILL (fault tests) and ``start()`` may follow either, on the same log
+    and ports. A broker started from a thread that lives as long as the process (the main
+    thread) is killed with its parent; one left behind by an earlier crash is stopped by
+    the next start on the same directory.
+    """
+
+    def __init__(
+        self,
+        directory: Path | None = None,
+        *,
+        heap_mb: int = DEFAULT_HEAP_MB,
+        overrides: Mapping[str, str] | None = None,
+    ) -> None:
+        self._temporary = directory is None
+        self._directory = directory or Path(tempfile.mkdtemp(prefix="sow-kafka-"))
+        self._heap_mb = heap_mb
+        self._overrides = dict(overrides or {})
+        self._version = kafka_version()
+        self._port, self._controller_port = self._choose_ports()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self._port}"
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @property
+    def description(self) -> str:
+        return (
+            f"embedded Apache Kafka {self._version} (KRaft, one node) at "
+            f"{self.bootstrap_servers}, log in {self.data_dir}"
+        )
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        return KAFKA_FETCH_WAIT_MS
+
+    @property
+    def keeps_log(self) -> bool:
+        return not self._temporary
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def data_dir(self) -> Path:
+        return self._directory / "data"
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's own log file."""
+        return self._directory / "broker.log"
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's process id while it runs (fault tests freeze it with SIGSTOP)."""
+        return None if self._process is None else self._process.pid
+
+    def start(self, timeout_s: float = 90.0) -> EmbeddedKafka:
+        """Start the broker (formatting its storage the first time) and wait until it
+        answers; returns self. BrokerError, naming the file to read, when it does not."""
+        java = require_java()
+        jars = classpath(self._version)
+        self._directory.mkdir(parents=True, exist_ok=True)
+        self._stop_leftover()
+        config = self._directory / "server.properties"
+        properties = server_properties(
+            self.data_dir, self._port, self._controller_port, self._overrides
+        )
+        config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+        if not (self.data_dir / "meta.properties").exists():
+            self._format(java.path, jars, config)
+        command = [
+            java.path,
+            f"-Xmx{self._heap_mb}m",
+            "-Xms64m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dkafka.logs.dir={self._directory}",
+            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+            "-cp",
+            jars,
+            "kafka.Kafka",
+            str(config),
+        ]
+        with open(self._directory / "broker.out", "ab") as output:
+            self._process = subprocess.Popen(
+                command,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_dies_with_parent(),
+            )
+        (self._directory / "broker.pid").write_text(str(self._process.pid))
+        (self._directory / "ports.json").write_text(
+            json.dumps({"broker": self._port, "controller": self._controller_port})
+        )
+        try:
+            self._wait_until_answers(timeout_s)
+        except BrokerError:
+            self.kill()
+            raise
+        log.info("started %s", self.description)
+        return self
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning(
+                    "the embedded Apache Kafka did not stop within %.0fs; killing it", grace_s
+                )
+                process.kill()
+                process.wait(grace_s)
+            log.info("stopped the embedded Apache Kafka at %s", self.bootstrap_servers)
+        with contextlib.suppress(FileNotFoundError):
+            (self._directory / "broker.pid").unlink()
+        if self._temporary:
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (no clean shutdown); the log stays for a later ``start()``."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(30)
+
+    def _choose_ports(self) -> tuple[int, int]:
+        """The ports of the last start when both are free again, else two free ones."""
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            saved = json.loads((self._directory / "ports.json").read_text())
+            port, controller = int(saved["broker"]), int(saved["controller"])
+            if port_is_free(port) and port_is_free(controller):
+                return port, controller
+        port = free_loopback_port()
+        controller = free_loopback_port()
+        while controller == port:
+            controller = free_loopback_port()
+        return port, controller
+
+    def _format(self, java: str, jars: str, config: Path) -> None:
+        cluster = new_cluster_id()
+        answer = subprocess.run(
+            [
+                java,
+                "-cp",
+                jars,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster,
+                "-c",
+                str(config),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if answer.returncode != 0:
+            raise BrokerError(
+                f"formatting the embedded Apache Kafka's log in {self.data_dir} failed: "
+                f"{(answer.stderr or answer.stdout).strip()[-500:]}"
+            )
+        log.info("formatted a new Apache Kafka log in %s (cluster %s)", self.data_dir, cluster)
+
+    def _stop_leftover(self) -> None:
+        """Stop a broker an earlier process started on this directory and left running
+        (it holds the log's lock, so this one could not start)."""
+        pid_file = self._directory / "broker.pid"
+        try:
+            pid = int(pid_file.read_text())
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return
+        if str(self._directory / "server.properties").encode() not in command:
+            return  # the id now belongs to some other process
+        log.info("stopping the embedded Apache Kafka an earlier run left running (pid %d)", pid)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+    def _wait_until_answers(self, timeout_s: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            process = self._process
+            if process is None or process.poll() is not None:
+                raise BrokerError(
+                    f"the embedded Apache Kafka exited while starting (code "
+                    f"{None if process is None else process.returncode}); see "
+                    f"{self.log_path} and {self._directory / 'broker.out'}"
+                )
+            with contextlib.suppress(Exception):  # any client error means "not yet"
+                if admin.list_topics(timeout=1.0).brokers:
+                    return
+            time.sleep(0.1)
+        raise BrokerError(
+            f"the embedded Apache Kafka did not answer on {self.bootstrap_servers} within "
+            f"{timeout_s:.0f}s; see {self.log_path}"
+        )
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """A pre-exec hook that has Linux send the child SIGTERM when the thread that started
+    it ends: only from the main thread, which lives as long as the process."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    prctl = getattr(libc, "prctl", None)
+    if prctl is None:
+        return None
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return hook
