@@ -22,6 +22,7 @@ from processor.errors import (
 from processor.log import TopicSpec
 from processor.log.kafka import (
     KafkaChangelogTail,
+    KafkaEndOffsets,
     KafkaInputLog,
     KafkaLogWriter,
     KafkaPartitionReader,
@@ -114,6 +115,7 @@ def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> P
         ),
         transactional_log=lambda: KafkaTransactionalLog(bootstrap, settings.transactional_id),
         reader=lambda: KafkaPartitionReader(bootstrap),
+        end_offsets=lambda: KafkaEndOffsets(bootstrap),
     )
     return Processor(
         topology,
@@ -190,6 +192,15 @@ class Application:
             return self.processor_child.ready
         return None
 
+    @property
+    def processor_stalled(self) -> str | None:
+        """What is stuck while the processor (thread or child) is stuck, else None."""
+        if self.processor is not None:
+            return self.processor.stalled
+        if self.processor_child is not None:
+            return self.processor_child.stalled
+        return None
+
     def failure(self) -> ComponentFailedError | None:
         """The first component thread (processor, replica) that stopped on its own, or
         None while every one runs. Thread-safe; a process must not go on serving after a
@@ -214,6 +225,9 @@ class Application:
         ready = self.processor_ready
         if ready is not None and not ready.is_set():
             return "the processor has not joined its group and restored its stores yet"
+        stalled = self.processor_stalled
+        if stalled is not None:
+            return f"the processor is stuck: {stalled}"
         if self.replica is not None and not self.replica.caught_up():
             return f"the read replica is catching up: {self.replica.catch_up_status()}"
         return None

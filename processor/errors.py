@@ -168,6 +168,11 @@ class BrokerError(SowError):
     """The Kafka-protocol broker cannot be started, reached or used."""
 
 
+class StalledError(BrokerError):
+    """The processor's watchdog found it stuck (:mod:`processor.engine.watchdog`): its
+    pipeline restarts from the committed offsets with a new consumer."""
+
+
 class UnconfirmedWriteError(BrokerError):
     """The broker did not confirm a write in time: it may or may not be in the log."""
 

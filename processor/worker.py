@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 #: The first and last lines of the banner ``sow process`` prints when it is ready.
 READY_LINE = "kafka-sow is ready"
 BANNER_END = "stop with Ctrl-C"
+#: What the processor's watchdog logs when it gets stuck and when it works again.
+STUCK_MARK = "processor stuck: "
+RESUMED_MARK = "processor resumed:"
 PR_SET_PDEATHSIG = 1
 
 
@@ -64,6 +67,8 @@ class ProcessorChild:
         }
         #: The child's metrics endpoint (from its ready banner; "" before or without).
         self.metrics_address = ""
+        #: What its watchdog found stuck (from its log; None while it works).
+        self.stalled: str | None = None
         self.ready = threading.Event()
         self._on_exit = on_exit
         self._stopping = threading.Event()
@@ -92,6 +97,10 @@ class ProcessorChild:
             if READY_LINE in line:
                 in_banner = True
                 self.ready.set()
+            if STUCK_MARK in line:
+                self.stalled = line.split(STUCK_MARK, 1)[1].strip()
+            elif RESUMED_MARK in line:
+                self.stalled = None
             if in_banner and "metrics:" in line and "http://" in line:
                 self.metrics_address = line.split("http://", 1)[1].split("/", 1)[0]
             if not in_banner:

@@ -7,15 +7,17 @@ broker. ``SOW_EMBEDDED_BROKER=tansu`` runs the session on Tansu (the CI smoke ti
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import os
+import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from processor.broker import Broker, start_broker
+from processor.broker import EMBEDDED_ENV, Broker, EmbeddedKafka, TansuBroker, start_broker
 
 _counter = itertools.count()
 
@@ -50,3 +52,34 @@ def bootstrap(broker: Broker) -> str:
 def unique() -> str:
     """A short name unique in this session, for topics and groups (the broker is shared)."""
     return f"t{os.getpid()}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
+
+
+OwnBroker = EmbeddedKafka | TansuBroker
+#: Starts a broker of a test's own (a new, empty log), optionally on a given client port.
+StartOwnBroker = Callable[..., OwnBroker]
+
+
+@pytest.fixture
+def own_broker() -> Iterator[StartOwnBroker]:
+    """Start brokers of the test's own, of the session's embedded kind (Apache Kafka, or
+    Tansu under ``SOW_EMBEDDED_BROKER=tansu``): for tests that freeze, kill or replace
+    a broker. Each is thawed and stopped at the end."""
+    started: list[OwnBroker] = []
+
+    def start(port: int | None = None) -> OwnBroker:
+        broker: OwnBroker
+        if os.environ.get(EMBEDDED_ENV, "").strip().lower() == "tansu":
+            broker = TansuBroker(port=port).start()
+        else:
+            broker = EmbeddedKafka(overrides=TEST_BROKER_SETTINGS, port=port).start()
+        started.append(broker)
+        return broker
+
+    try:
+        yield start
+    finally:
+        for broker in started:
+            if broker.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(broker.pid, signal.SIGCONT)
+            broker.stop()

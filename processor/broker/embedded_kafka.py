@@ -110,13 +110,18 @@ class EmbeddedKafka:
         *,
         heap_mb: int = DEFAULT_HEAP_MB,
         overrides: Mapping[str, str] | None = None,
+        port: int | None = None,
     ) -> None:
+        """``directory`` None: a temporary folder, removed at ``stop()``. ``port``: the
+        client port to listen on (default: the last start's when free, else a free one)."""
         self._temporary = directory is None
         self._directory = directory or Path(tempfile.mkdtemp(prefix="sow-kafka-"))
         self._heap_mb = heap_mb
         self._overrides = dict(overrides or {})
         self._version = kafka_version()
         self._port, self._controller_port = self._choose_ports()
+        if port is not None:
+            self._port = port
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -196,7 +201,8 @@ class EmbeddedKafka:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_dies_with_parent(),
+                # Only prctl runs between fork and exec (no lock is taken).
+                preexec_fn=_dies_with_parent(),  # noqa: PLW1509
             )
         (self._directory / "broker.pid").write_text(str(self._process.pid))
         (self._directory / "ports.json").write_text(

@@ -49,6 +49,7 @@ from processor.engine.expiry import note_due
 from processor.engine.headers import Sequenced, delta_form, publish_options, sequenced
 from processor.engine.partition import PartitionState
 from processor.errors import (
+    BrokerError,
     ExpressionError,
     InvalidSowKeyError,
     MessageError,
@@ -166,8 +167,12 @@ class Applier:
         run: TopicPartitionKey | None = None
         route: Route | None = None
         for record in records:
-            if record.error() is not None:
-                log.warning("consumer reported %s; skipping", record.error())
+            error = record.error()
+            if error is not None:
+                if getattr(error, "fatal", lambda: False)():
+                    # A fenced or otherwise dead consumer: a new one must take over.
+                    raise BrokerError(f"the consumer failed for good: {error}")
+                log.warning("consumer reported %s; skipping", error)
                 continue
             log_topic = record.topic()
             partition = record.partition()

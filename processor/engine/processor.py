@@ -15,6 +15,13 @@ also deletes the records due by then (bounded per transaction), and an idle proc
 checks its due indexes after each idle wait (``IDLE_WAIT_S``) and commits a transaction
 of expiries alone when some are due. Partitions still recovering are left out.
 
+A watchdog thread (:mod:`processor.engine.watchdog`) samples the loop about once a second:
+when the processor is stuck (blocked in a call, not consuming records that arrived, out of
+its group, or facing a broker that does not answer) it says so in one log line and through
+:attr:`Processor.stalled` (readiness turns false), and a loop that still turns restarts its
+pipeline from the committed offsets with a new consumer (nothing lost, nothing applied
+twice: the same path as a broker failure).
+
 With standby stores (:mod:`processor.engine.standby`) the loop also keeps warm copies of
 the store partitions it does not own, a bounded chunk per iteration after recovery; a
 newly assigned partition takes its standby's store and replays only the changelog's tail,
@@ -42,10 +49,12 @@ from processor.engine.recovery import (
 from processor.engine.republish import republish_pending, republish_steps
 from processor.engine.standby import Standby
 from processor.engine.transaction import Transaction
-from processor.errors import BrokerError, FencedError
+from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopReport, StallJudge
+from processor.errors import BrokerError, FencedError, StalledError
 from processor.keys import key_function
 from processor.log import (
     ChangelogTail,
+    EndOffsets,
     InputLog,
     PartitionReader,
     Record,
@@ -80,6 +89,8 @@ class ProcessorConnections:
     input_log: Callable[[], InputLog]
     transactional_log: Callable[[], TransactionalLog]
     reader: Callable[[], PartitionReader]
+    #: Where the input partitions end, for the watchdog (None: no watchdog).
+    end_offsets: Callable[[], EndOffsets] | None = None
 
 
 class Processor:
@@ -103,9 +114,12 @@ class Processor:
         crash_hook: CrashHook | None = None,
         republish_chunk: int = 10000,
         standby_tail: Callable[[], ChangelogTail] | None = None,
+        stall_after_s: float = DEFAULT_STALL_AFTER_S,
     ) -> None:
         """``standby_tail`` makes changelog tails for standby stores (None: no standby
-        stores); only a consumer-group member has partitions it does not own."""
+        stores); only a consumer-group member has partitions it does not own.
+        ``stall_after_s``: how long a sign of being stuck may last before the watchdog
+        (when ``connections.end_offsets`` is given) calls the processor stuck."""
         self.topology = topology
         self._connections = connections
         self._open_store = open_store
@@ -144,6 +158,21 @@ class Processor:
         self.first_batch_at: float | None = None
         #: Set once the processor has its partitions and every store is recovered.
         self.ready = threading.Event()
+        self._stall_after_s = stall_after_s
+        #: What the watchdog found stuck (None while the processor works or idles).
+        self._stalled: str | None = None
+        #: Set by the watchdog: the loop restarts its pipeline at its next turn.
+        self._restart = threading.Event()
+        #: ``time.monotonic()`` of the poll loop's last turn, and what it did then.
+        self._beat = time.monotonic()
+        self._phase = "starting"
+        #: Counts pipelines started (the watchdog starts over with each new consumer).
+        self._pipelines = 0
+        #: Times the watchdog found the processor stuck (monitoring, tests).
+        self.stalls = 0
+        #: Next input offset to apply per fetching partition (where it resumed, then
+        #: after each batch); written by the loop, read by the watchdog.
+        self._positions: dict[TopicPartitionKey, int] = {}
 
     @property
     def applied(self) -> int:
@@ -211,6 +240,12 @@ class Processor:
         without standbys). Same thread rule as ``standby_partitions``."""
         return 0 if self._standby is None else self._standby.behind()
 
+    @property
+    def stalled(self) -> str | None:
+        """What is stuck, in words, while the watchdog finds the processor stuck (readiness
+        is false then); None while it works or idles. Thread-safe."""
+        return self._stalled
+
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch; thread-safe."""
         self._stop.set()
@@ -224,6 +259,23 @@ class Processor:
         raised: the caller must stop the process rather than run without a processor.
         """
         backoff = 0.5
+        watchdog = None
+        if self._connections.end_offsets is not None:
+            watchdog = threading.Thread(
+                target=self._watch,
+                args=(self._connections.end_offsets,),
+                daemon=True,
+                name="sow-processor-watchdog",
+            )
+            watchdog.start()
+        try:
+            self._run_until_stopped(backoff)
+        finally:
+            self._stop.set()
+            if watchdog is not None:
+                watchdog.join(timeout=5)
+
+    def _run_until_stopped(self, backoff: float) -> None:
         while not self._stop.is_set():
             committed = self.transactions
             try:
@@ -231,6 +283,8 @@ class Processor:
                 return
             except FencedError:
                 raise
+            except StalledError:
+                continue  # the watchdog said why; a new consumer starts at once
             except BrokerError as exc:
                 if self.transactions > committed:
                     backoff = 0.5
@@ -242,7 +296,64 @@ class Processor:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
 
+    def _watch(self, make_end_offsets: Callable[[], EndOffsets]) -> None:
+        """The watchdog thread: judge the loop about once a second (module docstring)."""
+        judge = StallJudge(self._stall_after_s)
+        end_offsets = make_end_offsets()
+        pipeline = self._pipelines
+        applied_at_stall = 0
+        try:
+            while not self._stop.wait(1.0):
+                consumer = self._input
+                if self._pipelines != pipeline:
+                    pipeline = self._pipelines
+                    judge.reset()
+                positions = dict(self._positions)
+                asked_at = time.monotonic()
+                ends = end_offsets.ends(sorted(positions), timeout_s=1.0)
+                report = LoopReport(
+                    beat=self._beat,
+                    phase=self._phase,
+                    positions=positions,
+                    ends=ends,
+                    group_state="" if consumer is None else consumer.group_state(),
+                    asked_at=asked_at,
+                )
+                verdict = judge.judge(report, time.monotonic())
+                log.debug("watchdog: %s -> %s", report, verdict)
+                if verdict is not None and self._stalled is None:
+                    applied_at_stall = self.records
+                    self._stuck(verdict)
+                elif verdict is None and self._stalled is not None:
+                    # Working again once it applies something, or has nothing to apply.
+                    caught_up = ends is not None and all(
+                        ends.get(tp, 0) - position <= 1 for tp, position in positions.items()
+                    )
+                    if self.records > applied_at_stall or (positions and caught_up):
+                        log.info("processor resumed: it applies its input again")
+                        self._stalled = None
+        finally:
+            end_offsets.close()
+
+    def _stuck(self, verdict: str) -> None:
+        """Say once that the processor is stuck; ask a loop that still turns to restart
+        its pipeline (a blocked one goes on when its call times out)."""
+        self.stalls += 1
+        self._stalled = verdict
+        blocked = verdict.startswith("its poll loop")
+        action = (
+            "waiting for the call to time out"
+            if blocked
+            else "restarting its consumer from the committed offsets"
+        )
+        log.error("processor stuck: %s; %s", verdict, action)
+        if not blocked:
+            self._restart.set()
+
     def _run_pipeline(self) -> None:
+        self._positions = {}
+        self._pipelines += 1
+        self._restart.clear()
         self._offsets_behind = {}
         producer = self._producer = self._connections.transactional_log()
         consumer = self._input = self._connections.input_log()
@@ -264,8 +375,14 @@ class Processor:
             log.info(
                 "processor taking its partitions of %s", ", ".join(sorted(self.topology.topics))
             )
+            self._phase = "joining the group"
+            self._beat = time.monotonic()
             consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
             while not self._stop.is_set():
+                self._beat = time.monotonic()
+                if self._restart.is_set():
+                    raise StalledError(self._stalled or "stuck")
+                self._phase = "fetching"
                 if self._offsets_behind:
                     self._commit_offsets_behind(producer, consumer)
                 if self._recoveries:
@@ -281,11 +398,13 @@ class Processor:
                     continue
                 if records and self.first_batch_at is None:
                     self.first_batch_at = time.perf_counter()
+                self._phase = "applying and committing a batch"
                 # A failure anywhere below raises out of the pipeline, which drops every
                 # partition's pending state and restarts from the committed offsets.
                 transaction = Transaction(self.transactions)
                 producer.begin()
                 offsets, touched = applier.apply(records, now_ms)
+                self._positions.update(offsets)
                 if expiring:
                     touched |= expirer.expire(expiring, now_ms)
                 if touched:
@@ -355,6 +474,10 @@ class Processor:
                 start = self._start_after_recovery(state, tp, committed.get(tp, -1))
                 if start is not None:
                     starts[tp] = start
+        for tp in partitions:
+            if tp in starts and starts[tp] is None:
+                continue  # held for its store's recovery: placed when resumed
+            self._place(tp, starts.get(tp), committed.get(tp, -1))
         if self._standby is not None:
             self._standby.follow(set(self._states))
         names = ", ".join(f"{t}[{p}]" for t, p in sorted(partitions))
@@ -457,6 +580,8 @@ class Processor:
         }
         assert self._input is not None
         self._input.resume(starts)
+        for tp, committed in recovery.held.items():
+            self._place(tp, starts[tp], committed)
         log.info(
             "recovered %s[%d]; resuming %s",
             state.topic.name,
@@ -469,10 +594,18 @@ class Processor:
             log.info("assigned %s", ", ".join(f"{t}[{p}]" for t, p in routes))
             self.ready.set()
 
+    def _place(self, tp: TopicPartitionKey, start: int | None, committed: int) -> None:
+        """Note where a partition's input resumes (for the watchdog), when known: with no
+        offset given or committed it is read from the start (``auto.offset.reset``)."""
+        begin = max(committed, 0) if start is None else start
+        if begin >= 0:
+            self._positions[tp] = begin
+
     def _on_revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
         assert self._applier is not None
         revoked: set[tuple[str, int]] = set()
         for log_topic, partition in partitions:
+            self._positions.pop((log_topic, partition), None)
             self._applier.routes.pop((log_topic, partition), None)
             self._offsets_behind.pop((log_topic, partition), None)
             topic, _ = self._by_log_topic[log_topic]

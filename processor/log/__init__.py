@@ -82,6 +82,26 @@ class InputLog(Protocol):
         Thread-safe: monitoring reads it from other threads."""
         ...
 
+    def group_state(self) -> str:
+        """ "" while the consumer is a steady group member (or joins no group), else its
+        group state as of the latest statistics, e.g. ``up/wait-join``; thread-safe."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class EndOffsets(Protocol):
+    """Asks the broker where partitions end, on a connection of its own (the processor's
+    watchdog: it must get an answer while the consumer is stuck)."""
+
+    def ends(
+        self, partitions: Sequence[TopicPartitionKey], timeout_s: float
+    ) -> Mapping[TopicPartitionKey, int] | None:
+        """The read_committed end (last stable offset) of each partition, or None when
+        the broker did not answer within ``timeout_s`` (asked even when ``partitions`` is
+        empty: then the answer is ``{}`` or None)."""
+        ...
+
     def close(self) -> None: ...
 
 

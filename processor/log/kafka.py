@@ -20,12 +20,17 @@ from typing import Any, cast
 from confluent_kafka import (
     OFFSET_END,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    NewTopic,
+    OffsetSpec,
+)
 
 from processor.errors import (
     BrokerError,
@@ -190,6 +195,7 @@ class KafkaInputLog:
 
     def __init__(self, bootstrap: str, group_id: str, static: bool = False, **extra: Any) -> None:
         self._lag: dict[TopicPartitionKey, int] = {}
+        self._group_state = ""
         settings = {
             "group.id": group_id,
             "statistics.interval.ms": self.STATISTICS_INTERVAL_MS,
@@ -292,13 +298,20 @@ class KafkaInputLog:
     def lag(self) -> Mapping[TopicPartitionKey, int]:
         return self._lag
 
+    def group_state(self) -> str:
+        return "" if self._static else self._group_state
+
     def _note_statistics(self, text: str) -> None:
         """librdkafka's statistics (called inside ``consume``): per fetching partition,
         the last stable offset (read_committed's end) less the next offset to return
         (for one with nothing returned yet, the next offset to fetch less the records
         queued; one not fetched yet is left out)."""
         lag: dict[TopicPartitionKey, int] = {}
-        for topic, figures in json.loads(text).get("topics", {}).items():
+        statistics = json.loads(text)
+        group = statistics.get("cgrp") or {}
+        state, joined = group.get("state", "up"), group.get("join_state", "steady")
+        self._group_state = "" if (state, joined) == ("up", "steady") else f"{state}/{joined}"
+        for topic, figures in statistics.get("topics", {}).items():
             for partition, p in figures.get("partitions", {}).items():
                 end, position = p.get("ls_offset", -1), p.get("app_offset", -1)
                 if position < 0:  # nothing returned yet: where fetching is, less the queue
@@ -311,6 +324,38 @@ class KafkaInputLog:
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):  # already closed
             self._consumer.close()
+
+
+class KafkaEndOffsets:
+    """Where partitions end, from an admin client of its own (:class:`processor.log.EndOffsets`)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._admin = AdminClient(client_settings(bootstrap))
+
+    def ends(
+        self, partitions: Sequence[TopicPartitionKey], timeout_s: float
+    ) -> Mapping[TopicPartitionKey, int] | None:
+        if not partitions:  # nothing to ask about: ask whether the broker answers at all
+            try:
+                self._admin.list_topics(timeout=timeout_s)
+            except Exception:
+                return None
+            return {}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        asked = {TopicPartition(t, p): latest for t, p in partitions}
+        try:
+            futures = self._admin.list_offsets(
+                asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+            )
+            return {
+                (tp.topic, tp.partition): int(future.result(timeout_s).offset)
+                for tp, future in futures.items()
+            }
+        except Exception:  # no answer in time, or an error: the broker did not answer
+            return None
+
+    def close(self) -> None:
+        """Nothing to release: the admin client goes with the object."""
 
 
 class KafkaTransactionalLog:

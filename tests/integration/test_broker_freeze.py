@@ -9,41 +9,30 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
-from processor.broker import TansuBroker
 from processor.service.client import ServiceError, SowClient
 from processor.topology.model import SowTopic
+from tests.conftest import StartOwnBroker
 from tests.integration.harness import namespaced, running_sow
 
 
-@pytest.fixture
-def own_broker() -> Iterator[TansuBroker]:
-    """A broker of this test alone: freezing the session's broker would stall others."""
-    broker = TansuBroker().start()
-    try:
-        yield broker
-    finally:
-        if broker.pid is not None:
-            os.kill(broker.pid, signal.SIGCONT)
-        broker.stop()
-
-
 def test_reads_and_deadlines_during_a_broker_freeze(
-    own_broker: TansuBroker, tmp_path: Path, unique: str
+    own_broker: StartOwnBroker, tmp_path: Path, unique: str
 ) -> None:
+    """On a broker of this test alone: freezing the session's broker would stall others."""
+    broker = own_broker()
     topology = namespaced(unique, SowTopic(name="ORDERS", keys=("/orderId",), partitions=2))
-    with running_sow(own_broker.bootstrap_servers, topology, tmp_path, unique) as (app, client):
+    with running_sow(broker.bootstrap_servers, topology, tmp_path, unique) as (app, client):
         replies = list(
             client.publish_stream("ORDERS", (orjson.dumps({"orderId": i}) for i in range(500)))
         )
         client.query("ORDERS", min_position=[r.position for r in replies[-20:]])
-        assert own_broker.pid is not None
-        os.kill(own_broker.pid, signal.SIGSTOP)
+        assert broker.pid is not None
+        os.kill(broker.pid, signal.SIGSTOP)
         try:
             # Publishes that wait for the broker hold up to all their slots meanwhile.
             stuck: list[str] = []
@@ -82,7 +71,7 @@ def test_reads_and_deadlines_during_a_broker_freeze(
             assert len(stuck) == 30
             assert set(stuck) == {"UNAVAILABLE"}, stuck
         finally:
-            os.kill(own_broker.pid, signal.SIGCONT)
+            os.kill(broker.pid, signal.SIGCONT)
         # Recovered by itself: a publish goes through and is applied.
         fresh = client.publish("ORDERS", orjson.dumps({"orderId": 20_000}), timeout=60)
         records, _, _ = client.query(

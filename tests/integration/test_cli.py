@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 
 from processor.broker import free_loopback_port
+from processor.broker.maven import kafka_version
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,42 +32,69 @@ def sow(*args: str, stdin: str | None = None) -> list[dict[str, object]]:
     return [orjson.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
 
+class Server:
+    """``sow serve`` as a user starts it, on the embedded default broker."""
+
+    def __init__(self, tmp_path: Path, address: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
+        env["SOW_GRPC_ADDRESS"] = address
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "processor.cli",
+                "serve",
+                "--topology",
+                str(REPO / "topologies"),
+                "--state-dir",
+                str(tmp_path / "state"),
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        self.lines: list[str] = []
+        self.up = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            if "gRPC:" in line:
+                self.up.set()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self) -> int:
+        """Ctrl-C, as a user stops it; its exit code."""
+        self.process.send_signal(signal.SIGINT)
+        try:
+            return self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return -9
+
+
+def on_tansu() -> bool:
+    """The session runs the Tansu smoke tier (SOW_EMBEDDED_BROKER=tansu)."""
+    return os.environ.get("SOW_EMBEDDED_BROKER", "").strip().lower() == "tansu"
+
+
 def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_loopback_port()}"
-    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
-    env["SOW_GRPC_ADDRESS"] = address
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "processor.cli",
-            "serve",
-            "--topology",
-            str(REPO / "topologies"),
-            "--state-dir",
-            str(tmp_path / "state"),
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    banner: list[str] = []
-    up = threading.Event()
-
-    def read() -> None:
-        assert server.stderr is not None
-        for line in server.stderr:
-            banner.append(line)
-            if "gRPC:" in line:
-                up.set()
-
-    threading.Thread(target=read, daemon=True).start()
+    server = Server(tmp_path, address)
     try:
-        assert up.wait(60), "".join(banner)
-        text = "".join(banner)
-        assert "embedded Tansu broker" in text
+        assert server.up.wait(120), server.text
+        text = server.text
+        if on_tansu():
+            assert "embedded Tansu broker" in text
+        else:
+            assert f"embedded Apache Kafka {kafka_version()}" in text, text
         assert address in text
         at = ("--server", address)
         sow("publish", "ORDERS", '{"orderId": 1, "symbol": "MSFT", "price": 50}', *at)
@@ -157,12 +185,23 @@ def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
         assert failed.returncode == 4  # not found
         assert "NOT_FOUND" in failed.stderr
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-    assert server.returncode == 0, "".join(banner)
+        code = server.stop()
+    assert code == 0, server.text
+    # Restarted on the same state directory: the same SOW, and on Apache Kafka the same
+    # log (nothing re-published; the next publish continues the partition's offsets).
+    again = Server(tmp_path, address)
+    try:
+        assert again.up.wait(120), again.text
+        lines = sow("query", "ORDERS", "--order-by", "/orderId", *at)
+        assert [r["data"]["orderId"] for r in lines[:-1]] == [1, 3, 4]  # type: ignore[index]
+        if not on_tansu():
+            assert "re-publish" not in again.text, again.text
+            after = sow("publish", "ORDERS", '{"orderId": 2, "symbol": "IBM", "price": 1}', *at)
+            # Order 2 was written twice and deleted in partition 1 before the restart.
+            assert int(str(after[0]["position"]).rsplit("/", 1)[1]) >= 3, after
+    finally:
+        code = again.stop()
+    assert code == 0, again.text
 
 
 def test_eval_prints_the_value_as_json() -> None:

@@ -20,10 +20,10 @@ import orjson
 import pytest
 
 from processor.app import Application, start
-from processor.broker import TansuBroker
 from processor.config import Settings
 from processor.service.client import SowClient
 from processor.topology.model import SowTopic, Topology
+from tests.conftest import StartOwnBroker
 from tests.integration.test_crash_recovery import (
     Model,
     ProcessorProcess,
@@ -127,10 +127,12 @@ def test_100_sigkills_during_a_publish_stream(bootstrap: str, unique: str, tmp_p
     sigkill_scenario(bootstrap, unique, tmp_path, int(os.environ.get("SOW_FAULT_KILLS", "100")))
 
 
-def freeze_scenario(tmp_path: Path, unique: str, seconds: float) -> None:
+def freeze_scenario(
+    tmp_path: Path, unique: str, seconds: float, own_broker: StartOwnBroker
+) -> None:
     """Publish, freeze the broker for ``seconds`` while publishing goes on, thaw, and
     check the SOW against the model of every acknowledged publish."""
-    broker = TansuBroker().start()
+    broker = own_broker()
     try:
         bootstrap = broker.bootstrap_servers
         topic = SowTopic("ORDERS", keys=("/orderId",), kafka_topic=f"{unique}.o", partitions=2)
@@ -181,9 +183,9 @@ def freeze_scenario(tmp_path: Path, unique: str, seconds: float) -> None:
 
 @pytest.mark.heavy
 @pytest.mark.timeout(900)
-def test_60s_broker_freeze(tmp_path: Path, unique: str) -> None:
-    freeze_scenario(tmp_path, unique, 60.0)
+def test_60s_broker_freeze(tmp_path: Path, unique: str, own_broker: StartOwnBroker) -> None:
+    freeze_scenario(tmp_path, unique, 60.0, own_broker)
 
 
-def test_short_broker_freeze(tmp_path: Path, unique: str) -> None:
-    freeze_scenario(tmp_path, unique, 5.0)
+def test_short_broker_freeze(tmp_path: Path, unique: str, own_broker: StartOwnBroker) -> None:
+    freeze_scenario(tmp_path, unique, 5.0, own_broker)

@@ -1,5 +1,6 @@
-"""A broker that lost its log (the memory-only embedded broker restarted): the SOW keeps its
-state, takes no other action, and is queryable again (AMPS: SOW newer than the log)."""
+"""A broker that lost its log (a new cluster, a deleted log directory, or the memory-only
+Tansu broker restarted): the SOW keeps its state, takes no other action, and is queryable
+again (AMPS: SOW newer than the log)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ from pathlib import Path
 import orjson
 import pytest
 
-from processor.broker import TansuBroker
 from processor.topology.model import SowTopic
+from tests.conftest import StartOwnBroker
 from tests.integration.harness import namespaced, running_sow
 
 
 @pytest.mark.skipif(
     bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")), reason="needs a broker it can restart"
 )
-def test_store_survives_a_broker_that_lost_its_log(tmp_path: Path, unique: str) -> None:
+def test_store_survives_a_broker_that_lost_its_log(
+    tmp_path: Path, unique: str, own_broker: StartOwnBroker
+) -> None:
     topology = namespaced(unique, SowTopic("ORDERS", keys=("/orderId",), partitions=2))
-    first = TansuBroker().start()
+    first = own_broker()
     try:
         with running_sow(first.bootstrap_servers, topology, tmp_path, unique) as (_, client):
             last = {}  # a min_position covers one partition: wait for each one's last write
@@ -30,7 +33,7 @@ def test_store_survives_a_broker_that_lost_its_log(tmp_path: Path, unique: str) 
             assert len(records) == 20
     finally:
         first.stop()
-    second = TansuBroker().start()  # a new, empty log
+    second = own_broker()  # a new, empty log
     try:
         with running_sow(second.bootstrap_servers, topology, tmp_path, unique) as (app, client):
             assert app.processor is not None

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from processor.broker import TansuBroker
 from processor.errors import CatchingUpError
 from processor.log.kafka import KafkaLogWriter
 from processor.query.gateway import Gateway
@@ -23,6 +22,7 @@ from processor.query.sow import QueryEngine, SowQuery
 from processor.service.client import ServiceError, SowClient
 from processor.service.server import start_server
 from processor.topology.model import SowTopic
+from tests.conftest import StartOwnBroker
 from tests.integration.replica_helpers import (
     ChangelogWriter,
     contents,
@@ -137,8 +137,10 @@ def test_snapshot_restart_equals_replay_and_a_damaged_snapshot_is_ignored(
     assert "replaying the changelogs from offset 0" in caplog.text
 
 
-def test_staleness_grows_while_the_broker_is_frozen(unique: str) -> None:
-    broker = TansuBroker().start()
+def test_staleness_grows_while_the_broker_is_frozen(
+    unique: str, own_broker: StartOwnBroker
+) -> None:
+    broker = own_broker()
     try:
         topic = topic_for(unique, partitions=1)
         writer = ChangelogWriter(broker.bootstrap_servers, topic, f"{unique}-tx")
@@ -148,9 +150,9 @@ def test_staleness_grows_while_the_broker_is_frozen(unique: str) -> None:
         with following(replica), serving(engine, broker.bootstrap_servers) as client:
             assert replica.wait_caught_up(30)
             eventually(lambda: replica.staleness_ms() == 0)
-            process = broker._process  # the test owns this broker and freezes it
-            assert process is not None
-            os.kill(process.pid, signal.SIGSTOP)
+            pid = broker.pid  # the test owns this broker and freezes it
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
             try:
                 time.sleep(1.5)
                 began = time.monotonic()
@@ -166,7 +168,7 @@ def test_staleness_grows_while_the_broker_is_frozen(unique: str) -> None:
                 time.sleep(0.3)
                 assert replica.staleness_ms() > frozen
             finally:
-                os.kill(process.pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGCONT)
             eventually(lambda: replica.staleness_ms() == 0)
             writer.transaction(0, [("b", {"id": 2})])
             eventually(lambda: len(contents(replica, topic)) == 2)
@@ -175,13 +177,15 @@ def test_staleness_grows_while_the_broker_is_frozen(unique: str) -> None:
         broker.stop()
 
 
-def test_a_snapshot_of_another_log_is_not_tailed(unique: str, tmp_path: Path) -> None:
-    """A memory-only broker restarted: its new changelog has grown past the snapshot's
-    positions, with other records. The replica must not apply them on top of the
-    snapshot but read the new log from offset 0."""
+def test_a_snapshot_of_another_log_is_not_tailed(
+    unique: str, tmp_path: Path, own_broker: StartOwnBroker
+) -> None:
+    """A new log at the same address (a memory-only broker restarted, a new cluster):
+    its new changelog has grown past the snapshot's positions, with other records. The
+    replica must not apply them on top of the snapshot but read the new log from 0."""
     topic = topic_for(unique, partitions=1)
     snapshots = tmp_path / "replica"
-    first = TansuBroker().start()
+    first = own_broker()
     port = int(first.bootstrap_servers.rsplit(":", 1)[1])
     try:
         writer = ChangelogWriter(first.bootstrap_servers, topic, f"{unique}-tx")
@@ -192,7 +196,7 @@ def test_a_snapshot_of_another_log_is_not_tailed(unique: str, tmp_path: Path) ->
             assert replica.wait_caught_up(30)
     finally:
         first.stop()
-    second = TansuBroker(port=port).start()
+    second = own_broker(port=port)
     try:
         writer = ChangelogWriter(second.bootstrap_servers, topic, f"{unique}-tx2")
         for start in (0, 10, 20):

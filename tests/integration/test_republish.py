@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from processor.app import topic_specs
-from processor.broker import TansuBroker
 from processor.engine.republish import REPUBLISH_CURSOR
 from processor.log.kafka import ensure_topics
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
+from tests.conftest import StartOwnBroker
 from tests.integration.test_crash_recovery import (
     Model,
     ProcessorProcess,
@@ -34,13 +34,15 @@ __all__ = ["reap"]  # the fixture that kills processors a failed test left runni
 @pytest.mark.skipif(
     bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")), reason="needs a broker it can restart"
 )
-def test_a_republish_cut_by_a_crash_resumes_after_its_cursor(tmp_path: Path, unique: str) -> None:
+def test_a_republish_cut_by_a_crash_resumes_after_its_cursor(
+    tmp_path: Path, unique: str, own_broker: StartOwnBroker
+) -> None:
     topic = SowTopic("ORDERS", keys=("/orderId",), kafka_topic=f"{unique}.orders", partitions=1)
     topology_file = write_topology(tmp_path / "orders.yaml", topic)
     state_dir = tmp_path / "state"
     group = f"{unique}-group"
     model = Model()
-    first = TansuBroker().start()
+    first = own_broker()
     try:
         ensure_topics(
             first.bootstrap_servers, topic_specs(Topology({"ORDERS": topic}), "sow.dead-letter")
@@ -53,7 +55,7 @@ def test_a_republish_cut_by_a_crash_resumes_after_its_cursor(tmp_path: Path, uni
         first.stop()
     assert len(model.state) > 20_000  # three republish transactions of 10,000
 
-    second = TansuBroker().start()  # a new, empty log
+    second = own_broker()  # a new, empty log
     try:
         bootstrap = second.bootstrap_servers
         crashing = ProcessorProcess(

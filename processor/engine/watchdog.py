@@ -1,0 +1,132 @@
+"""Telling a stuck processor from an idle one.
+
+A processor that stops applying must say so within seconds, whatever the broker does: a
+consumer that lost its group membership without noticing, a fetch that never returns, a
+call into the broker that blocks, a broker that no longer answers. :class:`StallJudge`
+decides from what the poll loop and the broker report, sampled about once a second by the
+processor's watchdog thread; it keeps no clock of its own (``now`` is passed in), so its
+rules are tested without waiting.
+
+The rules, each over ``stall_after_s``:
+
+- **blocked**: the poll loop has not come round (it is stuck inside one call);
+- **not consuming**: records arrived in a partition this processor fetches (its end
+  offset grew) and its position has not moved since;
+- **out of the group**: a group member's consumer is not in a steady, joined group;
+- **broker silent**: the broker has not answered the watchdog's end-offset query.
+
+A partition's end may move without anything to consume (a transaction marker, an aborted
+transaction), so only an end that grows *after* the position last moved counts, and a
+restarted consumer starts from a clean slate (:meth:`StallJudge.reset`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from processor.log import TopicPartitionKey
+
+#: How long a processor may show one of the signs before it is called stuck.
+DEFAULT_STALL_AFTER_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoopReport:
+    """What the watchdog samples: the loop's last turn, where fetching is, and the ends."""
+
+    #: ``time.monotonic()`` of the poll loop's last turn, and what it was doing then.
+    beat: float
+    phase: str
+    #: Next offset to consume per fetching partition (the consumer's position).
+    positions: Mapping[TopicPartitionKey, int]
+    #: End offset per partition as the broker answered now (None: it did not answer).
+    ends: Mapping[TopicPartitionKey, int] | None
+    #: The group member's state ("" when steady or not a group member).
+    group_state: str = ""
+    #: ``time.monotonic()`` when the end offsets were asked for (a silent broker has
+    #: been silent at least since then).
+    asked_at: float = 0.0
+
+
+@dataclass(slots=True)
+class _Partition:
+    position: int
+    end: int
+    #: When records first arrived after the position last moved (None: none since).
+    waiting_since: float | None = None
+
+
+@dataclass(slots=True)
+class StallJudge:
+    """Decides, sample by sample, whether the processor is stuck (and why)."""
+
+    stall_after_s: float = DEFAULT_STALL_AFTER_S
+    _partitions: dict[TopicPartitionKey, _Partition] = field(default_factory=dict)
+    #: When the broker last answered (None: not asked yet).
+    _answered_at: float | None = None
+    _out_of_group_since: float | None = None
+
+    def reset(self) -> None:
+        """Forget every partition (a new consumer starts from its committed offsets)."""
+        self._partitions.clear()
+        self._answered_at = None
+        self._out_of_group_since = None
+
+    def judge(self, report: LoopReport, now: float) -> str | None:
+        """None while the processor is working or idle, else what is stuck, in words."""
+        blocked = now - report.beat
+        if blocked >= self.stall_after_s:
+            return f"its poll loop has been blocked in {report.phase} for {blocked:.0f}s"
+        if report.group_state:
+            if self._out_of_group_since is None:
+                self._out_of_group_since = now
+            out = now - self._out_of_group_since
+            if out >= self.stall_after_s:
+                return (
+                    f"its consumer has not been a joined group member for {out:.0f}s "
+                    f"(group state {report.group_state})"
+                )
+        else:
+            self._out_of_group_since = None
+        if report.ends is None:
+            if self._answered_at is None:
+                self._answered_at = report.asked_at
+            silent = now - self._answered_at
+            if silent >= self.stall_after_s:
+                return f"the broker has not answered for {silent:.0f}s"
+            return None
+        self._answered_at = now
+        return self._not_consuming(report.positions, report.ends, now)
+
+    def _not_consuming(
+        self,
+        positions: Mapping[TopicPartitionKey, int],
+        ends: Mapping[TopicPartitionKey, int],
+        now: float,
+    ) -> str | None:
+        for gone in set(self._partitions) - set(positions):
+            del self._partitions[gone]
+        worst: tuple[float, TopicPartitionKey, _Partition] | None = None
+        for tp, position in positions.items():
+            end = ends.get(tp)
+            if end is None:
+                continue
+            seen = self._partitions.get(tp)
+            if seen is None or position != seen.position:
+                self._partitions[tp] = _Partition(position, end)
+                continue
+            if end > seen.end and seen.waiting_since is None:
+                seen.waiting_since = now
+            seen.end = max(seen.end, end)
+            if seen.waiting_since is not None:
+                waited = now - seen.waiting_since
+                if waited >= self.stall_after_s and (worst is None or waited > worst[0]):
+                    worst = (waited, tp, seen)
+        if worst is None:
+            return None
+        waited, (topic, partition), seen = worst
+        return (
+            f"{topic}[{partition}] has records up to offset {seen.end - 1} but its position "
+            f"has stayed at {seen.position} for {waited:.0f}s"
+        )
