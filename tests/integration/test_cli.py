@@ -12,9 +12,13 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from processor.broker import free_loopback_port
 from processor.broker.maven import kafka_version
+
+#: Also run on the fallback Tansu broker in CI (pyproject.toml's smoke marker).
+pytestmark = pytest.mark.smoke
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,6 +14,9 @@ from processor.topology.model import SowTopic
 from tests.conftest import StartOwnBroker
 from tests.integration.harness import namespaced, running_sow
 
+#: Also run on the fallback Tansu broker in CI (pyproject.toml's smoke marker).
+pytestmark = pytest.mark.smoke
+
 
 @pytest.mark.skipif(
     bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")), reason="needs a broker it can restart"

@@ -218,6 +218,7 @@ def test_unknown_topic_and_bad_delete_change_nothing(sow: SowClient) -> None:
     assert len(after) == len(before)
 
 
+@pytest.mark.smoke
 def test_indexes_survive_restart(bootstrap: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, INDEXED)
     rows = [{"id": i, "region": "EU" if i % 2 else "US"} for i in range(40)]

@@ -14,6 +14,9 @@ from processor.service.client import ServiceError
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, read_topic, running_sow
 
+#: Also run on the fallback Tansu broker in CI (pyproject.toml's smoke marker).
+pytestmark = pytest.mark.smoke
+
 ORDERS = SowTopic("ORDERS", keys=("/orderId",), partitions=2)
 
 

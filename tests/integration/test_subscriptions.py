@@ -15,6 +15,7 @@ from tests.integration.subscription_helpers import Collector, data
 ORDERS = SowTopic("ORDERS", keys=("/orderId",), partitions=2)
 
 
+@pytest.mark.smoke
 def test_sow_and_subscribe_sends_the_query_then_later_changes(
     bootstrap: str, tmp_path: Path, unique: str
 ) -> None:
@@ -55,6 +56,7 @@ def test_sow_and_subscribe_sends_the_query_then_later_changes(
         assert len(collector.changes()) == 1
 
 
+@pytest.mark.smoke
 def test_subscribe_delivers_live_changes_of_a_regex_topic(
     bootstrap: str, tmp_path: Path, unique: str
 ) -> None:
