@@ -364,7 +364,10 @@ def _observer(app: Application, *, requests: bool) -> Observer:
     from processor.service.metrics import ComponentCollector, Observer
 
     collector = ComponentCollector(
-        lambda: app.processor, lambda: app.replica, lambda: app.subscriptions
+        lambda: app.processor,
+        lambda: app.replica,
+        lambda: app.subscriptions,
+        broker=app.broker.description,
     )
     return Observer(app.readiness, collector, requests=requests)
 

@@ -12,6 +12,7 @@ from processor.errors import BrokerError, DeadlineError, SowError
 
 #: Metrics shown, in this order, with their labels as printed.
 SHOWN = {
+    "sow_processor_stalls_total": "processor stalls",
     "sow_records": "records",
     "sow_processor_records_total": "input records applied",
     "sow_processor_transactions_total": "transactions",
@@ -48,6 +49,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     samples: dict[str, list[tuple[str, float]]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.name == "sow_broker_info" and "broker" in sample.labels:
+                rows.append(("broker", sample.labels["broker"]))
             if sample.name in SHOWN:
                 labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
                 samples.setdefault(sample.name, []).append((labels, sample.value))

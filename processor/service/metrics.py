@@ -66,12 +66,21 @@ class ComponentCollector(Collector):
         processor: Callable[[], Processor | None],
         replica: Callable[[], Replica | None],
         hub: Callable[[], SubscriptionHub | None],
+        broker: str = "",
     ) -> None:
+        """``broker``: the broker's one-line description (which kind, version, where)."""
         self._processor = processor
         self._replica = replica
         self._hub = hub
+        self._broker = broker
 
     def collect(self) -> Iterator[Metric]:
+        if self._broker:
+            info = GaugeMetricFamily(
+                "sow_broker_info", "The broker this process uses", labels=["broker"]
+            )
+            info.add_metric([self._broker], 1)
+            yield info
         processor = self._processor()
         if processor is not None:
             yield _counter("sow_processor_records", "Input records applied", processor.applied)
@@ -87,6 +96,16 @@ class ComponentCollector(Collector):
             )
             yield _gauge(
                 "sow_processor_ready", "1 once joined and restored", processor.ready.is_set()
+            )
+            yield _gauge(
+                "sow_processor_stalled",
+                "1 while the watchdog finds the processor stuck",
+                processor.stalled is not None,
+            )
+            yield _counter(
+                "sow_processor_stalls",
+                "Times the watchdog found the processor stuck",
+                processor.stalls,
             )
             yield _by_topic(
                 "sow_processor_input_lag",

@@ -103,6 +103,8 @@ def test_metrics_report_a_publish_and_a_dead_letter_after_they_happen(
         assert table["records {topic=ORDERS}"] == "1"
         assert table["dead letters"] == "1"
         assert table["standby records"] == "0"  # standby is off by default
+        assert table["broker"] == f"external Kafka at {bootstrap}"  # which broker runs
+        assert table["processor stalls"] == "0"
     finally:
         app.stop()
     gone = subprocess.run(
