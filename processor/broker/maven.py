@@ -121,6 +121,7 @@ def classpath(version: str | None = None) -> str:
     command = [
         maven,
         "-B",
+        "-Dstyle.color=never",
         "-f",
         str(pom),
         f"-Dkafka.version={version}",
@@ -156,7 +157,7 @@ def _run_maven(command: list[str], transcript: Path) -> None:
         for line in process.stdout:
             out.write(line)
             tail.append(line.rstrip())
-            if line.startswith("Downloaded from"):
+            if "] Downloaded from " in line:
                 downloaded += 1
                 if time.monotonic() - shown >= 1.0:
                     shown = time.monotonic()

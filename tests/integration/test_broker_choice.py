@@ -70,7 +70,9 @@ def test_the_embedded_kafka_keeps_its_log_and_ports_across_restarts(tmp_path: Pa
     second = EmbeddedKafka(tmp_path / "kafka").start()
     try:
         assert second.bootstrap_servers == first.bootstrap_servers  # the same ports again
-        topics = AdminClient({"bootstrap.servers": second.bootstrap_servers}).list_topics(timeout=10)
+        topics = AdminClient({"bootstrap.servers": second.bootstrap_servers}).list_topics(
+            timeout=10
+        )
         assert "kept" in topics.topics
     finally:
         second.stop()
@@ -119,3 +121,23 @@ def _no_inherited_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests choose the broker themselves (the Tansu smoke tier sets one)."""
     monkeypatch.delenv("SOW_EMBEDDED_BROKER", raising=False)
     assert "SOW_EMBEDDED_BROKER" not in os.environ
+
+
+def test_the_first_start_fetches_the_jars_with_maven_showing_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A machine that never ran it: an empty classpath cache and Maven repository."""
+    from processor.broker.maven import classpath
+
+    monkeypatch.setenv("SOW_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MAVEN_OPTS", f"-Dmaven.repo.local={tmp_path / 'm2'}")
+    with caplog.at_level(logging.INFO, logger="processor.broker.maven"):
+        jars = classpath().split(os.pathsep)
+    assert any(Path(jar).name == f"kafka_2.13-{kafka_version()}.jar" for jar in jars)
+    assert all(Path(jar).is_relative_to(tmp_path / "m2") for jar in jars)
+    shown = [r for r in caplog.records if getattr(r, "progress", None) is not None]
+    assert shown, "no progress line while Maven downloaded"
+    assert (tmp_path / "cache" / f"kafka-{kafka_version()}" / "classpath.txt").exists()
+    caplog.clear()
+    assert classpath().split(os.pathsep) == jars  # the second time: from the cache, at once
+    assert not [r for r in caplog.records if "fetching" in r.getMessage()]
