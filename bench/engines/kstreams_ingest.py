@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,9 @@ MAIN_CLASS = "kafkasow.bench.KStreamsIngest"
 #: The application's JVM heap cap: a 10,000-key store and a 10 MB record cache need little.
 HEAP = "-Xmx1g"
 PROGRESS_EVERY_S = 2.0
+#: Extra JVM options for the application, e.g. its log level:
+#: ``KSTREAMS_JAVA_OPTS="-Dorg.slf4j.simpleLogger.defaultLogLevel=info"`` (default warn).
+JAVA_OPTS_ENV = "KSTREAMS_JAVA_OPTS"
 
 
 def sources_digest() -> str:
@@ -136,6 +140,7 @@ def java_command(args: contract.EngineArgs, classpath: str) -> list[str]:
     command = [
         require_java().path,
         HEAP,
+        *shlex.split(os.environ.get(JAVA_OPTS_ENV, "")),
         "-cp",
         classpath,
         MAIN_CLASS,
