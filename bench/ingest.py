@@ -1,17 +1,20 @@
-"""Ingest-throughput benchmark: kafka-sow vs quixstreams vs faust-streaming, one broker.
+"""Ingest-throughput benchmark: kafka-sow vs quixstreams vs Kafka Streams vs faust, one broker.
 
 Every engine keeps the last value per key in RocksDB with a changelog topic, reads the
 same workload (``bench/workload.py``) from its own fresh topic on the same broker, and runs
-exactly-once where it can. Usage (from the repository root)::
+exactly-once where it can. The broker is the embedded Apache Kafka
+(``processor.broker.start_broker``), unless ``KAFKA_BOOTSTRAP_SERVERS`` names one or
+``SOW_EMBEDDED_BROKER=tansu`` asks for Tansu. Usage (from the repository root)::
 
     bash bench/setup_peers.sh
     python bench/ingest.py [--messages 200000] [--keys 10000] [--partitions 2]
-        [--engines kafka_sow,quixstreams,faust] [--json-out bench/results/ingest.json]
+        [--engines kafka_sow,quixstreams,kstreams,faust] [--json-out bench/results/ingest.json]
 
 Progress goes to stderr; the Markdown table goes to stdout; the JSON results to
 ``--json-out``. Each engine runs as a subprocess (the peers in their own venvs under
-``.bench-venv/``) following the contract in ``bench/engines/_contract.py``; its stderr is
-kept in a log file whose path is printed.
+``.bench-venv/``, Kafka Streams as a Java application the project's Python starts) following
+the contract in ``bench/engines/_contract.py``; its stderr is kept in a log file whose path
+is printed.
 """
 
 from __future__ import annotations
@@ -38,10 +41,13 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 ENGINES_DIR = BENCH / "engines"
 VENVS = ROOT / ".bench-venv"
-DEFAULT_ENGINES = ("kafka_sow", "kafka_sow_rekey", "quixstreams", "faust")
+DEFAULT_ENGINES = ("kafka_sow", "kafka_sow_rekey", "quixstreams", "kstreams", "faust")
 BASELINE = "quixstreams"
 DEFAULT_TIMEOUT_S = 600.0
 HEARTBEAT_S = 15.0
+#: The embedded broker unless SOW_EMBEDDED_BROKER says otherwise: Apache Kafka, without the
+#: silent fallback to Tansu that ``start_broker``'s ``auto`` allows.
+DEFAULT_EMBEDDED_BROKER = "kafka"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,8 @@ class Engine:
     # How the input is keyed (bench/workload.py): each engine gets the keying its own
     # publishers use; the values are the same bytes for every engine.
     keying: str = "natural"
+    # Arguments of a set-up run of the script, made once before the rounds (a build).
+    setup_args: tuple[str, ...] = ()
 
 
 def engines() -> dict[str, Engine]:
@@ -83,6 +91,14 @@ def engines() -> dict[str, Engine]:
             python=VENVS / "quix" / "bin" / "python",
             fallback_to_at_least_once=True,
             setup_hint="run bench/setup_peers.sh",
+        ),
+        "kstreams": Engine(
+            name="kstreams",
+            script=ENGINES_DIR / "kstreams_ingest.py",
+            python=Path(sys.executable),
+            fallback_to_at_least_once=False,
+            setup_hint="needs a Java 17+ JDK and Maven (mvn) to build bench/engines/kstreams",
+            setup_args=("--build",),
         ),
         "faust": Engine(
             name="faust",
@@ -128,10 +144,13 @@ def checks(result: dict[str, Any], *, messages: int, keys: int) -> dict[str, boo
     """
     in_state = result.get("keys_in_state")
     committed = result.get("committed_offsets_broker")
-    return {
+    found = {
         "keys_in_state_ok": None if in_state is None else in_state == keys,
         "committed_offsets_ok": None if committed is None else committed == messages,
     }
+    if "changelog_keys" in result:  # engines that read their changelog back (kstreams)
+        found["changelog_keys_ok"] = result["changelog_keys"] == keys
+    return found
 
 
 def checks_failed(result: dict[str, Any]) -> list[str]:
@@ -480,14 +499,34 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
 
-    from processor.broker import start_broker
+    for name in selected:
+        engine = known[name]
+        if engine.setup_args and engine.script.exists():
+            progress(f"{name}: set-up ({' '.join(engine.setup_args)})")
+            setup = subprocess.run(
+                [str(engine.python), str(engine.script), *engine.setup_args],
+                stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+                check=False,
+            )
+            if setup.returncode != 0:
+                print(
+                    f"ingest: {name}: the set-up failed (exit {setup.returncode}); "
+                    f"{engine.setup_hint}",
+                    file=sys.stderr,
+                )
+                return 2
+
+    from processor.broker import EMBEDDED_ENV, start_broker
 
     run_id = uuid.uuid4().hex[:8]
     log_dir = Path(tempfile.mkdtemp(prefix=f"bench-ingest-logs-{run_id}-"))
     results: list[dict[str, Any]] = []
     rounds: dict[str, list[dict[str, Any]]] = {}
     progress("starting the broker")
-    broker = start_broker()
+    broker = start_broker(
+        embedded=os.environ.get(EMBEDDED_ENV, "").strip() or DEFAULT_EMBEDDED_BROKER
+    )
     progress(f"broker: {broker.description}; engine logs in {log_dir}")
     rounds = {name: [] for name in selected}
     try:
