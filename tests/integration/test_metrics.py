@@ -156,7 +156,13 @@ def test_lag_metrics_rise_with_a_burst_and_fall_back_to_zero(
         address = app.observer.address
         topic = (("topic", "ORDERS"),)
         burst = 300_000
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 20,
+                "queue.buffering.max.messages": burst,  # the whole burst may queue up
+            }
+        )
         for n in range(burst):
             producer.produce(
                 topology.topic("ORDERS").kafka_topic, b'{"orderId": %d}' % (n % 1000), b"%d" % n
