@@ -5,6 +5,14 @@ instance that takes every partition. It owns the store partitions of the input p
 it is given (input topic partition p and repartition topic partition p belong to store
 partition p of the SOW topic; the range assignor keeps them together).
 
+Rebalances come as the group protocol makes them (:class:`processor.log.kafka.KafkaInputLog`):
+the classic, eager protocol revokes every partition and then assigns a whole new set; the
+consumer protocol (KIP-848) revokes and assigns only the partitions that change owner, the
+rest being fetched and applied throughout. The callbacks handle both the same way, one
+log partition at a time: a store partition opens with the first of its two log
+partitions assigned and closes once neither is, so the two may also arrive or leave in
+separate callbacks.
+
 Recovery runs in the poll loop, as in Kafka Streams and Quix Streams: a newly assigned
 persistent partition's input is held back (not fetched) while its store replays its
 changelog (and republishes a lost one), one step between polls, so a long restore never
@@ -602,14 +610,20 @@ class Processor:
             self._positions[tp] = begin
 
     def _on_revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        """Drop revoked log partitions (every one under the eager protocol, only those
+        moving to another member under KIP-848's)."""
         assert self._applier is not None
         revoked: set[tuple[str, int]] = set()
         for log_topic, partition in partitions:
-            self._positions.pop((log_topic, partition), None)
-            self._applier.routes.pop((log_topic, partition), None)
-            self._offsets_behind.pop((log_topic, partition), None)
+            tp = (log_topic, partition)
+            self._positions.pop(tp, None)
+            self._applier.routes.pop(tp, None)
+            self._offsets_behind.pop(tp, None)
             topic, _ = self._by_log_topic[log_topic]
             revoked.add((topic.name, partition))
+            recovery = self._recoveries.get((topic.name, partition))
+            if recovery is not None:  # its other log partition may stay: not to resume
+                recovery.held.pop(tp, None)
         # A store partition closes once neither of its log topics is assigned.
         still = {(r.state.topic.name, r.state.partition) for r in self._applier.routes.values()}
         self._close_states([k for k in revoked if k not in still], warm=True)
