@@ -58,7 +58,7 @@ from processor.engine.republish import republish_pending, republish_steps
 from processor.engine.standby import Standby
 from processor.engine.transaction import Transaction
 from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopReport, StallJudge
-from processor.errors import BrokerError, FencedError, StalledError
+from processor.errors import BrokerError, FencedError, StaleGroupError, StalledError
 from processor.keys import key_function
 from processor.log import (
     ChangelogTail,
@@ -181,6 +181,8 @@ class Processor:
         #: Next input offset to apply per fetching partition (where it resumed, then
         #: after each batch); written by the loop, read by the watchdog.
         self._positions: dict[TopicPartitionKey, int] = {}
+        #: Transactions in a row whose offsets the group refused (see _read_again).
+        self._stale_group = 0
 
     @property
     def applied(self) -> int:
@@ -360,6 +362,7 @@ class Processor:
 
     def _run_pipeline(self) -> None:
         self._positions = {}
+        self._stale_group = 0
         self._pipelines += 1
         self._restart.clear()
         self._offsets_behind = {}
@@ -408,24 +411,32 @@ class Processor:
                     self.first_batch_at = time.perf_counter()
                 self._phase = "applying and committing a batch"
                 # A failure anywhere below raises out of the pipeline, which drops every
-                # partition's pending state and restarts from the committed offsets.
+                # partition's pending state and restarts from the committed offsets; but
+                # offsets refused by a group that moved on abort the batch alone.
                 transaction = Transaction(self.transactions)
+                counted = applier.counters()
                 producer.begin()
                 offsets, touched = applier.apply(records, now_ms)
-                self._positions.update(offsets)
                 if expiring:
                     touched |= expirer.expire(expiring, now_ms)
-                if touched:
-                    commit(
-                        transaction,
-                        producer,
-                        touched,
-                        offsets,
-                        consumer.group_metadata(),
-                        self._crash,
-                    )
-                else:
-                    producer.abort()
+                try:
+                    if touched:
+                        commit(
+                            transaction,
+                            producer,
+                            touched,
+                            offsets,
+                            consumer.group_metadata(),
+                            self._crash,
+                        )
+                    else:
+                        producer.abort()
+                except StaleGroupError as exc:
+                    self._read_again(records, producer, consumer, exc)
+                    applier.restore_counters(counted)
+                    continue
+                self._positions.update(offsets)
+                self._stale_group = 0
                 self.transactions += 1
                 self.records += len(records)
         finally:
@@ -501,8 +512,54 @@ class Processor:
         offsets only): otherwise they would stay behind until new input arrives."""
         offsets, self._offsets_behind = self._offsets_behind, {}
         producer.begin()
-        producer.send_offsets(offsets, consumer.group_metadata())
+        try:
+            producer.send_offsets(offsets, consumer.group_metadata())
+        except StaleGroupError as exc:
+            self._stale(producer, exc)
+            self._offsets_behind = {**offsets, **self._offsets_behind}  # tried again
+            return
         producer.commit()
+        self._stale_group = 0
+
+    #: Batches in a row whose offsets a moved-on group may refuse before the pipeline
+    #: restarts (the consumer should catch up with the group within one consume).
+    STALE_GROUP_RETRIES = 5
+
+    def _stale(self, producer: TransactionalLog, exc: StaleGroupError) -> None:
+        """Abort the transaction the group refused; raise ``exc`` (a pipeline restart)
+        when that keeps happening."""
+        self._stale_group += 1
+        if self._stale_group > self.STALE_GROUP_RETRIES:
+            raise exc
+        log.info("%s; aborting the transaction and reading its batch again", exc)
+        producer.abort()
+        self._stop.wait(0.01 * self._stale_group)
+
+    def _read_again(
+        self,
+        records: Sequence[Record],
+        producer: TransactionalLog,
+        consumer: InputLog,
+        exc: StaleGroupError,
+    ) -> None:
+        """The group refused the batch's offsets: it moved to a new generation or member
+        epoch while the transaction was open (KIP-848 hands out a new epoch as it gives
+        this member partitions, between two polls). Abort the transaction, drop what it
+        changed in the store partitions, and fetch its records again: the next consume
+        runs the pending rebalance callback first, and the batch is applied again under
+        the group's new metadata. Nothing of it was committed or written to a store."""
+        self._stale(producer, exc)
+        for key, state in self._states.items():
+            if key not in self._recoveries:
+                state.discard()
+        starts: dict[TopicPartitionKey, int] = {}
+        for record in records:
+            if record.error() is None:
+                tp = (record.topic(), record.partition())
+                offset = record.offset()
+                if tp not in starts or offset < starts[tp]:
+                    starts[tp] = offset
+        consumer.rewind(starts)
 
     def _start_after_recovery(
         self, state: PartitionState, tp: TopicPartitionKey, committed: int

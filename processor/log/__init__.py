@@ -77,6 +77,11 @@ class InputLog(Protocol):
         """Up to ``max_records`` records; rebalance callbacks run inside this call."""
         ...
 
+    def rewind(self, starts: Mapping[TopicPartitionKey, int]) -> None:
+        """Fetch these assigned partitions again from the given offsets (what was
+        consumed after them and not committed is returned again)."""
+        ...
+
     def group_metadata(self) -> object:
         """The consumer group metadata that transactions commit offsets for."""
         ...

@@ -41,6 +41,7 @@ from processor.errors import (
     MessageTooLargeError,
     RecordTooLargeError,
     SowError,
+    StaleGroupError,
 )
 from processor.log import (
     Headers,
@@ -199,6 +200,18 @@ def _close_producer(producer: Producer, timeout_s: float = 5.0) -> None:
 
 #: Marks "where committed" among start offsets (never a Kafka offset or logical offset).
 COMMITTED = -10_000
+#: What the group coordinator answers offsets sent with group metadata it has moved past:
+#: an older generation (classic) or member epoch (KIP-848; older brokers answer
+#: ILLEGAL_GENERATION for it), a member it no longer knows, a rebalance under way.
+_STALE_GROUP = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.STALE_MEMBER_EPOCH,
+        KafkaError.FENCED_MEMBER_EPOCH,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+    }
+)
 
 
 def _raise_for(exc: KafkaException, what: str) -> None:
@@ -266,6 +279,8 @@ class KafkaInputLog:
         #: Partitions assigned and fetching, and those held until ``resume``.
         self._active: dict[TopicPartitionKey, TopicPartition] = {}
         self._held: dict[TopicPartitionKey, TopicPartition] = {}
+        #: Set by ``close``: rebalance callbacks while leaving only keep librdkafka's books.
+        self._closing = False
 
     @property
     def incremental(self) -> bool:
@@ -274,10 +289,19 @@ class KafkaInputLog:
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
         def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            if self._closing:  # leaving the group: take nothing new on
+                if self._incremental:
+                    consumer.incremental_assign([])
+                else:
+                    consumer.assign([])
+                    self._active.clear()
+                    self._held.clear()
+                return
             self._assign(partitions, on_assign)
 
         def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            on_revoke([(tp.topic, tp.partition) for tp in partitions])
+            if not self._closing:  # the caller dropped every partition before closing
+                on_revoke([(tp.topic, tp.partition) for tp in partitions])
             if not self._incremental:
                 consumer.unassign()
                 self._active.clear()
@@ -383,6 +407,15 @@ class KafkaInputLog:
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
         return cast(list[Record], self._consumer.consume(max_records, timeout_s))
 
+    def rewind(self, starts: Mapping[TopicPartitionKey, int]) -> None:
+        for (topic, partition), offset in sorted(starts.items()):
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                raise BrokerError(
+                    f"cannot read {topic}[{partition}] again from offset {offset}: {exc}"
+                ) from exc
+
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()
 
@@ -413,6 +446,7 @@ class KafkaInputLog:
         self._lag = lag  # replaced whole: readers on other threads see one or the other
 
     def close(self) -> None:
+        self._closing = True
         with contextlib.suppress(RuntimeError):  # already closed
             self._consumer.close()
 
@@ -553,10 +587,18 @@ class KafkaTransactionalLog:
                 _raise_for(exc, f"cannot produce to {topic}")
 
     def send_offsets(self, offsets: Mapping[TopicPartitionKey, int], group: object) -> None:
+        """Add input offsets to the transaction; StaleGroupError when the group refused
+        them as sent for an earlier generation or member epoch (the transaction must be
+        aborted)."""
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         try:
             self._producer.send_offsets_to_transaction(tps, group, 30)
         except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() in _STALE_GROUP and not error.fatal():
+                raise StaleGroupError(
+                    f"the group refused the transaction's offsets: {error.str()}"
+                ) from exc
             _raise_for(exc, "cannot add consumer offsets to the transaction")
 
     def commit(self) -> dict[TopicPartitionKey, int]:

@@ -299,8 +299,13 @@ def run_scenario(
 # again (Tansu never aborts it), freezing the query services on the partitions it touched
 # (docs/scaling.md); a run where the survivor alone took over failed so once.
 @pytest.mark.heavy
-def test_a_processor_joins_and_one_is_killed_mid_stream(bootstrap: str, scale: Cluster) -> None:
-    """1 -> 2 processors, then SIGKILL the first and start its instance again."""
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_a_processor_joins_and_one_is_killed_mid_stream(
+    bootstrap: str, scale: Cluster, group_protocol: str
+) -> None:
+    """1 -> 2 processors, then SIGKILL the first and start its instance again, on either
+    consumer-group protocol (eager rebalances, or KIP-848's incremental ones)."""
+    scale.env["SOW_GROUP_PROTOCOL"] = group_protocol
     steps = [("add", 1), ("kill+restart", 1)]
     settle = run_scenario(bootstrap, scale, services=1, steps=steps)
     print("settled after (s):", settle)
