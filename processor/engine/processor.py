@@ -499,7 +499,9 @@ class Processor:
             self._place(tp, starts.get(tp), committed.get(tp, -1))
         if self._standby is not None:
             self._standby.follow(set(self._states))
-        names = ", ".join(f"{t}[{p}]" for t, p in sorted(partitions))
+        # Nothing given: a member left without partitions, or (incremental protocol) the
+        # callback that follows a revocation.
+        names = ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
         if self._recoveries:
             log.info("given %s; recovering %d store partitions first", names, len(self._recoveries))
         else:
