@@ -48,7 +48,8 @@ only those that change owner, so a join or a leave does not stop the other membe
 partitions at every rebalance). ``consumer`` needs Apache Kafka 4.0 or later (or a broker
 that implements KIP-848); the embedded Apache Kafka has it and uses it by default, while an
 external broker keeps ``classic`` unless told otherwise, because an older broker refuses a
-``consumer`` member (docs/scaling.md). Every processor of a group must use the same one.
+``consumer`` member (docs/scaling.md). Every processor of a group must use the same one; a
+processor with ``assignment=static`` joins no group and uses neither.
 """
 
 from __future__ import annotations

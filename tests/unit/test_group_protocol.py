@@ -348,3 +348,40 @@ def test_offsets_refused_by_a_moved_on_group_are_a_stale_group_error(code: int) 
     log._producer = Producer()  # type: ignore[assignment]
     with pytest.raises(StaleGroupError, match="the group refused the transaction's offsets"):
         log.send_offsets({("in", 0): 1}, object())
+
+
+@pytest.mark.parametrize(
+    ("broker", "asked", "used"),
+    [
+        ("consumer", None, "consumer"),  # the embedded Apache Kafka
+        ("classic", None, "classic"),  # an external broker, or Tansu
+        ("consumer", "classic", "classic"),
+        ("classic", "consumer", "consumer"),
+    ],
+)
+def test_a_start_takes_the_brokers_protocol_unless_one_is_set(
+    broker: str, asked: str | None, used: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from processor import app as application
+    from processor.topology.model import SowTopic, Topology
+
+    class FakeBroker:
+        bootstrap_servers = "127.0.0.1:1"
+        description = "a fake broker"
+        fetch_wait_ms = 10
+        keeps_log = True
+        group_protocol = broker
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(application, "start_broker", lambda *a, **k: FakeBroker())
+    monkeypatch.setattr(application, "ensure_topics", lambda *a, **k: None)
+    topology = Topology({"ORDERS": SowTopic("ORDERS", keys=("/id",))})
+    settings = Settings(group_protocol=asked)
+    started = application.start(settings, topology=topology, processor=False, service=False)
+    try:
+        assert started.settings.group_protocol == used
+        assert started.settings.environment()["SOW_GROUP_PROTOCOL"] == used  # to the child
+    finally:
+        started.stop()
