@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from processor.broker import Broker, start_broker
+from processor.broker.common import CLASSIC_GROUP_PROTOCOL
 from processor.config import Settings
 from processor.engine.commit import crash_hook_from_env
 from processor.engine.processor import Processor, ProcessorConnections
@@ -94,9 +95,12 @@ def store_opener(state_dir: Path) -> Callable[[SowTopic, int], Store]:
 
 def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> Processor:
     """A processor wired to Kafka and RocksDB per the settings: a static group member
-    under static membership, with standby stores when asked (group assignment only)."""
+    under static membership, with standby stores when asked (group assignment only), on
+    the settings' consumer-group protocol (None: classic; :func:`start` resolves it from
+    the broker first)."""
     fetch = _fetch_settings(settings)
     static = settings.assignment == "static"
+    protocol = settings.group_protocol or CLASSIC_GROUP_PROTOCOL
     member = {}
     if settings.group_instance_id is not None and not static:
         member["group.instance.id"] = settings.group_instance_id
@@ -111,7 +115,12 @@ def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> P
             standby_tail = lambda: KafkaChangelogTail(bootstrap, **fetch)  # noqa: E731
     connections = ProcessorConnections(
         input_log=lambda: KafkaInputLog(
-            bootstrap, settings.group_id, static=static, **fetch, **member
+            bootstrap,
+            settings.group_id,
+            static=static,
+            group_protocol=protocol,
+            **fetch,
+            **member,
         ),
         transactional_log=lambda: KafkaTransactionalLog(bootstrap, settings.transactional_id),
         reader=lambda: KafkaPartitionReader(bootstrap),
@@ -294,6 +303,8 @@ def start(
     )
     if settings.fetch_wait_ms is None:
         settings = replace(settings, fetch_wait_ms=broker.fetch_wait_ms)
+    if settings.group_protocol is None:
+        settings = replace(settings, group_protocol=broker.group_protocol)
     if not broker.keeps_log:
         settings = replace(settings, ephemeral_log=True)
     if settings.ephemeral_log:

@@ -16,6 +16,7 @@
 | kafka_properties | SOW_KAFKA_PROPERTIES | none; ``key=value;key=value`` librdkafka properties |
 | standby | SOW_STANDBY | ``off``; ``all``: warm copies of the stores this processor does not own |
 | membership | SOW_MEMBERSHIP | ``dynamic``; ``static``: join with a ``group.instance.id`` |
+| group_protocol | SOW_GROUP_PROTOCOL | ``consumer`` on the embedded Kafka, else ``classic`` |
 
 ``embedded_broker`` picks the broker ``sow serve`` starts when no bootstrap servers are given:
 ``auto`` starts the embedded Apache Kafka when Java 17+ is installed, else the embedded Tansu
@@ -39,6 +40,16 @@ changelog's tail (docs/standby.md). ``membership=static`` gives the group member
 timeout gets its partitions back without a rebalance; the Helm chart sets it, with the
 instance id from the pod name. It is not the default: on the embedded Tansu broker a
 static member that dies keeps its partitions (nobody takes them over), see docs/standby.md.
+
+``group_protocol`` is the consumer-group protocol of the processor's group members:
+``consumer`` (KIP-848: the broker assigns partitions, with its ``range`` assignor, and moves
+only those that change owner, so a join or a leave does not stop the other members) or
+``classic`` (the client-side eager ``range`` protocol: every member gives up all its
+partitions at every rebalance). ``consumer`` needs Apache Kafka 4.0 or later (or a broker
+that implements KIP-848); the embedded Apache Kafka has it and uses it by default, while an
+external broker keeps ``classic`` unless told otherwise, because an older broker refuses a
+``consumer`` member (docs/scaling.md). Every processor of a group must use the same one; a
+processor with ``assignment=static`` joins no group and uses neither.
 """
 
 from __future__ import annotations
@@ -59,6 +70,8 @@ STANDBYS = ("off", "all")
 MEMBERSHIPS = ("dynamic", "static")
 #: The broker started when no bootstrap address is given (SOW_EMBEDDED_BROKER).
 EMBEDDED_BROKERS = ("auto", "kafka", "tansu")
+#: The processor's consumer-group protocol (SOW_GROUP_PROTOCOL): KIP-848 or the classic one.
+GROUP_PROTOCOLS = ("classic", "consumer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +102,8 @@ class Settings:
     #: ``off`` or ``all``; see the module table.
     standby: str = "off"
     membership: str = "dynamic"
+    #: None means the broker's default (``Broker.group_protocol``); see the module table.
+    group_protocol: str | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -118,6 +133,7 @@ class Settings:
         "kafka_properties": "SOW_KAFKA_PROPERTIES",
         "standby": "SOW_STANDBY",
         "membership": "SOW_MEMBERSHIP",
+        "group_protocol": "SOW_GROUP_PROTOCOL",
     }
 
     @property
@@ -178,6 +194,7 @@ _CHOICES = {
     "assignment": ASSIGNMENTS,
     "standby": STANDBYS,
     "membership": MEMBERSHIPS,
+    "group_protocol": GROUP_PROTOCOLS,
 }
 
 

@@ -173,6 +173,14 @@ class StalledError(BrokerError):
     pipeline restarts from the committed offsets with a new consumer."""
 
 
+class StaleGroupError(BrokerError):
+    """The consumer group moved on while a transaction was open (a new generation, or under
+    KIP-848 a new member epoch, which the broker hands out as it reassigns partitions):
+    the transaction's input offsets were refused and nothing of it can commit. The
+    processor aborts it and reads the batch again, once the consumer has caught up with
+    the group."""
+
+
 class UnconfirmedWriteError(BrokerError):
     """The broker did not confirm a write in time: it may or may not be in the log."""
 

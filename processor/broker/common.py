@@ -14,6 +14,10 @@ BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
 #: Kafka answers a fetch as soon as records arrive: the wait only bounds idle requests.
 KAFKA_FETCH_WAIT_MS = 10
+#: The consumer-group protocol every broker speaks (``Settings.group_protocol``).
+CLASSIC_GROUP_PROTOCOL = "classic"
+#: KIP-848's protocol: Apache Kafka 4.0 and later.
+CONSUMER_GROUP_PROTOCOL = "consumer"
 
 
 class Broker(Protocol):
@@ -34,6 +38,13 @@ class Broker(Protocol):
     def fetch_wait_ms(self) -> int:
         """How long a consumer's fetch should wait at this broker for new records (the
         default of ``Settings.fetch_wait_ms``)."""
+        ...
+
+    @property
+    def group_protocol(self) -> str:
+        """The processor's consumer-group protocol on this broker when none is set (the
+        default of ``Settings.group_protocol``): ``consumer`` only where the broker is
+        known to have it."""
         ...
 
     @property
@@ -60,6 +71,12 @@ class ExternalBroker:
     @property
     def fetch_wait_ms(self) -> int:
         return KAFKA_FETCH_WAIT_MS
+
+    @property
+    def group_protocol(self) -> str:
+        # Its version is unknown here: KIP-848 needs Kafka 4.0+, and an older broker
+        # refuses a consumer-protocol member outright, so the classic protocol is safe.
+        return CLASSIC_GROUP_PROTOCOL
 
     @property
     def keeps_log(self) -> bool:

@@ -33,7 +33,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from processor.broker.common import KAFKA_FETCH_WAIT_MS, free_loopback_port, port_is_free
+from processor.broker.common import (
+    CLASSIC_GROUP_PROTOCOL,
+    CONSUMER_GROUP_PROTOCOL,
+    KAFKA_FETCH_WAIT_MS,
+    free_loopback_port,
+    port_is_free,
+)
 from processor.broker.maven import classpath, kafka_version, require_java
 from processor.errors import BrokerError
 
@@ -142,6 +148,17 @@ class EmbeddedKafka:
     @property
     def fetch_wait_ms(self) -> int:
         return KAFKA_FETCH_WAIT_MS
+
+    @property
+    def group_protocol(self) -> str:
+        """KIP-848's protocol (Kafka 4.0+): rebalances move only the partitions that change
+        owner (docs/scaling.md)."""
+        major = self._version.split(".", 1)[0]
+        return (
+            CONSUMER_GROUP_PROTOCOL
+            if major.isdigit() and int(major) >= 4
+            else CLASSIC_GROUP_PROTOCOL
+        )
 
     @property
     def keeps_log(self) -> bool:

@@ -9,7 +9,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from processor.broker.common import BOOTSTRAP_ENV, free_loopback_port, wait_until_answers
+from processor.broker.common import (
+    BOOTSTRAP_ENV,
+    CLASSIC_GROUP_PROTOCOL,
+    free_loopback_port,
+    wait_until_answers,
+)
 from processor.errors import BrokerError
 
 log = logging.getLogger(__name__)
@@ -49,6 +54,10 @@ class TansuBroker:
     @property
     def fetch_wait_ms(self) -> int:
         return TANSU_FETCH_WAIT_MS
+
+    @property
+    def group_protocol(self) -> str:
+        return CLASSIC_GROUP_PROTOCOL  # the one its groups are tested with here
 
     @property
     def keeps_log(self) -> bool:

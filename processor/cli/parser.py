@@ -7,13 +7,14 @@ import importlib.metadata
 from pathlib import Path
 
 from processor.cli import exits
-from processor.config import DEFAULT_GRPC_ADDRESS
+from processor.config import DEFAULT_GRPC_ADDRESS, GROUP_PROTOCOLS
 
 EPILOG = f"""\
 environment: KAFKA_BOOTSTRAP_SERVERS (use this Kafka instead of the embedded broker),
 SOW_EMBEDDED_BROKER (auto, kafka or tansu), SOW_TOPOLOGY, SOW_STATE_DIR, SOW_GRPC_ADDRESS,
-SOW_GROUP_ID, SOW_INSTANCE_ID, SOW_METRICS_ADDRESS, SOW_KAFKA_PROPERTIES (librdkafka
-properties for every Kafka client, e.g. security.protocol=SASL_SSL;sasl.mechanism=PLAIN).
+SOW_GROUP_ID, SOW_INSTANCE_ID, SOW_METRICS_ADDRESS, SOW_GROUP_PROTOCOL (classic or
+consumer), SOW_KAFKA_PROPERTIES (librdkafka properties for every Kafka client, e.g.
+security.protocol=SASL_SSL;sasl.mechanism=PLAIN).
 
 {exits.HELP}
 """
@@ -53,6 +54,18 @@ def _common_server(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"address of a running 'sow serve' (default: $SOW_GRPC_ADDRESS or "
         f"{DEFAULT_GRPC_ADDRESS})",
+    )
+
+
+def _group_protocol(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--group-protocol",
+        choices=GROUP_PROTOCOLS,
+        default=None,
+        help="the processor's consumer-group protocol: consumer (KIP-848, Kafka 4.0+: "
+        "a join or a leave moves only the partitions that change owner) or classic "
+        "(default: SOW_GROUP_PROTOCOL, else consumer on the embedded Apache Kafka and "
+        "classic on any other broker)",
     )
 
 
@@ -124,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
         "when Java 17+ is installed, else Tansu), kafka or tansu (default: "
         "SOW_EMBEDDED_BROKER, else auto)",
     )
+    _group_protocol(serve)
     process = runner("process", "Run only the processor against a configured Kafka.")
+    _group_protocol(process)
     process.add_argument("--max-batch", type=int, default=None, help="records per transaction")
     process.add_argument(
         "--standby",

@@ -30,6 +30,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         standby=getattr(args, "standby", None),
         membership=getattr(args, "membership", None),
         embedded_broker=getattr(args, "embedded_broker", None),
+        group_protocol=getattr(args, "group_protocol", None),
     )
 
 

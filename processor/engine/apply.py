@@ -151,6 +151,14 @@ class Applier:
         """Records sent to the dead-letter topic since start."""
         return self.dead_letters.count
 
+    def counters(self) -> tuple[int, int, int]:
+        """The monitoring counters, to put back with :meth:`restore_counters` when a
+        batch is aborted and applied again."""
+        return self.repartitioned, self.duplicates, self.dead_letters.count
+
+    def restore_counters(self, counters: tuple[int, int, int]) -> None:
+        self.repartitioned, self.duplicates, self.dead_letters.count = counters
+
     def apply(
         self, records: Sequence[Record], now_ms: int
     ) -> tuple[dict[TopicPartitionKey, int], set[PartitionState]]:

@@ -51,6 +51,16 @@ class PartitionState:
     def __post_init__(self) -> None:
         self.publishers = PublisherSequences(self.store)
 
+    def discard(self) -> None:
+        """Forget the current transaction's changes (it was aborted and its batch will be
+        read again): back to what the store holds, as of the last commit."""
+        self.pending.clear()  # cleared in place: the applier's routes hold this dict
+        self.progress.clear()
+        self.due.clear()
+        self.due_floor = b""
+        self.publishers = PublisherSequences(self.store)
+        self.publishers.load()
+
     @property
     def transient(self) -> bool:
         return self.topic.durability is Durability.TRANSIENT

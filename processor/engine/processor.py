@@ -5,6 +5,14 @@ instance that takes every partition. It owns the store partitions of the input p
 it is given (input topic partition p and repartition topic partition p belong to store
 partition p of the SOW topic; the range assignor keeps them together).
 
+Rebalances come as the group protocol makes them (:class:`processor.log.kafka.KafkaInputLog`):
+the classic, eager protocol revokes every partition and then assigns a whole new set; the
+consumer protocol (KIP-848) revokes and assigns only the partitions that change owner, the
+rest being fetched and applied throughout. The callbacks handle both the same way, one
+log partition at a time: a store partition opens with the first of its two log
+partitions assigned and closes once neither is, so the two may also arrive or leave in
+separate callbacks.
+
 Recovery runs in the poll loop, as in Kafka Streams and Quix Streams: a newly assigned
 persistent partition's input is held back (not fetched) while its store replays its
 changelog (and republishes a lost one), one step between polls, so a long restore never
@@ -50,7 +58,7 @@ from processor.engine.republish import republish_pending, republish_steps
 from processor.engine.standby import Standby
 from processor.engine.transaction import Transaction
 from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopReport, StallJudge
-from processor.errors import BrokerError, FencedError, StalledError
+from processor.errors import BrokerError, FencedError, StaleGroupError, StalledError
 from processor.keys import key_function
 from processor.log import (
     ChangelogTail,
@@ -173,6 +181,8 @@ class Processor:
         #: Next input offset to apply per fetching partition (where it resumed, then
         #: after each batch); written by the loop, read by the watchdog.
         self._positions: dict[TopicPartitionKey, int] = {}
+        #: Transactions in a row whose offsets the group refused (see _read_again).
+        self._stale_group = 0
 
     @property
     def applied(self) -> int:
@@ -352,6 +362,7 @@ class Processor:
 
     def _run_pipeline(self) -> None:
         self._positions = {}
+        self._stale_group = 0
         self._pipelines += 1
         self._restart.clear()
         self._offsets_behind = {}
@@ -400,24 +411,32 @@ class Processor:
                     self.first_batch_at = time.perf_counter()
                 self._phase = "applying and committing a batch"
                 # A failure anywhere below raises out of the pipeline, which drops every
-                # partition's pending state and restarts from the committed offsets.
+                # partition's pending state and restarts from the committed offsets; but
+                # offsets refused by a group that moved on abort the batch alone.
                 transaction = Transaction(self.transactions)
+                counted = applier.counters()
                 producer.begin()
                 offsets, touched = applier.apply(records, now_ms)
-                self._positions.update(offsets)
                 if expiring:
                     touched |= expirer.expire(expiring, now_ms)
-                if touched:
-                    commit(
-                        transaction,
-                        producer,
-                        touched,
-                        offsets,
-                        consumer.group_metadata(),
-                        self._crash,
-                    )
-                else:
-                    producer.abort()
+                try:
+                    if touched:
+                        commit(
+                            transaction,
+                            producer,
+                            touched,
+                            offsets,
+                            consumer.group_metadata(),
+                            self._crash,
+                        )
+                    else:
+                        producer.abort()
+                except StaleGroupError as exc:
+                    self._read_again(records, producer, consumer, exc)
+                    applier.restore_counters(counted)
+                    continue
+                self._positions.update(offsets)
+                self._stale_group = 0
                 self.transactions += 1
                 self.records += len(records)
         finally:
@@ -480,7 +499,9 @@ class Processor:
             self._place(tp, starts.get(tp), committed.get(tp, -1))
         if self._standby is not None:
             self._standby.follow(set(self._states))
-        names = ", ".join(f"{t}[{p}]" for t, p in sorted(partitions))
+        # Nothing given: a member left without partitions, or (incremental protocol) the
+        # callback that follows a revocation.
+        names = ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
         if self._recoveries:
             log.info("given %s; recovering %d store partitions first", names, len(self._recoveries))
         else:
@@ -493,8 +514,54 @@ class Processor:
         offsets only): otherwise they would stay behind until new input arrives."""
         offsets, self._offsets_behind = self._offsets_behind, {}
         producer.begin()
-        producer.send_offsets(offsets, consumer.group_metadata())
+        try:
+            producer.send_offsets(offsets, consumer.group_metadata())
+        except StaleGroupError as exc:
+            self._stale(producer, exc)
+            self._offsets_behind = {**offsets, **self._offsets_behind}  # tried again
+            return
         producer.commit()
+        self._stale_group = 0
+
+    #: Batches in a row whose offsets a moved-on group may refuse before the pipeline
+    #: restarts (the consumer should catch up with the group within one consume).
+    STALE_GROUP_RETRIES = 5
+
+    def _stale(self, producer: TransactionalLog, exc: StaleGroupError) -> None:
+        """Abort the transaction the group refused; raise ``exc`` (a pipeline restart)
+        when that keeps happening."""
+        self._stale_group += 1
+        if self._stale_group > self.STALE_GROUP_RETRIES:
+            raise exc
+        log.info("%s; aborting the transaction and reading its batch again", exc)
+        producer.abort()
+        self._stop.wait(0.01 * self._stale_group)
+
+    def _read_again(
+        self,
+        records: Sequence[Record],
+        producer: TransactionalLog,
+        consumer: InputLog,
+        exc: StaleGroupError,
+    ) -> None:
+        """The group refused the batch's offsets: it moved to a new generation or member
+        epoch while the transaction was open (KIP-848 hands out a new epoch as it gives
+        this member partitions, between two polls). Abort the transaction, drop what it
+        changed in the store partitions, and fetch its records again: the next consume
+        runs the pending rebalance callback first, and the batch is applied again under
+        the group's new metadata. Nothing of it was committed or written to a store."""
+        self._stale(producer, exc)
+        for key, state in self._states.items():
+            if key not in self._recoveries:
+                state.discard()
+        starts: dict[TopicPartitionKey, int] = {}
+        for record in records:
+            if record.error() is None:
+                tp = (record.topic(), record.partition())
+                offset = record.offset()
+                if tp not in starts or offset < starts[tp]:
+                    starts[tp] = offset
+        consumer.rewind(starts)
 
     def _start_after_recovery(
         self, state: PartitionState, tp: TopicPartitionKey, committed: int
@@ -602,14 +669,20 @@ class Processor:
             self._positions[tp] = begin
 
     def _on_revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        """Drop revoked log partitions (every one under the eager protocol, only those
+        moving to another member under KIP-848's)."""
         assert self._applier is not None
         revoked: set[tuple[str, int]] = set()
         for log_topic, partition in partitions:
-            self._positions.pop((log_topic, partition), None)
-            self._applier.routes.pop((log_topic, partition), None)
-            self._offsets_behind.pop((log_topic, partition), None)
+            tp = (log_topic, partition)
+            self._positions.pop(tp, None)
+            self._applier.routes.pop(tp, None)
+            self._offsets_behind.pop(tp, None)
             topic, _ = self._by_log_topic[log_topic]
             revoked.add((topic.name, partition))
+            recovery = self._recoveries.get((topic.name, partition))
+            if recovery is not None:  # its other log partition may stay: not to resume
+                recovery.held.pop(tp, None)
         # A store partition closes once neither of its log topics is assigned.
         still = {(r.state.topic.name, r.state.partition) for r in self._applier.routes.values()}
         self._close_states([k for k in revoked if k not in still], warm=True)

@@ -57,6 +57,11 @@ class InputLog(Protocol):
     processor instance owns every partition), all partitions of the topics at once,
     ``on_assign`` running inside ``subscribe``. Both commit offsets through the
     transactions with :meth:`group_metadata` and read them back as ``committed``.
+
+    A group member's callbacks carry either the whole assignment (an eager rebalance:
+    ``on_revoke`` of everything held, then ``on_assign`` of the new set) or only what
+    changed (an incremental one: the partitions added, or removed, the rest untouched);
+    the caller handles both alike, partition by partition.
     """
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
@@ -70,6 +75,11 @@ class InputLog(Protocol):
 
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
         """Up to ``max_records`` records; rebalance callbacks run inside this call."""
+        ...
+
+    def rewind(self, starts: Mapping[TopicPartitionKey, int]) -> None:
+        """Fetch these assigned partitions again from the given offsets (what was
+        consumed after them and not committed is returned again)."""
         ...
 
     def group_metadata(self) -> object:

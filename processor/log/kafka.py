@@ -1,9 +1,11 @@
 """confluent-kafka adapters: the only module that talks to Kafka.
 
 Client settings tolerate the Tansu broker's quirks (ARCHITECTURE.md), which are also legal
-behaviours of real clusters: short session timeouts so group joins take seconds, the
-classic consumer protocol, and "caught up" decided from fetched positions (partition EOF)
-rather than ListOffsets, which may under-report the end of a partition.
+behaviours of real clusters: short session timeouts so group joins take seconds, and
+"caught up" decided from fetched positions (partition EOF) rather than ListOffsets, which
+may under-report the end of a partition. The processor's group members speak the classic
+consumer protocol or KIP-848's (``group_protocol``, see :func:`consumer_settings`); every
+other consumer is group-less.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from processor.errors import (
     MessageTooLargeError,
     RecordTooLargeError,
     SowError,
+    StaleGroupError,
 )
 from processor.log import (
     Headers,
@@ -72,16 +75,44 @@ def client_settings(bootstrap: str) -> dict[str, Any]:
     return {**BASE, "bootstrap.servers": bootstrap, **_client_properties}
 
 
-def consumer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
-    """Consumer settings that join groups quickly and read only committed data."""
+#: ``group_protocol`` values: the classic protocol, KIP-848's (Kafka 4.0+).
+CLASSIC = "classic"
+CONSUMER = "consumer"
+
+
+def group_settings(group_protocol: str = CLASSIC) -> dict[str, Any]:
+    """How a consumer takes part in its group.
+
+    ``classic``: the client-side eager ``range`` assignor, with a short session (a dead
+    member is noticed within 6 s) and frequent heartbeats. ``consumer`` (KIP-848): the
+    broker owns the session timeout, the heartbeat interval and the assignor, so librdkafka
+    refuses those three settings; the broker's ``range`` assignor is asked for instead.
+    Both ``range`` assignors co-partition topics of equal partition counts (the input
+    topic and its repartition topic: partition p of both goes to the same member).
+    """
+    if group_protocol == CONSUMER:
+        return {"group.protocol": CONSUMER, "group.remote.assignor": "range"}
+    if group_protocol != CLASSIC:
+        raise ConfigurationError(
+            f"group_protocol must be {CLASSIC} or {CONSUMER}, got {group_protocol!r}"
+        )
+    return {
+        "group.protocol": CLASSIC,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+        "partition.assignment.strategy": "range",
+    }
+
+
+def consumer_settings(
+    bootstrap: str, group_protocol: str = CLASSIC, **extra: Any
+) -> dict[str, Any]:
+    """Consumer settings that join groups quickly and read only committed data.
+    ``group_protocol`` matters only to a consumer that subscribes (:func:`group_settings`)."""
     settings: dict[str, Any] = {
         **BASE,
         "bootstrap.servers": bootstrap,
-        "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 500,
-        "group.protocol": "classic",
-        # range co-partitions topics with equal partition counts (input + repartition).
-        "partition.assignment.strategy": "range",
+        **group_settings(group_protocol),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
@@ -169,6 +200,18 @@ def _close_producer(producer: Producer, timeout_s: float = 5.0) -> None:
 
 #: Marks "where committed" among start offsets (never a Kafka offset or logical offset).
 COMMITTED = -10_000
+#: What the group coordinator answers offsets sent with group metadata it has moved past:
+#: an older generation (classic) or member epoch (KIP-848; older brokers answer
+#: ILLEGAL_GENERATION for it), a member it no longer knows, a rebalance under way.
+_STALE_GROUP = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.STALE_MEMBER_EPOCH,
+        KafkaError.FENCED_MEMBER_EPOCH,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+    }
+)
 
 
 def _raise_for(exc: KafkaException, what: str) -> None:
@@ -188,12 +231,28 @@ class KafkaInputLog:
     which brokers accept from group-less consumers) and are read back with ``committed``,
     and the transactional id still fences an older instance. Running two static
     instances, or a static one beside group members, on the same group is not supported.
+
+    A group member's rebalances follow its ``group_protocol``. ``classic`` is eager: every
+    rebalance revokes the whole assignment (``unassign``), then hands over a whole new one
+    (``assign``). ``consumer`` (KIP-848) is incremental: a callback carries only the
+    partitions added or removed, and the member keeps fetching the others throughout;
+    librdkafka then takes only ``incremental_assign`` and ``incremental_unassign``.
+    (confluent-kafka has no ``rebalance_protocol()``: the protocol configured decides.)
+    Partitions held for recovery are never in librdkafka's assignment until resumed, so
+    a revocation unassigns only the fetching ones.
     """
 
     #: How often librdkafka reports statistics (the source of :meth:`lag`).
     STATISTICS_INTERVAL_MS = 1000
 
-    def __init__(self, bootstrap: str, group_id: str, static: bool = False, **extra: Any) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        static: bool = False,
+        group_protocol: str = CLASSIC,
+        **extra: Any,
+    ) -> None:
         self._lag: dict[TopicPartitionKey, int] = {}
         self._group_state = ""
         settings = {
@@ -202,25 +261,67 @@ class KafkaInputLog:
             "stats_cb": self._note_statistics,
             **extra,
         }
-        self._consumer = Consumer(consumer_settings(bootstrap, **settings))
+        # A static instance joins no group: its protocol is irrelevant, and classic keeps
+        # its group-less offset commits (generation -1) as they always were.
+        protocol = CLASSIC if static else group_protocol
+        try:
+            self._consumer = Consumer(consumer_settings(bootstrap, protocol, **settings))
+        except KafkaException as exc:
+            raise ConfigurationError(
+                f"the Kafka client refused the processor's consumer configuration "
+                f"(group_protocol={protocol}): {exc.args[0].str()}; under the consumer "
+                "protocol the broker sets session.timeout.ms, heartbeat.interval.ms and "
+                "the assignor, so SOW_KAFKA_PROPERTIES must not set them"
+            ) from exc
         self._static = static
+        #: KIP-848's incremental rebalances (False: eager, or no group at all).
+        self._incremental = not static and protocol == CONSUMER
         #: Partitions assigned and fetching, and those held until ``resume``.
         self._active: dict[TopicPartitionKey, TopicPartition] = {}
         self._held: dict[TopicPartitionKey, TopicPartition] = {}
+        #: Set by ``close``: rebalance callbacks while leaving only keep librdkafka's books.
+        self._closing = False
+
+    @property
+    def incremental(self) -> bool:
+        """True when rebalances add and remove partitions one change at a time (KIP-848)."""
+        return self._incremental
 
     def subscribe(self, topics: Sequence[str], on_assign: OnAssign, on_revoke: OnRevoke) -> None:
         def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            if self._closing:  # leaving the group: take nothing new on
+                if self._incremental:
+                    consumer.incremental_assign([])
+                else:
+                    consumer.assign([])
+                    self._active.clear()
+                    self._held.clear()
+                return
             self._assign(partitions, on_assign)
 
         def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            on_revoke([(tp.topic, tp.partition) for tp in partitions])
-            consumer.unassign()
-            self._active.clear()
-            self._held.clear()
+            if not self._closing:  # the caller dropped every partition before closing
+                on_revoke([(tp.topic, tp.partition) for tp in partitions])
+            if not self._incremental:
+                consumer.unassign()
+                self._active.clear()
+                self._held.clear()
+                return
+            fetching = []
+            for tp in partitions:
+                key = (tp.topic, tp.partition)
+                self._held.pop(key, None)
+                if self._active.pop(key, None) is not None:
+                    fetching.append(TopicPartition(tp.topic, tp.partition))
+            # Called even with nothing to unassign: the callback must change the
+            # assignment itself, or confluent-kafka unassigns all it was given, held
+            # partitions included (which librdkafka refuses: never assigned).
+            consumer.incremental_unassign(fetching)
 
         if self._static:
             self._assign(self._all_partitions(topics), on_assign)
         else:
+            # Lost partitions (a member fenced out of its group) come to ``revoked`` too.
             self._consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked)
 
     def _all_partitions(self, topics: Sequence[str]) -> list[TopicPartition]:
@@ -241,11 +342,13 @@ class KafkaInputLog:
 
     def _assign(self, partitions: list[TopicPartition], on_assign: OnAssign) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
-        try:
-            found = self._consumer.committed(partitions, 30)
-        except KafkaException as exc:
-            raise BrokerError(f"cannot read committed offsets: {exc}") from exc
-        committed = {(tp.topic, tp.partition): tp.offset for tp in found}
+        committed: dict[TopicPartitionKey, int] = {}
+        if partitions:
+            try:
+                found = self._consumer.committed(partitions, 30)
+            except KafkaException as exc:
+                raise BrokerError(f"cannot read committed offsets: {exc}") from exc
+            committed = {(tp.topic, tp.partition): tp.offset for tp in found}
         starts = on_assign(keys, committed)
         held = []
         for tp in partitions:
@@ -262,19 +365,31 @@ class KafkaInputLog:
             tp.offset = start
         # Held partitions join the assignment when resumed, rather than being assigned
         # paused: a paused partition's fetch resumes up to a second late.
+        fetching = {(tp.topic, tp.partition): tp for tp in partitions if tp not in held}
+        if self._incremental:
+            self._held.update(((tp.topic, tp.partition), tp) for tp in held)
+            self._active.update(fetching)
+            # Called even when empty: the callback must change the assignment itself
+            # (else confluent-kafka assigns everything given, held partitions included).
+            self._consumer.incremental_assign(list(fetching.values()))
+            return
         self._held = {(tp.topic, tp.partition): tp for tp in held}
-        self._active = {(tp.topic, tp.partition): tp for tp in partitions if tp not in held}
+        self._active = fetching
         self._consumer.assign(list(self._active.values()))
 
     def resume(self, starts: Mapping[TopicPartitionKey, int | None]) -> None:
         resumed = []
         for key, start in starts.items():
-            tp = self._held.pop(key)
+            tp = self._held.pop(key, None)
+            if tp is None:
+                continue  # revoked while held: no longer this consumer's to fetch
             if start is not None:
                 tp.offset = start
             resumed.append(tp)
+        if not resumed:
+            return
         try:
-            if self._static:
+            if self._static or self._incremental:
                 self._consumer.incremental_assign(resumed)
             else:
                 # The eager group protocol allows no incremental change: assign everything
@@ -291,6 +406,15 @@ class KafkaInputLog:
 
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
         return cast(list[Record], self._consumer.consume(max_records, timeout_s))
+
+    def rewind(self, starts: Mapping[TopicPartitionKey, int]) -> None:
+        for (topic, partition), offset in sorted(starts.items()):
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                raise BrokerError(
+                    f"cannot read {topic}[{partition}] again from offset {offset}: {exc}"
+                ) from exc
 
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()
@@ -322,6 +446,7 @@ class KafkaInputLog:
         self._lag = lag  # replaced whole: readers on other threads see one or the other
 
     def close(self) -> None:
+        self._closing = True
         with contextlib.suppress(RuntimeError):  # already closed
             self._consumer.close()
 
@@ -462,10 +587,18 @@ class KafkaTransactionalLog:
                 _raise_for(exc, f"cannot produce to {topic}")
 
     def send_offsets(self, offsets: Mapping[TopicPartitionKey, int], group: object) -> None:
+        """Add input offsets to the transaction; StaleGroupError when the group refused
+        them as sent for an earlier generation or member epoch (the transaction must be
+        aborted)."""
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         try:
             self._producer.send_offsets_to_transaction(tps, group, 30)
         except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() in _STALE_GROUP and not error.fatal():
+                raise StaleGroupError(
+                    f"the group refused the transaction's offsets: {error.str()}"
+                ) from exc
             _raise_for(exc, "cannot add consumer offsets to the transaction")
 
     def commit(self) -> dict[TopicPartitionKey, int]:

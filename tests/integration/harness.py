@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from processor import changelog
 from processor.app import Application, start
@@ -93,3 +94,10 @@ def store_contents(state_dir: Path, topic: SowTopic) -> dict[bytes, bytes]:
         contents.update((k, changelog.decode(v).data) for k, v in store.items())
         store.close()
     return contents
+
+
+def group_type(bootstrap: str, group: str) -> str:
+    """``CONSUMER`` (KIP-848) or ``CLASSIC``: the kind of group the broker says it is."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    return str(described.type.name)

@@ -20,10 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY = "stop with Ctrl-C"
+#: Logged by a processor right before it joins its group (or restarts its pipeline).
+JOINING = "processor taking its partitions"
+#: Logged by a processor whose pipeline failed and starts again from the committed offsets.
+RESTARTING = "restarting from committed offsets"
 #: ``assigned T[p], U[q]`` (after a rebalance, or once the stores are recovered) and
-#: ``revoked ...`` (the eager protocol revokes everything before each rebalance).
+#: ``revoked T[p], ...``: the eager (classic) protocol revokes everything before each
+#: rebalance and then assigns a whole new set; KIP-848's (consumer) revokes and assigns
+#: only the partitions that move.
 _ASSIGNED = re.compile(r"processor\.engine\.processor: assigned ?(.*)$")
-_REVOKED = re.compile(r"processor\.engine\.processor: revoked")
+_REVOKED = re.compile(r"processor\.engine\.processor: revoked ?(.*)$")
 _PARTITION = re.compile(r"([^\s,\[]+)\[(\d+)\]")
 
 
@@ -35,8 +41,9 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 class Member:
     """One ``sow`` process with its stderr collected (by a reader thread).
 
-    ``owned`` is the set of ``input_topic`` partitions the processor holds: None between
-    a revocation and the next assignment. Thread-safe to read.
+    ``owned`` is the set of ``input_topic`` partitions the processor holds and applies:
+    None before its first assignment; partitions leave it when revoked and join it when
+    assigned (and recovered). Thread-safe to read.
     """
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], input_topic: str) -> None:
@@ -44,6 +51,10 @@ class Member:
         self.started = time.monotonic()
         self.lines: list[str] = []
         self.ready_at: float | None = None
+        #: When the processor first set out to join its group (after Python's start).
+        self.joining_at: float | None = None
+        #: Pipeline restarts the processor logged (a failed transaction, a stall).
+        self.restarts = 0
         self.grpc_address = ""
         self.owned: frozenset[int] | None = None
         #: (monotonic time, partitions) of every assignment, in order.
@@ -71,14 +82,19 @@ class Member:
                 self.grpc_address = line.split()[1]
             if READY in line and self.ready_at is None:
                 self.ready_at = time.monotonic()
-            if _REVOKED.search(line):
-                self.owned = None
+            if JOINING in line and self.joining_at is None:
+                self.joining_at = time.monotonic()
+            if RESTARTING in line:
+                self.restarts += 1
+            if match := _REVOKED.search(line):
+                self.owned = (self.owned or frozenset()) - self._partitions(match.group(1))
             elif match := _ASSIGNED.search(line):
-                owned = frozenset(
-                    int(p) for t, p in _PARTITION.findall(match.group(1)) if t == self._input_topic
-                )
+                owned = (self.owned or frozenset()) | self._partitions(match.group(1))
                 self.owned = owned
                 self.assignments.append((time.monotonic(), owned))
+
+    def _partitions(self, listed: str) -> frozenset[int]:
+        return frozenset(int(p) for t, p in _PARTITION.findall(listed) if t == self._input_topic)
 
     @property
     def alive(self) -> bool:

@@ -12,7 +12,8 @@ The local scale test, one command::
 
 (4 input partitions, 1 -> 2 -> 4 processors, SIGKILL one and add another mid-stream,
 2 query services). The short variant (1 -> 2 processors, SIGKILL one, 1 query service)
-runs with the normal test suite.
+runs on both consumer-group protocols; on KIP-848's (``SOW_GROUP_PROTOCOL=consumer``)
+with the normal test suite, where the broker has it.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from processor.app import topic_specs
+from processor.broker import Broker, TansuBroker
 from processor.changelog import CONTROL_PREFIX, decode
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.kafka import ensure_topics
 from processor.service.client import SowClient
 from processor.topology.loader import load_topology
 from processor.topology.model import SowTopic
-from tests.integration.harness import read_topic
+from tests.integration.harness import group_type, read_topic
 from tests.integration.scale_cluster import Cluster
 
 PARTITIONS = 4
@@ -298,11 +300,26 @@ def run_scenario(
 # SIGKILLed mid-transaction leaves its transaction open until its transactional id starts
 # again (Tansu never aborts it), freezing the query services on the partitions it touched
 # (docs/scaling.md); a run where the survivor alone took over failed so once.
-@pytest.mark.heavy
-def test_a_processor_joins_and_one_is_killed_mid_stream(bootstrap: str, scale: Cluster) -> None:
-    """1 -> 2 processors, then SIGKILL the first and start its instance again."""
+@pytest.mark.parametrize(
+    "group_protocol",
+    [
+        pytest.param("classic", marks=pytest.mark.heavy),
+        # Never on Tansu (no KIP-848 groups there), so none of the above applies: Kafka
+        # aborts a killed processor's transaction within its 10 s timeout.
+        "consumer",
+    ],
+)
+def test_a_processor_joins_and_one_is_killed_mid_stream(
+    broker: Broker, bootstrap: str, scale: Cluster, group_protocol: str
+) -> None:
+    """1 -> 2 processors, then SIGKILL the first and start its instance again, on either
+    consumer-group protocol (eager rebalances, or KIP-848's incremental ones)."""
+    if group_protocol == "consumer" and isinstance(broker, TansuBroker):
+        pytest.skip("the embedded Tansu broker has no KIP-848 groups")
+    scale.env["SOW_GROUP_PROTOCOL"] = group_protocol
     steps = [("add", 1), ("kill+restart", 1)]
     settle = run_scenario(bootstrap, scale, services=1, steps=steps)
+    assert group_type(bootstrap, scale.group) == group_protocol.upper()
     print("settled after (s):", settle)
 
 

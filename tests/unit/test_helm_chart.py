@@ -112,6 +112,7 @@ def test_processor_statefulset_keeps_state_per_replica(values: str) -> None:
     given = values_of(values).get("processor", {})
     assert env["SOW_MEMBERSHIP"]["value"] == given.get("membership", "static")
     assert env["SOW_STANDBY"]["value"] == given.get("standby", "off")
+    assert env["SOW_GROUP_PROTOCOL"]["value"] == given.get("groupProtocol", "classic")
     settings = Settings.from_env(
         {k: e["value"] for k, e in env.items() if "value" in e} | {"SOW_INSTANCE_ID": "p-1"}
     )
