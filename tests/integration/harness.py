@@ -28,7 +28,9 @@ def namespaced(unique: str, *topics: SowTopic) -> Topology:
 def running_sow(
     bootstrap: str, topology: Topology, state_dir: Path, unique: str
 ) -> Iterator[tuple[Application, SowClient]]:
-    """Start processor + replica + gRPC on a free port; yield the app and a client."""
+    """Start processor + replica + gRPC on a free port; yield the app and a client once
+    it is ready (processor joined and restored, replica caught up), as a user's first
+    request after health turns SERVING would find it."""
     settings = Settings(
         bootstrap_servers=bootstrap,
         state_dir=state_dir,
@@ -39,6 +41,10 @@ def running_sow(
     app = start(settings, topology=topology)
     client = SowClient(app.grpc_address)
     try:
+        deadline = time.monotonic() + 60
+        while app.readiness() is not None:
+            assert time.monotonic() < deadline, f"not ready after 60s: {app.readiness()}"
+            time.sleep(0.05)
         yield app, client
     finally:
         client.close()

@@ -113,25 +113,43 @@ def publish(
     """Publish updates keyed by SowKey (2% deletes), spread over ``seconds``."""
     rng = random.Random(seed)
     generator = FieldKeyGenerator(topic.domain, topic.keys)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
+    # Idempotent: the log holds each update once and in the order the model saw it, even
+    # when a produce request is retried under load.
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "log_level": 3,
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": max(updates, 100_000),
+        }
+    )
+    failed: list[object] = []
+
+    def delivered(error: object, _: object) -> None:
+        if error is not None:
+            failed.append(error)
+
     started = time.monotonic()
     for i in range(updates):
         order = rng.randrange(keys)
         sow_key = generator({"orderId": order}).encode()
         partition = partition_for(sow_key, topic.partitions)
         if rng.random() < 0.02:
-            producer.produce(topic.kafka_topic, None, sow_key, partition)
+            producer.produce(topic.kafka_topic, None, sow_key, partition, on_delivery=delivered)
             model.state.pop(sow_key, None)
         else:
             value = orjson.dumps({"orderId": order, "seq": i})
-            producer.produce(topic.kafka_topic, value, sow_key, partition)
+            producer.produce(topic.kafka_topic, value, sow_key, partition, on_delivery=delivered)
             model.state[sow_key] = value
         if i % 1000 == 0:
             producer.poll(0)
             ahead = started + seconds * i / updates - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
-    producer.flush(30)
+    unsent = producer.flush(120)
+    assert unsent == 0, f"{unsent} updates of the model never reached the broker"
+    assert not failed, f"updates of the model were refused: {failed[:3]}"
     for p in range(topic.partitions):
         # ListOffsets may under-report on some brokers; read the partition instead.
         model.ends[p] = _count(bootstrap, topic.kafka_topic, p)
