@@ -12,7 +12,7 @@
 | dead_letter_topic | SOW_DEAD_LETTER_TOPIC | ``sow.dead-letter`` |
 | max_batch | SOW_MAX_BATCH | ``10000`` records per transaction |
 | assignment | SOW_ASSIGNMENT | ``group``; ``static``: one processor takes every partition |
-| fetch_wait_ms | SOW_FETCH_WAIT_MS | 2 on the embedded broker, 10 on any other (see below) |
+| fetch_wait_ms | SOW_FETCH_WAIT_MS | 100 on Apache Kafka, 2 on Tansu (see below) |
 | kafka_properties | SOW_KAFKA_PROPERTIES | none; ``key=value;key=value`` librdkafka properties |
 | standby | SOW_STANDBY | ``off``; ``all``: warm copies of the stores this processor does not own |
 | membership | SOW_MEMBERSHIP | ``dynamic``; ``static``: join with a ``group.instance.id`` |

@@ -12,8 +12,9 @@ from processor.errors import BrokerError
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
-#: Kafka answers a fetch as soon as records arrive: the wait only bounds idle requests.
-KAFKA_FETCH_WAIT_MS = 10
+#: Kafka answers a fetch as soon as records arrive: the wait only bounds idle requests
+#: (at 10 ms the idle embedded broker used 14% of a core answering them, at 100 ms 8%).
+KAFKA_FETCH_WAIT_MS = 100
 #: The consumer-group protocol every broker speaks (``Settings.group_protocol``).
 CLASSIC_GROUP_PROTOCOL = "classic"
 #: KIP-848's protocol: Apache Kafka 4.0 and later.
