@@ -147,7 +147,10 @@ def sampler(pids: dict[str, int], stop: threading.Event, out: list[dict[str, Any
     previous = began
     while not stop.wait(10):
         now = time.monotonic()
-        row: dict[str, Any] = {"t_s": round(now - began, 1)}
+        row: dict[str, Any] = {
+            "t_s": round(now - began, 1),
+            "load1": float(Path("/proc/loadavg").read_text().split()[0]),
+        }
         for name, pid in pids.items():
             current = usage(pid)
             before = last[name]
