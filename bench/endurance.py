@@ -181,6 +181,29 @@ def paced(client_id: int, rate: float, seconds: float, sent: list[int]) -> Itera
         n += 1
 
 
+def replies(
+    client: SowClient, messages: Iterator[bytes], unary: bool
+) -> Iterator[tuple[bytes, Any]]:
+    """Each message with its publish reply (None: refused), one gRPC call per message or
+    on one stream."""
+    if unary:
+        for data in messages:
+            try:
+                yield data, client.publish("BENCH", data, timeout=30)
+            except ServiceError:
+                yield data, None
+        return
+    pending: list[bytes] = []
+
+    def remembered() -> Iterator[bytes]:
+        for data in messages:
+            pending.append(data)
+            yield data
+
+    for reply in client.publish_stream("BENCH", remembered(), batch_size=1):
+        yield pending.pop(0), (None if reply.error_code else reply)
+
+
 def publisher(
     address: str, client_id: int, rate: float, seconds: float, unary: bool, out: Any
 ) -> None:
@@ -191,37 +214,14 @@ def publisher(
     ends: dict[int, int] = {}
     acked = errors = 0
     sent: list[int] = []
-    messages = paced(client_id, rate, seconds, sent)
-    if unary:
-        for data in messages:
-            try:
-                reply = client.publish("BENCH", data, timeout=30)
-            except ServiceError:
-                errors += 1
-                continue
-            model[reply.sow_key] = data
-            ends[reply.position.partition] = max(
-                ends.get(reply.position.partition, -1), reply.position.offset
-            )
-            acked += 1
-    else:
-        pending: list[bytes] = []
-
-        def remembered() -> Iterator[bytes]:
-            for data in messages:
-                pending.append(data)
-                yield data
-
-        for reply in client.publish_stream("BENCH", remembered(), batch_size=1):
-            data = pending.pop(0)
-            if reply.error_code:
-                errors += 1
-                continue
-            model[reply.sow_key] = data
-            ends[reply.position.partition] = max(
-                ends.get(reply.position.partition, -1), reply.position.offset
-            )
-            acked += 1
+    for data, reply in replies(client, paced(client_id, rate, seconds, sent), unary):
+        if reply is None:
+            errors += 1
+            continue
+        model[reply.sow_key] = data
+        position = reply.position
+        ends[position.partition] = max(ends.get(position.partition, -1), position.offset)
+        acked += 1
     client.close()
     out.send({"model": model, "ends": ends, "acked": acked, "errors": errors, "sent": len(sent)})
 
