@@ -56,8 +56,10 @@ def commit(
     The changelog records of the batch were produced while it was applied. Then:
 
     1. Produce, per touched partition, one publisher control record for each publisher
-       whose sequence the batch changed, then one PROGRESS control record (input
-       positions); the PROGRESS offsets come back with step 3.
+       whose sequence the batch changed, then one PROGRESS control record: the next
+       offset of every input of the partition as of this transaction (``applied`` with
+       this batch's ``progress`` on top, so the latest record alone, which is what
+       compaction keeps, says it all); the PROGRESS offsets come back with step 3.
     2. Send the consumer offsets (next offset per input partition) to the transaction
        (none when the transaction only expired records).
     3. Commit the Kafka transaction: changelog records and offsets become visible at once.
@@ -77,7 +79,8 @@ def commit(
             for publisher, sequence in state.publishers.changed.items():
                 key, value = publisher_record(publisher, sequence)
                 producer.produce(changelog, value, key, state.partition)
-            positions = [(topic, state.partition, nxt) for topic, nxt in state.progress.items()]
+            reached = state.applied | state.progress
+            positions = [(topic, state.partition, nxt) for topic, nxt in reached.items()]
             progress = encode_progress(positions)
             producer.produce_tracked(changelog, progress, PROGRESS_KEY, state.partition)
         transaction.advance(TransactionStatus.STARTED, TransactionStatus.PREPARED)
@@ -97,6 +100,7 @@ def commit(
             state.store.write(state.pending, meta, state.due)
             state.pending.clear()
             state.due.clear()
+            state.applied.update(state.progress)
             state.progress.clear()
             state.publishers.committed()
         if crash:
