@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from processor.changelog import PROGRESS_KEY, encode_progress, publisher_record
@@ -19,6 +20,11 @@ log = logging.getLogger(__name__)
 #: a republish step, :mod:`processor.engine.republish`).
 CRASH_ENV = "SOW_CRASH_AT"
 STEPS = ("produced", "offsets-sent", "committed", "stored", "republished")
+#: How long the crash hook lets the Kafka client's threads go on before the exit, so
+#: that what was produced reaches the broker: a crash after ``produced`` then leaves an
+#: open transaction with its records in the log, as a process killed mid-transaction
+#: usually does (an exit at once could leave nothing sent, and nothing to abort).
+CRASH_PAUSE_S = 0.3
 
 CrashHook = Callable[[str], None]
 
@@ -38,6 +44,7 @@ def crash_hook_from_env() -> CrashHook | None:
             remaining[0] -= 1
             if remaining[0] <= 0:
                 log.error("%s: crashing at step %s as asked", CRASH_ENV, step)
+                time.sleep(CRASH_PAUSE_S)
                 os._exit(86)
 
     return hook
