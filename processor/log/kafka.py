@@ -352,6 +352,12 @@ class KafkaEndOffsets:
                 for tp, future in futures.items()
             }
         except Exception:  # no answer in time, or an error: the broker did not answer
+            # The admin client does not refresh its metadata when ListOffsets fails: after
+            # a broker restart it would send the partitions' old leader epochs for good
+            # (FENCED_LEADER_EPOCH at every call, librdkafka 2.16). A metadata request
+            # takes the new ones.
+            with contextlib.suppress(Exception):
+                self._admin.list_topics(timeout=timeout_s)
             return None
 
     def close(self) -> None:
