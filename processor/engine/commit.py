@@ -19,6 +19,10 @@ log = logging.getLogger(__name__)
 #: is reached, so tests can crash the processor between any two commit steps (and after
 #: a republish step, :mod:`processor.engine.republish`).
 CRASH_ENV = "SOW_CRASH_AT"
+#: Test hook: ``SOW_STALL_AT=step:n:seconds`` holds the processor still for that long the
+#: n-th time ``step`` is reached, then lets it go on (a long pause mid-transaction: GC,
+#: a frozen VM, CPU starvation).
+STALL_ENV = "SOW_STALL_AT"
 STEPS = ("produced", "offsets-sent", "committed", "stored", "republished")
 #: How long the crash hook lets the Kafka client's threads go on before the exit, so
 #: that what was produced reaches the broker: a crash after ``produced`` then leaves an
@@ -30,14 +34,36 @@ CrashHook = Callable[[str], None]
 
 
 def crash_hook_from_env() -> CrashHook | None:
-    """The crash hook configured by ``SOW_CRASH_AT``, or None."""
-    spec = os.environ.get(CRASH_ENV)
+    """The test hook configured by ``SOW_CRASH_AT`` and ``SOW_STALL_AT``, or None."""
+    hooks = [
+        hook
+        for hook in (_crash_hook(os.environ.get(CRASH_ENV)), _stall_hook(os.environ.get(STALL_ENV)))
+        if hook is not None
+    ]
+    if len(hooks) < 2:
+        return hooks[0] if hooks else None
+
+    def every(reached: str) -> None:
+        for hook in hooks:
+            hook(reached)
+
+    return every
+
+
+def _at_step(env: str, spec: str) -> tuple[str, int, str]:
+    """``step:n[:rest]`` of a test hook's setting: the step, n (default 1), the rest."""
+    step, _, after = spec.partition(":")
+    count, _, rest = after.partition(":")
+    if step not in STEPS:
+        raise ValueError(f"{env}={spec!r}: step must be one of {', '.join(STEPS)}")
+    return step, int(count or "1"), rest
+
+
+def _crash_hook(spec: str | None) -> CrashHook | None:
     if not spec:
         return None
-    step, _, count = spec.partition(":")
-    if step not in STEPS:
-        raise ValueError(f"{CRASH_ENV}={spec!r}: step must be one of {', '.join(STEPS)}")
-    remaining = [int(count or "1")]
+    step, count, _ = _at_step(CRASH_ENV, spec)
+    remaining = [count]
 
     def hook(reached: str) -> None:
         if reached == step:
@@ -46,6 +72,23 @@ def crash_hook_from_env() -> CrashHook | None:
                 log.error("%s: crashing at step %s as asked", CRASH_ENV, step)
                 time.sleep(CRASH_PAUSE_S)
                 os._exit(86)
+
+    return hook
+
+
+def _stall_hook(spec: str | None) -> CrashHook | None:
+    if not spec:
+        return None
+    step, count, seconds = _at_step(STALL_ENV, spec)
+    pause_s = float(seconds or "0")
+    remaining = [count]
+
+    def hook(reached: str) -> None:
+        if reached == step:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                log.error("%s: stalling at step %s for %gs as asked", STALL_ENV, step, pause_s)
+                time.sleep(pause_s)
 
     return hook
 
