@@ -12,7 +12,8 @@ Record kinds in a changelog topic partition (key, value, headers):
   and ``sow.position`` (``topic/partition/offset`` of the command).
 * control records, key starting with NUL, never a SowKey:
   ``PROGRESS_KEY`` (value: JSON ``{"log": [[topic, partition, next_offset], ...]}``, the
-  processor's input progress as of the end of a transaction), ``RESET_KEY`` (the
+  processor's input progress as of the end of a transaction, for every input of the
+  partition it has a position for: compaction keeps only the latest), ``RESET_KEY`` (the
   partition's state restarts empty from here, written when a transient topic rebuilds) and
   ``PUBLISHER_PREFIX + name`` (value: the highest sequence applied for that publisher, in
   decimal; one per publisher whose sequence a transaction changed, before its PROGRESS

@@ -181,6 +181,14 @@ class StaleGroupError(BrokerError):
     the group."""
 
 
+class TransactionTimedOutError(BrokerError):
+    """The transaction stayed open longer than ``transaction.timeout.ms`` (the broker was
+    unreachable, frozen or restarting, or the processor stalled that long): the
+    coordinator aborted it and fenced the producer's epoch, so the producer is dead. A
+    broker failure, not another processor taking over (:class:`FencedError`): the
+    pipeline restarts from the committed offsets with a new producer."""
+
+
 class UnconfirmedWriteError(BrokerError):
     """The broker did not confirm a write in time: it may or may not be in the log."""
 

@@ -327,7 +327,8 @@ class EmbeddedKafka:
                 raise BrokerError(
                     f"the embedded Apache Kafka exited while starting (code "
                     f"{None if process is None else process.returncode}); see "
-                    f"{self.log_path} and {self._directory / 'broker.out'}"
+                    f"{self.log_path} and {self._directory / 'broker.out'}, which ends: "
+                    f"{self._output_tail()}"
                 )
             with contextlib.suppress(Exception):  # any client error means "not yet"
                 if admin.list_topics(timeout=1.0).brokers:
@@ -337,6 +338,15 @@ class EmbeddedKafka:
             f"the embedded Apache Kafka did not answer on {self.bootstrap_servers} within "
             f"{timeout_s:.0f}s; see {self.log_path}"
         )
+
+    def _output_tail(self, lines: int = 15) -> str:
+        """The last lines of the JVM's own output (a temporary directory is gone once
+        the broker is stopped, so an error says what it held)."""
+        try:
+            text = (self._directory / "broker.out").read_text(errors="replace")
+        except OSError as exc:
+            return f"(unreadable: {exc})"
+        return "\n".join(text.splitlines()[-lines:]) or "(nothing)"
 
 
 def _dies_with_parent() -> Callable[[], None] | None:

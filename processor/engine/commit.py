@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from processor.changelog import PROGRESS_KEY, encode_progress, publisher_record
@@ -18,27 +19,76 @@ log = logging.getLogger(__name__)
 #: is reached, so tests can crash the processor between any two commit steps (and after
 #: a republish step, :mod:`processor.engine.republish`).
 CRASH_ENV = "SOW_CRASH_AT"
+#: Test hook: ``SOW_STALL_AT=step:n:seconds`` holds the processor still for that long the
+#: n-th time ``step`` is reached, then lets it go on (a long pause mid-transaction: GC,
+#: a frozen VM, CPU starvation).
+STALL_ENV = "SOW_STALL_AT"
 STEPS = ("produced", "offsets-sent", "committed", "stored", "republished")
+#: How long the crash hook lets the Kafka client's threads go on before the exit, so
+#: that what was produced reaches the broker: a crash after ``produced`` then leaves an
+#: open transaction with its records in the log, as a process killed mid-transaction
+#: usually does (an exit at once could leave nothing sent, and nothing to abort).
+CRASH_PAUSE_S = 0.3
 
 CrashHook = Callable[[str], None]
 
 
 def crash_hook_from_env() -> CrashHook | None:
-    """The crash hook configured by ``SOW_CRASH_AT``, or None."""
-    spec = os.environ.get(CRASH_ENV)
+    """The test hook configured by ``SOW_CRASH_AT`` and ``SOW_STALL_AT``, or None."""
+    hooks = [
+        hook
+        for hook in (_crash_hook(os.environ.get(CRASH_ENV)), _stall_hook(os.environ.get(STALL_ENV)))
+        if hook is not None
+    ]
+    if len(hooks) < 2:
+        return hooks[0] if hooks else None
+
+    def every(reached: str) -> None:
+        for hook in hooks:
+            hook(reached)
+
+    return every
+
+
+def _at_step(env: str, spec: str) -> tuple[str, int, str]:
+    """``step:n[:rest]`` of a test hook's setting: the step, n (default 1), the rest."""
+    step, _, after = spec.partition(":")
+    count, _, rest = after.partition(":")
+    if step not in STEPS:
+        raise ValueError(f"{env}={spec!r}: step must be one of {', '.join(STEPS)}")
+    return step, int(count or "1"), rest
+
+
+def _crash_hook(spec: str | None) -> CrashHook | None:
     if not spec:
         return None
-    step, _, count = spec.partition(":")
-    if step not in STEPS:
-        raise ValueError(f"{CRASH_ENV}={spec!r}: step must be one of {', '.join(STEPS)}")
-    remaining = [int(count or "1")]
+    step, count, _ = _at_step(CRASH_ENV, spec)
+    remaining = [count]
 
     def hook(reached: str) -> None:
         if reached == step:
             remaining[0] -= 1
             if remaining[0] <= 0:
                 log.error("%s: crashing at step %s as asked", CRASH_ENV, step)
+                time.sleep(CRASH_PAUSE_S)
                 os._exit(86)
+
+    return hook
+
+
+def _stall_hook(spec: str | None) -> CrashHook | None:
+    if not spec:
+        return None
+    step, count, seconds = _at_step(STALL_ENV, spec)
+    pause_s = float(seconds or "0")
+    remaining = [count]
+
+    def hook(reached: str) -> None:
+        if reached == step:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                log.error("%s: stalling at step %s for %gs as asked", STALL_ENV, step, pause_s)
+                time.sleep(pause_s)
 
     return hook
 
@@ -56,8 +106,10 @@ def commit(
     The changelog records of the batch were produced while it was applied. Then:
 
     1. Produce, per touched partition, one publisher control record for each publisher
-       whose sequence the batch changed, then one PROGRESS control record (input
-       positions); the PROGRESS offsets come back with step 3.
+       whose sequence the batch changed, then one PROGRESS control record: the next
+       offset of every input of the partition as of this transaction (``applied`` with
+       this batch's ``progress`` on top, so the latest record alone, which is what
+       compaction keeps, says it all); the PROGRESS offsets come back with step 3.
     2. Send the consumer offsets (next offset per input partition) to the transaction
        (none when the transaction only expired records).
     3. Commit the Kafka transaction: changelog records and offsets become visible at once.
@@ -77,7 +129,8 @@ def commit(
             for publisher, sequence in state.publishers.changed.items():
                 key, value = publisher_record(publisher, sequence)
                 producer.produce(changelog, value, key, state.partition)
-            positions = [(topic, state.partition, nxt) for topic, nxt in state.progress.items()]
+            reached = state.applied | state.progress
+            positions = [(topic, state.partition, nxt) for topic, nxt in reached.items()]
             progress = encode_progress(positions)
             producer.produce_tracked(changelog, progress, PROGRESS_KEY, state.partition)
         transaction.advance(TransactionStatus.STARTED, TransactionStatus.PREPARED)
@@ -97,6 +150,7 @@ def commit(
             state.store.write(state.pending, meta, state.due)
             state.pending.clear()
             state.due.clear()
+            state.applied.update(state.progress)
             state.progress.clear()
             state.publishers.committed()
         if crash:

@@ -19,7 +19,13 @@ class PartitionState:
 
     ``pending`` holds the current transaction's writes (SowKey -> envelope, None for a
     delete); reads during a batch check it before the store. ``progress`` holds the next
-    input offset per log topic reached in the current transaction.
+    input offset per log topic reached in the current transaction; ``applied`` the next
+    input offset per log topic as of the last commit (where each input resumed, then
+    every committed ``progress``). Each PROGRESS record carries ``applied`` with
+    ``progress`` on top, not ``progress`` alone: compaction keeps only a partition's
+    latest PROGRESS record, which must therefore say how far *every* input of the
+    partition was applied, also when its transaction read only one of them (the
+    repartition topic) or none (expiry).
 
     ``due`` holds the current transaction's changes to the due index (index key -> b""
     to add, None to drop; :mod:`processor.engine.expiry`), written in the same commit;
@@ -42,6 +48,7 @@ class PartitionState:
     writers: dict[str, EnvelopeWriter]
     pending: dict[bytes, bytes | None] = field(default_factory=dict)
     progress: dict[str, int] = field(default_factory=dict)
+    applied: dict[str, int] = field(default_factory=dict)
     due: dict[bytes, bytes | None] = field(default_factory=dict)
     due_floor: bytes = b""
     #: Next input offset per log topic that recovery found applied in the changelog.

@@ -662,11 +662,18 @@ class Processor:
             self.ready.set()
 
     def _place(self, tp: TopicPartitionKey, start: int | None, committed: int) -> None:
-        """Note where a partition's input resumes (for the watchdog), when known: with no
-        offset given or committed it is read from the start (``auto.offset.reset``)."""
+        """Note where a partition's input resumes, when known (with no offset given or
+        committed it is read from the start, ``auto.offset.reset``): for the watchdog,
+        and as applied so far in the store partition's PROGRESS records, which thus name
+        this input from the first transaction on."""
         begin = max(committed, 0) if start is None else start
         if begin >= 0:
             self._positions[tp] = begin
+            assert self._applier is not None
+            route = self._applier.routes.get(tp)
+            if route is not None:
+                applied = route.state.applied
+                applied[tp[0]] = max(applied.get(tp[0], 0), begin)
 
     def _on_revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
         """Drop revoked log partitions (every one under the eager protocol, only those

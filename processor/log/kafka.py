@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from confluent_kafka import (
     OFFSET_END,
@@ -42,6 +42,7 @@ from processor.errors import (
     RecordTooLargeError,
     SowError,
     StaleGroupError,
+    TransactionTimedOutError,
 )
 from processor.log import (
     Headers,
@@ -214,7 +215,7 @@ _STALE_GROUP = frozenset(
 )
 
 
-def _raise_for(exc: KafkaException, what: str) -> None:
+def _raise_for(exc: KafkaException, what: str) -> NoReturn:
     error = exc.args[0]
     if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or error.fatal():
         raise FencedError(f"{what}: {error}; another processor took over") from exc
@@ -477,6 +478,12 @@ class KafkaEndOffsets:
                 for tp, future in futures.items()
             }
         except Exception:  # no answer in time, or an error: the broker did not answer
+            # The admin client does not refresh its metadata when ListOffsets fails: after
+            # a broker restart it would send the partitions' old leader epochs for good
+            # (FENCED_LEADER_EPOCH at every call, librdkafka 2.16). A metadata request
+            # takes the new ones.
+            with contextlib.suppress(Exception):
+                self._admin.list_topics(timeout=timeout_s)
             return None
 
     def close(self) -> None:
@@ -506,6 +513,8 @@ class KafkaTransactionalLog:
         )
         self._tracked: dict[TopicPartitionKey, int] = {}
         self._errors: list[KafkaError] = []
+        #: ``time.monotonic()`` of the last ``begin``: the current transaction's age.
+        self._began = time.monotonic()
         try:
             self._producer.init_transactions(30)
         except KafkaException as exc:
@@ -526,18 +535,39 @@ class KafkaTransactionalLog:
         if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
             return RecordTooLargeError(f"{error.str()} (over message.max.bytes)")
         try:
-            _raise_for(exc, "cannot produce")
+            self._raise_for(exc, "cannot produce")
         except SowError as translated:
             return translated
         return None  # pragma: no cover - _raise_for always raises
 
+    def _raise_for(self, exc: KafkaException, what: str) -> NoReturn:
+        """Raise what a Kafka error of a transaction means (:func:`_raise_for`), except
+        that a fatal error (a fenced epoch among them) on a transaction older than
+        ``TRANSACTION_TIMEOUT_MS`` is TransactionTimedOutError: the coordinator aborted
+        the transaction and bumped the epoch itself (a broker outage or a stall longer
+        than the timeout), which a new producer survives. Another processor fencing this
+        one stays FencedError: its InitProducerId ends a *young* transaction. (The local
+        age is at least the coordinator's: ``begin`` precedes the transaction's first
+        record, where the coordinator's clock starts.)"""
+        error = exc.args[0]
+        age_s = time.monotonic() - self._began
+        fenced = error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+        if (fenced or error.fatal()) and age_s * 1000 >= self.TRANSACTION_TIMEOUT_MS:
+            raise TransactionTimedOutError(
+                f"{what}: {error}; the transaction was open for {age_s:.1f}s, longer than "
+                f"transaction.timeout.ms ({self.TRANSACTION_TIMEOUT_MS / 1000:g}s): the "
+                "coordinator aborted it and fenced this producer; a new producer carries on"
+            ) from exc
+        _raise_for(exc, what)
+
     def begin(self) -> None:
         self._tracked.clear()
         self._errors.clear()
+        self._began = time.monotonic()
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
-            _raise_for(exc, "cannot begin a transaction")
+            self._raise_for(exc, "cannot begin a transaction")
 
     def produce(
         self,
@@ -584,7 +614,7 @@ class KafkaTransactionalLog:
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                _raise_for(exc, f"cannot produce to {topic}")
+                self._raise_for(exc, f"cannot produce to {topic}")
 
     def send_offsets(self, offsets: Mapping[TopicPartitionKey, int], group: object) -> None:
         """Add input offsets to the transaction; StaleGroupError when the group refused
@@ -599,13 +629,13 @@ class KafkaTransactionalLog:
                 raise StaleGroupError(
                     f"the group refused the transaction's offsets: {error.str()}"
                 ) from exc
-            _raise_for(exc, "cannot add consumer offsets to the transaction")
+            self._raise_for(exc, "cannot add consumer offsets to the transaction")
 
     def commit(self) -> dict[TopicPartitionKey, int]:
         try:
             self._producer.commit_transaction(60)
         except KafkaException as exc:
-            _raise_for(exc, "cannot commit the transaction")
+            self._raise_for(exc, "cannot commit the transaction")
         self._producer.poll(0)
         if self._errors:
             raise BrokerError(f"a record of the transaction was not delivered: {self._errors[0]}")
@@ -615,7 +645,7 @@ class KafkaTransactionalLog:
         try:
             self._producer.abort_transaction(30)
         except KafkaException as exc:
-            _raise_for(exc, "cannot abort the transaction")
+            self._raise_for(exc, "cannot abort the transaction")
 
     def close(self) -> None:
         # Not Producer.close(): it aborts an open transaction first, and on a fenced
