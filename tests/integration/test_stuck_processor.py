@@ -142,10 +142,11 @@ def test_a_consumer_that_silently_lost_its_partitions_is_noticed_and_replaced(
             time.sleep(1.0)
             lose_the_partitions(app)
             noticed = waited_for(lambda: stuck(app), 30, "readiness false")
-            assert health(app.grpc_address) == NOT_SERVING
             assert noticed < NOTICED_WITHIN_S, noticed
+            # The health service follows readiness within its 0.25 s check interval.
+            waited_for(lambda: health(app.grpc_address) == NOT_SERVING, 2, "NOT_SERVING")
             waited_for(lambda: app.readiness() is None, 60, "recovery")
-            assert health(app.grpc_address) == SERVING
+            waited_for(lambda: health(app.grpc_address) == SERVING, 2, "SERVING again")
         finally:
             stop.set()
             publisher.join(60)
