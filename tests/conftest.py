@@ -13,7 +13,7 @@ import itertools
 import os
 import signal
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
@@ -55,7 +55,8 @@ def unique() -> str:
 
 
 OwnBroker = EmbeddedKafka | TansuBroker
-#: Starts a broker of a test's own (a new, empty log), optionally on a given client port.
+#: Starts a broker of a test's own (a new, empty log), optionally on a given client port
+#: and with Apache Kafka properties of its own (added to :data:`TEST_BROKER_SETTINGS`).
 StartOwnBroker = Callable[..., OwnBroker]
 
 
@@ -66,12 +67,13 @@ def own_broker() -> Iterator[StartOwnBroker]:
     a broker. Each is thawed and stopped at the end."""
     started: list[OwnBroker] = []
 
-    def start(port: int | None = None) -> OwnBroker:
+    def start(port: int | None = None, overrides: Mapping[str, str] | None = None) -> OwnBroker:
         broker: OwnBroker
         if os.environ.get(EMBEDDED_ENV, "").strip().lower() == "tansu":
             broker = TansuBroker(port=port).start()
         else:
-            broker = EmbeddedKafka(overrides=TEST_BROKER_SETTINGS, port=port).start()
+            settings = {**TEST_BROKER_SETTINGS, **(overrides or {})}
+            broker = EmbeddedKafka(overrides=settings, port=port).start()
         started.append(broker)
         return broker
 

@@ -10,13 +10,15 @@ other consumer is group-less.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import json
 import logging
+import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
 from confluent_kafka import (
@@ -490,6 +492,37 @@ class KafkaEndOffsets:
         """Nothing to release: the admin client goes with the object."""
 
 
+class _CallThread:
+    """Runs calls one at a time on a daemon thread of its own, so that a caller can stop
+    waiting for one that never returns (the thread is then left to it, and does not keep
+    the process from exiting)."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[
+            tuple[Callable[..., Any], tuple[Any, ...], concurrent.futures.Future[Any]] | None
+        ] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        while (item := self._calls.get()) is not None:
+            function, args, result = item
+            try:
+                result.set_result(function(*args))
+            except BaseException as exc:  # the caller's to judge
+                result.set_exception(exc)
+
+    def call(self, timeout_s: float, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` on the thread: its result or exception, or
+        concurrent.futures.TimeoutError when it has not returned within ``timeout_s``."""
+        result: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._calls.put((function, args, result))
+        return result.result(timeout_s)
+
+    def stop(self) -> None:
+        """End the thread after the call it is in, if any (idempotent)."""
+        self._calls.put(None)
+
+
 class KafkaTransactionalLog:
     """Transactional producer (:class:`processor.log.TransactionalLog`)."""
 
@@ -499,6 +532,8 @@ class KafkaTransactionalLog:
     #: with its transactional id starts again first; 10 s, as Kafka Streams uses. (The
     #: embedded Tansu broker never aborts: docs/scaling.md.)
     TRANSACTION_TIMEOUT_MS = 10_000
+    #: How much longer than its own timeout a call may take before it counts as hung.
+    HANG_MARGIN_S = 2.0
 
     def __init__(self, bootstrap: str, transactional_id: str, **extra: Any) -> None:
         self._producer = Producer(
@@ -515,6 +550,8 @@ class KafkaTransactionalLog:
         self._errors: list[KafkaError] = []
         #: ``time.monotonic()`` of the last ``begin``: the current transaction's age.
         self._began = time.monotonic()
+        #: Runs the calls that may hang (``send_offsets``); None once one did.
+        self._helper: _CallThread | None = _CallThread("sow-txn-call")
         try:
             self._producer.init_transactions(30)
         except KafkaException as exc:
@@ -617,12 +654,33 @@ class KafkaTransactionalLog:
                 self._raise_for(exc, f"cannot produce to {topic}")
 
     def send_offsets(self, offsets: Mapping[TopicPartitionKey, int], group: object) -> None:
-        """Add input offsets to the transaction; StaleGroupError when the group refused
-        them as sent for an earlier generation or member epoch (the transaction must be
-        aborted)."""
+        """Add the consumer offsets to the transaction, within the transaction timeout;
+        StaleGroupError when the group refused them as sent for an earlier generation or
+        member epoch (the transaction must be aborted).
+
+        librdkafka's call can outlive its own timeout for good when the group
+        coordinator was down during it (confluentinc/librdkafka#5456: it hung past a
+        broker restart), and the poll loop cannot interrupt it. So it runs on this
+        producer's helper thread, waited for a little longer than its timeout; one that
+        does not return by then leaves the producer unusable: BrokerError, and the
+        pipeline restarts with a new producer (whose InitProducerId aborts this one's
+        transaction). A transaction cannot outlive its timeout anyway.
+        """
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        timeout_s = self.TRANSACTION_TIMEOUT_MS / 1000
+        if self._helper is None:
+            raise BrokerError("this producer was abandoned after a call that did not return")
+        send = self._producer.send_offsets_to_transaction
         try:
-            self._producer.send_offsets_to_transaction(tps, group, 30)
+            self._helper.call(timeout_s + self.HANG_MARGIN_S, send, tps, group, timeout_s)
+        except concurrent.futures.TimeoutError:
+            self._helper.stop()
+            self._helper = None
+            raise BrokerError(
+                f"adding the consumer offsets to the transaction did not return within "
+                f"{timeout_s + self.HANG_MARGIN_S:g}s (librdkafka can hang there once its "
+                "group coordinator was down); abandoning this producer"
+            ) from None
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() in _STALE_GROUP and not error.fatal():
@@ -652,6 +710,8 @@ class KafkaTransactionalLog:
         # producer that never returns. The object releases its connections when collected.
         # A fenced or failed producer's flush can raise from a delivery report; the error
         # that ended the pipeline is the one to report, so closing never masks it.
+        if self._helper is not None:
+            self._helper.stop()
         try:
             self._producer.flush(5)
         except Exception as exc:  # closing after a failure must not raise
