@@ -344,10 +344,16 @@ def test_offsets_refused_by_a_moved_on_group_are_a_stale_group_error(code: int) 
         def send_offsets_to_transaction(self, *args: object) -> None:
             raise KafkaException(KafkaError(code, "refused"))
 
+    from processor.log.kafka import _CallThread
+
     log = KafkaTransactionalLog.__new__(KafkaTransactionalLog)
     log._producer = Producer()  # type: ignore[assignment]
-    with pytest.raises(StaleGroupError, match="the group refused the transaction's offsets"):
-        log.send_offsets({("in", 0): 1}, object())
+    log._helper = _CallThread("test-txn-call")  # send_offsets runs on it
+    try:
+        with pytest.raises(StaleGroupError, match="the group refused the transaction's offsets"):
+            log.send_offsets({("in", 0): 1}, object())
+    finally:
+        log._helper.stop()
 
 
 @pytest.mark.parametrize(
