@@ -74,10 +74,19 @@ class StallJudge:
         self._out_of_group_since = None
 
     def judge(self, report: LoopReport, now: float) -> str | None:
-        """None while the processor is working or idle, else what is stuck, in words."""
+        """None while the processor is working or idle, else what is stuck, in words.
+
+        A blocked loop while the broker does not answer the watchdog either names both
+        (the broker is the likely cause), so a frozen broker reads the same whatever the
+        loop was doing when it froze.
+        """
+        silent = self._silence(report, now)
         blocked = now - report.beat
         if blocked >= self.stall_after_s:
-            return f"its poll loop has been blocked in {report.phase} for {blocked:.0f}s"
+            reason = f"its poll loop has been blocked in {report.phase} for {blocked:.0f}s"
+            if silent is not None:
+                reason += f", and the broker has not answered for {silent:.0f}s"
+            return reason
         if report.group_state:
             if self._out_of_group_since is None:
                 self._out_of_group_since = now
@@ -89,15 +98,21 @@ class StallJudge:
                 )
         else:
             self._out_of_group_since = None
-        if report.ends is None:
-            if self._answered_at is None:
-                self._answered_at = report.asked_at
-            silent = now - self._answered_at
+        if silent is not None:
             if silent >= self.stall_after_s:
                 return f"the broker has not answered for {silent:.0f}s"
             return None
-        self._answered_at = now
+        assert report.ends is not None
         return self._not_consuming(report.positions, report.ends, now)
+
+    def _silence(self, report: LoopReport, now: float) -> float | None:
+        """How long the broker has been silent (None: it answered this time)."""
+        if report.ends is not None:
+            self._answered_at = now
+            return None
+        if self._answered_at is None:
+            self._answered_at = report.asked_at
+        return now - self._answered_at
 
     def _not_consuming(
         self,

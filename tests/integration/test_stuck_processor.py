@@ -174,6 +174,7 @@ def test_a_frozen_broker_turns_readiness_false_and_loses_nothing(
         try:
             noticed = waited_for(lambda: stuck(app), 30, "readiness false")
             assert noticed < NOTICED_WITHIN_S, noticed
+            # Whatever the loop was doing when the broker froze, the reason names the broker.
             assert "broker has not answered" in str(app.readiness())
         finally:
             os.kill(broker.pid, signal.SIGCONT)

@@ -58,6 +58,16 @@ def test_a_blocked_loop_is_stuck_at_the_limit() -> None:
     )
 
 
+def test_a_blocked_loop_on_a_silent_broker_names_both() -> None:
+    judge = StallJudge(5.0)
+    assert judge.judge(report(0, 0, 0), 0) is None  # answered at 0
+    assert judge.judge(report(3, 0, None, beat=1), 4) is None
+    assert judge.judge(report(5, 0, None, beat=1), 6) == (
+        "its poll loop has been blocked in fetching for 5s, "
+        "and the broker has not answered for 6s"
+    )
+
+
 def test_a_silent_broker_counts_from_its_last_answer() -> None:
     judge = StallJudge(5.0)
     assert judge.judge(report(0, 0, 0), 0) is None  # answered at 0
