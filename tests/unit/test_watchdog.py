@@ -63,8 +63,7 @@ def test_a_blocked_loop_on_a_silent_broker_names_both() -> None:
     assert judge.judge(report(0, 0, 0), 0) is None  # answered at 0
     assert judge.judge(report(3, 0, None, beat=1), 4) is None
     assert judge.judge(report(5, 0, None, beat=1), 6) == (
-        "its poll loop has been blocked in fetching for 5s, "
-        "and the broker has not answered for 6s"
+        "its poll loop has been blocked in fetching for 5s, and the broker has not answered for 6s"
     )
 
 
