@@ -114,10 +114,10 @@ class EnvelopeWriter:
     """Encodes envelopes for one (SOW topic, message type, log topic, log partition).
 
     The fields that never change for a partition are encoded once; ``encode`` writes the
-    rest. Not thread-safe only in the sense that it holds no state: it is safe to share.
+    rest and remembers the last times it encoded: one writer per thread.
     """
 
-    __slots__ = ("_prefix", "_time", "_time_bytes")
+    __slots__ = ("_apply", "_apply_bytes", "_prefix", "_time", "_time_bytes")
 
     def __init__(self, topic: str, message_type: str, log_topic: str, log_partition: int):
         self._prefix = (
@@ -129,6 +129,8 @@ class EnvelopeWriter:
         )
         self._time: int | None = None  # no time encoded yet (-1 is a valid time)
         self._time_bytes = b""
+        self._apply: int | None = None  # the same for the apply time (one per batch)
+        self._apply_bytes = b""
 
     def encode(
         self,
@@ -142,15 +144,22 @@ class EnvelopeWriter:
     ) -> bytes:
         """The envelope bytes; ``sow_key`` is the UTF-8 SowKey.
 
-        Times repeat from record to record within a batch, so the last one's encoding is
-        kept; numbers are non-negative here except in hand-built envelopes.
+        Times repeat from record to record within a batch (the apply time is the batch's),
+        so the last encoding of each is kept; numbers are non-negative here except in
+        hand-built envelopes.
         """
         if publish_time_ms == self._time:
             publish = self._time_bytes
         else:
             publish = _long(publish_time_ms)
             self._time, self._time_bytes = publish_time_ms, publish
-        apply = publish if apply_time_ms == publish_time_ms else _long(apply_time_ms)
+        if apply_time_ms == self._apply:
+            apply = self._apply_bytes
+        elif apply_time_ms == publish_time_ms:
+            apply = publish
+        else:
+            apply = _long(apply_time_ms)
+            self._apply, self._apply_bytes = apply_time_ms, apply
         if expiration_ms is None and correlation_id is None:
             tail = b"\x00\x00"
         else:

@@ -10,7 +10,7 @@
 | group_id | SOW_GROUP_ID | ``sow-processor`` |
 | instance_id | SOW_INSTANCE_ID | ``0`` (part of the transactional id; unique per replica) |
 | dead_letter_topic | SOW_DEAD_LETTER_TOPIC | ``sow.dead-letter`` |
-| max_batch | SOW_MAX_BATCH | ``10000`` records per transaction |
+| max_batch | SOW_MAX_BATCH | ``50000`` records per transaction |
 | assignment | SOW_ASSIGNMENT | ``group``; ``static``: one processor takes every partition |
 | fetch_wait_ms | SOW_FETCH_WAIT_MS | 100 on Apache Kafka, 2 on Tansu (see below) |
 | kafka_properties | SOW_KAFKA_PROPERTIES | none; ``key=value;key=value`` librdkafka properties |
@@ -87,7 +87,7 @@ class Settings:
     group_id: str = "sow-processor"
     instance_id: str = "0"
     dead_letter_topic: str = "sow.dead-letter"
-    max_batch: int = 10000
+    max_batch: int = 50000
     #: None means ``group``; see the module table.
     assignment: str | None = None
     #: None means the broker's default (:func:`default_fetch_wait_ms`).
