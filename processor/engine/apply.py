@@ -119,6 +119,15 @@ class Route:
         return False
 
 
+def _reached(
+    offsets: dict[TopicPartitionKey, int], run: TopicPartitionKey | None, route: Route, last: int
+) -> None:
+    """Note a run's end: the next offset to read from its log partition is ``last + 1``."""
+    assert run is not None
+    offsets[run] = last + 1
+    route.state.progress[run[0]] = last + 1
+
+
 class Applier:
     """Applies batches of records to the partitions they belong to.
 
@@ -174,6 +183,7 @@ class Applier:
         touched: set[PartitionState] = set()
         run: TopicPartitionKey | None = None
         route: Route | None = None
+        last = -1  # the offset of the run's latest record (noted when the run ends)
         for record in records:
             error = record.error()
             if error is not None:
@@ -185,15 +195,16 @@ class Applier:
             log_topic = record.topic()
             partition = record.partition()
             if run is None or run[0] != log_topic or run[1] != partition:
+                if route is not None and last >= 0:
+                    _reached(offsets, run, route, last)
                 run = (log_topic, partition)
                 route = routes.get(run)
+                last = -1
                 if route is not None:
                     touched.add(route.state)
             if route is None:  # revoked during this batch's rebalance
                 continue
-            offset = record.offset()
-            offsets[run] = offset + 1
-            route.state.progress[log_topic] = offset + 1
+            offset = last = record.offset()
             value = record.value()
             key = record.key()
             key_function = route.key_function
@@ -235,6 +246,8 @@ class Applier:
             route.pending[sow_key] = envelope
             if expiration_ms is not None:
                 note_due(route.state, sow_key, expiration_ms, now_ms)
+        if route is not None and last >= 0:
+            _reached(offsets, run, route, last)
         return offsets, touched
 
     def _reject(self, record: Record, route: Route, exc: Exception) -> None:
