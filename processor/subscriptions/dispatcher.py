@@ -164,6 +164,17 @@ class Dispatcher:
         for index, group in self._filed.pop(subscription.number, ()):
             index.unsubscribe(group, subscription)
 
+    def unfile(self, subscription: Subscription) -> None:
+        """Take a subscription out of its groups while it stays registered, until
+        :meth:`file` puts it in its new ones (a replace; lock held).
+
+        ``on_unit`` drops the units that arrive while nothing is registered: a
+        subscription forgotten and filed again would miss the changes applied between.
+        """
+        for index, group in self._filed.get(subscription.number, ()):
+            index.unsubscribe(group, subscription)
+        self._filed[subscription.number] = []
+
     # -- dispatching -------------------------------------------------------------------
 
     def on_unit(self, events: Sequence[ChangeEvent]) -> None:

@@ -431,7 +431,7 @@ class SubscriptionHub:
         with dispatcher.lock:
             if not dispatcher.is_filed(subscription):
                 return  # unsubscribed meanwhile
-            dispatcher.forget(subscription)
+            dispatcher.unfile(subscription)
             if isinstance(subscription, PaginatedSubscription):
                 subscription.reconfigure(request, check_pagination(request, with_query=True))
             if marker.rows is not None:

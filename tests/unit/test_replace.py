@@ -156,6 +156,25 @@ def test_a_replace_under_a_stream_of_changes_has_no_gap_and_no_duplicate(
     assert view == {e.sow_key.encode(): orjson.loads(e.data) for b in result.batches for e in b}
 
 
+def test_a_change_applied_while_a_replace_refiles_the_subscription_is_delivered(
+    hub: tuple[SubscriptionHub, Feed, QueryEngine],
+) -> None:
+    """The window the stream test above hits only now and then, held open: the hub's
+    thread has taken the only subscription out of its filter groups (a replace) when a
+    change is applied. The replica's listener must still queue the change, or nothing
+    delivers it (a gap: the subscriber kept a stale record for good)."""
+    subscriptions, feed, _ = hub
+    request = SubscribeRequest("QUOTES", filter="/price < 25", sub_id="a")
+    subscription, _ = subscriptions.sow_and_subscribe(request)
+    dispatcher = subscriptions._dispatcher
+    topics = [TOPOLOGY.topics["QUOTES"]]
+    with dispatcher.lock:  # no dispatch until the subscription is filed again
+        dispatcher.unfile(subscription)
+        feed.put("k1", {"id": 1, "price": 10})
+        dispatcher.file(subscription, topics, "/price < 30", None)
+    assert _summary(_settle(subscription)) == [("publish", 1, None)]
+
+
 def test_a_paginated_replace_moves_the_window(
     hub: tuple[SubscriptionHub, Feed, QueryEngine],
 ) -> None:
