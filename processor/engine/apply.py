@@ -224,7 +224,11 @@ class Applier:
                     )
                     if sequence is not None and self._duplicate(record, route, sequence):
                         continue
-                if route.from_input and route.misplaced(key, sow_key, partition):
+                if (
+                    route.from_input
+                    and (key != sow_key or sow_key not in route.placed)
+                    and route.misplaced(key, sow_key, partition)
+                ):
                     self._repartition(record, route.state, sow_key)
                     continue
                 envelope = route.writer.encode(
