@@ -36,7 +36,8 @@ from tests.integration.replica_helpers import (
 @contextlib.contextmanager
 def serving(engine: QueryEngine, bootstrap: str) -> Iterator[SowClient]:
     """The gRPC service over ``engine`` on a free loopback port, and a client of it."""
-    gateway = Gateway(engine.topology, KafkaLogWriter(bootstrap), engine.replica)
+    writer = KafkaLogWriter(bootstrap)
+    gateway = Gateway(engine.topology, writer, engine.replica)
     server, address = start_server(engine, gateway, "127.0.0.1:0")
     client = SowClient(address)
     try:
@@ -44,6 +45,7 @@ def serving(engine: QueryEngine, bootstrap: str) -> Iterator[SowClient]:
     finally:
         client.close()
         server.stop(grace=0).wait()
+        writer.close()  # its poller thread would keep the producer alive for good
 
 
 def topic_for(unique: str, partitions: int = 2) -> SowTopic:
