@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from processor.cli.parser import build_parser
+from processor.cli.parser import build_parser, parse
 
 __all__ = ["build_parser", "main"]
 
@@ -26,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     if args.command not in RUNNERS:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+from collections.abc import Sequence
 from pathlib import Path
 
 from processor.cli import exits
@@ -67,6 +68,27 @@ def _group_protocol(parser: argparse.ArgumentParser) -> None:
         "(default: SOW_GROUP_PROTOCOL, else consumer on the embedded Apache Kafka and "
         "classic on any other broker)",
     )
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with options anywhere among the arguments.
+
+    argparse matches a command's positionals in one go, so ``sow publish ORDERS --delta
+    '{...}'`` would take DATA as missing at ``ORDERS`` and then refuse the message as an
+    unrecognized argument; a single argument left over where DATA is missing is DATA.
+    """
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if (
+        len(extra) == 1
+        and not extra[0].startswith("-")
+        and "data" in vars(args)
+        and args.data is None
+    ):
+        args.data = extra[0]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -212,8 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common_server(publish)
     _timeout(
         publish,
-        "the service may take to acknowledge (DATA: the publish; a stream from stdin: each "
-        "acknowledgement, waiting for input never counts)",
+        "an acknowledgement (of DATA, or of each message of a stream from stdin; waiting "
+        "for input never counts)",
     )
 
     query = sub.add_parser(

@@ -1,0 +1,42 @@
+"""The ``sow`` command line as a user types it (processor/cli/parser.py: ``parse``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from processor.cli.parser import parse
+
+
+def test_options_may_come_between_the_topic_and_the_message() -> None:
+    args = parse(["publish", "ORDERS", "--delta", '{"orderId": 1}'])
+    assert (args.topic, args.data, args.delta) == ("ORDERS", '{"orderId": 1}', True)
+    args = parse(["publish", "--delta", "ORDERS", '{"orderId": 1}', "--wait"])
+    assert (args.topic, args.data, args.delta, args.wait) == (
+        "ORDERS",
+        '{"orderId": 1}',
+        True,
+        True,
+    )
+
+
+def test_a_publish_without_a_message_reads_standard_input() -> None:
+    assert parse(["publish", "ORDERS", "--delta"]).data is None
+
+
+def test_arguments_left_over_are_still_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse(["publish", "ORDERS", '{"orderId": 1}', "more"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: more" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse(["query", "ORDERS", "stray"])
+
+
+def test_the_publish_timeout_help_reads_as_one_sentence(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        parse(["publish", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "seconds an acknowledgement (of DATA" in text
+    assert text.count("may take") == 1
