@@ -68,7 +68,9 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         "sow-and-subscribe": cmd_subscribe,
     }
     try:
-        return int(handlers[args.command](args))
+        code = int(handlers[args.command](args))
+        sys.stdout.flush()  # here, where a reader that went away is handled below
+        return code
     except SowError as exc:
         sys.stderr.write(f"sow {args.command}: error: {exc}\n")
         code = exits.code_for(exc)
@@ -81,3 +83,21 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         return code
     except KeyboardInterrupt:
         return exits.INTERRUPTED
+    except BrokenPipeError:
+        return _output_closed()
+
+
+def _output_closed() -> int:
+    """The reader of standard output went away (``| head``): stop quietly.
+
+    What is still buffered for stdout cannot be written either; pointing stdout at
+    /dev/null keeps the interpreter's final flush from printing a second traceback.
+    """
+    import os
+
+    from processor.cli import exits
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return exits.OUTPUT_CLOSED

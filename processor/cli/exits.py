@@ -19,6 +19,9 @@ UNAVAILABLE = 5
 TIMEOUT = 6
 #: Ctrl-C.
 INTERRUPTED = 130
+#: The reader of standard output went away (``sow query ... | head -1``): 128 + SIGPIPE,
+#: the status a Unix tool killed by the signal has.
+OUTPUT_CLOSED = 141
 
 #: gRPC status name -> exit code (the rest: FAILED).
 _BY_STATUS = {
@@ -34,7 +37,8 @@ _BY_STATUS = {
 HELP = f"""\
 exit codes: {OK} ok, {FAILED} failed, {USAGE} usage, {INVALID} invalid argument (filter, \
 topology, message), {NOT_FOUND} not found, {UNAVAILABLE} unavailable (no server answered, or \
-not ready), {TIMEOUT} timeout, {INTERRUPTED} interrupted."""
+not ready), {TIMEOUT} timeout, {INTERRUPTED} interrupted, {OUTPUT_CLOSED} standard output \
+closed by its reader."""
 
 
 def code_for(error: errors.SowError) -> int:

@@ -40,3 +40,27 @@ def test_the_publish_timeout_help_reads_as_one_sentence(
     text = " ".join(capsys.readouterr().out.split())
     assert "seconds an acknowledgement (of DATA" in text
     assert text.count("may take") == 1
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly() -> None:
+    """``sow query ... | head -1``: the pipe's reader goes away; no traceback, exit 141."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the command writes
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "processor.cli", "eval", "1 + 2"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "BrokenPipe" not in done.stderr, done.stderr
