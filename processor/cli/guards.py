@@ -58,6 +58,9 @@ def check_port_free(address: str) -> None:
         return
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As the gRPC server binds: connections of a stopped server that linger in
+        # TIME-WAIT do not hold the port, a listening socket does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host.strip("[]") or "0.0.0.0", port))
         except OSError as exc:
