@@ -154,6 +154,28 @@ def _position_text(topic: str, partition: int, offset: int) -> str:
     return f"{topic}/{partition}/{offset}"
 
 
+def _parse_positions(texts: list[str]) -> list[Any]:
+    """``--min-position`` values: each TOPIC/PARTITION/OFFSET, several joined by commas,
+    or the JSON array ``sow publish --wait`` prints as "applied" (pasted as it is)."""
+    found: list[Any] = []
+    for text in texts:
+        stripped = text.strip()
+        if stripped.startswith("["):
+            try:
+                items = json.loads(stripped)
+            except ValueError:
+                items = None
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise SowError(
+                    f"--min-position {text!r} is not a JSON array of TOPIC/PARTITION/OFFSET "
+                    "strings (as sow publish --wait prints them)"
+                )
+        else:
+            items = stripped.split(",")
+        found += [_parse_position(item.strip()) for item in items if item.strip()]
+    return found
+
+
 def _parse_position(text: str) -> Any:
     from processor.service._generated import sow_pb2
 
@@ -170,7 +192,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     from processor.service.client import SowClient
 
     keys = [k for k in args.sow_keys.split(",") if k]
-    positions = [_parse_position(p) for p in args.min_position]
+    positions = _parse_positions(args.min_position)
     with SowClient(_address(args)) as client:
         for reply in client.query_stream(
             args.topic,

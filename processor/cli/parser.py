@@ -281,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="TOPIC/PARTITION/OFFSET",
-        help="wait until the SOW reflects this log position (from publish); repeatable",
+        help="wait until the SOW reflects this log position (from publish); repeatable, "
+        'or several joined by commas, or the "applied" array of sow publish --wait as it is',
     )
     _common_server(query)
     _timeout(query, "the query")

@@ -64,3 +64,27 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly() -> None:
     assert done.returncode == 141, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_the_applied_vector_of_publish_wait_pastes_into_min_position() -> None:
+    from processor.cli.client_commands import _parse_positions
+
+    applied = '["ORDERS.input/0/41", "ORDERS.input/1/7"]'  # as `sow publish --wait` prints
+    expected = [("ORDERS.input", 0, 41), ("ORDERS.input", 1, 7)]
+    for given in (
+        [applied],
+        ["ORDERS.input/0/41,ORDERS.input/1/7"],
+        ["ORDERS.input/0/41", "ORDERS.input/1/7"],
+    ):
+        parsed = _parse_positions(given)
+        assert [(p.topic, p.partition, p.offset) for p in parsed] == expected
+
+
+def test_a_min_position_that_is_not_one_says_what_it_expects() -> None:
+    from processor.cli.client_commands import _parse_positions
+    from processor.errors import SowError
+
+    with pytest.raises(SowError, match="is not a JSON array of TOPIC/PARTITION/OFFSET"):
+        _parse_positions(['["ORDERS.input/0/41", 3]'])
+    with pytest.raises(SowError, match="is not TOPIC/PARTITION/OFFSET"):
+        _parse_positions(["ORDERS.input/zero/41"])
