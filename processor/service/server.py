@@ -74,6 +74,17 @@ def _time_left(context: Any, default: float = DEFAULT_WAIT_S) -> float:
     return max(min(remaining - min(DEADLINE_MARGIN_S, remaining * 0.1), default), 0.0)
 
 
+def _wait_budget(context: Any, asked_s: float) -> float:
+    """How long a query may wait (for ``min_position`` or a catch-up): what it asked
+    for, else its deadline less room to answer, else the query engine's default (0)."""
+    if asked_s > 0:
+        return asked_s
+    remaining: float | None = context.time_remaining()
+    if remaining is None:
+        return 0.0
+    return max(remaining - min(DEADLINE_MARGIN_S, remaining * 0.1), 0.001)
+
+
 def _busy() -> errors.SowError:
     return errors.BrokerError(
         f"{PUBLISH_SLOTS} publishes are already waiting for the broker; retry shortly "
@@ -265,7 +276,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             query_id=request.query_id,
             batch_size=request.batch_size,
             min_position=tuple((p.topic, p.partition, p.offset) for p in request.min_position),
-            timeout_s=request.timeout_seconds,
+            timeout_s=_wait_budget(context, request.timeout_seconds),
             filter=request.filter,
             top_n=request.top_n,
             skip_n=request.skip_n,
