@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import socket
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import IO
 from processor.errors import ConfigurationError
 
 LOCK_FILE = "sow.lock"
+#: Where a running ``sow serve`` records its addresses, for ``sow status`` run beside it.
+SERVED_FILE = "serve.json"
 
 #: The state directory locks this process holds (kept open: closing one releases it).
 _HELD: list[IO[str]] = []
@@ -91,3 +94,24 @@ def _holder(port: int) -> str:
                     command = " ".join(os.path.basename(w) for w in words.split("\0")[:4])
                     return f"process {pid} ({command.strip()})"
     return "another process"
+
+
+def record_served(state_dir: Path, grpc_address: str | None, metrics_address: str | None) -> None:
+    """Note this process's addresses in the state directory it holds (``SERVED_FILE``)."""
+    served = {"pid": os.getpid(), "grpc": grpc_address, "metrics": metrics_address}
+    path = state_dir / SERVED_FILE
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps(served) + "\n")
+    partial.replace(path)
+
+
+def served_metrics_address(state_dir: Path) -> str | None:
+    """The metrics address a ``sow serve`` that still runs recorded in ``state_dir``, or
+    None (no record, or its process has ended)."""
+    try:
+        served = json.loads((state_dir / SERVED_FILE).read_text())
+        os.kill(int(served["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    address = served.get("metrics")
+    return address if isinstance(address, str) and address else None

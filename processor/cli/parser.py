@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-address",
         default=None,
         help="serve Prometheus /metrics, /healthz and /readyz over HTTP here, e.g. "
-        "127.0.0.1:9464 (default: SOW_METRICS_ADDRESS, else none)",
+        "127.0.0.1:9464 (default: SOW_METRICS_ADDRESS, else loopback on a free port, "
+        "recorded in the state directory for sow status)",
     )
     serve.add_argument(
         "--embedded-broker",
@@ -191,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     reader.add_argument(
         "--metrics-address",
         default=None,
-        help="serve Prometheus /metrics, /healthz and /readyz over HTTP here",
+        help="serve Prometheus /metrics, /healthz and /readyz over HTTP here (default: "
+        "SOW_METRICS_ADDRESS; with the query service, else loopback on a free port)",
     )
 
     publish = sub.add_parser(
@@ -412,14 +414,22 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser(
         "status",
         help="Print a running server's readiness and figures as a table.",
-        description="Read the metrics endpoint of a running `sow serve --metrics-address` "
-        "and print readiness, records per topic, applied records, dead letters, replica "
-        "staleness, subscriptions and gRPC calls.",
+        description="Read the metrics endpoint of a running `sow serve` and print "
+        "readiness, records per topic, applied records, dead letters, replica staleness, "
+        "subscriptions and gRPC calls. Without an address it finds the `sow serve` of the "
+        "state directory (it records its metrics address there).",
     )
     status.add_argument(
         "--metrics-address",
         default=None,
-        help="the server's metrics HOST:PORT (default: SOW_METRICS_ADDRESS)",
+        help="the server's metrics HOST:PORT (default: SOW_METRICS_ADDRESS, else the one "
+        "recorded by the sow serve of --state-dir)",
+    )
+    status.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="the state directory of the sow serve to read (default: SOW_STATE_DIR or sow-state)",
     )
     _timeout(status, "each of the two reads of the metrics endpoint")
     check = sub.add_parser(

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from processor.cli.guards import check_port_free, hold_state_dir
+from processor.cli.guards import check_port_free, hold_state_dir, record_served
 from processor.config import Settings
 from processor.errors import ComponentFailedError, SowError, StartCancelledError
+
+#: Where ``sow serve`` serves /metrics, /healthz and /readyz when not told: loopback, any
+#: free port (recorded in the state directory for ``sow status``).
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:0"
 
 if TYPE_CHECKING:
     from processor.app import Application
@@ -70,6 +75,10 @@ def cmd_serve(
     if service:
         check_port_free(settings.grpc_address)
         hold_state_dir(settings.state_dir)  # held until this process ends
+        if not settings.metrics_address:
+            # Served anyway, on loopback, so that `sow status` works beside a plain
+            # `sow serve` (it finds the address in the state directory).
+            settings = dataclasses.replace(settings, metrics_address=DEFAULT_METRICS_ADDRESS)
     from processor.app import start  # the heavy imports (Kafka, RocksDB, gRPC) come after
 
     try:
@@ -103,6 +112,12 @@ def cmd_serve(
             if waited >= reported + 5:
                 reported = waited
                 sys.stderr.write(f"  still starting after {waited}s (see the log lines above)\n")
+    if service:
+        record_served(
+            settings.state_dir,
+            app.grpc_address,
+            None if app.observer is None else app.observer.address,
+        )
     lines = [
         "kafka-sow is ready",
         f"  broker:     {app.broker.description}",

@@ -7,6 +7,7 @@ import sys
 import urllib.error
 import urllib.request
 
+from processor.cli.guards import served_metrics_address
 from processor.config import Settings
 from processor.errors import BrokerError, DeadlineError, SowError
 
@@ -36,11 +37,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Print readiness and the main figures from a server's metrics endpoint."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    address = args.metrics_address or Settings.from_env().metrics_address
+    settings = Settings.from_env(state_dir=args.state_dir)
+    address = (
+        args.metrics_address
+        or settings.metrics_address
+        or served_metrics_address(settings.state_dir)
+    )
     if not address:
         raise SowError(
-            "no metrics address: pass --metrics-address HOST:PORT (what `sow serve "
-            "--metrics-address` serves) or set SOW_METRICS_ADDRESS"
+            f"no running `sow serve` found in {settings.state_dir} (it records its metrics "
+            "address there): run sow status where sow serve runs, or pass --state-dir, or "
+            "--metrics-address HOST:PORT (or SOW_METRICS_ADDRESS)"
         )
     ready = _get(f"http://{address}/readyz", args.timeout)
     text = _get(f"http://{address}/metrics", args.timeout)

@@ -138,7 +138,9 @@ def test_a_taken_port_or_state_directory_is_refused_at_once_in_one_line(
 
 
 def test_sow_serve_metrics_include_its_processor_child(workdir: Path) -> None:
-    server = _serve(workdir, "--metrics-address", "127.0.0.1:0")
+    """Metrics are served without being asked for (loopback, a free port), and
+    `sow status` run beside the server finds them."""
+    server = _serve(workdir)
     try:
         lines = _until_ready(server)
         grpc_address = next(line.split()[1] for line in lines if "gRPC:" in line)
@@ -168,5 +170,20 @@ def test_sow_serve_metrics_include_its_processor_child(workdir: Path) -> None:
         assert figures["sow_processor_records_total"] == 1  # from the processor child
         assert figures["sow_processor_ready"] == 1
         assert figures["sow_replica_caught_up"] == 1  # from the parent
+        status = subprocess.run(
+            [sys.executable, "-m", "processor.cli", "status"],
+            cwd=workdir,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert status.returncode == 0, status.stderr
+        table = {
+            " ".join(line.split()[:-1]): line.split()[-1] for line in status.stdout.splitlines()
+        }
+        assert table["ready"] == "yes", status.stdout
+        assert table["input records applied"] == "1", status.stdout
     finally:
         _interrupt(server)
