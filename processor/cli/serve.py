@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import signal
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING
 
+from processor import progress
 from processor.cli.guards import check_port_free, hold_state_dir, record_served
 from processor.config import Settings
 from processor.errors import ComponentFailedError, SowError, StartCancelledError
@@ -37,6 +39,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         embedded_broker=getattr(args, "embedded_broker", None),
         group_protocol=getattr(args, "group_protocol", None),
     )
+
+
+def _say(text: str) -> None:
+    """A start/stop status line on stderr. The processor child of ``sow serve`` keeps
+    quiet: its parent says the same, and relays what the child writes."""
+    if not os.environ.get(progress.RELAY_ENV):
+        sys.stderr.write(text)
 
 
 def _stop_on_signal() -> threading.Event:
@@ -90,15 +99,15 @@ def cmd_serve(
             cancelled=stop,
         )
     except StartCancelledError:
-        sys.stderr.write("stopped while starting\n")
+        _say("stopped while starting\n")
         return 0
     if stop.is_set():
-        sys.stderr.write("stopping...\n")
+        _say("stopping...\n")
         app.stop()
         return 0
     ready = app.processor_ready
     if ready is not None:
-        sys.stderr.write("waiting for the processor to join its group and restore its stores...\n")
+        _say("waiting for the processor to join its group and restore its stores...\n")
         started = time.monotonic()
         reported = 0
         while not ready.wait(0.2):
@@ -111,7 +120,7 @@ def cmd_serve(
             waited = int(time.monotonic() - started)
             if waited >= reported + 5:
                 reported = waited
-                sys.stderr.write(f"  still starting after {waited}s (see the log lines above)\n")
+                _say(f"  still starting after {waited}s (see the log lines above)\n")
     if service:
         record_served(
             settings.state_dir,
@@ -139,6 +148,6 @@ def cmd_serve(
         raise
     if failure is not None:
         return _failed(args.command, app, failure)
-    sys.stderr.write("stopping...\n")
+    _say("stopping...\n")
     app.stop()
     return 1 if app.failure() else 0

@@ -97,6 +97,9 @@ def test_a_start_a_restart_and_a_stop_print_no_warning_and_no_broker_noise(
         assert server.returncode == 0, output
         noise = [line for line in output.splitlines() if any(n in line for n in NOISE)]
         assert noise == [], output
+        # The processor child keeps quiet about what its parent says already.
+        assert output.count("waiting for the processor") == 1, output
+        assert output.count("stopping...") == 1, output
 
 
 def test_a_taken_port_or_state_directory_is_refused_at_once_in_one_line(
