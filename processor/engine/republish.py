@@ -83,13 +83,17 @@ def republish_steps(
     else:
         report(f"{name}: the changelog was lost; re-publishing {total:,} records from the store")
     remaining = _remaining(store, cursor)
-    written = 0
+    written = publishers = 0  # SOW records and publisher records re-published
     while True:
         producer.begin()
         count = 0
         for position, key, value in remaining:
             producer.produce(changelog, value, key, partition)
             count += 1
+            if position[:1] == b"p":
+                publishers += 1
+            else:
+                written += 1
             cursor = position
             if count >= chunk:
                 break
@@ -103,9 +107,9 @@ def republish_steps(
                 REPUBLISH_CURSOR: None if finished else cursor,
             },
         )
-        written += count
+        also = f" and {publishers:,} publisher sequences" if publishers else ""
         report(
-            f"{name}: re-published {written:,} records (of {total:,} in the store)",
+            f"{name}: re-published {written:,} records (of {total:,} in the store){also}",
             extra=progress(total if finished else written, total),
         )
         if crash:
