@@ -85,6 +85,10 @@ class Record:
     def headers(self) -> None:
         return None
 
+    def timestamp(self) -> tuple[int, int]:
+        """(create time, 0 ms): the replica reads each record's time (history, staleness)."""
+        return (1, 0)
+
     def error(self) -> None:
         return None
 
