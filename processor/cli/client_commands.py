@@ -209,6 +209,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             projection=args.projection,
             select=args.select,
             wait_for_catch_up=True,
+            bookmark=args.bookmark,
             timeout=args.timeout,
         ):
             part = reply.WhichOneof("part")

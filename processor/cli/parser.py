@@ -279,6 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="echoed back: with it, a group_begin line comes first and group_end carries it",
     )
     query.add_argument(
+        "--bookmark",
+        default="",
+        help="a historical query: the SOW as of this point, a timestamp YYYYmmddTHHMMSSZ or "
+        "a position vector TOPIC/PARTITION/OFFSET,... (topics with History; "
+        "docs/subscriptions.md)",
+    )
+    query.add_argument(
         "--min-position",
         action="append",
         default=[],

@@ -11,6 +11,8 @@ there, then goes live.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,13 +91,27 @@ def test_historical_query_equals_the_model_at_20_random_times(
     bootstrap: str, tmp_path: Path, unique: str, topology: Topology
 ) -> None:
     rng = random.Random(11)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
         publish_rounds(client, rng, rounds=8, each=25)
         changes = timeline(bootstrap, topology)
         first, last = changes[0][0], changes[-1][0]
         moments = [rng.randint(first - 20, last + 20) for _ in range(20)]
         for moment in moments:
             assert historical(client, moment) == model_at(changes, moment), moment
+        # The same from the command line (sow query --bookmark).
+        moment = moments[1]
+        command = ["query", "HQUOTES", "--bookmark", _stamp(moment), "--server", app.grpc_address]
+        printed = subprocess.run(
+            [sys.executable, "-m", "processor.cli", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.splitlines()
+        rows = [orjson.loads(line) for line in printed if '"sow_key"' in line]
+        assert {r["sow_key"]: orjson.dumps(r["data"]) for r in rows} == {
+            k: orjson.dumps(orjson.loads(v)) for k, v in model_at(changes, moment).items()
+        }
         # Filter and top_n apply to the historical state.
         moment = moments[0]
         cheap = {
