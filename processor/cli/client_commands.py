@@ -53,6 +53,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         "expiration": args.expiration,
         "correlation_id": args.correlation_id,
         "delta": args.delta,
+        "ack": args.ack,
     }
     published = refused = 0
     vector: dict[tuple[str, int], int] = {}

@@ -224,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
         "Key fields",
     )
     publish.add_argument(
+        "--ack",
+        choices=("persisted", "processed"),
+        default="persisted",
+        help="what each acknowledgement waits for (AMPS's ack types): persisted, the message "
+        "is in the log (default, fastest); processed, it is also applied, so a query right "
+        "after the acknowledgement sees it",
+    )
+    publish.add_argument(
         "--wait",
         action="store_true",
         help="after publishing, wait until the SOW reflects every message, then print a "

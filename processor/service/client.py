@@ -56,6 +56,20 @@ class PublishResult(NamedTuple):
 RETRYABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
 
 
+#: AMPS's ack types a publish may ask for, by name.
+ACK_TYPES = {"persisted": sow_pb2.PERSISTED, "processed": sow_pb2.PROCESSED}
+
+
+def ack_type_of(name: str) -> Any:
+    """The AckType for ``name`` ("persisted" or "processed"); InvalidRequestError else."""
+    try:
+        return ACK_TYPES[name]
+    except KeyError:
+        raise InvalidRequestError(
+            f"ack {name!r} is not an ack type this service gives: use one of {', '.join(ACK_TYPES)}"
+        ) from None
+
+
 class SowClient:
     """Blocking client. ``address`` is ``host:port``. Thread-safe.
 
@@ -112,10 +126,14 @@ class SowClient:
         timeout: float = 30.0,
         text_form: bool = False,
         delta: bool = False,
+        ack: str = "persisted",
     ) -> Any:
         """Publish one message; the reply has its log position and SowKey. ``timeout``
         covers every attempt. ``delta``: a delta_publish, merged into the stored record
-        (it must give the Key fields)."""
+        (it must give the Key fields). ``ack`` (AMPS's ack types): "persisted", the
+        reply comes once the message is in the log; "processed", once it is also applied,
+        so a query or sow_and_subscribe of this service sees it."""
+        ack_type = ack_type_of(ack)
         publisher, sequence = self._next_sequence()
         request = sow_pb2.PublishRequest(
             topic=topic,
@@ -127,6 +145,7 @@ class SowClient:
             publisher=publisher,
             sequence=sequence,
             delta=delta,
+            ack=ack_type,
         )
         deadline = time.monotonic() + timeout
         attempt = 0
@@ -155,12 +174,14 @@ class SowClient:
         batch_size: int = 500,
         window: int = 8,
         ack_timeout: float | None = None,
+        ack: str = "persisted",
         **options: Any,
     ) -> Iterator[PublishResult]:
         """Publish many messages over one stream; yield one result per message, in order
         (a refused message's has ``error_code`` and ``error``; the others have position
         and SowKey). ``options`` are PublishRequest fields for every message
-        (expiration, correlation_id, sow_key, delta).
+        (expiration, correlation_id, sow_key, delta). ``ack``: as for ``publish``, for
+        each batch.
 
         At most ``window`` batches are unacknowledged at a time. When the stream breaks
         with UNAVAILABLE, it is opened again and the unacknowledged batches are resent
@@ -183,7 +204,7 @@ class SowClient:
             batch_size,
             window,
             text_form,
-            options,
+            {**options, "ack": ack_type_of(ack)},
             ack_timeout,
             self.address,
         )

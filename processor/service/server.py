@@ -27,6 +27,7 @@ from processor.service.health import Health
 from processor.service.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
 from processor.subscriptions.delta import MessageShape
 from processor.subscriptions.hub import SubscriptionHub
+from processor.topology.model import PlainTopic
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,21 @@ def _reply(result: Published) -> Any:
     )
 
 
+def _position_text(position: LogPosition) -> str:
+    topic, partition, offset = position
+    return f"{topic}/{partition}/{offset}"
+
+
+def _last_per_partition(results: list[Published | errors.SowError]) -> list[LogPosition]:
+    """The last position a batch's publishes reached in each log partition."""
+    last: dict[tuple[str, int], int] = {}
+    for result in results:
+        if not isinstance(result, errors.SowError):
+            topic, partition, offset = result.position
+            last[(topic, partition)] = max(offset, last.get((topic, partition), -1))
+    return [(topic, partition, offset) for (topic, partition), offset in last.items()]
+
+
 def _ack(batch_id: int, results: list[Published | errors.SowError]) -> Any:
     """A batch's ack, built column by column."""
     topics: list[str] = []
@@ -165,6 +181,10 @@ class SowServicer(sow_pb2_grpc.SowServicer):
     def __init__(self, engine: QueryEngine, gateway: Gateway) -> None:
         self._engine = engine
         self._gateway = gateway
+        #: The input topics whose records the replica applies (a processed ack waits).
+        self._sow_logs = {
+            t.kafka_topic for t in engine.topology.topics.values() if not isinstance(t, PlainTopic)
+        }
         self._publish_slots = threading.BoundedSemaphore(PUBLISH_SLOTS)
 
     @staticmethod
@@ -180,7 +200,30 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             self._abort(context, exc)
         finally:
             self._publish_slots.release()
+        if request.ack == sow_pb2.PROCESSED:
+            self._until_processed([published.position], context)
         return _reply(published)
+
+    def _until_processed(self, positions: Sequence[LogPosition], context: Any) -> None:
+        """Return once this service's replica has applied every one of ``positions`` (a
+        ``processed`` acknowledgement); abort with DEADLINE_EXCEEDED when the call's
+        deadline comes first. Positions of topics without a SOW are persisted already."""
+        replica = self._engine.replica
+        sow = self._sow_logs
+        waited = [p for p in positions if p[0] in sow]
+        if not waited:
+            return
+        timeout = _time_left(context)
+        if not replica.wait_for(waited, timeout):
+            self._abort(
+                context,
+                errors.PositionTimeoutError(
+                    f"the publish is in the log at {_position_text(max(waited))} but was not "
+                    f"applied to the SOW within {timeout:.3g}s (a processed acknowledgement); "
+                    "the processor may be behind or stopped. Publishing again with the same "
+                    "publisher and sequence is safe"
+                ),
+            )
 
     def PublishStream(self, request_iterator: Any, context: Any) -> Iterator[Any]:
         """Bulk publish: batches are handed to the log as they arrive (up to
@@ -188,11 +231,11 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         of it. A bad message is refused in its ack; the stream goes on."""
         if not self._publish_slots.acquire(blocking=False):
             self._abort(context, _busy())
-        pending: queue.Queue[tuple[int, PendingPublishes] | BaseException | None]
+        pending: queue.Queue[tuple[int, PendingPublishes, int] | BaseException | None]
         pending = queue.Queue(maxsize=STREAM_WINDOW)
         ended = threading.Event()
 
-        def hand_over(item: tuple[int, PendingPublishes] | BaseException | None) -> bool:
+        def hand_over(item: tuple[int, PendingPublishes, int] | BaseException | None) -> bool:
             while not ended.is_set():
                 try:
                     pending.put(item, timeout=0.1)
@@ -205,7 +248,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             try:
                 for batch in request_iterator:
                     publishes = self._publish_batch(batch)
-                    if not hand_over((batch.batch_id, publishes)):
+                    if not hand_over((batch.batch_id, publishes, batch.ack)):
                         return
                 hand_over(None)
             except BaseException as exc:  # the client cancelled, or a bug: end the stream
@@ -222,7 +265,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                         log.error("publish stream failed", exc_info=item)
                         context.abort(grpc.StatusCode.INTERNAL, f"publish stream failed: {item!r}")
                     return
-                batch_id, publishes = item
+                batch_id, publishes, ack = item
                 timeout = _time_left(context)
                 if not publishes.wait(timeout):
                     self._abort(
@@ -233,7 +276,10 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                             "batches with the same publisher and sequences"
                         ),
                     )
-                yield _ack(batch_id, publishes.results())
+                results = publishes.results()
+                if ack == sow_pb2.PROCESSED:
+                    self._until_processed(_last_per_partition(results), context)
+                yield _ack(batch_id, results)
         finally:
             ended.set()
             self._publish_slots.release()

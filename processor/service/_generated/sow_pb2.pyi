@@ -7,11 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AckType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PERSISTED: _ClassVar[AckType]
+    PROCESSED: _ClassVar[AckType]
+
 class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CHANGE_PUBLISH: _ClassVar[ChangeKind]
     CHANGE_DELETE: _ClassVar[ChangeKind]
     CHANGE_OOF: _ClassVar[ChangeKind]
+PERSISTED: AckType
+PROCESSED: AckType
 CHANGE_PUBLISH: ChangeKind
 CHANGE_DELETE: ChangeKind
 CHANGE_OOF: ChangeKind
@@ -27,7 +34,7 @@ class Position(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "data", "sow_key", "expiration", "correlation_id", "text_form", "publisher", "sequence", "delta")
+    __slots__ = ("topic", "data", "sow_key", "expiration", "correlation_id", "text_form", "publisher", "sequence", "delta", "ack")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     SOW_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +44,7 @@ class PublishRequest(_message.Message):
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
     topic: str
     data: bytes
     sow_key: str
@@ -46,7 +54,8 @@ class PublishRequest(_message.Message):
     publisher: str
     sequence: int
     delta: bool
-    def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., sequence: _Optional[int] = ..., delta: _Optional[bool] = ...) -> None: ...
+    ack: AckType
+    def __init__(self, topic: _Optional[str] = ..., data: _Optional[bytes] = ..., sow_key: _Optional[str] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., sequence: _Optional[int] = ..., delta: _Optional[bool] = ..., ack: _Optional[_Union[AckType, str]] = ...) -> None: ...
 
 class PublishReply(_message.Message):
     __slots__ = ("position", "sow_key")
@@ -57,7 +66,7 @@ class PublishReply(_message.Message):
     def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., sow_key: _Optional[str] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
-    __slots__ = ("batch_id", "messages", "topic", "data", "text_form", "publisher", "first_sequence", "expiration", "correlation_id", "sow_keys", "delta")
+    __slots__ = ("batch_id", "messages", "topic", "data", "text_form", "publisher", "first_sequence", "expiration", "correlation_id", "sow_keys", "delta", "ack")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +78,7 @@ class PublishBatch(_message.Message):
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     messages: _containers.RepeatedCompositeFieldContainer[PublishRequest]
     topic: str
@@ -80,7 +90,8 @@ class PublishBatch(_message.Message):
     correlation_id: str
     sow_keys: _containers.RepeatedScalarFieldContainer[str]
     delta: bool
-    def __init__(self, batch_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., topic: _Optional[str] = ..., data: _Optional[_Iterable[bytes]] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., first_sequence: _Optional[int] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., delta: _Optional[bool] = ...) -> None: ...
+    ack: AckType
+    def __init__(self, batch_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., topic: _Optional[str] = ..., data: _Optional[_Iterable[bytes]] = ..., text_form: _Optional[bool] = ..., publisher: _Optional[str] = ..., first_sequence: _Optional[int] = ..., expiration: _Optional[float] = ..., correlation_id: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., delta: _Optional[bool] = ..., ack: _Optional[_Union[AckType, str]] = ...) -> None: ...
 
 class PublishAck(_message.Message):
     __slots__ = ("batch_id", "log_topics", "partitions", "offsets", "sow_keys", "refused", "log_topic")
