@@ -338,6 +338,17 @@ def start(
                 reader=lambda: KafkaRangeReader(bootstrap),
             )
             app.replica.start_catching_up()
+            ready = app.processor_ready
+            if ready is not None:
+                # Until its own processor has restored the changelogs (and re-published a
+                # lost log), what they hold may be part of the SOW: no query is answered
+                # from it (issue 18: never an incomplete SOW).
+                app.replica.hold_catch_up()
+                threading.Thread(
+                    target=_release_when_set(ready, app.replica, app),
+                    name="sow-replica-gate",
+                    daemon=True,
+                ).start()
             app._spawn("sow-replica", app.replica.run)
             app.log_writer = KafkaLogWriter(bootstrap)
             gateway = Gateway(topology, app.log_writer, app.replica)
@@ -367,6 +378,20 @@ def start(
         app.stop()
         raise
     return app
+
+
+def _release_when_set(
+    ready: threading.Event, replica: Replica, app: Application
+) -> Callable[[], None]:
+    """The gate thread's body: release the replica's catch-up once ``ready`` is set."""
+
+    def run() -> None:
+        while not ready.wait(0.1):
+            if app.stopping.is_set():
+                return
+        replica.release_catch_up()
+
+    return run
 
 
 def _observer(app: Application, *, requests: bool) -> Observer:

@@ -34,6 +34,8 @@ class CatchUp:
         self.started = time.monotonic()
         self.reached: set[TopicPartitionKey] = set()
         self.states: Mapping[TopicPartitionKey, TailState] = {}
+        #: Held: not caught up whatever was read (see :meth:`hold`).
+        self.held = False
 
     def begin(self) -> None:
         """Count as catching up from now (idempotent)."""
@@ -43,7 +45,21 @@ class CatchUp:
 
     @property
     def caught_up(self) -> bool:
-        return self.done or not self.following
+        return (self.done or not self.following) and not self.held
+
+    def hold(self) -> None:
+        """Count as catching up until :meth:`release`, whatever is read meanwhile: the
+        changelogs may not hold the SOW yet (its processor is still restoring it, or
+        re-publishing a lost log)."""
+        self.held = True
+
+    def release(self) -> None:
+        """End a hold: caught up again once every partition is read to an end a fetch
+        shows from now on (what was written before the release, all of it)."""
+        self.held = False
+        self.done = False
+        self.reached.clear()
+        self.started = time.monotonic()
 
     def saw(self, states: Mapping[TopicPartitionKey, TailState]) -> None:
         """The tail's latest partition states (for staleness and progress)."""
@@ -56,7 +72,7 @@ class CatchUp:
     def reached_end(self, ends: Collection[TopicPartitionKey], records: int) -> None:
         """Partitions read to their end; ``records`` is the replica's size, for the log."""
         self.reached.update(ends)
-        if not self.done and self.reached >= self.partitions:
+        if not self.done and not self.held and self.reached >= self.partitions:
             self.done = True
             log.info(
                 "the replica caught up with the changelogs: %s records in %.1fs",

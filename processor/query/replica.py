@@ -152,6 +152,19 @@ class Replica:
         with self._changed:
             self._catch_up.begin()
 
+    def hold_catch_up(self) -> None:
+        """Not caught up, whatever is read, until :meth:`release_catch_up`: the writer of
+        the changelogs (the processor) has not restored them yet. Thread-safe."""
+        with self._changed:
+            self._catch_up.hold()
+
+    def release_catch_up(self) -> None:
+        """End :meth:`hold_catch_up`: caught up once every changelog partition is read to
+        an end fetched from now on. Thread-safe."""
+        with self._changed:
+            self._catch_up.release()
+            self._changed.notify_all()
+
     def run(self) -> None:
         """Load the snapshot, then apply changelog records until stopped; write a
         snapshot on the way out."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +29,27 @@ def _env() -> dict[str, str]:
 def _serve(directory: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "processor.cli", "serve", "--grpc-address", "127.0.0.1:0", *args],
+        cwd=directory,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _serve_at(directory: Path, address: str, broker: str) -> subprocess.Popen[str]:
+    """`sow serve` on a given gRPC address (the same one across a restart)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "processor.cli",
+            "serve",
+            "--grpc-address",
+            address,
+            "--embedded-broker",
+            broker,
+        ],
         cwd=directory,
         env=_env(),
         stdout=subprocess.DEVNULL,
@@ -190,3 +212,53 @@ def test_sow_serve_metrics_include_its_processor_child(workdir: Path) -> None:
         assert table["input records applied"] == "1", status.stdout
     finally:
         _interrupt(server)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("broker", ["kafka", "tansu"])
+def test_a_restart_never_answers_a_partial_or_empty_sow(workdir: Path, broker: str) -> None:
+    """Issue 18 item 3: polled every 20 ms from the moment `sow serve` starts again (its
+    embedded broker restarts with it), a query either fails (UNAVAILABLE, not ready) or
+    answers the whole SOW; never fewer records. On Tansu the log does not survive the
+    restart: the processor re-publishes the SOW into the new one, which the query service
+    must not answer from before it is whole (it answered 0, then 1,449 of 3,000)."""
+    from processor.service.client import SowClient
+
+    address = f"127.0.0.1:{_free_port()}"
+    first = _serve_at(workdir, address, broker)
+    try:
+        _until_ready(first)
+        lines = "".join(f'{{"orderId": {i}, "v": 1}}\n' for i in range(3000))
+        subprocess.run(
+            [sys.executable, "-m", "processor.cli", "publish", "ORDERS", "--wait"],
+            input=lines,
+            env={**_env(), "SOW_GRPC_ADDRESS": address},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+    finally:
+        _interrupt(first, within_s=30)
+    second = _serve_at(workdir, address, broker)
+    answers: list[int] = []
+    refusals: set[str] = set()
+    try:
+        started = time.monotonic()
+        with SowClient(address) as client:
+            while time.monotonic() - started < 40 and len(answers) < 50:
+                try:
+                    records, _, _ = client.query("ORDERS", timeout=5)
+                    answers.append(len(records))
+                except Exception as exc:  # not up yet, or not ready: both are fine
+                    refusals.add(type(exc).__name__ + ": " + str(exc).splitlines()[0][:80])
+                time.sleep(0.02)
+    finally:
+        _interrupt(second, within_s=30)
+    assert answers, f"no query answered within 40 s: {refusals}"
+    assert set(answers) == {3000}, (sorted(set(answers)), refusals)
