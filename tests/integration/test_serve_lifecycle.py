@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -248,6 +249,7 @@ def test_a_restart_never_answers_a_partial_or_empty_sow(workdir: Path, broker: s
     second = _serve_at(workdir, address, broker)
     answers: list[int] = []
     refusals: set[str] = set()
+    snapshot: list[int] = []
     try:
         started = time.monotonic()
         with SowClient(address) as client:
@@ -257,8 +259,28 @@ def test_a_restart_never_answers_a_partial_or_empty_sow(workdir: Path, broker: s
                     answers.append(len(records))
                 except Exception as exc:  # not up yet, or not ready: both are fine
                     refusals.add(type(exc).__name__ + ": " + str(exc).splitlines()[0][:80])
+                    if "catching up" in str(exc) and not snapshot:
+                        # A sow_and_subscribe started during catch-up waits for it.
+                        snapshot.append(_snapshot_size(client))
                 time.sleep(0.02)
     finally:
         _interrupt(second, within_s=30)
     assert answers, f"no query answered within 40 s: {refusals}"
     assert set(answers) == {3000}, (sorted(set(answers)), refusals)
+    assert snapshot in ([], [3000]), (snapshot, refusals)  # [] when never catching up
+
+
+def _snapshot_size(client: Any) -> int:
+    """The number of records in a sow_and_subscribe's snapshot (up to its group end)."""
+    stream = client.sow_and_subscribe("ORDERS", sub_id="probe")
+    size = 0
+    try:
+        for message in stream:
+            part = message.WhichOneof("part")
+            if part == "batch":
+                size += len(message.batch.records)
+            elif part == "group_end":
+                return size
+    finally:
+        stream.cancel()
+    raise AssertionError("the subscription ended before its snapshot")
