@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from processor.cli.guards import served
 from processor.config import Settings
 from processor.errors import ConfigurationError, DeadlineError, SowError
 
@@ -26,7 +27,78 @@ def _out(value: Any) -> None:
 
 
 def _address(args: argparse.Namespace) -> str:
-    return args.server or Settings.from_env().grpc_address
+    """The query service to call: --server, SOW_GRPC_ADDRESS, the `sow serve` running
+    beside this command (its state directory's record), or the default address."""
+    if args.server:
+        return str(args.server)
+    settings = Settings.from_env()
+    if os.environ.get("SOW_GRPC_ADDRESS"):
+        return settings.grpc_address
+    return served(settings.state_dir).get("grpc", settings.grpc_address)
+
+
+def _direct_route(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(bootstrap, topology) when ``sow publish`` writes straight to Kafka, else None
+    (through the query service). ``--via auto`` goes direct when a `sow serve` runs beside
+    it (its state directory names the broker and the topology) and nothing asks for the
+    service: no --server, no processed acknowledgement."""
+    if args.via == "grpc" or (args.sow_key and args.data is None):
+        return None  # (one SowKey for a whole stream: the service's columnar form has it)
+    if args.ack == "processed":
+        if args.via == "kafka":
+            raise SowError(
+                "--ack processed needs the query service (it knows when a message is "
+                "applied); drop --via kafka"
+            )
+        return None
+    record = served(Settings.from_env().state_dir)
+    route = (record.get("bootstrap", ""), record.get("topology", ""))
+    if args.via == "kafka":
+        if not all(route):
+            raise SowError(
+                "--via kafka publishes to the broker of the `sow serve` running in this "
+                "folder (its state directory, SOW_STATE_DIR), and none runs here"
+            )
+        return route
+    return route if all(route) and not args.server else None
+
+
+def _direct_replies(
+    args: argparse.Namespace, bootstrap: str, topology: str, lines: Any
+) -> Iterator[Any]:
+    """``sow publish`` straight to Kafka: the replies in the gRPC path's shape."""
+    from processor.service.client import LogPosition, PublishResult
+    from processor.service.direct import DirectPublisher
+
+    with DirectPublisher(bootstrap, topology) as publisher:
+        if args.data is not None:
+            results: Iterable[Any] = [
+                publisher.publish(
+                    args.topic,
+                    args.data.encode(),
+                    sow_key=args.sow_key,
+                    text_form=True,
+                    expiration=args.expiration,
+                    correlation_id=args.correlation_id,
+                    delta=args.delta,
+                    timeout=args.timeout,
+                )
+            ]
+        else:
+            results = publisher.publish_stream(
+                args.topic,
+                lines,
+                text_form=True,
+                expiration=args.expiration,
+                correlation_id=args.correlation_id,
+                delta=args.delta,
+                timeout=args.timeout,
+            )
+        for result in results:
+            if isinstance(result, SowError):
+                yield PublishResult("", None, type(result).__name__, str(result))
+            else:
+                yield PublishResult(result.sow_key, LogPosition(*result.position))
 
 
 def _record_json(record: Any) -> dict[str, Any]:
@@ -60,21 +132,24 @@ def cmd_publish(args: argparse.Namespace) -> int:
     last_key = ""
     read = [0]  # characters of standard input read so far (the progress bar's measure)
     progress = _Progress("published", None if args.data is not None else _input_size())
+    direct = _direct_route(args)
+
+    def counted(lines: Any) -> Any:
+        for line in lines:
+            read[0] += len(line)
+            if line.strip():
+                yield line.strip().encode()
+
     with SowClient(_address(args)) as client:
-        if args.data is not None:
-            replies: Any = [
+        if direct is not None:
+            replies: Any = _direct_replies(args, *direct, counted(sys.stdin))
+        elif args.data is not None:
+            replies = [
                 client.publish(
                     args.topic, args.data.encode(), text_form=True, timeout=args.timeout, **options
                 )
             ]
         else:
-
-            def counted(lines: Any) -> Any:
-                for line in lines:
-                    read[0] += len(line)
-                    if line.strip():
-                        yield line.strip().encode()
-
             lines = counted(sys.stdin)
             replies = client.publish_stream(
                 args.topic, lines, text_form=True, ack_timeout=args.timeout, **options

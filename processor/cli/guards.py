@@ -96,22 +96,39 @@ def _holder(port: int) -> str:
     return "another process"
 
 
-def record_served(state_dir: Path, grpc_address: str | None, metrics_address: str | None) -> None:
-    """Note this process's addresses in the state directory it holds (``SERVED_FILE``)."""
-    served = {"pid": os.getpid(), "grpc": grpc_address, "metrics": metrics_address}
+def record_served(
+    state_dir: Path,
+    grpc_address: str | None,
+    metrics_address: str | None,
+    bootstrap: str | None = None,
+    topology: Path | None = None,
+) -> None:
+    """Note this process's addresses (gRPC, metrics, the broker) and topology in the state
+    directory it holds (``SERVED_FILE``), for the commands run beside it."""
+    served = {
+        "pid": os.getpid(),
+        "grpc": grpc_address,
+        "metrics": metrics_address,
+        "bootstrap": bootstrap,
+        "topology": None if topology is None else str(topology.resolve()),
+    }
     path = state_dir / SERVED_FILE
     partial = path.with_suffix(".tmp")
     partial.write_text(json.dumps(served) + "\n")
     partial.replace(path)
 
 
-def served_metrics_address(state_dir: Path) -> str | None:
-    """The metrics address a ``sow serve`` that still runs recorded in ``state_dir``, or
-    None (no record, or its process has ended)."""
+def served(state_dir: Path) -> dict[str, str]:
+    """What a ``sow serve`` that still runs recorded in ``state_dir`` (its non-empty
+    entries), or {} (no record, or its process has ended)."""
     try:
-        served = json.loads((state_dir / SERVED_FILE).read_text())
-        os.kill(int(served["pid"]), 0)
+        record = json.loads((state_dir / SERVED_FILE).read_text())
+        os.kill(int(record["pid"]), 0)
     except (OSError, ValueError, KeyError, TypeError):
-        return None
-    address = served.get("metrics")
-    return address if isinstance(address, str) and address else None
+        return {}
+    return {k: v for k, v in record.items() if isinstance(v, str) and v}
+
+
+def served_metrics_address(state_dir: Path) -> str | None:
+    """The metrics address a ``sow serve`` that still runs recorded in ``state_dir``."""
+    return served(state_dir).get("metrics")

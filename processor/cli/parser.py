@@ -224,6 +224,15 @@ def build_parser() -> argparse.ArgumentParser:
         "Key fields",
     )
     publish.add_argument(
+        "--via",
+        choices=("auto", "kafka", "grpc"),
+        default="auto",
+        help="kafka: write straight to the broker, as the service would (SowKey, partition, "
+        "duplicate detection), without a gRPC call per message; grpc: through the query "
+        "service; auto (default): kafka when a sow serve runs in this folder and neither "
+        "--server nor --ack processed is given",
+    )
+    publish.add_argument(
         "--ack",
         choices=("persisted", "processed"),
         default="persisted",

@@ -126,6 +126,8 @@ def cmd_serve(
             settings.state_dir,
             app.grpc_address,
             None if app.observer is None else app.observer.address,
+            app.broker.bootstrap_servers,
+            settings.topology,
         )
     lines = [
         "kafka-sow is ready",

@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -211,6 +212,34 @@ def test_sow_serve_metrics_include_its_processor_child(workdir: Path) -> None:
         }
         assert table["ready"] == "yes", status.stdout
         assert table["input records applied"] == "1", status.stdout
+        # Beside it, `sow publish` can write straight to its broker, and `sow query` finds
+        # its gRPC address, with no address given to either.
+        beside = {"cwd": workdir, "env": _env(), "capture_output": True, "text": True}
+        published = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "processor.cli",
+                "publish",
+                "ORDERS",
+                "--via",
+                "kafka",
+                "--wait",
+            ],
+            input="".join(f'{{"orderId": {i}}}\n' for i in range(1000, 1500)),
+            timeout=120,
+            check=False,
+            **beside,  # type: ignore[call-overload]
+        )
+        assert published.returncode == 0, published.stderr
+        assert orjson.loads(published.stdout.splitlines()[-1])["published"] == 500
+        queried = subprocess.run(
+            [sys.executable, "-m", "processor.cli", "query", "ORDERS"],
+            timeout=60,
+            check=True,
+            **beside,  # type: ignore[call-overload]
+        )
+        assert orjson.loads(queried.stdout.splitlines()[-1])["group_end"]["matches"] == 501
     finally:
         _interrupt(server)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from processor.cli.parser import parse
@@ -88,3 +90,23 @@ def test_a_min_position_that_is_not_one_says_what_it_expects() -> None:
         _parse_positions(['["ORDERS.input/0/41", 3]'])
     with pytest.raises(SowError, match="is not TOPIC/PARTITION/OFFSET"):
         _parse_positions(["ORDERS.input/zero/41"])
+
+
+def test_sow_publish_goes_straight_to_kafka_beside_a_running_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from processor.cli.client_commands import _direct_route
+    from processor.cli.guards import record_served
+    from processor.errors import SowError
+
+    monkeypatch.setenv("SOW_STATE_DIR", str(tmp_path))
+    assert _direct_route(parse(["publish", "ORDERS"])) is None  # no sow serve here
+    record_served(tmp_path, "127.0.0.1:5", "", "127.0.0.1:9092", tmp_path / "topologies")
+    route = ("127.0.0.1:9092", str((tmp_path / "topologies").resolve()))
+    assert _direct_route(parse(["publish", "ORDERS"])) == route
+    assert _direct_route(parse(["publish", "ORDERS", "--via", "kafka"])) == route
+    assert _direct_route(parse(["publish", "ORDERS", "--via", "grpc"])) is None
+    assert _direct_route(parse(["publish", "ORDERS", "--server", "h:1"])) is None
+    assert _direct_route(parse(["publish", "ORDERS", "--ack", "processed"])) is None
+    with pytest.raises(SowError, match="--ack processed needs the query service"):
+        _direct_route(parse(["publish", "ORDERS", "--via", "kafka", "--ack", "processed"]))
