@@ -85,6 +85,9 @@ class Record:
     def headers(self) -> None:
         return None
 
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 0)  # (TIMESTAMP_CREATE_TIME, ms): the replica notes each partition's last
+
     def error(self) -> None:
         return None
 
