@@ -1,6 +1,6 @@
 """How the broker copes with a partition that accumulates small record batches.
 
-Starts the broker (``KAFKA_BOOTSTRAP_SERVERS`` or the embedded Tansu one), produces
+Starts the broker (``KAFKA_BOOTSTRAP_SERVERS`` or the embedded one), produces
 messages at a steady rate with a given linger (0: about one message per batch) while one
 consumer tails the partition, and prints each second what was sent, what the consumer
 got and, for the embedded broker, its CPU. On the embedded Tansu broker the CPU grows
@@ -33,6 +33,7 @@ def main() -> int:
     parser.add_argument("--isolation", default="read_committed")
     args = parser.parse_args()
     broker = start_broker(None)
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     bootstrap = broker.bootstrap_servers
     topic = f"batches-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -1,7 +1,7 @@
 """delta_publish vs publish: records/s through the processor (decode, SowKey, merge,
 envelope, changelog produce, Kafka transaction, RocksDB write batch).
 
-Two fresh SOW topics on one broker (the embedded Tansu broker, or
+Two fresh SOW topics on one broker (the embedded one, or
 ``KAFKA_BOOTSTRAP_SERVERS``). Each input topic is filled first with N records keyed by
 their SowKey, as the gateway writes them; then a processor is started on it and timed from
 its first batch until it has applied all N:
@@ -132,6 +132,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     broker = start_broker()
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     try:
         bootstrap = broker.bootstrap_servers
         results = [

@@ -186,6 +186,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     logging.getLogger("processor.engine.processor").setLevel(logging.INFO)  # rebalances
     broker = start_broker()
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     try:
         run = f"expire-{uuid.uuid4().hex[:8]}"
         exp = SowTopic(

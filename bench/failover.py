@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", default=None, help="a broker (default: embedded)")
     args = parser.parse_args()
     broker = start_broker(args.bootstrap)
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     try:
         with tempfile.TemporaryDirectory(prefix="sow-failover-") as root:
             print("| standby | keys | takeover replayed | to owning (s) | failover (s) | load |")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args()
     broker = start_broker()
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     topology = Topology(
         {"ORDERS": SowTopic("ORDERS", keys=("/id",), kafka_topic="bench.ORDERS")},
         (),

@@ -38,6 +38,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     broker = start_broker()
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     try:
         name = f"latency-{uuid.uuid4().hex[:8]}"
         topic = SowTopic("LAT", keys=("/id",), kafka_topic=name)

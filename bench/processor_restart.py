@@ -151,6 +151,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     broker = start_broker()
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     bootstrap = broker.bootstrap_servers
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),

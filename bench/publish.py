@@ -1,6 +1,6 @@
 """Publish benchmark: what a publisher pays to get messages into the SOW, through `sow serve`.
 
-One run, one broker (the embedded Tansu broker, or ``KAFKA_BOOTSTRAP_SERVERS``), one
+One run, one broker (the embedded one, or ``KAFKA_BOOTSTRAP_SERVERS``), one
 `sow serve` process (processor + replica + gRPC, started as a user starts it), and beside it
 the raw confluent-kafka producer writing the same messages to the same broker:
 
@@ -296,6 +296,7 @@ def main() -> None:
     args = parser.parse_args()
 
     broker = start_broker()
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},

@@ -49,6 +49,7 @@ from tests.unit.log_records import LogRecord
 
 def replay_rates(records: int) -> dict[str, object]:
     broker = start_broker()
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     try:
         bootstrap = broker.bootstrap_servers
         topic = SowTopic(

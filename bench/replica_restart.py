@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="  %(name)s: %(message)s")
     logging.getLogger("processor.log.kafka").setLevel(logging.WARNING)
     broker = start_broker()
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     try:
         bootstrap = broker.bootstrap_servers
         topic = SowTopic(

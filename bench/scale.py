@@ -44,7 +44,7 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processor.app import topic_specs
-from processor.broker import TansuBroker, start_broker
+from processor.broker import start_broker
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.kafka import ensure_topics
 from processor.topology.model import SowTopic, Topology
@@ -327,16 +327,15 @@ def main() -> None:
 def ingest(args: argparse.Namespace) -> None:
     """The ingest runs: one per process count, then their table (and JSON)."""
     broker = start_broker()
-    if not isinstance(broker, TansuBroker) or broker.pid is None:
+    print(f"broker: {broker.description}", file=sys.stderr, flush=True)
+    pid = getattr(broker, "pid", None)  # embedded Apache Kafka or Tansu; None: external
+    if pid is None:
         broker.stop()
         raise SystemExit(
             "bench/scale.py measures the embedded broker's CPU: unset KAFKA_BOOTSTRAP_SERVERS"
         )
     try:
-        runs = [
-            run(args, broker.bootstrap_servers, broker.pid, int(n))
-            for n in args.processes.split(",")
-        ]
+        runs = [run(args, broker.bootstrap_servers, pid, int(n)) for n in args.processes.split(",")]
     finally:
         broker.stop()
     print(table(runs))

@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not bootstrap:
         broker = start_broker()
+        print(f"broker: {broker.description}", file=sys.stderr, flush=True)
         bootstrap = broker.bootstrap_servers
     topic = SowTopic(
         "ORDERS", keys=("/orderId",), partitions=2, kafka_topic=f"bench-spark-{os.getpid()}"

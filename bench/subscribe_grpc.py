@@ -288,6 +288,7 @@ def main() -> int:
     )
     topic = SowTopic("FAN", keys=("/id",), kafka_topic=name, partitions=2)
     app = start(settings, topology=Topology({"FAN": topic}), processor_process=True)
+    print(f"broker: {app.broker.description}", file=sys.stderr, flush=True)
     try:
         ready = app.processor_ready
         if ready is not None and not ready.wait(120):

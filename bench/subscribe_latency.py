@@ -152,6 +152,7 @@ def main() -> int:
     )
     topic = SowTopic("LAT", keys=("/id",), kafka_topic=name)
     app = start(settings, topology=Topology({"LAT": topic}), processor_process=True)
+    print(f"broker: {app.broker.description}", file=sys.stderr, flush=True)
     rows = []
     try:
         ready = app.processor_ready
