@@ -145,6 +145,12 @@ def freeze_scenario(
         )
         app = start(settings, topology=Topology({"ORDERS": topic}))
         client = SowClient(app.grpc_address)
+        # Ready first: until its processor has restored the changelogs, the service
+        # answers no query (it would answer from a SOW that may be partial).
+        deadline = time.monotonic() + 60
+        while app.readiness() is not None:
+            assert time.monotonic() < deadline, app.readiness()
+            time.sleep(0.05)
         model = StreamedModel()
         model.publish(client, (orjson.dumps({"orderId": i, "v": 0}) for i in range(2000)))
         assert broker.pid is not None
