@@ -260,8 +260,12 @@ class Observer:
         self._relayed.append(fetch)
 
     def exposition(self) -> bytes:
-        """What /metrics answers."""
-        return generate_latest(self.registry) + b"".join(fetch() for fetch in self._relayed)
+        """What /metrics answers: this process's families, then the relayed ones this
+        process does not export itself (one family per name, as Prometheus requires; a
+        processor child's ``sow_broker_info`` would name the parent's broker as external)."""
+        own = generate_latest(self.registry)
+        names = {line.split()[2] for line in own.splitlines() if line.startswith(b"# HELP ")}
+        return own + b"".join(_without_families(fetch(), names) for fetch in self._relayed)
 
     def serve(self, address: str) -> str:
         """Serve HTTP on ``host:port`` (port 0: any free one); return the bound address."""
@@ -311,3 +315,16 @@ class Observer:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+
+def _without_families(text: bytes, names: set[bytes]) -> bytes:
+    """Prometheus text without the families named ``names`` (each family's HELP and TYPE
+    lines come first, its samples right after them)."""
+    kept: list[bytes] = []
+    dropping = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith(b"# HELP "):
+            dropping = line.split()[2] in names
+        if not dropping:
+            kept.append(line)
+    return b"".join(kept)

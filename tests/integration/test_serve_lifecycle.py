@@ -212,6 +212,11 @@ def test_sow_serve_metrics_include_its_processor_child(workdir: Path) -> None:
         }
         assert table["ready"] == "yes", status.stdout
         assert table["input records applied"] == "1", status.stdout
+        brokers = [line for line in status.stdout.splitlines() if line.startswith("broker ")]
+        assert len(brokers) == 1, status.stdout  # the parent's, not the child's view of it
+        assert "embedded Apache Kafka" in brokers[0], status.stdout
+        helps = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")]
+        assert len(helps) == len(set(helps)), "a metric family is exported twice"
         # Beside it, `sow publish` can write straight to its broker, and `sow query` finds
         # its gRPC address, with no address given to either.
         beside = {"cwd": workdir, "env": _env(), "capture_output": True, "text": True}
