@@ -70,6 +70,39 @@ def ack_type_of(name: str) -> Any:
         ) from None
 
 
+class PublisherSequences:
+    """Publisher names and sequence numbers for duplicate detection (AMPS publish store).
+
+    Each thread publishes under a name of its own, ``prefix`` plus a suffix (default
+    prefix: host, process and a random part; "" turns detection off), with sequence
+    numbers 1, 2, 3, ... Thread-safe.
+    """
+
+    def __init__(self, prefix: str | None = None) -> None:
+        if prefix is None:
+            prefix = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._prefix = prefix
+        self._names = itertools.count(1)
+        self._local = threading.local()
+
+    def new_name(self) -> str:
+        """A publisher name not used before ("" when detection is off)."""
+        return f"{self._prefix}.{next(self._names)}" if self._prefix else ""
+
+    def take(self, count: int) -> tuple[str, int]:
+        """This thread's publisher name and the first of ``count`` new sequence numbers
+        (("", 0) when detection is off)."""
+        local = self._local
+        if getattr(local, "name", None) is None:
+            local.name = self.new_name()
+            local.sequence = 0
+        if not local.name:
+            return "", 0
+        first = local.sequence + 1
+        local.sequence += count
+        return local.name, first
+
+
 class SowClient:
     """Blocking client. ``address`` is ``host:port``. Thread-safe.
 
@@ -86,12 +119,8 @@ class SowClient:
         self._channel = grpc.insecure_channel(address)
         self._stub = sow_pb2_grpc.SowStub(self._channel)  # type: ignore[no-untyped-call]
         self._subscriptions = sow_pb2_grpc.SubscriptionsStub(self._channel)  # type: ignore[no-untyped-call]
-        if publisher is None:
-            publisher = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._publisher = publisher
+        self._sequences = PublisherSequences(publisher)
         self._retries = retries
-        self._names = itertools.count(1)
-        self._local = threading.local()
 
     def close(self) -> None:
         self._channel.close()
@@ -104,17 +133,10 @@ class SowClient:
 
     def new_publisher(self) -> str:
         """A publisher name of this client not used before ("" when detection is off)."""
-        return f"{self._publisher}.{next(self._names)}" if self._publisher else ""
+        return self._sequences.new_name()
 
     def _next_sequence(self) -> tuple[str, int]:
-        local = self._local
-        if getattr(local, "name", None) is None:
-            local.name = self.new_publisher()
-            local.sequence = 0
-        if not local.name:
-            return "", 0
-        local.sequence += 1
-        return local.name, local.sequence
+        return self._sequences.take(1)
 
     def publish(
         self,

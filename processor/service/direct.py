@@ -14,11 +14,6 @@ publishers use it to skip Python gRPC's cost per call, and everyone else keeps g
 
 from __future__ import annotations
 
-import itertools
-import os
-import socket
-import threading
-import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -32,6 +27,7 @@ from processor.query.gateway import (
     PublishColumns,
     Published,
 )
+from processor.service.client import PublisherSequences
 from processor.topology.model import Topology
 
 #: What a publish gives back: where it landed, or why it was refused.
@@ -57,11 +53,7 @@ class DirectPublisher:
         self.topology = topology
         self._writer = KafkaLogWriter(bootstrap)
         self._gateway = Gateway(topology, self._writer, None)
-        if publisher is None:
-            publisher = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._publisher = publisher
-        self._names = itertools.count(1)
-        self._local = threading.local()
+        self._sequences = PublisherSequences(publisher)
 
     def close(self) -> None:
         """Deliver what is queued, then release the producer."""
@@ -72,18 +64,6 @@ class DirectPublisher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _sequences(self, count: int) -> tuple[str, int]:
-        """This thread's publisher name and the first of ``count`` new sequence numbers."""
-        local = self._local
-        if getattr(local, "name", None) is None:
-            local.name = f"{self._publisher}.{next(self._names)}" if self._publisher else ""
-            local.sequence = 0
-        if not local.name:
-            return "", 0
-        first = local.sequence + 1
-        local.sequence += count
-        return local.name, first
 
     def submit(
         self,
@@ -99,7 +79,7 @@ class DirectPublisher:
         """Hand messages to the producer without waiting (``wait``, then ``results``, on
         what it returns). The options apply to every message; ``sow_keys`` gives one
         SowKey per message for topics whose publishers provide them."""
-        publisher, first = self._sequences(len(messages))
+        publisher, first = self._sequences.take(len(messages))
         return self._gateway.publish_columns(
             PublishColumns(
                 topic,
