@@ -86,13 +86,21 @@ def _holder(port: int) -> str:
                 if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
                     inodes.add(fields[9])
     for pid in filter(str.isdigit, os.listdir("/proc") if inodes else []):
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or not ours to read
+            continue
+        for fd in fds:
+            try:  # one descriptor closed meanwhile must not hide the rest of the process
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target.startswith("socket:[") and target[8:-1] in inodes:
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                with contextlib.suppress(OSError):
                     words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
                     command = " ".join(os.path.basename(w) for w in words.split("\0")[:4])
                     return f"process {pid} ({command.strip()})"
+                return f"process {pid}"
     return "another process"
 
 
