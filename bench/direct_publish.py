@@ -6,7 +6,11 @@ another), interleaved rounds of:
 
 1. raw: the confluent-kafka producer (idempotent, ``produce`` then ``flush``) writing the
    messages to a topic of 2 partitions, keyed by id: no SOW, no checks;
-2. direct: ``DirectPublisher.publish_stream`` writing the same messages to a SOW topic's
+2. acked: the same producer and messages plus what any publisher with duplicate detection
+   and per-message acknowledgements pays before doing anything else: the two headers
+   (publisher name, sequence number) and a delivery callback per message, each position
+   kept. No SOW, no checks: this is the floor under the direct publisher;
+3. direct: ``DirectPublisher.publish_stream`` writing the same messages to a SOW topic's
    input log, each validated, keyed by its SowKey, with duplicate-detection headers,
    every acknowledgement awaited.
 
@@ -59,8 +63,10 @@ def _timed(run: Any, count: int) -> dict[str, Any]:
     return {"msgs_per_s": count / wall, "seconds": wall, "cpu_us_per_msg": cpu / count * 1e6}
 
 
-def raw(bootstrap: str, payloads: list[bytes], keys: int, round_: int) -> dict[str, Any]:
-    topic = f"bench-direct-raw-{os.getpid()}-{round_}"
+def raw(
+    bootstrap: str, payloads: list[bytes], keys: int, round_: int, acked: bool = False
+) -> dict[str, Any]:
+    topic = f"bench-direct-{'acked' if acked else 'raw'}-{os.getpid()}-{round_}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
         future.result(30)
@@ -75,15 +81,34 @@ def raw(bootstrap: str, payloads: list[bytes], keys: int, round_: int) -> dict[s
         }
     )
 
+    offsets: list[int] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        offsets.append(message.offset())
+
     def run() -> None:
         for i, payload in enumerate(payloads):
             while True:
                 try:
-                    producer.produce(topic, payload, str(i % keys).encode())
+                    if acked:
+                        headers = [
+                            ("sow.publisher", b"bench-publisher"),
+                            ("sow.sequence", b"%d" % i),
+                        ]
+                        producer.produce(
+                            topic,
+                            payload,
+                            str(i % keys).encode(),
+                            headers=headers,
+                            on_delivery=delivered,
+                        )
+                    else:
+                        producer.produce(topic, payload, str(i % keys).encode())
                     break
                 except BufferError:
                     producer.poll(0.01)
         assert producer.flush(120) == 0
+        assert not acked or len(offsets) == len(payloads)
 
     return _timed(run, len(payloads))
 
@@ -115,15 +140,17 @@ def main() -> int:
     broker = start_broker(os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     say(f"broker: {broker.description}")
     payloads = [message(i, args.keys) for i in range(args.messages)]
-    rounds: dict[str, list[dict[str, Any]]] = {"raw": [], "direct": []}
+    rounds: dict[str, list[dict[str, Any]]] = {"raw": [], "acked": [], "direct": []}
     try:
         for round_ in range(1, args.rounds + 1):
-            for path in ("raw", "direct"):
-                if path == "raw":
-                    figures = raw(broker.bootstrap_servers, payloads, args.keys, round_)
+            for path, runs in rounds.items():
+                if path != "direct":
+                    figures = raw(
+                        broker.bootstrap_servers, payloads, args.keys, round_, path == "acked"
+                    )
                 else:
                     figures = direct(broker.bootstrap_servers, payloads, round_)
-                rounds[path].append(figures)
+                runs.append(figures)
                 say(
                     f"round {round_} {path}: {figures['msgs_per_s']:,.0f} msg/s, "
                     f"{figures['cpu_us_per_msg']:.1f} CPU us/msg"

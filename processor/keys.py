@@ -105,7 +105,7 @@ class FieldKeyGenerator:
     a Key field is absent or NULL.
     """
 
-    __slots__ = ("_memo", "_paths", "_prefix", "_single", "paths")
+    __slots__ = ("_hash", "_memo", "_paths", "_prefix", "_single", "paths")
 
     #: Single-field keys of hot values are remembered; the memo is dropped when it fills.
     MEMO_SIZE = 1 << 16
@@ -116,6 +116,8 @@ class FieldKeyGenerator:
         self.paths = paths
         self._paths = tuple(parse_path(p) for p in paths)
         self._prefix = KEY_TAG + _component(domain)
+        #: The hash state after the prefix, copied for each single-field key.
+        self._hash = hashlib.blake2b(self._prefix, digest_size=8)
         self._single = self._paths[0] if len(self._paths) == 1 else None
         self._memo: dict[object, str] = {}
 
@@ -138,10 +140,12 @@ class FieldKeyGenerator:
                 found = memo.get(value)
                 if found is not None:
                     return found
-            text = value if isinstance(value, str) else key_text(value)
+            kind = value.__class__
+            text = value if kind is str else repr(value) if kind is int else key_text(value)
             raw = text.encode()
-            data = self._prefix + len(raw).to_bytes(4, "big") + raw
-            key = str(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big"))
+            digest = self._hash.copy()  # cheaper than a new blake2b with its arguments
+            digest.update(len(raw).to_bytes(4, "big") + raw)
+            key = str(int.from_bytes(digest.digest(), "big"))
             if hashable:
                 if len(memo) >= self.MEMO_SIZE:
                     memo.clear()

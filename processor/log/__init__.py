@@ -7,7 +7,7 @@ wrapping, keeping the hot path free of per-record copies).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -302,8 +302,9 @@ class LogWriter(Protocol):
     #: The largest record (key + value + headers) the writer accepts, in bytes.
     max_record_bytes: int
 
-    def submit(self, records: Sequence[LogRecord]) -> Delivery:
-        """Hand records to the producer and return at once. A record the producer refuses
+    def submit(self, records: Iterable[LogRecord]) -> Delivery:
+        """Hand records to the producer and return at once; ``records`` is read once, in
+        step with producing (a generator need not be materialised). A record the producer refuses
         (over ``max_record_bytes``: MessageTooLargeError; queue full for long: BrokerError)
         is not written and its result is that error; the others are unaffected."""
         ...

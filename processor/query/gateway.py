@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -200,6 +200,7 @@ class PendingPublishes:
         """Per publish: where it landed, or why it was refused (after ``wait``)."""
         delivered = [] if self._delivery is None else self._delivery.results()
         out: list[Published | SowError] = []
+        made = tuple.__new__  # Published(...) without its Python-level __new__
         for keyed, slot in zip(self._keyed, self._slots, strict=True):
             if isinstance(keyed, SowError):
                 out.append(keyed)
@@ -210,7 +211,7 @@ class PendingPublishes:
             elif isinstance(result, Exception):
                 out.append(SowError(f"the publish failed: {result!r}"))
             else:
-                out.append(Published(result, keyed))
+                out.append(made(Published, (result, keyed)))
         return out
 
 
@@ -302,7 +303,6 @@ class Gateway:
             return PendingPublishes.refused([exc] * count)
         keyed: list[str | SowError] = []
         slots: list[int] = []
-        records: list[LogRecord] = []
         kafka_topic, partitions, codec = route.kafka_topic, route.partitions, route.codec
         key_of, decode = route.key_function, codec.decode
         from_text = codec.from_text if batch.text_form else None
@@ -314,35 +314,41 @@ class Gateway:
         if publisher is not None:
             fixed += len(PUBLISHER_HEADER) + len(publisher[1]) + len(SEQUENCE_HEADER) + 20
         limit = route.limit - fixed
-        sequence = batch.first_sequence
-        for index, given in enumerate(batch.data):
-            try:
-                data = given if from_text is None or delta else from_text(given)
-                if delta:
-                    sow_key = batch.sow_keys[index] if batch.sow_keys else ""
-                    key = _delta_key(route, data, batch.text_form, sow_key)
-                elif key_of is not None:
-                    key = key_of(decode(data))
-                elif route.plain:
-                    decode(data)
-                    key = validate_user_key(batch.sow_keys[index]) if batch.sow_keys else ""
-                else:
-                    key = validate_user_key(batch.sow_keys[index])
-                raw = key.encode()
-                if len(data) > limit - len(raw):
-                    raise _too_large(route, len(data), limit - len(raw))
-            except SowError as exc:
-                keyed.append(exc)
-                slots.append(-1)
-                continue
-            headers: Headers | None = shared or None
-            if publisher is not None:
-                headers = [*shared, publisher, (SEQUENCE_HEADER, str(sequence + index).encode())]
-            keyed.append(key)
-            slots.append(len(records))
-            partition = partition_for(raw, partitions) if raw else _partition(route, raw)
-            records.append((kafka_topic, raw or None, data, partition, headers))
-        return PendingPublishes(keyed, self.writer.submit(records), slots)
+
+        def records() -> Iterator[LogRecord]:
+            # Read by the writer as it produces: each record lives only until produced.
+            written, sequence, shared_headers = 0, batch.first_sequence, shared or None
+            for index, given in enumerate(batch.data):
+                try:
+                    data = given if from_text is None or delta else from_text(given)
+                    if delta:
+                        sow_key = batch.sow_keys[index] if batch.sow_keys else ""
+                        key = _delta_key(route, data, batch.text_form, sow_key)
+                    elif key_of is not None:
+                        key = key_of(decode(data))
+                    elif route.plain:
+                        decode(data)
+                        key = validate_user_key(batch.sow_keys[index]) if batch.sow_keys else ""
+                    else:
+                        key = validate_user_key(batch.sow_keys[index])
+                    raw = key.encode()
+                    if len(data) > limit - len(raw):
+                        raise _too_large(route, len(data), limit - len(raw))
+                except SowError as exc:
+                    keyed.append(exc)
+                    slots.append(-1)
+                    continue
+                headers = shared_headers
+                if publisher is not None:
+                    numbered = (SEQUENCE_HEADER, b"%d" % (sequence + index))
+                    headers = [*shared, publisher, numbered] if shared else [publisher, numbered]
+                keyed.append(key)
+                slots.append(written)
+                written += 1
+                partition = partition_for(raw, partitions) if raw else _partition(route, raw)
+                yield kafka_topic, raw or None, data, partition, headers
+
+        return PendingPublishes(keyed, self.writer.submit(records()), slots)
 
     def publish(self, command: PublishCommand, timeout_s: float = DEFAULT_TIMEOUT_S) -> Published:
         """Publish one message and wait up to ``timeout_s`` for the broker's
