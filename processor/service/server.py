@@ -213,7 +213,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         waited = [p for p in positions if p[0] in sow]
         if not waited:
             return
-        timeout = _time_left(context)
+        # As long as the caller's deadline allows (no deadline: DEFAULT_WAIT_S).
+        timeout = _wait_budget(context, 0.0) or DEFAULT_WAIT_S
         if not replica.wait_for(waited, timeout):
             self._abort(
                 context,
