@@ -1,4 +1,4 @@
-"""Publish -> subscriber latency through the whole live path, one subscriber.
+"""Publish -> subscriber latency through the whole live path, one subscriber, hop by hop.
 
 Starts the broker (``KAFKA_BOOTSTRAP_SERVERS`` or the embedded one) and kafka-sow as
 ``sow serve`` runs it (processor in a child process; replica, subscription hub and gRPC
@@ -7,12 +7,26 @@ gRPC; a publisher process writes messages to the input topic at a steady rate wi
 plain producer (each carries its send time). Latency is send -> received by the
 subscriber, per message. Prints p50/p99/max per rate.
 
+Each message's way is also cut into hops (issue 18's per-hop breakdown), all measured on
+CLOCK_MONOTONIC shared by the processes, except the processor's apply time, which is its
+changelog envelope's wall-clock millisecond (converted):
+
+1. publish: send -> the broker's acknowledgement to the publisher's producer (linger and
+   the append);
+2. to processor: acknowledged -> the processor's batch that applied it began (its
+   consumer's fetch);
+3. commit: applied -> readable by a separate read_committed consumer of the changelog
+   (apply, changelog produce, transaction commit, that consumer's fetch);
+4. deliver: readable -> received by the subscriber (the replica's fetch and apply, the
+   subscription's matching and the gRPC stream).
+
     PYTHONPATH=. python bench/subscribe_latency.py --rates 1000 10000 --seconds 10
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import multiprocessing
@@ -26,8 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
+from processor import changelog
 from processor.app import start
 from processor.config import Settings
 from processor.keys import key_function
@@ -51,7 +66,7 @@ def _subscribe(address: str, topic: str, total: int, ready: Any, stop: Any, out:
         stream.cancel()
 
     threading.Thread(target=watch, daemon=True).start()
-    latencies: list[float] = []
+    latencies: dict[int, float] = {}
     try:
         for message in stream:
             part = message.WhichOneof("part")
@@ -61,7 +76,8 @@ def _subscribe(address: str, topic: str, total: int, ready: Any, stop: Any, out:
             if part != "change":
                 continue
             now = time.perf_counter()
-            latencies.append(now - orjson.loads(message.change.record.data)["t"])
+            sent = orjson.loads(message.change.record.data)
+            latencies[sent["n"]] = now - sent["t"]
             if len(latencies) >= total:
                 break
     except ServiceError as exc:
@@ -74,10 +90,18 @@ def _subscribe(address: str, topic: str, total: int, ready: Any, stop: Any, out:
 
 def _publish(bootstrap: str, topic: SowTopic, rate: int, total: int, out: Any) -> None:
     """Child process: ``total`` messages at ``rate`` with a plain producer, each carrying
-    its send time (``perf_counter``: CLOCK_MONOTONIC, shared by the processes)."""
+    its send time (``perf_counter``: CLOCK_MONOTONIC, shared by the processes); sends
+    back the time taken and each message's send -> acknowledged latency."""
     key_of = key_function(topic)
     assert key_of is not None
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
+    acked: dict[int, float] = {}
+
+    def delivered(error: Any, record: Any) -> None:
+        if error is None:
+            sent = orjson.loads(record.value())
+            acked[sent["n"]] = time.perf_counter() - sent["t"]
+
     batch = max(1, rate // 1000)  # messages per millisecond tick
     started = time.perf_counter()
     for n in range(total):
@@ -86,10 +110,79 @@ def _publish(bootstrap: str, topic: SowTopic, rate: int, total: int, out: Any) -
             if delay > 0:
                 time.sleep(delay)
         message = {"id": n % 10_000, "n": n, "t": time.perf_counter()}
-        producer.produce(topic.kafka_topic, orjson.dumps(message), key_of(message).encode())
+        producer.produce(
+            topic.kafka_topic,
+            orjson.dumps(message),
+            key_of(message).encode(),
+            on_delivery=delivered,
+        )
         producer.poll(0)
     producer.flush(30)
-    out.send(time.perf_counter() - started)
+    out.send((time.perf_counter() - started, acked))
+
+
+def _probe(
+    bootstrap: str, changelog_topic: str, total: int, ready: Any, stop: Any, out: Any
+) -> None:
+    """Child process: a read_committed consumer of the changelog; per message, send ->
+    applied by the processor (its envelope's apply time) and send -> readable here."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"probe-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "latest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 1,
+            "log_level": 3,
+        }
+    )
+    assigned = threading.Event()
+    consumer.subscribe([changelog_topic], on_assign=lambda *_: assigned.set())
+    while not assigned.is_set():
+        consumer.poll(0.1)
+    ready.set()
+    wall_minus_monotonic = time.time() - time.perf_counter()
+    applied: dict[int, float] = {}
+    visible: dict[int, float] = {}
+    while len(visible) < total and not stop.is_set():
+        first = consumer.poll(0.05)  # consume(n, t) would wait for n records or t
+        for record in [first, *consumer.consume(10_000, 0)] if first is not None else ():
+            now = time.perf_counter()
+            value, key = record.value(), record.key()
+            if record.error() or value is None or key is None or key.startswith(b"\x00"):
+                continue
+            envelope = changelog.decode(value)
+            sent = orjson.loads(envelope.data)
+            n, t = sent["n"], sent["t"]
+            visible[n] = now - t
+            applied[n] = envelope.apply_time_ms / 1000 - wall_minus_monotonic - t
+    consumer.close()
+    out.send((applied, visible))
+
+
+def _hops(
+    acked: dict[int, float],
+    applied: dict[int, float],
+    visible: dict[int, float],
+    received: dict[int, float],
+) -> dict[str, dict[str, float]]:
+    """p50 / p99 (ms) of each hop over the messages seen at both its ends."""
+    ends = {"sent": dict.fromkeys(received, 0.0), "acked": acked, "applied": applied}
+    ends |= {"readable": visible, "received": received}
+    names = list(ends)
+    hops: dict[str, dict[str, float]] = {}
+    for first, end in itertools.pairwise(names):
+        both = [
+            ends[end][n] - ends[first][n] for n in received if n in ends[first] and n in ends[end]
+        ]
+        ms = [d * 1000 for d in both] or [float("nan")]
+        hops[f"{first} -> {end}"] = {
+            "p50_ms": round(_percentile(ms, 0.5), 2),
+            "p99_ms": round(_percentile(ms, 0.99), 2),
+            "messages": len(both),
+        }
+    return hops
 
 
 def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, Any]:
@@ -104,21 +197,39 @@ def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, A
         args=(app.grpc_address, topic.name, total, ready, stop, subscriber_end),
     )
     subscriber.start()
-    if not ready.wait(60):
-        raise SystemExit("the subscriber did not register within 60 s")
+    probe_ready = spawn.Event()
+    seen, probe_end = spawn.Pipe(duplex=False)
+    probe = spawn.Process(
+        target=_probe,
+        args=(
+            app.broker.bootstrap_servers,
+            topic.changelog_topic,
+            total,
+            probe_ready,
+            stop,
+            probe_end,
+        ),
+    )
+    probe.start()
+    if not ready.wait(60) or not probe_ready.wait(60):
+        raise SystemExit("the subscriber or the changelog probe did not start within 60 s")
     sent, publisher_end = spawn.Pipe(duplex=False)
     publisher = spawn.Process(
         target=_publish,
         args=(app.broker.bootstrap_servers, topic, rate, total, publisher_end),
     )
     publisher.start()
-    sent_s = sent.recv()
+    sent_s, acked = sent.recv()
     publisher.join(60)
     if not received.poll(30):  # what has not arrived 30 s after the last send is missing
         stop.set()
-    latencies: list[float] = received.recv()
+    latencies: dict[int, float] = received.recv()
     subscriber.join(60)
-    ms = [r * 1000 for r in latencies] or [float("nan")]
+    if not seen.poll(5):
+        stop.set()
+    applied, visible = seen.recv()
+    probe.join(60)
+    ms = [r * 1000 for r in latencies.values()] or [float("nan")]
     return {
         "rate": rate,
         "sent_per_s": round(total / sent_s),
@@ -128,6 +239,7 @@ def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, A
         "p99_ms": round(_percentile(ms, 0.99), 2),
         "max_ms": round(max(ms), 2),
         "load_average": round(os.getloadavg()[0], 2),
+        "hops": _hops(acked, applied, visible, latencies),
     }
 
 

@@ -535,11 +535,22 @@ class KafkaTransactionalLog:
     #: How much longer than its own timeout a call may take before it counts as hung.
     HANG_MARGIN_S = 2.0
 
+    #: Back-to-back transactions: until the coordinator has written the previous
+    #: transaction's markers, the next one's AddPartitionsToTxn / AddOffsetsToTxn /
+    #: TxnOffsetCommit are answered CONCURRENT_TRANSACTIONS and retried after
+    #: ``retry.backoff.ms``. librdkafka's 100 ms default made every transaction of a
+    #: steady stream take ~100 ms (measured on Kafka 4.2: p50 102 ms; with these, 4.6 ms).
+    #: The Java producer retries those after 20 ms for the same reason (KAFKA-5477).
+    #: SOW_KAFKA_PROPERTIES overrides them.
+    RETRY_BACKOFF = {"retry.backoff.ms": 2, "retry.backoff.max.ms": 10}
+
     def __init__(self, bootstrap: str, transactional_id: str, **extra: Any) -> None:
+        backoff = {k: v for k, v in self.RETRY_BACKOFF.items() if k not in _client_properties}
         self._producer = Producer(
             producer_settings(
                 bootstrap,
                 **{
+                    **backoff,
                     "transactional.id": transactional_id,
                     "transaction.timeout.ms": self.TRANSACTION_TIMEOUT_MS,
                 },
