@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from proc_cpu import CpuMeter
 
 from processor.broker import start_broker
 from processor.service.client import SowClient
@@ -115,7 +116,9 @@ def start_serve(
     return process, ready
 
 
-def raw_producer(bootstrap: str, count: int, keys: int) -> dict[str, Any]:
+def raw_producer(
+    bootstrap: str, count: int, keys: int, processes: dict[str, int]
+) -> dict[str, Any]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = f"bench-raw-{os.getpid()}"
     for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
@@ -131,6 +134,7 @@ def raw_producer(bootstrap: str, count: int, keys: int) -> dict[str, Any]:
         }
     )
     payloads = [message(i, keys) for i in range(count)]
+    meter = CpuMeter(processes, with_children=("sow serve",))
     started = time.perf_counter()
     for i, payload in enumerate(payloads):
         while True:
@@ -141,7 +145,18 @@ def raw_producer(bootstrap: str, count: int, keys: int) -> dict[str, Any]:
                 producer.poll(0.01)
     producer.flush(120)
     elapsed = time.perf_counter() - started
-    return {"messages": count, "seconds": elapsed, "msgs_per_s": count / elapsed}
+    return {
+        "messages": count,
+        "seconds": elapsed,
+        "msgs_per_s": count / elapsed,
+        "cpu_us_per_msg": per_message(meter, count),
+    }
+
+
+def per_message(meter: CpuMeter, count: int) -> dict[str, float]:
+    """CPU µs per message of each process the meter watches (the sow serve child is
+    its processor)."""
+    return {name: round(used / count * 1e6, 2) for name, used in meter.used().items()}
 
 
 def streaming(address: str, count: int, keys: int) -> dict[str, Any]:
@@ -314,11 +329,16 @@ def main() -> None:
             results["serve_ready_s"] = ready
             address = f"127.0.0.1:{port}"
             say(f"sow serve ready after {ready:.1f}s; raw producer, {args.messages:,} messages")
+            processes = {"bench (the client)": os.getpid(), "sow serve": serve.pid}
+            if getattr(broker, "pid", None):
+                processes["broker"] = broker.pid
             results["raw_producer"] = raw_producer(
-                broker.bootstrap_servers, args.messages, args.keys
+                broker.bootstrap_servers, args.messages, args.keys, processes
             )
             say(f"  {results['raw_producer']['msgs_per_s']:,.0f} msg/s; streaming publish")
+            meter = CpuMeter(processes, with_children=("sow serve",))
             results["streaming"] = streaming(address, args.messages, args.keys)
+            results["streaming"]["cpu_us_per_msg"] = per_message(meter, args.messages)
             vector = results["streaming"].pop("_vector")
             say(f"  {results['streaming']['msgs_per_s']:,.0f} msg/s; waiting until applied")
             began = time.perf_counter()
@@ -369,6 +389,9 @@ def main() -> None:
     print("| path | msgs/s | vs raw |\n|---|---:|---:|")
     for name, rate, ratio in rows:
         print(f"| {name} | {rate:,.0f} | {ratio} |")
+    for name in ("raw_producer", "streaming"):
+        cpu = ", ".join(f"{k} {v:.1f}" for k, v in results[name]["cpu_us_per_msg"].items())
+        print(f"\n{name}: CPU µs per message: {cpu}")
     for name in ("visible_idle", "visible_loaded"):
         v = results[name]
         print(
