@@ -330,8 +330,9 @@ def main() -> None:
             address = f"127.0.0.1:{port}"
             say(f"sow serve ready after {ready:.1f}s; raw producer, {args.messages:,} messages")
             processes = {"bench (the client)": os.getpid(), "sow serve": serve.pid}
-            if getattr(broker, "pid", None):
-                processes["broker"] = broker.pid
+            broker_pid = getattr(broker, "pid", None)  # the embedded brokers have one
+            if broker_pid:
+                processes["broker"] = broker_pid
             results["raw_producer"] = raw_producer(
                 broker.bootstrap_servers, args.messages, args.keys, processes
             )
