@@ -80,6 +80,7 @@ def own_broker() -> Iterator[StartOwnBroker]:
     try:
         yield start
     finally:
+        gc.collect()  # the test's clients go while their broker answers (as above)
         for broker in started:
             if broker.pid is not None:
                 with contextlib.suppress(ProcessLookupError):

@@ -458,7 +458,12 @@ class KafkaEndOffsets:
     """Where partitions end, from an admin client of its own (:class:`processor.log.EndOffsets`)."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._admin = AdminClient(client_settings(bootstrap))
+        # Silent: its callers judge an unanswered call themselves (the watchdog names the
+        # broker), and an admin client cannot be closed, so one outliving its broker
+        # would print "Connection refused" until it is collected.
+        self._admin = AdminClient(
+            {**client_settings(bootstrap), "client.id": "sow-end-offsets", "log_level": 0}
+        )
 
     def ends(
         self, partitions: Sequence[TopicPartitionKey], timeout_s: float
@@ -523,6 +528,10 @@ class _CallThread:
         self._calls.put(None)
 
 
+#: Where the transactional producer's librdkafka log lines go.
+_LIBRDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")
+
+
 class KafkaTransactionalLog:
     """Transactional producer (:class:`processor.log.TransactionalLog`)."""
 
@@ -551,6 +560,12 @@ class KafkaTransactionalLog:
                 bootstrap,
                 **{
                     **backoff,
+                    # Its log lines go through Python logging, served by its polls: a
+                    # producer abandoned in a hung call (see send_offsets) is never
+                    # polled again, so it cannot print "Connection refused" to stderr
+                    # after its broker is gone, for as long as the process lives.
+                    "logger": _LIBRDKAFKA_LOG,
+                    "client.id": "sow-processor",
                     "transactional.id": transactional_id,
                     "transaction.timeout.ms": self.TRANSACTION_TIMEOUT_MS,
                 },
@@ -716,17 +731,37 @@ class KafkaTransactionalLog:
         except KafkaException as exc:
             self._raise_for(exc, "cannot abort the transaction")
 
+    #: How long ``close`` waits for the producer to shut down.
+    CLOSE_WAIT_S = 5.0
+
     def close(self) -> None:
-        # Not Producer.close(): it aborts an open transaction first, and on a fenced
-        # producer that never returns. The object releases its connections when collected.
-        # A fenced or failed producer's flush can raise from a delivery report; the error
-        # that ended the pipeline is the one to report, so closing never masks it.
-        if self._helper is not None:
-            self._helper.stop()
+        """Deliver what is queued, then release the producer's connections now: left to
+        the collector, a producer outliving its broker (a stopped test broker, a bench's)
+        logs "Connection refused" until it is collected. ``Producer.close`` aborts an open
+        transaction first, which on a fenced producer may never return, so it runs on the
+        helper thread and is given up on after ``CLOSE_WAIT_S``; a producer whose helper
+        was abandoned is left to the collector. A fenced or failed producer's flush can
+        raise from a delivery report; the error that ended the pipeline is the one to
+        report, so closing never raises."""
+        helper, self._helper = self._helper, None
         try:
             self._producer.flush(5)
         except Exception as exc:  # closing after a failure must not raise
             log.warning("closing the transactional producer: %r", exc)
+        if helper is None:
+            return
+        try:
+            helper.call(self.CLOSE_WAIT_S, self._producer.close)
+        except concurrent.futures.TimeoutError:
+            log.warning(
+                "the transactional producer did not close within %gs; leaving it to the "
+                "garbage collector",
+                self.CLOSE_WAIT_S,
+            )
+        except Exception as exc:  # closing after a failure must not raise
+            log.warning("closing the transactional producer: %r", exc)
+        finally:
+            helper.stop()
 
 
 class KafkaPartitionReader:
@@ -1159,7 +1194,9 @@ class KafkaLogWriter:
     QUEUE_FULL_WAIT_S = 5.0
 
     def __init__(self, bootstrap: str, **extra: Any) -> None:
-        settings = producer_settings(bootstrap, **{"linger.ms": 0.5, **extra})
+        settings = producer_settings(
+            bootstrap, **{"client.id": "sow-publish", "linger.ms": 0.5, **extra}
+        )
         self._producer = Producer(settings)
         self.max_record_bytes = (
             int(settings.get("message.max.bytes", 1_000_000)) - RECORD_FRAMING_BYTES
