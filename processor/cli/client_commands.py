@@ -40,17 +40,10 @@ def _address(args: argparse.Namespace) -> str:
 def _direct_route(args: argparse.Namespace) -> tuple[str, str] | None:
     """(bootstrap, topology) when ``sow publish`` writes straight to Kafka, else None
     (through the query service). ``--via auto`` goes direct when a `sow serve` runs beside
-    it (its state directory names the broker and the topology) and nothing asks for the
-    service: no --server, no processed acknowledgement."""
+    it (its state directory names the broker and the topology) and no --server is given.
+    (A processed acknowledgement is then asked of that service.)"""
     if args.via == "grpc" or (args.sow_key and args.data is None):
         return None  # (one SowKey for a whole stream: the service's columnar form has it)
-    if args.ack == "processed":
-        if args.via == "kafka":
-            raise SowError(
-                "--ack processed needs the query service (it knows when a message is "
-                "applied); drop --via kafka"
-            )
-        return None
     record = served(Settings.from_env().state_dir)
     route = (record.get("bootstrap", ""), record.get("topology", ""))
     if args.via == "kafka":
@@ -70,7 +63,8 @@ def _direct_replies(
     from processor.service.client import LogPosition, PublishResult
     from processor.service.direct import DirectPublisher
 
-    with DirectPublisher(bootstrap, topology) as publisher:
+    server = _address(args) if args.ack == "processed" else None
+    with DirectPublisher(bootstrap, topology, server=server) as publisher:
         if args.data is not None:
             results: Iterable[Any] = [
                 publisher.publish(
@@ -82,6 +76,7 @@ def _direct_replies(
                     correlation_id=args.correlation_id,
                     delta=args.delta,
                     timeout=args.timeout,
+                    ack=args.ack,
                 )
             ]
         else:
@@ -93,6 +88,7 @@ def _direct_replies(
                 correlation_id=args.correlation_id,
                 delta=args.delta,
                 timeout=args.timeout,
+                ack=args.ack,
             )
         for result in results:
             if isinstance(result, SowError):

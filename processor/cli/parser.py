@@ -229,8 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="kafka: write straight to the broker, as the service would (SowKey, partition, "
         "duplicate detection), without a gRPC call per message; grpc: through the query "
-        "service; auto (default): kafka when a sow serve runs in this folder and neither "
-        "--server nor --ack processed is given",
+        "service; auto (default): kafka when a sow serve runs in this folder and no --server "
+        "is given",
     )
     publish.add_argument(
         "--ack",

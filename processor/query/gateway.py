@@ -235,6 +235,11 @@ class Gateway:
             route = self._routes[topic_name] = _PublishRoute(topic, self.writer.max_record_bytes)
         return route
 
+    def keeps_sow(self, topic_name: str) -> bool:
+        """Whether publishes to the topic are applied to a SOW (False for a plain topic:
+        a publish there is done once it is in the log)."""
+        return not self._route(topic_name).plain
+
     def codec(self, topic: SowTopic) -> Codec:
         """The topic's codec (made once)."""
         return self._route(topic.name).codec

@@ -5,8 +5,12 @@ the publisher's own process: it validates the message, computes its SowKey with 
 topic's generator, writes it to the SowKey's partition of the topic's input log with the
 same headers (expiration, correlation id, delta) and, for duplicate detection, the same
 publisher name and sequence numbers, through an idempotent producer. What it returns is
-what the gateway returns: the log position and the SowKey (an acknowledgement of kind
-``persisted``). Pass a position as a query's ``min_position`` to read your write.
+what the gateway returns: the log position and the SowKey.
+
+Acknowledgements are AMPS's: ``persisted`` (the default) once the broker has the message;
+``processed`` once the query service given as ``server`` has also applied it, so a query
+or subscription there sees it when the call returns (one wait per batch, a SowQuery with
+the batch's positions as its ``min_position``).
 
 It needs the broker's address and the topology the processor runs with; Python
 publishers use it to skip Python gRPC's cost per call, and everyone else keeps gRPC.
@@ -14,11 +18,17 @@ publishers use it to skip Python gRPC's cost per call, and everyone else keeps g
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from processor.errors import SowError, UnconfirmedWriteError
+from processor.errors import (
+    ConfigurationError,
+    PositionTimeoutError,
+    SowError,
+    UnconfirmedWriteError,
+)
 from processor.log.kafka import KafkaLogWriter
 from processor.query.gateway import (
     DEFAULT_TIMEOUT_S,
@@ -27,7 +37,12 @@ from processor.query.gateway import (
     PublishColumns,
     Published,
 )
-from processor.service.client import PublisherSequences
+from processor.service.client import (
+    PublisherSequences,
+    ServiceError,
+    SowClient,
+    ack_type_of,
+)
 from processor.topology.model import Topology
 
 #: What a publish gives back: where it landed, or why it was refused.
@@ -40,11 +55,16 @@ class DirectPublisher:
     Thread-safe. Duplicate detection as with :class:`~processor.service.client.SowClient`:
     each publisher object (and each thread using it) publishes under a name of its own
     (``publisher`` plus a suffix; default: host, process and a random part) with
-    sequence numbers 1, 2, 3, ...; ``publisher=""`` turns it off.
+    sequence numbers 1, 2, 3, ...; ``publisher=""`` turns it off. ``server``: the gRPC
+    address of the query service that ``processed`` acknowledgements wait for.
     """
 
     def __init__(
-        self, bootstrap: str, topology: Topology | str | Path, publisher: str | None = None
+        self,
+        bootstrap: str,
+        topology: Topology | str | Path,
+        publisher: str | None = None,
+        server: str | None = None,
     ) -> None:
         if not isinstance(topology, Topology):
             from processor.topology.loader import load_topology
@@ -54,10 +74,13 @@ class DirectPublisher:
         self._writer = KafkaLogWriter(bootstrap)
         self._gateway = Gateway(topology, self._writer, None)
         self._sequences = PublisherSequences(publisher)
+        self._service = None if server is None else SowClient(server, publisher="")
 
     def close(self) -> None:
         """Deliver what is queued, then release the producer."""
         self._writer.close()
+        if self._service is not None:
+            self._service.close()
 
     def __enter__(self) -> DirectPublisher:
         return self
@@ -105,10 +128,15 @@ class DirectPublisher:
         correlation_id: str = "",
         delta: bool = False,
         timeout: float = DEFAULT_TIMEOUT_S,
+        ack: str = "persisted",
     ) -> Published:
-        """Publish one message and wait for the broker; its position and SowKey. A
-        refused message raises its SowError; no answer within ``timeout`` raises
-        UnconfirmedWriteError (publish it again: the duplicate is discarded)."""
+        """Publish one message and wait for its acknowledgement (``ack``, see the module
+        docstring); its position and SowKey. A refused message raises its SowError; no
+        answer from the broker within ``timeout`` raises UnconfirmedWriteError, and a
+        ``processed`` one not applied by then PositionTimeoutError (publish it again in
+        either case: the duplicate is discarded)."""
+        processed = self._processed(ack)
+        started = time.monotonic()
         pending = self.submit(
             topic,
             [data],
@@ -121,6 +149,8 @@ class DirectPublisher:
         result = _waited(pending, timeout, topic)[0]
         if isinstance(result, SowError):
             raise result
+        if processed:
+            self._until_processed(topic, [result], timeout - (time.monotonic() - started))
         return result
 
     def publish_stream(
@@ -135,10 +165,20 @@ class DirectPublisher:
         batch_size: int = 1000,
         window: int = 8,
         timeout: float = DEFAULT_TIMEOUT_S,
+        ack: str = "persisted",
     ) -> Iterator[Result]:
-        """Publish many messages; yield one result per message, in order, as the broker
-        acknowledges them, with up to ``window`` batches of ``batch_size`` in flight.
+        """Publish many messages; yield one result per message, in order, as each is
+        acknowledged (``ack``), with up to ``window`` batches of ``batch_size`` in flight.
         ``timeout`` bounds the wait for each batch's acknowledgement."""
+        processed = self._processed(ack)
+
+        def acknowledged(pending: PendingPublishes) -> list[Result]:
+            started = time.monotonic()
+            results = _waited(pending, timeout, topic)
+            if processed:
+                left = timeout - (time.monotonic() - started)
+                self._until_processed(topic, results, left)
+            return results
 
         def submit(batch: list[bytes]) -> PendingPublishes:
             return self.submit(
@@ -158,11 +198,53 @@ class DirectPublisher:
                 in_flight.append(submit(batch))
                 batch = []
                 if len(in_flight) >= window:
-                    yield from _waited(in_flight.popleft(), timeout, topic)
+                    yield from acknowledged(in_flight.popleft())
         if batch:
             in_flight.append(submit(batch))
         while in_flight:
-            yield from _waited(in_flight.popleft(), timeout, topic)
+            yield from acknowledged(in_flight.popleft())
+
+    def _processed(self, ack: str) -> bool:
+        """Whether ``ack`` asks for ``processed`` acknowledgements (which need a server)."""
+        ack_type_of(ack)  # InvalidRequestError for an ack type there is not
+        if ack != "processed":
+            return False
+        if self._service is None:
+            raise ConfigurationError(
+                "a processed acknowledgement waits for the query service to apply the "
+                "message: give DirectPublisher the service's gRPC address (server=...)"
+            )
+        return True
+
+    def _until_processed(self, topic: str, results: list[Result], timeout: float) -> None:
+        """Return once the query service has applied every published one of ``results``
+        (the last position per partition covers the ones before it)."""
+        last: dict[tuple[str, int], Published] = {}
+        for result in results:
+            if isinstance(result, Published):
+                last[result.position[:2]] = result
+        if not last or not self._gateway.keeps_sow(topic):
+            return
+        assert self._service is not None
+        positions = [
+            {"topic": t, "partition": p, "offset": o}
+            for t, p, o in (r.position for r in last.values())
+        ]
+        budget = max(timeout, 0.001)
+        try:
+            self._service.query(
+                topic,
+                sow_keys=[next(iter(last.values())).sow_key],
+                min_position=positions,
+                timeout_seconds=budget,
+                timeout=budget + 5,
+            )
+        except ServiceError as exc:
+            raise PositionTimeoutError(
+                f"published to {topic} (in the log at {positions}) but the query service "
+                f"did not confirm it applied within {budget:.3g}s ({exc.code}: "
+                f"{exc.details}); publishing again is safe (duplicates are discarded)"
+            ) from exc
 
 
 def _waited(pending: PendingPublishes, timeout: float, topic: str) -> list[Result]:

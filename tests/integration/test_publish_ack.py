@@ -1,9 +1,11 @@
 """AMPS's ack types on publish (issue 18 item 2): a ``processed`` acknowledgement arrives
 once the message is applied, so a query by its SowKey right after the ack finds it,
-through unary gRPC, the gRPC stream and the CLI; ``persisted`` stays the default."""
+through unary gRPC, the gRPC stream, the direct Kafka publisher and the CLI (through the
+service, and straight to Kafka beside a `sow serve`); ``persisted`` stays the default."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -13,8 +15,10 @@ from typing import Any
 import orjson
 import pytest
 
-from processor.errors import InvalidRequestError
+from processor.cli.guards import record_served
+from processor.errors import ConfigurationError, InvalidRequestError
 from processor.service.client import SowClient
+from processor.service.direct import DirectPublisher
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, running_sow
 
@@ -105,3 +109,70 @@ def test_an_unknown_ack_type_is_refused_before_anything_is_sent() -> None:
             client.publish("ORDERS", b"{}", ack="received")
     finally:
         client.close()
+
+
+def test_a_processed_direct_publish_is_found_right_after_its_ack(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    topology = namespaced(unique, ORDERS)
+    missed: list[str] = []
+    with (
+        running_sow(bootstrap, topology, tmp_path, unique) as (app, client),
+        DirectPublisher(bootstrap, topology, server=app.grpc_address) as publisher,
+    ):
+        for i in range(300):
+            message = orjson.dumps({"orderId": i, "v": 5})
+            published = publisher.publish("ORDERS", message, ack="processed", timeout=30)
+            if not found(client, published.sow_key, 5):
+                missed.append(f"unary {i}")
+        messages = (orjson.dumps({"orderId": i, "v": 6}) for i in range(1000))
+        for result in publisher.publish_stream("ORDERS", messages, batch_size=100, ack="processed"):
+            assert not isinstance(result, Exception), result
+            if not found(client, result.sow_key, 6):
+                missed.append(result.sow_key)
+    assert missed == []
+
+
+def test_a_processed_direct_publish_needs_the_service_address(bootstrap: str) -> None:
+    with DirectPublisher(bootstrap, namespaced("unused", ORDERS)) as publisher:
+        with pytest.raises(ConfigurationError, match="server="):
+            publisher.publish("ORDERS", b'{"orderId": 1}', ack="processed")
+        with pytest.raises(InvalidRequestError, match="not an ack type"):
+            publisher.publish("ORDERS", b'{"orderId": 1}', ack="committed")
+
+
+def test_the_cli_publishes_straight_to_kafka_with_processed_acks(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """Beside a `sow serve` (its record in the state directory names its broker, topology
+    and gRPC address), `sow publish --ack processed` writes to Kafka itself and asks the
+    service only whether each batch is applied."""
+    topology_file = tmp_path / "topology.yaml"
+    topology_file.write_text(
+        "topics:\n  - name: ORDERS\n    key: /orderId\n    partitions: 2\n"
+        f"    kafka_topic: {unique}.ORDERS\n"
+    )
+    beside = tmp_path / "beside"
+    beside.mkdir()
+    topology = namespaced(unique, ORDERS)
+    with running_sow(bootstrap, topology, tmp_path / "state", unique) as (app, client):
+        record_served(beside, app.grpc_address, None, bootstrap, topology_file)
+        command = [sys.executable, "-m", "processor.cli", "publish", "ORDERS"]
+        process = subprocess.Popen(
+            [*command, "--via", "kafka", "--ack", "processed"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "SOW_STATE_DIR": str(beside)},
+        )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write("".join(f'{{"orderId": {i}, "v": 7}}\n' for i in range(1000)))
+        process.stdin.close()
+        missed = [
+            key
+            for key in (orjson.loads(line)["sow_key"] for line in process.stdout)
+            if not found(client, key, 7)
+        ]
+        assert process.wait(60) == 0
+    assert missed == []

@@ -97,7 +97,6 @@ def test_sow_publish_goes_straight_to_kafka_beside_a_running_serve(
 ) -> None:
     from processor.cli.client_commands import _direct_route
     from processor.cli.guards import record_served
-    from processor.errors import SowError
 
     monkeypatch.setenv("SOW_STATE_DIR", str(tmp_path))
     assert _direct_route(parse(["publish", "ORDERS"])) is None  # no sow serve here
@@ -107,6 +106,7 @@ def test_sow_publish_goes_straight_to_kafka_beside_a_running_serve(
     assert _direct_route(parse(["publish", "ORDERS", "--via", "kafka"])) == route
     assert _direct_route(parse(["publish", "ORDERS", "--via", "grpc"])) is None
     assert _direct_route(parse(["publish", "ORDERS", "--server", "h:1"])) is None
-    assert _direct_route(parse(["publish", "ORDERS", "--ack", "processed"])) is None
-    with pytest.raises(SowError, match="--ack processed needs the query service"):
-        _direct_route(parse(["publish", "ORDERS", "--via", "kafka", "--ack", "processed"]))
+    # A processed acknowledgement is asked of the sow serve beside it.
+    assert _direct_route(parse(["publish", "ORDERS", "--ack", "processed"])) == route
+    kafka_processed = ["publish", "ORDERS", "--via", "kafka", "--ack", "processed"]
+    assert _direct_route(parse(kafka_processed)) == route
