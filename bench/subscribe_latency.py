@@ -197,7 +197,9 @@ def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, A
         args=(app.grpc_address, topic.name, total, ready, stop, subscriber_end),
     )
     subscriber.start()
-    probe_ready = spawn.Event()
+    # The probe stops on an event of its own: setting one whose waiter (the subscriber's
+    # watch thread) died with its process blocks for good.
+    probe_ready, probe_stop = spawn.Event(), spawn.Event()
     seen, probe_end = spawn.Pipe(duplex=False)
     probe = spawn.Process(
         target=_probe,
@@ -206,7 +208,7 @@ def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, A
             topic.changelog_topic,
             total,
             probe_ready,
-            stop,
+            probe_stop,
             probe_end,
         ),
     )
@@ -226,7 +228,7 @@ def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, A
     latencies: dict[int, float] = received.recv()
     subscriber.join(60)
     if not seen.poll(5):
-        stop.set()
+        probe_stop.set()
     applied, visible = seen.recv()
     probe.join(60)
     ms = [r * 1000 for r in latencies.values()] or [float("nan")]
