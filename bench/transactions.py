@@ -128,6 +128,7 @@ def main() -> int:
         topics = [NewTopic("bench-txn-in", 1, 1), NewTopic("bench-txn-out", 1, 1)]
         for future in admin.create_topics(topics).values():
             future.result(30)
+        del admin  # an admin client cannot be closed: gone before the broker stops
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-txn"})
         consumer.subscribe(["bench-txn-in"])
         deadline = time.monotonic() + 30
