@@ -42,6 +42,7 @@ from pathlib import Path
 
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
+from proc_cpu import cpu_seconds
 
 from processor.app import topic_specs
 from processor.broker import start_broker
@@ -55,15 +56,6 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def say(text: str) -> None:
     sys.stderr.write(f"[scale-bench {time.strftime('%H:%M:%S')}] {text}\n")
     sys.stderr.flush()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
 
 def machine_seconds() -> tuple[float, float]:
