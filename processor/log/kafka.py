@@ -532,6 +532,33 @@ class _CallThread:
 _LIBRDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")
 
 
+class _Uninitialised:
+    """Transactional producers whose ``init_transactions`` timed out, by transactional id.
+
+    Such a producer goes on asking for its producer id (librdkafka: "retry call to
+    resume"). A replacement with the same transactional id would race it: the broker
+    answers both once it answers again, and the one answered last fences the other, which
+    may be the replacement (seen after a 60 s broker freeze: the new pipeline's producer
+    fenced by the one the freeze had timed out, and the processor stopped as if another
+    had taken over). So the next producer for that id is this one, resumed.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._producers: dict[str, Producer] = {}
+
+    def keep(self, transactional_id: str, producer: Producer) -> None:
+        with self._lock:
+            self._producers[transactional_id] = producer
+
+    def take(self, transactional_id: str) -> Producer | None:
+        with self._lock:
+            return self._producers.pop(transactional_id, None)
+
+
+_UNINITIALISED = _Uninitialised()
+
+
 class KafkaTransactionalLog:
     """Transactional producer (:class:`processor.log.TransactionalLog`)."""
 
@@ -555,7 +582,8 @@ class KafkaTransactionalLog:
 
     def __init__(self, bootstrap: str, transactional_id: str, **extra: Any) -> None:
         backoff = {k: v for k, v in self.RETRY_BACKOFF.items() if k not in _client_properties}
-        self._producer = Producer(
+        resumed = _UNINITIALISED.take(transactional_id)
+        self._producer = resumed or Producer(
             producer_settings(
                 bootstrap,
                 **{
@@ -581,6 +609,9 @@ class KafkaTransactionalLog:
         try:
             self._producer.init_transactions(30)
         except KafkaException as exc:
+            self._helper.stop()
+            if exc.args[0].retriable() and not exc.args[0].fatal():
+                _UNINITIALISED.keep(transactional_id, self._producer)
             _raise_for(exc, f"cannot initialise transactions for {transactional_id}")
         self.raw_produce = self._producer.produce
 
