@@ -762,37 +762,22 @@ class KafkaTransactionalLog:
         except KafkaException as exc:
             self._raise_for(exc, "cannot abort the transaction")
 
-    #: How long ``close`` waits for the producer to shut down.
-    CLOSE_WAIT_S = 5.0
-
     def close(self) -> None:
-        """Deliver what is queued, then release the producer's connections now: left to
-        the collector, a producer outliving its broker (a stopped test broker, a bench's)
-        logs "Connection refused" until it is collected. ``Producer.close`` aborts an open
-        transaction first, which on a fenced producer may never return, so it runs on the
-        helper thread and is given up on after ``CLOSE_WAIT_S``; a producer whose helper
-        was abandoned is left to the collector. A fenced or failed producer's flush can
-        raise from a delivery report; the error that ended the pipeline is the one to
-        report, so closing never raises."""
-        helper, self._helper = self._helper, None
+        """Deliver what is queued; the connections go when the object is collected.
+
+        Not ``Producer.close()``: it aborts an open transaction first, which after a
+        failure may bump the producer's epoch (KIP-360) once the broker answers again and
+        so fence the producer that replaced this one; on a fenced producer it may never
+        return. Left alive, the producer prints nothing: its librdkafka log lines go
+        through Python logging, served only by its polls. A fenced or failed producer's
+        flush can raise from a delivery report; the error that ended the pipeline is the
+        one to report, so closing never raises."""
+        if self._helper is not None:
+            self._helper.stop()
         try:
             self._producer.flush(5)
         except Exception as exc:  # closing after a failure must not raise
             log.warning("closing the transactional producer: %r", exc)
-        if helper is None:
-            return
-        try:
-            helper.call(self.CLOSE_WAIT_S, self._producer.close)
-        except concurrent.futures.TimeoutError:
-            log.warning(
-                "the transactional producer did not close within %gs; leaving it to the "
-                "garbage collector",
-                self.CLOSE_WAIT_S,
-            )
-        except Exception as exc:  # closing after a failure must not raise
-            log.warning("closing the transactional producer: %r", exc)
-        finally:
-            helper.stop()
 
 
 class KafkaPartitionReader:
