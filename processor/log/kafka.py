@@ -1142,7 +1142,7 @@ class KafkaDelivery:
         waiting = self._unreported.get((topic, message.partition()))
         index = _take_record(waiting, self._keys, key)
         if index is None:  # not where it was produced: find it by topic and key
-            for (name, _), other in self._unreported.items():
+            for (name, _), other in list(self._unreported.items()):
                 if name == topic and (index := _take_record(other, self._keys, key)) is not None:
                     break
             else:
@@ -1190,7 +1190,7 @@ def _take_record(
     index = waiting[0]
     if keys[index] == key:
         return waiting.popleft()
-    for index in waiting:
+    for index in list(waiting):  # a copy: the submitting thread may be appending
         if keys[index] == key:
             waiting.remove(index)
             return index
