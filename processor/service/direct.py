@@ -240,10 +240,16 @@ class DirectPublisher:
                 timeout=budget + 5,
             )
         except ServiceError as exc:
+            if exc.code != "DEADLINE_EXCEEDED":  # unreachable, wrong topology, ...: say so
+                raise ServiceError(
+                    exc.code,
+                    f"{exc.details} (asking whether publishes to {topic} were applied; they "
+                    f"are in the log at {positions}, and publishing again is safe)",
+                ) from exc
             raise PositionTimeoutError(
                 f"published to {topic} (in the log at {positions}) but the query service "
-                f"did not confirm it applied within {budget:.3g}s ({exc.code}: "
-                f"{exc.details}); publishing again is safe (duplicates are discarded)"
+                f"did not apply it within {budget:.3g}s; the processor may be behind or "
+                "stopped. Publishing again is safe (duplicates are discarded)"
             ) from exc
 
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from processor.cli.guards import record_served
 from processor.errors import ConfigurationError, InvalidRequestError
-from processor.service.client import SowClient
+from processor.service.client import ServiceError, SowClient
 from processor.service.direct import DirectPublisher
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, running_sow
@@ -131,6 +132,26 @@ def test_a_processed_direct_publish_is_found_right_after_its_ack(
             if not found(client, result.sow_key, 6):
                 missed.append(result.sow_key)
     assert missed == []
+
+
+def test_a_processed_direct_publish_says_when_the_service_cannot_be_asked(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """The message is in the log; the error says so, with the service's own status."""
+    topology = namespaced(unique, ORDERS)
+    with (
+        running_sow(bootstrap, topology, tmp_path, unique) as (_, client),
+        DirectPublisher(bootstrap, topology, server="127.0.0.1:1") as publisher,
+    ):
+        with pytest.raises(ServiceError, match="in the log at") as raised:
+            publisher.publish("ORDERS", b'{"orderId": 1, "v": 8}', ack="processed", timeout=5)
+        assert raised.value.code == "UNAVAILABLE"
+        deadline = time.monotonic() + 30  # and the processor applies it as any other
+        while not client.query("ORDERS")[0]:
+            assert time.monotonic() < deadline, "the publish never reached the SOW"
+            time.sleep(0.05)
+        records, _, _ = client.query("ORDERS")
+        assert [orjson.loads(r.data) for r in records] == [{"orderId": 1, "v": 8}]
 
 
 def test_a_processed_direct_publish_needs_the_service_address(bootstrap: str) -> None:
