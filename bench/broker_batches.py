@@ -22,7 +22,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from processor.broker import start_broker
+from processor.log.broker import start_broker
 
 
 def main() -> int:

@@ -24,7 +24,7 @@ from typing import Any
 
 from publish import message, say, start_serve
 
-from processor.broker import start_broker
+from processor.log.broker import start_broker
 
 PATHS = {
     "--via kafka": ["--via", "kafka"],

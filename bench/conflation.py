@@ -34,8 +34,8 @@ from typing import Any
 import orjson
 
 from processor import changelog
-from processor.query.replica import Replica
 from processor.query.sow import QueryEngine
+from processor.replica.replica import Replica
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.model import SubscribeRequest
 from processor.subscriptions.subscription import SharedSender

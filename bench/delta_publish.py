@@ -34,10 +34,10 @@ import orjson
 from confluent_kafka import Producer
 
 from processor.app import build_processor, topic_specs
-from processor.broker import start_broker
-from processor.commands import DELTA_HEADER, DELTA_NATIVE
+from processor.changelog.commands import DELTA_HEADER, DELTA_NATIVE
 from processor.config import Settings
 from processor.keys import key_function, partition_for
+from processor.log.broker import start_broker
 from processor.log.kafka import ensure_topics
 from processor.topology.model import SowTopic, Topology
 

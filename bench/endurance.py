@@ -34,9 +34,9 @@ from typing import Any
 
 import orjson
 
-from processor.broker import free_loopback_port
-from processor.service._generated import sow_pb2
-from processor.service.client import ServiceError, SowClient
+from processor.client.sow_client import ServiceError, SowClient
+from processor.log.broker import free_loopback_port
+from processor.wire import sow_pb2
 
 TOPOLOGY = "topics:\n  - name: BENCH\n    key: [/id]\n    partitions: 2\n"
 #: Keys per publisher (each publisher owns its own range, so the model is exact).

@@ -35,10 +35,10 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processor.app import build_processor, topic_specs
-from processor.broker import start_broker
 from processor.changelog import REASON_HEADER, expiration_of
 from processor.config import Settings
 from processor.keys import key_function
+from processor.log.broker import start_broker
 from processor.log.kafka import ensure_topics
 from processor.topology.model import SowTopic, Topology
 

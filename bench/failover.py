@@ -35,10 +35,10 @@ import orjson
 from confluent_kafka import Producer
 
 from processor.app import build_processor, topic_specs
-from processor.broker import start_broker
 from processor.config import Settings
 from processor.engine.processor import Processor
 from processor.keys import FieldKeyGenerator, partition_for
+from processor.log.broker import start_broker
 from processor.log.kafka import ensure_topics
 from processor.topology.model import SowTopic, Topology
 

@@ -3,7 +3,7 @@
 Every engine keeps the last value per key in RocksDB with a changelog topic, reads the
 same workload (``bench/workload.py``) from its own fresh topic on the same broker, and runs
 exactly-once where it can. The broker is the embedded Apache Kafka
-(``processor.broker.start_broker``), unless ``KAFKA_BOOTSTRAP_SERVERS`` names one or
+(``processor.log.broker.start_broker``), unless ``KAFKA_BOOTSTRAP_SERVERS`` names one or
 ``SOW_EMBEDDED_BROKER=tansu`` asks for Tansu. Usage (from the repository root)::
 
     bash bench/setup_peers.sh
@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return 2
 
-    from processor.broker import EMBEDDED_ENV, start_broker
+    from processor.log.broker import EMBEDDED_ENV, start_broker
 
     run_id = uuid.uuid4().hex[:8]
     log_dir = Path(tempfile.mkdtemp(prefix=f"bench-ingest-logs-{run_id}-"))

@@ -1,5 +1,5 @@
 """What the metrics interceptor adds to each unary gRPC call: one counter increment and
-one histogram observation (processor/service/metrics.py RequestMetrics), timed in a loop.
+one histogram observation (processor/observability/metrics.py RequestMetrics), timed in a loop.
 
     PYTHONPATH=. python bench/metrics_overhead.py [--calls 200000]
 """
@@ -11,7 +11,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from processor.service.metrics import RequestMetrics
+from processor.observability.metrics import RequestMetrics
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from processor.broker import start_broker
-from processor.service.client import SowClient
+from processor.client.sow_client import SowClient
+from processor.log.broker import start_broker
 from processor.topology.model import PlainTopic, SowTopic, Topology
 from tests.integration.harness import running_sow
 

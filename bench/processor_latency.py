@@ -24,9 +24,9 @@ import orjson
 from confluent_kafka import Producer
 
 from processor.app import build_processor, topic_specs
-from processor.broker import start_broker
 from processor.config import Settings
 from processor.keys import key_function
+from processor.log.broker import start_broker
 from processor.log.kafka import ensure_topics
 from processor.topology.model import SowTopic, Topology
 

@@ -38,8 +38,8 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processor.app import topic_specs
-from processor.broker import start_broker
 from processor.keys import FieldKeyGenerator, partition_for
+from processor.log.broker import start_broker
 from processor.log.kafka import ensure_topics
 from processor.topology.model import SowTopic, Topology
 

@@ -38,8 +38,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from proc_cpu import CpuMeter
 
-from processor.broker import start_broker
-from processor.service.client import SowClient
+from processor.client.sow_client import SowClient
+from processor.log.broker import start_broker
 
 TOPOLOGY = """\
 topics:
@@ -231,7 +231,7 @@ def _echo_server(port: int) -> None:
 
     import grpc
 
-    from processor.service._generated import sow_pb2, sow_pb2_grpc
+    from processor.wire import sow_pb2, sow_pb2_grpc
 
     class Echo(sow_pb2_grpc.SowServicer):
         def Publish(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -32,13 +32,13 @@ from typing import Any, cast
 import orjson
 
 from processor import changelog
+from processor.client.sow_client import SowClient
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log import LogWriter
-from processor.query.gateway import Gateway
-from processor.query.replica import Replica
+from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine, SowQuery
-from processor.service.client import SowClient
-from processor.service.server import start_server
+from processor.replica.replica import Replica
+from processor.server.service import start_server
 from processor.topology.model import HashIndexSpec, SowTopic, Topology
 
 ORDERS = SowTopic(

@@ -33,14 +33,14 @@ import orjson
 
 from bench.replica_restart import Filler
 from processor import changelog
-from processor.broker import start_broker
+from processor.changelog.bookmarks import Point
 from processor.keys import partition_for
+from processor.log.broker import start_broker
 from processor.log.kafka import KafkaChangelogTail
 from processor.log.kafka_ranges import KafkaRangeReader
-from processor.query.bookmarks import Point
 from processor.query.historical import run_historical
-from processor.query.replica import Replica
 from processor.query.sow import QueryEngine, SowQuery
+from processor.replica.replica import Replica
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.model import MAX_MAX_BACKLOG, SubscribeRequest
 from processor.topology.model import History, SowTopic, Topology

@@ -36,15 +36,15 @@ from pathlib import Path
 import orjson
 
 from processor import changelog
-from processor.broker import start_broker
 from processor.changelog import PROGRESS_KEY, encode_progress
+from processor.changelog.events import ChangeEvent
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log import TopicSpec
+from processor.log.broker import start_broker
 from processor.log.kafka import KafkaChangelogTail, KafkaTransactionalLog, ensure_topics
-from processor.query.events import ChangeEvent
-from processor.query.replica import Replica
 from processor.query.sow import QueryEngine, SowQuery
-from processor.query.table import SowTable
+from processor.replica.replica import Replica
+from processor.replica.table import SowTable
 from processor.topology.model import HashIndexSpec, SowTopic, Topology
 
 TRANSACTION = 10_000

@@ -37,10 +37,10 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 from processor import changelog
-from processor.broker import start_broker
 from processor.changelog import CONTROL_PREFIX, PROGRESS_KEY, encode_progress
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log import TopicSpec
+from processor.log.broker import start_broker
 from processor.log.kafka import KafkaTransactionalLog, ensure_topics
 from processor.topology.model import SowTopic
 

@@ -63,7 +63,7 @@ def _subscribe(
     change received and how long opening them took."""
     import grpc
 
-    from processor.service._generated import sow_pb2, sow_pb2_grpc
+    from processor.wire import sow_pb2, sow_pb2_grpc
 
     latencies: list[float] = []
     errors: list[str] = []

@@ -44,9 +44,9 @@ from confluent_kafka import Consumer, Producer
 
 from processor import changelog
 from processor.app import start
+from processor.client.sow_client import ServiceError, SowClient
 from processor.config import Settings
 from processor.keys import key_function
-from processor.service.client import ServiceError, SowClient
 from processor.topology.model import SowTopic, Topology
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from processor.broker import start_broker
+from processor.log.broker import start_broker
 from processor.log.kafka import KafkaTransactionalLog
 
 STARTED = time.perf_counter()

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from processor.broker import Broker, start_broker
-from processor.broker.common import CLASSIC_GROUP_PROTOCOL
 from processor.config import Settings
 from processor.engine.commit import crash_hook_from_env
 from processor.engine.processor import Processor, ProcessorConnections
@@ -21,6 +19,8 @@ from processor.errors import (
     StoreCorruptedError,
 )
 from processor.log import TopicSpec
+from processor.log.broker import Broker, start_broker
+from processor.log.broker.common import CLASSIC_GROUP_PROTOCOL
 from processor.log.kafka import (
     KafkaChangelogTail,
     KafkaEndOffsets,
@@ -32,10 +32,10 @@ from processor.log.kafka import (
     use_client_properties,
 )
 from processor.log.kafka_ranges import KafkaRangeReader
-from processor.query.gateway import Gateway
-from processor.query.plain_tail import PlainTail
-from processor.query.replica import Replica
+from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine
+from processor.replica.plain_tail import PlainTail
+from processor.replica.replica import Replica
 from processor.state import Store
 from processor.state.memory import MemoryStore
 from processor.state.rocksdb import RocksDBStore, quarantine
@@ -45,8 +45,8 @@ from processor.topology.model import Durability, SowTopic
 from processor.worker import ProcessorChild
 
 if TYPE_CHECKING:
-    from processor.service.health import Health
-    from processor.service.metrics import Observer
+    from processor.observability.metrics import Observer
+    from processor.server.health import Health
 
 log = logging.getLogger(__name__)
 
@@ -328,8 +328,8 @@ def start(
             app._spawn("sow-processor", app.processor.run)
         check()
         if service:
-            from processor.service.health import Health
-            from processor.service.server import start_server
+            from processor.server.health import Health
+            from processor.server.service import start_server
 
             app.replica = Replica(
                 topology,
@@ -397,7 +397,7 @@ def _release_when_set(
 def _observer(app: Application, *, requests: bool) -> Observer:
     """The metrics endpoint of ``app``: its components' figures, read when scraped (and
     gRPC calls, counted by an interceptor, when it serves gRPC)."""
-    from processor.service.metrics import ComponentCollector, Observer
+    from processor.observability.metrics import ComponentCollector, Observer
 
     collector = ComponentCollector(
         lambda: app.processor,
@@ -411,8 +411,8 @@ def _observer(app: Application, *, requests: bool) -> Observer:
 #: Loggers that warn when a log is shorter than what was read from it before.
 _LOST_LOG_LOGGERS = (
     "processor.log.kafka",
-    "processor.query.snapshot",
-    "processor.query.units",
+    "processor.replica.snapshot",
+    "processor.replica.units",
     "processor.engine.recovery",
 )
 

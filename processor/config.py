@@ -20,7 +20,7 @@
 
 ``embedded_broker`` picks the broker ``sow serve`` starts when no bootstrap servers are given:
 ``auto`` starts the embedded Apache Kafka when Java 17+ is installed, else the embedded Tansu
-broker (memory only); ``kafka`` or ``tansu`` insist on one (processor/broker/).
+broker (memory only); ``kafka`` or ``tansu`` insist on one (processor/log/broker/).
 
 ``kafka_properties`` go into every Kafka client the product makes (consumers, producers,
 admin), after the product's own settings: security (``security.protocol=SASL_SSL;

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
-from processor.broker import EMBEDDED_ENV, Broker, EmbeddedKafka, TansuBroker, start_broker
+from processor.log.broker import EMBEDDED_ENV, Broker, EmbeddedKafka, TansuBroker, start_broker
 
 _counter = itertools.count()
 

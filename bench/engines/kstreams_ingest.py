@@ -135,7 +135,7 @@ def build() -> str:
 
 def java_command(args: contract.EngineArgs, classpath: str) -> list[str]:
     """The command running the application under the contract's options."""
-    from processor.broker.maven import require_java
+    from processor.log.broker.maven import require_java
 
     command = [
         require_java().path,
@@ -242,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     """``--build`` builds only; otherwise the contract's command line, one JSON line."""
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--build"]:
-        from processor.broker.maven import require_java
         from processor.errors import BrokerError
+        from processor.log.broker.maven import require_java
 
         try:
             require_java()

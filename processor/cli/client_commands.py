@@ -60,8 +60,8 @@ def _direct_replies(
     args: argparse.Namespace, bootstrap: str, topology: str, lines: Any
 ) -> Iterator[Any]:
     """``sow publish`` straight to Kafka: the replies in the gRPC path's shape."""
-    from processor.service.client import LogPosition, PublishResult
-    from processor.service.direct import DirectPublisher
+    from processor.client.direct import DirectPublisher
+    from processor.client.sow_client import LogPosition, PublishResult
 
     server = _address(args) if args.ack == "processed" else None
     with DirectPublisher(bootstrap, topology, server=server) as publisher:
@@ -114,7 +114,7 @@ def _record_json(record: Any) -> dict[str, Any]:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from processor.service.client import SowClient
+    from processor.client.sow_client import SowClient
 
     options = {
         "sow_key": args.sow_key,
@@ -249,7 +249,7 @@ def _parse_positions(texts: list[str]) -> list[Any]:
 
 
 def _parse_position(text: str) -> Any:
-    from processor.service._generated import sow_pb2
+    from processor.wire import sow_pb2
 
     try:
         topic, partition, offset = text.rsplit("/", 2)
@@ -261,7 +261,7 @@ def _parse_position(text: str) -> Any:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from processor.service.client import SowClient
+    from processor.client.sow_client import SowClient
 
     keys = [k for k in args.sow_keys.split(",") if k]
     positions = _parse_positions(args.min_position)
@@ -313,7 +313,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from processor.service.client import SowClient
+    from processor.client.sow_client import SowClient
 
     with SowClient(_address(args)) as client:
         timeout = args.timeout
@@ -336,7 +336,7 @@ def _position_json(position: Any) -> str:
 
 def _change_json(change: Any) -> dict[str, Any]:
     """A delivered change as printed."""
-    from processor.service._generated import sow_pb2
+    from processor.wire import sow_pb2
 
     out: dict[str, Any] = {
         "kind": sow_pb2.ChangeKind.Name(change.kind).removeprefix("CHANGE_").lower(),
@@ -372,7 +372,7 @@ def _timestamp_bookmark(text: str) -> str:
 
 def cmd_subscribe(args: argparse.Namespace) -> int:
     """Print a subscription's messages until stopped; Ctrl-C (or SIGTERM) exits 0."""
-    from processor.service.client import SowClient
+    from processor.client.sow_client import SowClient
 
     options: dict[str, Any] = {
         "filter": args.filter,

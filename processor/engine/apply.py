@@ -6,12 +6,12 @@ Commands on the log (ARCHITECTURE.md: nothing else writes state):
   (insert or full replacement). Optional headers: ``sow.expiration`` (seconds; 0 never
   expires) and ``sow.correlation_id``.
 * delta_publish: a publish with header ``sow.delta``, merged into the stored record
-  (:mod:`processor.engine.delta`); the merged message is what is recorded.
+  (:mod:`processor.engine.delta_merge`); the merged message is what is recorded.
 * sow_delete by SowKey: a record with a null value whose Kafka key is the SowKey.
 * sow_delete by filter: a null-value record keyed ``FILTER_DELETE_KEY`` with the filter in
   a header; it deletes the partition's matching records, as of its place in the log.
 
-(:mod:`processor.commands` defines the record formats.)
+(:mod:`processor.changelog.commands` defines the record formats.)
 
 A record whose Kafka key is not its SowKey (or that sits on another partition than its
 SowKey's) is re-keyed through the topic's repartition topic and applied when it comes back.
@@ -36,7 +36,7 @@ from typing import Any
 
 from processor import changelog
 from processor.changelog import POSITION_HEADER, REASON_HEADER, format_position
-from processor.commands import FILTER_DELETE_KEY, FILTER_HEADER
+from processor.changelog.commands import FILTER_DELETE_KEY, FILTER_HEADER
 from processor.engine.dead_letter import (
     ERROR_HEADERS,
     DeadLetters,
@@ -44,7 +44,7 @@ from processor.engine.dead_letter import (
     explain,
     no_translation,
 )
-from processor.engine.delta import delta_key, merge_delta
+from processor.engine.delta_merge import delta_key, merge_delta
 from processor.engine.expiry import note_due
 from processor.engine.headers import Sequenced, delta_form, publish_options, sequenced
 from processor.engine.partition import PartitionState

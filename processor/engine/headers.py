@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from processor.commands import (
+from processor.changelog.commands import (
     CORRELATION_HEADER,
     DELTA_HEADER,
     DELTA_NATIVE,

@@ -11,10 +11,27 @@ become explicit ranges, because RE2's ``\\s`` lacks the vertical tab and RE2 has
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import NoReturn, Protocol
 
-if TYPE_CHECKING:
-    from processor.expr.pcre import Translator
+
+class _Caseless(Protocol):
+    @property
+    def caseless(self) -> bool: ...
+
+
+class Translator(Protocol):
+    """What a class reader needs of :class:`processor.expr.pcre.Translator`."""
+
+    pattern: str
+
+    @property
+    def flags(self) -> _Caseless: ...
+
+    def fail(self, problem: str, offset: int, advice: str) -> NoReturn: ...
+
+    def refuse(self, construct: str, offset: int, advice: str) -> NoReturn: ...
+
+    def property_item(self, index: int) -> tuple[str, int]: ...
 
 #: ``\s`` in PCRE (and Python's ASCII ``\s``): tab, newline, vertical tab, form feed,
 #: carriage return, space.

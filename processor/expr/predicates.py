@@ -9,14 +9,36 @@ class inline, the general helper of :mod:`processor.expr.operators` for the rest
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from processor.expr import ast, operators
 from processor.expr.codegen import BOOL, NUMERIC_CHECK, STRING_CHECK, Code, plain_number
 from processor.expr.values import isnan, text_of, to_number
 
-if TYPE_CHECKING:
-    from processor.expr.compiler import Compiler
+
+class Compiler(Protocol):
+    """What the predicates need of :class:`processor.expr.compiler.Compiler`."""
+
+    fast: bool
+    text: str
+
+    def emit(self, node: ast.Node) -> Code: ...
+
+    def bind(self, code: Code) -> tuple[str, str]: ...
+
+    def constant(self, value: Any) -> Code: ...
+
+    def global_(self, value: Any, prefix: str = "_k") -> str: ...
+
+    def make(
+        self,
+        src: str,
+        kind: str,
+        *parts: Code,
+        deterministic: bool = True,
+        nulls: frozenset[int] = frozenset(),
+        strict: frozenset[int] = frozenset(),
+    ) -> Code: ...
 
 
 def between(c: Compiler, node: ast.Between) -> Code:

@@ -15,6 +15,8 @@ from processor.errors import SowError
 
 Headers = list[tuple[str, bytes]]
 TopicPartitionKey = tuple[str, int]
+#: A record's place in the log: (topic, partition, offset).
+LogPosition = tuple[str, int, int]
 
 
 class Record(Protocol):

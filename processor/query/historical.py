@@ -1,7 +1,7 @@
 """Historical SOW queries: a ``sow`` with a bookmark (spec 3.13).
 
 On a topic with History the answer is the SOW as of the bookmark's point, from the
-history index (:mod:`processor.query.history`): records deleted later are returned if
+history index (:mod:`processor.replica.history`): records deleted later are returned if
 they existed then, records deleted before are not, a time before the Window gets an
 empty result. Filter, OrderBy, top_n/skip_n and aggregation apply as to a current
 query. On a topic without History the bookmark is ignored and the current state is
@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from processor.changelog.bookmarks import Point, parse_bookmark
 from processor.errors import CatchingUpError, InvalidRequestError
 from processor.expr import FieldInput
+from processor.log import LogPosition
 from processor.messages import codec_for
-from processor.query.bookmarks import Point, parse_bookmark
-from processor.query.replica import LogPosition
 from processor.query.sow import (
     DEFAULT_TIMEOUT_S,
     PreparedQuery,
@@ -29,7 +29,7 @@ from processor.query.sow import (
     query_result,
     select,
 )
-from processor.query.table import SowTable
+from processor.replica.table import SowTable
 
 #: A table's state as of the point, its current records, and the live memo values of
 #: the query's fields.

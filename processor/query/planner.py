@@ -29,7 +29,7 @@ from processor.expr import ast
 from processor.expr.ast import Step, Value
 from processor.expr.compiler import conjuncts
 from processor.keys import checksum_key, key_text, parse_path
-from processor.query.table import HashIndex, SowTable, index_text
+from processor.replica.table import HashIndex, SowTable, index_text
 
 #: An index plan is used only while the value combinations it looks up stay below this.
 MAX_COMBINATIONS = 10_000

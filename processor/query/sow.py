@@ -41,11 +41,12 @@ from processor.expr.ast import OrderKey
 from processor.expr.operators import in_list
 from processor.expr.parser import parse_order_by
 from processor.keys import checksum_key
+from processor.log import LogPosition
 from processor.query.planner import Plan, needs_scan, plan
-from processor.query.replica import LogPosition, Replica
-from processor.query.table import SowTable
-from processor.query.topics import is_pattern, resolve_topics
+from processor.replica.replica import Replica
+from processor.replica.table import SowTable
 from processor.topology.model import SowTopic, Topology
+from processor.topology.topics import is_pattern, resolve_topics
 
 MAX_BATCH_SIZE = 10000
 DEFAULT_BATCH_SIZE = 10

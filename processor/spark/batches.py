@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql.types import StringType, StructType
 
 from processor.changelog import POSITION_HEADER, REASON_HEADER, Envelope, parse_position
-from processor.commands import CORRELATION_HEADER, FILTER_HEADER
+from processor.changelog.commands import CORRELATION_HEADER, FILTER_HEADER
 from processor.errors import CorruptRecordError, SowError
 from processor.expr import Expression
 from processor.expr import compile as compile_expression

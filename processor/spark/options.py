@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from processor.errors import ConfigurationError
 from processor.topology.model import SowTopic
-from processor.topology.units import parse_timestamp
+from processor.topology.quantities import parse_timestamp
 
 READS = ("changelog", "input")
 MODES = ("changelog", "latest")

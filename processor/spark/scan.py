@@ -27,7 +27,7 @@ from processor.changelog import (
     EnvelopeError,
     decode,
 )
-from processor.commands import FILTER_DELETE_KEY
+from processor.changelog.commands import FILTER_DELETE_KEY
 from processor.errors import ConfigurationError
 from processor.log import Record
 from processor.log.kafka_ranges import KafkaRangeReader, partition_count

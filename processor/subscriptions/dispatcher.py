@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from processor import changelog
+from processor.changelog.events import ChangeEvent
 from processor.expr import Expression, MessageContext
 from processor.messages import Codec
-from processor.query.events import ChangeEvent
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
 from processor.subscriptions.model import ChangeKind, Delivery
 from processor.subscriptions.replacing import ReplaceMarker

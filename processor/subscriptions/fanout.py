@@ -5,7 +5,7 @@ filters share one compiled expression and one evaluation per change. A topic's g
 (:class:`TopicIndex`) are found for a change in three ways:
 
 * **field index**: a group with a ``field = literal`` / ``field IN (literals)`` conjunct
-  of a top-level AND is filed under the text :func:`~processor.query.table.index_text`
+  of a top-level AND is filed under the text :func:`~processor.replica.table.index_text`
   gives each literal (equal exactly when the expression language's ``=`` says so). A
   change's candidates are the groups filed under its new message's value of an indexed
   field, and, for groups whose subscriptions remember what they hold, its old message's
@@ -34,7 +34,7 @@ from processor.expr import ContextInput, Expression, compile_node, field_getter
 from processor.expr import ast as expr_ast
 from processor.expr.ast import Step, Value
 from processor.query.planner import exact_matches
-from processor.query.table import index_text, index_texts
+from processor.replica.table import index_text, index_texts
 from processor.subscriptions.subscription import Subscription
 
 #: A group filed under a field with more literals than this is left unindexed.

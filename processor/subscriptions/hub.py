@@ -15,7 +15,7 @@ reading of the position vector), and starts at that vector: every change applied
 it reaches the subscription, and changes before it are skipped by position (see
 :class:`~processor.subscriptions.subscription.Subscription`).
 
-Plain topics (no SOW) come from a :class:`~processor.query.plain_tail.PlainTail`, whose
+Plain topics (no SOW) come from a :class:`~processor.replica.plain_tail.PlainTail`, whose
 events the hub handles like the replica's: a subscription covering plain topics is
 registered under the tail's lock as well (taken inside the replica's), and its vector
 holds their input positions too. A sow_and_subscribe has no records to return for them,
@@ -41,6 +41,8 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from processor import changelog
+from processor.changelog.bookmarks import parse_bookmark
+from processor.changelog.events import ListenerHandle
 from processor.errors import (
     CatchingUpError,
     InvalidRequestError,
@@ -49,15 +51,13 @@ from processor.errors import (
 )
 from processor.expr import Expression
 from processor.keys import partition_for
+from processor.log import LogPosition
 from processor.messages import Codec, codec_for
-from processor.query.bookmarks import parse_bookmark
-from processor.query.events import ListenerHandle
-from processor.query.plain_tail import PlainTail
-from processor.query.replica import LogPosition, Replica
 from processor.query.sow import DEFAULT_TIMEOUT_S, QueryEngine, QueryStats, SowQuery, memo_fields
 from processor.query.sow import select as select_records
-from processor.query.table import SowTable
-from processor.query.topics import is_pattern, resolve_subscribed_topics
+from processor.replica.plain_tail import PlainTail
+from processor.replica.replica import Replica
+from processor.replica.table import SowTable
 from processor.subscriptions.conflation import (
     ConflatingQueue,
     ConflationClock,
@@ -65,7 +65,7 @@ from processor.subscriptions.conflation import (
     key_function,
 )
 from processor.subscriptions.dispatcher import Dispatcher
-from processor.subscriptions.historical import open_historical
+from processor.subscriptions.history_replay import open_historical
 from processor.subscriptions.model import (
     DEFAULT_MAX_BACKLOG,
     MAX_MAX_BACKLOG,
@@ -81,6 +81,7 @@ from processor.subscriptions.window import (
     is_paginated,
 )
 from processor.topology.model import PlainTopic, SowTopic, Topology
+from processor.topology.topics import is_pattern, resolve_subscribed_topics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

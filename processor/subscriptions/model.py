@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from processor.query.events import ChangelogPosition
+from processor.changelog.events import ChangelogPosition
 
 #: Messages a subscription may have queued before it is disconnected as a slow consumer.
 DEFAULT_MAX_BACKLOG = 10_000
@@ -77,7 +77,7 @@ class Delivery:
     state for an OOF ``match`` (it no longer matches the filter). ``position`` is the
     changelog record of the change. ``previous`` (delta subscriptions only) is the state
     last delivered for a record the subscriber holds, on a publish that updates it: the
-    sender sends what changed since (:mod:`processor.subscriptions.delta`).
+    sender sends what changed since (:mod:`processor.subscriptions.shape`).
     """
 
     kind: ChangeKind

@@ -2,7 +2,7 @@
 
 The hub registers the live subscription first, buffering, under the replica's lock and
 reads the position vector V there (as for any subscribe). The replay then reads each
-changelog partition from the bookmark's offset up to V (:mod:`processor.query.replay`),
+changelog partition from the bookmark's offset up to V (:mod:`processor.replica.replay_plan`),
 on the subscriber's thread, while the stream sends it: neither the replica's applier
 nor the dispatcher waits for it. When the replay is done, the live subscription starts
 at V (or, for a partition the bookmark says the subscriber has already seen past V,
@@ -21,20 +21,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from processor.changelog.bookmarks import Bookmark, Point
+from processor.changelog.events import ChangeEvent
 from processor.errors import InvalidRequestError, UnsupportedError
 from processor.expr import Expression
-from processor.log import TopicPartitionKey
+from processor.log import LogPosition, TopicPartitionKey
 from processor.messages import Codec
-from processor.query.bookmarks import Bookmark, Point
-from processor.query.events import ChangeEvent
-from processor.query.replay import (
+from processor.replica.replay_plan import (
     ReplayPlan,
     change_filter,
     changelog_topics,
     plan_replay,
     read_changes,
 )
-from processor.query.replica import LogPosition, Replica
+from processor.replica.replica import Replica
 from processor.subscriptions.model import MAX_MAX_BACKLOG, ChangeKind, Delivery
 from processor.subscriptions.subscription import Subscription
 from processor.topology.model import PlainTopic, SowTopic

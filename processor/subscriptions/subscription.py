@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from processor import changelog
+from processor.changelog.events import ChangeEvent, ChangelogPosition, ChangeReason
 from processor.errors import SlowConsumerError, SowError
-from processor.query.events import ChangeEvent, ChangelogPosition, ChangeReason
 from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
 
 #: (changelog topic, partition) -> next offset: where a subscription starts.

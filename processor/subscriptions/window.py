@@ -28,12 +28,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from processor import changelog
+from processor.changelog.events import ChangeEvent, ChangelogPosition, ChangeReason
 from processor.errors import InvalidRequestError
 from processor.expr import Expression, field_getter, order_key
 from processor.expr.ast import OrderKey
 from processor.expr.parser import parse_order_by
 from processor.messages import Codec
-from processor.query.events import ChangeEvent, ChangelogPosition, ChangeReason
 from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
 from processor.subscriptions.subscription import (
     Offer,

@@ -42,7 +42,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn, TypeVar
 
 from processor.errors import TopologyError
-from processor.topology.loader import assemble, check_topic, read_text
+from processor.topology.assemble import assemble, check_topic, read_text
 from processor.topology.model import (
     MESSAGE_TYPES,
     Durability,
@@ -53,7 +53,7 @@ from processor.topology.model import (
     SowTopic,
     Topology,
 )
-from processor.topology.units import (
+from processor.topology.quantities import (
     check_factory_path,
     check_key_path,
     parse_choice,

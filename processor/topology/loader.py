@@ -6,30 +6,21 @@ format (:mod:`processor.topology.yaml_loader`), ``.xml`` an AMPS configuration f
 ``*.xml`` file directly in it (not in subdirectories, hidden files skipped), in sorted name
 order, and merges them; the merged topology must define at least one topic.
 
-Across one file or many, topic names are unique (a SOW topic and a plain topic may not
-share one), and so are all Kafka topics the topology derives (each topic's input
-``kafka_topic``; for a SOW topic also ``<kafka_topic>.sow-changelog`` and
-``<kafka_topic>.sow-repartition``). Every problem raises
-:class:`~processor.errors.TopologyError` naming the file, the field or element, what is
-wrong and what is allowed. The loaders call :func:`check_topic` and :func:`assemble`.
+The checks every format shares live in :mod:`processor.topology.assemble`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from processor.errors import TopologyError
-from processor.topology.model import KAFKA_TOPIC_NAME, PlainTopic, SowTopic, Topology
+from processor.topology.amps_xml import load_amps_config
+from processor.topology.assemble import merge_topologies
+from processor.topology.model import Topology
+from processor.topology.yaml_loader import load_yaml
 
 #: File extensions recognised, and the format each one selects.
 EXTENSIONS: dict[str, str] = {".yaml": "yaml", ".yml": "yaml", ".xml": "amps-xml"}
-
-#: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
-MAX_KAFKA_TOPIC_LENGTH = 249 - len(".sow-repartition")
-
-#: One loaded topic, with the file and the field path that defined it (for messages).
-Entry = tuple[SowTopic, str, str]
 
 
 def load_topology(path: str | Path) -> Topology:
@@ -68,138 +59,11 @@ def load_file(path: Path) -> Topology:
     """Load one topology file, choosing the format by its extension."""
     kind = EXTENSIONS.get(path.suffix.lower())
     if kind == "yaml":
-        from processor.topology.yaml_loader import load_yaml
-
         return load_yaml(path)
     if kind == "amps-xml":
-        from processor.topology.amps_xml import load_amps_config
-
         return load_amps_config(path)
     raise TopologyError(
         f"unknown topology file extension {path.suffix!r}; allowed: "
         ".yaml or .yml (kafka-sow YAML), .xml (AMPS configuration)",
         source=str(path),
     )
-
-
-def read_text(path: str | Path) -> str:
-    """The UTF-8 text of a topology file; an unreadable file is a TopologyError."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TopologyError(f"cannot read the file: {exc}", source=str(path)) from exc
-
-
-def merge_topologies(parts: Sequence[Topology]) -> Topology:
-    """One topology holding every topic of ``parts``; a topic name defined twice is an error."""
-    entries: list[Entry] = []
-    sources: list[str] = []
-    for part in parts:
-        source = part.sources[0] if part.sources else "<topology>"
-        sources.extend(part.sources)
-        entries.extend(
-            (topic, source, f"topic {name!r}")
-            for name, topic in [*part.topics.items(), *part.plain_topics.items()]
-        )
-    return assemble(entries, tuple(sources))
-
-
-def _at(source: str, where: str, current: str) -> str:
-    return where if source == current else f"{source}: {where}"
-
-
-def assemble(entries: Sequence[Entry], sources: tuple[str, ...]) -> Topology:
-    """A :class:`Topology` of ``entries`` (SOW and plain topics, in order); names and
-    derived Kafka topics must be unique."""
-    by_name: dict[str, Entry] = {}
-    kafka: dict[str, tuple[str, str, str, str]] = {}
-    for topic, source, where in entries:
-        if topic.name in by_name:
-            _, first_source, first_where = by_name[topic.name]
-            raise TopologyError(
-                f"topic {topic.name!r} is defined twice (first at "
-                f"{_at(first_source, first_where, source)}); topic names must be unique",
-                source=source,
-                where=where,
-            )
-        by_name[topic.name] = (topic, source, where)
-        derived: tuple[tuple[str, str], ...] = (("input", topic.kafka_topic),)
-        if not isinstance(topic, PlainTopic):
-            derived += (
-                ("changelog", topic.changelog_topic),
-                ("repartition", topic.repartition_topic),
-            )
-        for role, name in derived:
-            if name in kafka:
-                other, other_role, other_source, other_where = kafka[name]
-                raise TopologyError(
-                    f"Kafka topic {name!r} (the {role} topic of {topic.name!r}) is also the "
-                    f"{other_role} topic of {other!r} (at "
-                    f"{_at(other_source, other_where, source)}); every topic needs its "
-                    "own kafka_topic (KafkaTopic in AMPS XML)",
-                    source=source,
-                    where=where,
-                )
-            kafka[name] = (topic.name, role, source, where)
-    topics: dict[str, SowTopic] = {}
-    plain: dict[str, PlainTopic] = {}
-    for name, (topic, _, _) in by_name.items():
-        if isinstance(topic, PlainTopic):
-            plain[name] = topic
-        else:
-            topics[name] = topic
-    return Topology(topics, sources, plain)
-
-
-def check_topic(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str] | None:
-    """The first rule ``topic`` breaks, as ``(model field, message)``, or None.
-
-    ``name_of`` maps a model field name (``keys``, ``key_generator``...) to the name the
-    format uses for it, so messages speak the user's language.
-    """
-    keys, generator = name_of("keys"), name_of("key_generator")
-    if topic.keys and topic.key_generator is not None:
-        return "key_generator", (
-            f"{keys} and {generator} are both set; the SowKey comes from the {keys} fields or "
-            f"from a key generator, not both: remove one"
-        )
-    seen: set[str] = set()
-    for path in topic.keys:
-        if path in seen:
-            return "keys", f"{keys} field {path!r} is listed twice; list each field once"
-        seen.add(path)
-    if topic.message_type == "binary":
-        if topic.keys:
-            return "keys", (
-                f"binary messages are not parsed, so a binary topic cannot have {keys} fields; "
-                f"remove {keys} (publishers then provide the SowKey) or set a {generator}"
-            )
-        for field in ("hash_indexes", "indexes"):
-            if getattr(topic, field):
-                return field, (
-                    f"binary messages are not parsed, so a binary topic cannot have "
-                    f"{name_of(field)}; allowed only for json and avro topics"
-                )
-    if topic.key_domain is not None and not topic.keys:
-        return "key_domain", (
-            f"{name_of('key_domain')} seeds keys generated from {keys} fields, and this topic "
-            f"has no {keys}; remove {name_of('key_domain')} or add {keys} fields"
-        )
-    if topic.history is not None and topic.expiration_s is not None:
-        return "expiration_s", (
-            f"{name_of('expiration_s')} must be disabled when {name_of('history')} is set "
-            "(as in AMPS): history keeps every version of a record for its Window"
-        )
-    name = topic.kafka_topic
-    if (
-        not KAFKA_TOPIC_NAME.match(name)
-        or name in (".", "..")
-        or len(name) > MAX_KAFKA_TOPIC_LENGTH
-    ):
-        origin = " (taken from the topic name)" if name == topic.name else ""
-        return "kafka_topic", (
-            f"Kafka topic {name!r}{origin} is not a legal Kafka topic name; allowed: letters, "
-            f"digits, '.', '_' and '-', 1 to {MAX_KAFKA_TOPIC_LENGTH} characters; set "
-            f"{name_of('kafka_topic')} to a legal name"
-        )
-    return None

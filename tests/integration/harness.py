@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient
 
 from processor import changelog
 from processor.app import Application, start
+from processor.client.sow_client import SowClient
 from processor.config import Settings
-from processor.service.client import SowClient
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
 

@@ -14,8 +14,8 @@ from processor import changelog
 from processor.changelog import PROGRESS_KEY, encode_progress
 from processor.log import TopicSpec
 from processor.log.kafka import KafkaChangelogTail, KafkaTransactionalLog, ensure_topics
-from processor.query.replica import Replica
-from processor.query.table import SowTable
+from processor.replica.replica import Replica
+from processor.replica.table import SowTable
 from processor.topology.model import SowTopic, Topology
 
 #: (SowKey, message or None for a delete)

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from processor.service.client import ServiceError, SubscriptionStream
+from processor.client.sow_client import ServiceError, SubscriptionStream
 
 
 class Collector:

@@ -1,4 +1,4 @@
-"""The broker order (processor/broker/__init__.py): an explicit bootstrap address, else the
+"""The broker order (processor/log/broker/__init__.py): an explicit bootstrap address, else the
 embedded Apache Kafka when Java 17+ is installed, else Tansu, which says why and which
 limits apply, in one line."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.broker import EmbeddedKafka, ExternalBroker, TansuBroker, start_broker
-from processor.broker.maven import kafka_version
 from processor.errors import BrokerError, ConfigurationError
+from processor.log.broker import EmbeddedKafka, ExternalBroker, TansuBroker, start_broker
+from processor.log.broker.maven import kafka_version
 
 
 def test_an_explicit_address_wins_and_starts_nothing() -> None:
@@ -27,7 +27,7 @@ def test_without_java_the_embedded_default_falls_back_to_tansu_in_one_line(
 ) -> None:
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     monkeypatch.setenv("JAVA_HOME", "/nonexistent-jdk")
-    with caplog.at_level(logging.WARNING, logger="processor.broker"):
+    with caplog.at_level(logging.WARNING, logger="processor.log.broker"):
         broker = start_broker(embedded="auto")
     try:
         assert isinstance(broker, TansuBroker)
@@ -89,7 +89,7 @@ def test_a_broker_left_running_by_a_killed_parent_is_stopped_by_the_next_start(
     script = (
         "import sys, threading\n"
         "from pathlib import Path\n"
-        "from processor.broker import EmbeddedKafka\n"
+        "from processor.log.broker import EmbeddedKafka\n"
         "def run():\n"
         f"    EmbeddedKafka(Path({str(tmp_path / 'kafka')!r})).start()\n"
         "    print('up', flush=True)\n"
@@ -127,11 +127,11 @@ def test_the_first_start_fetches_the_jars_with_maven_showing_progress(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A machine that never ran it: an empty classpath cache and Maven repository."""
-    from processor.broker.maven import classpath
+    from processor.log.broker.maven import classpath
 
     monkeypatch.setenv("SOW_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("MAVEN_OPTS", f"-Dmaven.repo.local={tmp_path / 'm2'}")
-    with caplog.at_level(logging.INFO, logger="processor.broker.maven"):
+    with caplog.at_level(logging.INFO, logger="processor.log.broker.maven"):
         jars = classpath().split(os.pathsep)
     assert any(Path(jar).name == f"kafka_2.13-{kafka_version()}.jar" for jar in jars)
     assert all(Path(jar).is_relative_to(tmp_path / "m2") for jar in jars)

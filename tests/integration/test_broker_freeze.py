@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from processor.service.client import ServiceError, SowClient
+from processor.client.sow_client import ServiceError, SowClient
 from processor.topology.model import SowTopic
 from tests.conftest import StartOwnBroker
 from tests.integration.harness import namespaced, running_sow

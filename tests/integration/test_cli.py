@@ -14,8 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from processor.broker import free_loopback_port
-from processor.broker.maven import kafka_version
+from processor.log.broker import free_loopback_port
+from processor.log.broker.maven import kafka_version
 
 #: Also run on the fallback Tansu broker in CI (pyproject.toml's smoke marker).
 pytestmark = pytest.mark.smoke

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from processor.service.client import ServiceError
+from processor.client.sow_client import ServiceError
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, running_sow
 from tests.integration.subscription_helpers import Collector, data

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from processor.service.client import ServiceError, SowClient
+from processor.client.sow_client import ServiceError, SowClient
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, read_topic, running_sow
 from tests.integration.subscription_helpers import Collector, data
@@ -274,7 +274,7 @@ def test_delta_and_select_in_a_session_and_a_message_batch(
 ) -> None:
     """A session's delta subscription gets deltas and drops empty ones; one with a bad
     select list ends alone; a PublishBatch of messages with ``delta`` merges each."""
-    from processor.service._generated import sow_pb2
+    from processor.wire import sow_pb2
 
     topology = namespaced(unique, ORDERS)
     with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):

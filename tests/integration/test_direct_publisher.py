@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from processor.client.direct import DirectPublisher
 from processor.errors import DecodeError, MissingKeyError
-from processor.service.direct import DirectPublisher
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import namespaced, running_sow
 

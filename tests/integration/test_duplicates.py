@@ -13,7 +13,7 @@ import orjson
 from confluent_kafka import Producer
 
 from processor import changelog
-from processor.commands import PUBLISHER_HEADER, SEQUENCE_HEADER
+from processor.changelog.commands import PUBLISHER_HEADER, SEQUENCE_HEADER
 from processor.keys import key_function
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, read_topic, running_sow

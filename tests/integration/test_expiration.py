@@ -17,10 +17,10 @@ from confluent_kafka import Producer
 
 from processor.app import store_path
 from processor.changelog import REASON_HEADER
-from processor.commands import EXPIRATION_HEADER
-from processor.service._generated import sow_pb2
-from processor.service.client import SowClient
+from processor.changelog.commands import EXPIRATION_HEADER
+from processor.client.sow_client import SowClient
 from processor.topology.model import SowTopic, Topology
+from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, read_topic, running_sow
 from tests.integration.subscription_helpers import Collector, data
 

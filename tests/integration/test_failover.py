@@ -20,9 +20,9 @@ from typing import IO
 
 import pytest
 
-from processor.service.bookmarks import SowBookmarkStore, parse_vector
-from processor.service.client import SowClient
-from processor.service.failover import FailoverClient
+from processor.client.bookmark_store import SowBookmarkStore, parse_vector
+from processor.client.failover import FailoverClient
+from processor.client.sow_client import SowClient
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, running_sow
 
@@ -32,9 +32,9 @@ BOOKMARKS = SowTopic("BOOKMARKS", keys=("/clientName", "/subId"))
 #: A subscriber that prints each change, discards it, and says so.
 SUBSCRIBER = """
 import json, sys
-from processor.service.bookmarks import SowBookmarkStore
-from processor.service.client import SowClient
-from processor.service.failover import FailoverClient
+from processor.client.bookmark_store import SowBookmarkStore
+from processor.client.sow_client import SowClient
+from processor.client.failover import FailoverClient
 address, store_topic, topic = sys.argv[1:4]
 store = SowBookmarkStore(SowClient(address), store_topic, "tracked")
 with FailoverClient([address], "tracked", store) as client:
@@ -254,7 +254,7 @@ def test_an_explicit_bookmark_is_not_overridden_by_what_the_store_had(
 ) -> None:
     """A store that already holds a later position for the sub_id (an earlier run) must
     not make a subscription from the whole log skip what it asked for."""
-    from processor.service.bookmarks import MemoryBookmarkStore
+    from processor.client.bookmark_store import MemoryBookmarkStore
 
     topology = namespaced(unique, ORDERS)
     changelog = topology.topic("ORDERS").changelog_topic

@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from processor.app import Application, start
+from processor.client.sow_client import SowClient
 from processor.config import Settings
-from processor.service.client import SowClient
 from processor.topology.model import SowTopic, Topology
 from tests.conftest import StartOwnBroker
 from tests.integration.test_crash_recovery import (
@@ -169,7 +169,7 @@ def freeze_scenario(
         # Everything after the thaw: publish updates, then compare.
         model.publish(client, (orjson.dumps({"orderId": i, "v": 1}) for i in range(0, 2000, 2)))
         last = [(f"{unique}.o", p, end - 1) for p, end in model.ends.items()]
-        from processor.service._generated import sow_pb2
+        from processor.wire import sow_pb2
 
         records, _, _ = client.query(
             "ORDERS",

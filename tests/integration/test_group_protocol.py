@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 from processor.app import start
-from processor.broker import Broker, TansuBroker
+from processor.client.sow_client import SowClient
 from processor.config import Settings
 from processor.errors import StaleGroupError
 from processor.log import TopicPartitionKey
-from processor.service.client import SowClient
+from processor.log.broker import Broker, TansuBroker
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import group_type
 from tests.integration.test_fault_suite import StreamedModel, paced

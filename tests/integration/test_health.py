@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from processor.app import start
 from processor.config import Settings
 from processor.errors import ConfigurationError
-from processor.service.health import Health
+from processor.server.health import Health
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, running_sow
 

@@ -23,9 +23,9 @@ import pytest
 
 from processor import changelog as codec
 from processor.changelog import CONTROL_PREFIX
-from processor.service._generated import sow_pb2
-from processor.service.client import SowClient
+from processor.client.sow_client import SowClient
 from processor.topology.model import History, SowTopic, Topology
+from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, read_topic, running_sow
 from tests.integration.subscription_helpers import Collector
 

@@ -38,17 +38,17 @@ from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from processor.app import Application, start, topic_specs
-from processor.broker import Broker, TansuBroker
 from processor.changelog import CONTROL_PREFIX, PROGRESS_KEY, PUBLISHER_PREFIX, decode_progress
+from processor.client.sow_client import SowClient
 from processor.config import Settings
 from processor.engine.publishers import PUBLISHER_META_PREFIX
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log import TopicSpec
+from processor.log.broker import Broker, TansuBroker
 from processor.log.kafka import KafkaTransactionalLog, ensure_topics
-from processor.service._generated import sow_pb2
-from processor.service.client import SowClient
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
+from processor.wire import sow_pb2
 from tests.conftest import StartOwnBroker
 from tests.integration.harness import store_contents
 from tests.integration.test_crash_recovery import (

@@ -13,8 +13,8 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from processor.app import start
+from processor.client.sow_client import SowClient
 from processor.config import Settings
-from processor.service.client import SowClient
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced
 
@@ -119,7 +119,7 @@ def test_metrics_report_a_publish_and_a_dead_letter_after_they_happen(
 
 
 def test_readyz_says_why_a_process_is_not_ready() -> None:
-    from processor.service.metrics import ComponentCollector, Observer
+    from processor.observability.metrics import ComponentCollector, Observer
 
     reasons: list[str | None] = ["the read replica is catching up: 10 of 20 records"]
     observer = Observer(

@@ -10,11 +10,11 @@ from typing import Any
 import orjson
 import pytest
 
-from processor.query.replica import Replica
+from processor.client.sow_client import ServiceError, SowClient
 from processor.query.sow import QueryEngine, SowQuery
-from processor.service._generated import sow_pb2
-from processor.service.client import ServiceError, SowClient
+from processor.replica.replica import Replica
 from processor.topology.model import SowTopic
+from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, read_topic, running_sow
 from tests.integration.subscription_helpers import Collector, data
 

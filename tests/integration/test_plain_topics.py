@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 import pytest
 
-from processor.service._generated import sow_pb2
-from processor.service.client import ServiceError
+from processor.client.sow_client import ServiceError
 from processor.topology.model import PlainTopic, SowTopic, Topology
+from processor.wire import sow_pb2
 from tests.integration.harness import running_sow
 from tests.integration.subscription_helpers import Collector, data
 from tests.integration.test_subscription_cli import _start as start_cli

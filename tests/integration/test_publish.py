@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from processor.service.client import ServiceError
+from processor.client.sow_client import ServiceError
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, running_sow
 
@@ -23,7 +23,7 @@ def orders(unique: str) -> object:
 
 
 def count(client: object, positions: dict[tuple[str, int], int]) -> int:
-    from processor.service._generated import sow_pb2
+    from processor.wire import sow_pb2
 
     wait = [sow_pb2.Position(topic=t, partition=p, offset=o) for (t, p), o in positions.items()]
     records, _, _ = client.query("ORDERS", min_position=wait)  # type: ignore[attr-defined]
@@ -59,7 +59,7 @@ def test_stream_acks_every_message_in_order_and_refuses_bad_ones_alone(
 def test_stream_takes_both_batch_forms_and_refuses_a_batch_that_mixes_them(
     bootstrap: str, tmp_path: Path, unique: str
 ) -> None:
-    from processor.service._generated import sow_pb2
+    from processor.wire import sow_pb2
 
     def one(i: int) -> bytes:
         return orjson.dumps({"orderId": i})
@@ -193,7 +193,7 @@ def test_a_resent_publish_is_applied_once_also_after_a_restart(
     """What a client does after a timeout: send the same (publisher, sequence) again."""
     import grpc
 
-    from processor.service._generated import sow_pb2, sow_pb2_grpc
+    from processor.wire import sow_pb2, sow_pb2_grpc
 
     def send(address: str, sequence: int, value: str) -> object:
         with grpc.insecure_channel(address) as channel:

@@ -17,9 +17,9 @@ import orjson
 import pytest
 
 from processor.cli.guards import record_served
+from processor.client.direct import DirectPublisher
+from processor.client.sow_client import ServiceError, SowClient
 from processor.errors import ConfigurationError, InvalidRequestError
-from processor.service.client import ServiceError, SowClient
-from processor.service.direct import DirectPublisher
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, running_sow
 

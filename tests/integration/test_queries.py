@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from processor.service.client import ServiceError, SowClient
+from processor.client.sow_client import ServiceError, SowClient
 from processor.topology.model import HashIndexSpec, SowTopic
 from tests.integration.harness import namespaced, running_sow
 

@@ -32,9 +32,9 @@ from typing import NamedTuple
 
 import pytest
 
-from processor.service.bookmarks import format_vector
-from processor.service.client import SowClient
-from processor.service.failover import BookmarkSubscription, FailoverClient
+from processor.client.bookmark_store import format_vector
+from processor.client.failover import BookmarkSubscription, FailoverClient
+from processor.client.sow_client import SowClient
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import namespaced, running_sow
 

@@ -18,9 +18,9 @@ import orjson
 import pytest
 
 from processor.changelog import CONTROL_PREFIX
-from processor.service._generated import sow_pb2
-from processor.service.client import ServiceError, SowClient
+from processor.client.sow_client import ServiceError, SowClient
 from processor.topology.model import SowTopic, Topology
+from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, read_topic, running_sow
 from tests.integration.subscription_helpers import Collector
 

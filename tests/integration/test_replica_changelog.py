@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from processor.client.sow_client import ServiceError, SowClient
 from processor.errors import CatchingUpError
 from processor.log.kafka import KafkaLogWriter
-from processor.query.gateway import Gateway
-from processor.query.replica import Replica
-from processor.query.snapshot import FILE_NAME
+from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine, SowQuery
-from processor.service.client import ServiceError, SowClient
-from processor.service.server import start_server
+from processor.replica.replica import Replica
+from processor.replica.snapshot import FILE_NAME
+from processor.server.service import start_server
 from processor.topology.model import SowTopic
 from tests.conftest import StartOwnBroker
 from tests.integration.replica_helpers import (

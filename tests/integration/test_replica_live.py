@@ -12,12 +12,12 @@ import pytest
 
 from processor import changelog
 from processor.app import Application
+from processor.changelog.events import ChangeEvent, ChangeReason
+from processor.client.sow_client import SowClient
 from processor.log import Headers
 from processor.log.kafka import KafkaLogWriter
-from processor.query.events import ChangeEvent, ChangeReason
-from processor.query.gateway import Gateway
-from processor.query.table import SowTable
-from processor.service.client import SowClient
+from processor.publish.gateway import Gateway
+from processor.replica.table import SowTable
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, running_sow
 from tests.integration.replica_helpers import eventually

@@ -29,11 +29,11 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from processor.app import topic_specs
-from processor.broker import Broker, TansuBroker
 from processor.changelog import CONTROL_PREFIX, decode
+from processor.client.sow_client import SowClient
 from processor.keys import FieldKeyGenerator, partition_for
+from processor.log.broker import Broker, TansuBroker
 from processor.log.kafka import ensure_topics
-from processor.service.client import SowClient
 from processor.topology.loader import load_topology
 from processor.topology.model import SowTopic
 from tests.integration.harness import group_type, read_topic

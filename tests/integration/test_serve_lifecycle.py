@@ -262,7 +262,7 @@ def test_a_restart_never_answers_a_partial_or_empty_sow(workdir: Path, broker: s
     answers the whole SOW; never fewer records. On Tansu the log does not survive the
     restart: the processor re-publishes the SOW into the new one, which the query service
     must not answer from before it is whole (it answered 0, then 1,449 of 3,000)."""
-    from processor.service.client import SowClient
+    from processor.client.sow_client import SowClient
 
     address = f"127.0.0.1:{_free_port()}"
     first = _serve_at(workdir, address, broker)

@@ -10,7 +10,7 @@ import fastavro
 import orjson
 import pytest
 
-from processor.service.client import ServiceError
+from processor.client.sow_client import ServiceError
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, read_topic, running_sow
 

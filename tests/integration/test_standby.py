@@ -18,7 +18,7 @@ from processor.config import Settings
 from processor.engine.processor import Processor
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.kafka import ensure_topics
-from processor.service.metrics import ComponentCollector
+from processor.observability.metrics import ComponentCollector
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import namespaced, store_contents
 

@@ -21,11 +21,11 @@ from confluent_kafka import Consumer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from processor.app import Application, start
+from processor.client.sow_client import SowClient
 from processor.config import Settings
 from processor.log import Record
-from processor.service._generated import sow_pb2
-from processor.service.client import SowClient
 from processor.topology.model import SowTopic, Topology
+from processor.wire import sow_pb2
 from tests.conftest import StartOwnBroker
 from tests.integration.test_crash_recovery import assert_changelog_exactly_once
 from tests.integration.test_fault_suite import StreamedModel, paced

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 import pytest
 
-from processor.service._generated import sow_pb2
-from processor.service.client import SowClient
+from processor.client.sow_client import SowClient
 from processor.topology.model import SowTopic
+from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, running_sow
 from tests.integration.subscription_helpers import Collector
 

@@ -8,9 +8,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from processor.changelog import REASON_HEADER
-from processor.service._generated import sow_pb2
-from processor.service.client import SowClient
+from processor.client.sow_client import SowClient
 from processor.topology.model import SowTopic
+from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, running_sow
 from tests.integration.subscription_helpers import Collector, data
 

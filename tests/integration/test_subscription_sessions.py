@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from processor.service._generated import sow_pb2
 from processor.topology.model import SowTopic
+from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, running_sow
 from tests.integration.subscription_helpers import Collector, data
 

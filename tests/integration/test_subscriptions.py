@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.service._generated import sow_pb2
-from processor.service.client import ServiceError
+from processor.client.sow_client import ServiceError
 from processor.topology.model import SowTopic
+from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, running_sow
 from tests.integration.subscription_helpers import Collector, data
 

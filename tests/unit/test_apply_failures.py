@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from processor import changelog
-from processor.commands import PUBLISHER_HEADER, SEQUENCE_HEADER
+from processor.changelog.commands import PUBLISHER_HEADER, SEQUENCE_HEADER
 from processor.engine.apply import ERROR_HEADERS, Applier, Route
 from processor.engine.headers import publish_options, sequenced
 from processor.engine.partition import PartitionState, make_writers

@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.errors import InvalidRequestError
-from processor.service.bookmarks import (
+from processor.client.bookmark_store import (
     EPOCH,
     MemoryBookmarkStore,
     format_vector,
     parse_vector,
 )
+from processor.errors import InvalidRequestError
 
 topics = st.text(alphabet="abcxyz.-_0123456789", min_size=1, max_size=12)
 vectors = st.dictionaries(st.tuples(topics, st.integers(0, 63)), st.integers(-1, 2**40), max_size=6)

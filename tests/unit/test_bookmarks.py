@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from processor.changelog.bookmarks import EPOCH_POINT, format_vector, parse_bookmark, parse_vector
 from processor.errors import BookmarkTooOldError, InvalidRequestError
-from processor.query.bookmarks import EPOCH_POINT, format_vector, parse_bookmark, parse_vector
-from processor.query.replay import check_retained
+from processor.replica.replay_plan import check_retained
 
 
 def ms(text: str) -> int:

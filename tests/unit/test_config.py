@@ -6,9 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from processor.broker import KAFKA_FETCH_WAIT_MS, TANSU_FETCH_WAIT_MS, ExternalBroker, TansuBroker
 from processor.config import Settings
 from processor.errors import ConfigurationError
+from processor.log.broker import (
+    KAFKA_FETCH_WAIT_MS,
+    TANSU_FETCH_WAIT_MS,
+    ExternalBroker,
+    TansuBroker,
+)
 
 
 def test_fetch_wait_from_the_environment() -> None:

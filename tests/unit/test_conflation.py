@@ -12,8 +12,8 @@ import pytest
 
 from processor import changelog
 from processor.errors import InvalidRequestError
-from processor.query.replica import Replica
 from processor.query.sow import QueryEngine
+from processor.replica.replica import Replica
 from processor.subscriptions.conflation import parse_interval
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest

@@ -144,7 +144,7 @@ def test_changed_is_what_turns_old_into_new(old: dict[str, Any], new: dict[str, 
 
 
 def _shape(**options: Any) -> Any:
-    from processor.subscriptions.delta import MessageShape
+    from processor.subscriptions.shape import MessageShape
     from processor.topology.model import SowTopic
 
     topic = SowTopic("ORDERS", keys=("/id", "/desk/book"))
@@ -181,7 +181,7 @@ def test_with_a_select_list_only_selected_changes_count() -> None:
 
 def test_options_a_message_type_cannot_take_are_refused() -> None:
     from processor.errors import InvalidRequestError
-    from processor.subscriptions.delta import MessageShape
+    from processor.subscriptions.shape import MessageShape
     from processor.topology.model import SowTopic
 
     avro = SowTopic("A", message_type="avro", keys=("/id",))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from processor.changelog import REASON_HEADER, EnvelopeWriter
-from processor.commands import EXPIRATION_HEADER
+from processor.changelog.commands import EXPIRATION_HEADER
 from processor.engine.apply import Applier, Route
 from processor.engine.expiry import EXPIRED, Expirer, due_key, split_due_key
 from processor.engine.partition import PartitionState, make_writers

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from processor.changelog import POSITION_HEADER
-from processor.commands import FILTER_DELETE_KEY, FILTER_HEADER
+from processor.changelog.commands import FILTER_DELETE_KEY, FILTER_HEADER
 from processor.engine.apply import ERROR_HEADERS, Applier, Route
 from processor.engine.partition import PartitionState, make_writers
 from processor.keys import key_function

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from processor.broker import EmbeddedKafka, ExternalBroker, TansuBroker, embedded_kafka
 from processor.config import Settings
 from processor.errors import ConfigurationError, StaleGroupError
 from processor.log import TopicPartitionKey
 from processor.log import kafka as kafka_log
+from processor.log.broker import EmbeddedKafka, ExternalBroker, TansuBroker, embedded_kafka
 from processor.log.kafka import (
     KafkaInputLog,
     KafkaTransactionalLog,

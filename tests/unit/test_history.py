@@ -1,4 +1,4 @@
-"""The history index (processor/query/history.py) and historical queries, fed through
+"""The history index (processor/replica/history.py) and historical queries, fed through
 the replica's apply path with plain log records (no broker)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 import orjson
 
 from processor import changelog
+from processor.changelog.bookmarks import Point
 from processor.keys import partition_for
-from processor.query.bookmarks import Point
 from processor.query.historical import run_historical
-from processor.query.replica import Replica
 from processor.query.sow import QueryEngine, SowQuery
+from processor.replica.replica import Replica
 from processor.topology.model import History, SowTopic, Topology
 from tests.unit.log_records import LogRecord
 

@@ -16,8 +16,8 @@ from processor import changelog
 from processor.errors import ExpressionError, InvalidRequestError, UnknownTopicError
 from processor.expr import FieldInput
 from processor.keys import FieldKeyGenerator, partition_for
-from processor.query.replica import Replica
 from processor.query.sow import QueryEngine, SowQuery
+from processor.replica.replica import Replica
 from processor.topology.model import HashIndexSpec, SowTopic, Topology
 from tests.unit.log_records import LogRecord
 

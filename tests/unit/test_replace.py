@@ -15,8 +15,8 @@ import pytest
 
 from processor import changelog
 from processor.errors import InvalidRequestError
-from processor.query.replica import Replica
 from processor.query.sow import QueryEngine, SowQuery
+from processor.replica.replica import Replica
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
 from processor.subscriptions.subscription import Subscription

@@ -11,14 +11,14 @@ import pytest
 
 from processor import changelog
 from processor.changelog import RESET_KEY
+from processor.changelog.events import ChangeEvent, ChangeReason
 from processor.errors import CatchingUpError, InvalidRequestError
 from processor.keys import partition_for
 from processor.messages import codec_for
-from processor.query import snapshot
-from processor.query.events import ChangeEvent, ChangeReason
-from processor.query.replica import Replica
 from processor.query.sow import QueryEngine, SowQuery
-from processor.query.table import SowTable
+from processor.replica import snapshot
+from processor.replica.replica import Replica
+from processor.replica.table import SowTable
 from processor.topology.model import HashIndexSpec, SowTopic, Topology
 from tests.unit.log_records import LogRecord
 

@@ -219,7 +219,7 @@ def test_avro_messages_get_columns_from_their_schema(tmp_path: Any) -> None:
 
 
 def test_input_batches_are_the_commands_in_order() -> None:
-    from processor.commands import CORRELATION_HEADER, FILTER_DELETE_KEY, FILTER_HEADER
+    from processor.changelog.commands import CORRELATION_HEADER, FILTER_DELETE_KEY, FILTER_HEADER
     from processor.spark.scan import input_items
 
     options = parse_options({**BASE, "read": "input"})

@@ -14,11 +14,11 @@ import orjson
 import pytest
 
 from processor import changelog
+from processor.changelog.events import ChangeEvent, ChangeReason
 from processor.errors import SlowConsumerError, TooManySubscriptionsError
 from processor.expr import compile as compile_expression
-from processor.query.events import ChangeEvent, ChangeReason
-from processor.query.replica import Replica
 from processor.query.sow import QueryEngine
+from processor.replica.replica import Replica
 from processor.subscriptions.fanout import TopicIndex
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.topology.model import RecoveryKind
-from processor.topology.units import (
+from processor.topology.quantities import (
     check_factory_path,
     check_key_path,
     closest,

@@ -1,4 +1,4 @@
-"""How long a query waits for ``min_position`` or a catch-up (processor/service/server.py):
+"""How long a query waits for ``min_position`` or a catch-up (processor/server/service.py):
 the client's deadline decides, not a server-side cap."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from processor.service.server import _wait_budget
+from processor.server.service import _wait_budget
 
 
 @dataclass

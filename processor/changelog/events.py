@@ -2,7 +2,7 @@
 
 The replica is the one place that turns changelog records into changes (ARCHITECTURE.md,
 "The live path"); subscriptions, out-of-focus notifications, conflation and views listen
-to it instead of re-reading Kafka. See :class:`~processor.query.replica.Replica` for when
+to it instead of re-reading Kafka. See :class:`~processor.replica.replica.Replica` for when
 events are delivered and under which lock.
 """
 

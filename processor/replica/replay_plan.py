@@ -3,7 +3,7 @@
 A replay reads the changelog partitions of the subscribed topics (through a
 :class:`~processor.log.ChangelogReader`, on the subscriber's thread: the replica's
 applier and the subscription dispatcher never wait for it) from the offsets a
-:class:`~processor.query.bookmarks.Bookmark` names up to the position vector the live
+:class:`~processor.changelog.bookmarks.Bookmark` names up to the position vector the live
 subscription starts at, so the replay and the live stream meet with no gap and no
 duplicate (:mod:`processor.subscriptions.replay`).
 
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 from processor import changelog
 from processor.changelog import CONTROL_PREFIX, REASON_HEADER
+from processor.changelog.bookmarks import Bookmark, Point
+from processor.changelog.events import ChangeEvent, ChangeReason
 from processor.errors import BookmarkTooOldError, InvalidRequestError
 from processor.expr import ContextInput, Expression
 from processor.log import ChangelogReader, Record, TopicPartitionKey
 from processor.messages import Codec
-from processor.query.bookmarks import Bookmark, Point
-from processor.query.events import ChangeEvent, ChangeReason
 from processor.topology.model import SowTopic
 
 

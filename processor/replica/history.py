@@ -36,8 +36,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from processor.changelog import CONTROL_PREFIX
+from processor.changelog.bookmarks import Point
 from processor.log import ChangelogReader, TopicPartitionKey
-from processor.query.bookmarks import Point
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)

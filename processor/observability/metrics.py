@@ -33,7 +33,7 @@ from processor import errors
 
 if TYPE_CHECKING:
     from processor.engine.processor import Processor
-    from processor.query.replica import Replica
+    from processor.replica.replica import Replica
     from processor.subscriptions.hub import SubscriptionHub
 
 log = logging.getLogger(__name__)

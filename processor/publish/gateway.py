@@ -3,7 +3,7 @@
 The gRPC service and the CLI use it; the rules (validation, SowKey computation, size
 limits, duplicate-detection headers, waiting for the effect of a delete) live here once.
 Nothing here writes state: the processor applies the commands in log order (see
-:mod:`processor.commands`). A plain topic (no SOW) takes publishes too: the message is
+:mod:`processor.changelog.commands`). A plain topic (no SOW) takes publishes too: the message is
 checked with its codec, the record key is the publisher's SowKey or empty (records
 without a key are spread over the partitions in turn), and subscribers receive it live.
 
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from processor.commands import (
+from processor.changelog.commands import (
     CORRELATION_HEADER,
     DELTA_HEADER,
     DELTA_NATIVE,
@@ -48,11 +48,10 @@ from processor.errors import (
 )
 from processor.expr import compile as compile_expression
 from processor.keys import key_function, partition_for, validate_user_key
-from processor.log import Delivery, Headers, LogRecord, LogWriter
+from processor.log import Delivery, Headers, LogPosition, LogRecord, LogWriter
 from processor.messages import Codec, codec_for
-from processor.query.replica import LogPosition, Replica
-from processor.query.topics import resolve_publish_topic, resolve_topic, resolve_topics
 from processor.topology.model import PlainTopic, SowTopic, Topology
+from processor.topology.topics import resolve_publish_topic, resolve_topic, resolve_topics
 
 DEFAULT_TIMEOUT_S = 30.0
 #: What a changelog envelope adds to a message besides the names and the SowKey
@@ -215,6 +214,18 @@ class PendingPublishes:
         return out
 
 
+class AppliedDeletes(Protocol):
+    """Where the gateway learns that delete commands were applied (the read replica)."""
+
+    def wait_for(self, positions: Sequence[LogPosition], timeout_s: float) -> bool:
+        """Block until every position is applied or the timeout; return whether it was."""
+        ...
+
+    def deleted(self, positions: Iterable[LogPosition]) -> int:
+        """How many records the delete commands at these positions removed."""
+        ...
+
+
 class Gateway:
     """Turns publish and delete commands into log records. Thread-safe.
 
@@ -222,7 +233,9 @@ class Gateway:
     the processor uses, and the record goes to its SowKey's partition.
     """
 
-    def __init__(self, topology: Topology, writer: LogWriter, replica: Replica | None) -> None:
+    def __init__(
+        self, topology: Topology, writer: LogWriter, replica: AppliedDeletes | None
+    ) -> None:
         self.topology = topology
         self.writer = writer
         self.replica = replica

@@ -1,6 +1,6 @@
 """delta_publish in the processor: the SowKey of a delta and its merge with the stored record.
 
-A delta (header ``sow.delta``, :mod:`processor.commands`) is applied like a publish whose
+A delta (header ``sow.delta``, :mod:`processor.changelog.commands`) is applied like a publish whose
 message is the merge of the delta into the record its SowKey holds, as of its place in the
 log (this transaction's earlier writes included), so two deltas in one batch merge in
 order. The merged message is what the changelog records: readers never see a delta.

@@ -23,6 +23,12 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from processor.client.sow_client import (
+    PublisherSequences,
+    ServiceError,
+    SowClient,
+    ack_type_of,
+)
 from processor.errors import (
     ConfigurationError,
     PositionTimeoutError,
@@ -30,18 +36,12 @@ from processor.errors import (
     UnconfirmedWriteError,
 )
 from processor.log.kafka import KafkaLogWriter
-from processor.query.gateway import (
+from processor.publish.gateway import (
     DEFAULT_TIMEOUT_S,
     Gateway,
     PendingPublishes,
     PublishColumns,
     Published,
-)
-from processor.service.client import (
-    PublisherSequences,
-    ServiceError,
-    SowClient,
-    ack_type_of,
 )
 from processor.topology.model import Topology
 
@@ -52,7 +52,7 @@ Result = Published | SowError
 class DirectPublisher:
     """Publishes to the input topics of ``topology`` on the broker at ``bootstrap``.
 
-    Thread-safe. Duplicate detection as with :class:`~processor.service.client.SowClient`:
+    Thread-safe. Duplicate detection as with :class:`~processor.client.sow_client.SowClient`:
     each publisher object (and each thread using it) publishes under a name of its own
     (``publisher`` plus a suffix; default: host, process and a random part) with
     sequence numbers 1, 2, 3, ...; ``publisher=""`` turns it off. ``server``: the gRPC

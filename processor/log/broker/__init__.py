@@ -2,9 +2,9 @@
 
 The order is fixed (ARCHITECTURE.md): an explicit bootstrap address
 (``KAFKA_BOOTSTRAP_SERVERS`` or ``--bootstrap-servers``) wins; otherwise the embedded
-Apache Kafka (:mod:`processor.broker.embedded_kafka`) when Java 17+ is installed (its jars
+Apache Kafka (:mod:`processor.log.broker.embedded_kafka`) when Java 17+ is installed (its jars
 are fetched with Maven the first time); otherwise the embedded Tansu broker
-(:mod:`processor.broker.tansu`), memory only, which says at start-up which limits apply.
+(:mod:`processor.log.broker.tansu`), memory only, which says at start-up which limits apply.
 ``SOW_EMBEDDED_BROKER`` (``auto``, ``kafka`` or ``tansu``) pins the embedded kind.
 """
 
@@ -15,7 +15,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from processor.broker.common import (
+from processor.config import EMBEDDED_BROKERS
+from processor.errors import BrokerError, ConfigurationError
+from processor.log.broker.common import (
     BOOTSTRAP_ENV,
     KAFKA_FETCH_WAIT_MS,
     Broker,
@@ -23,10 +25,8 @@ from processor.broker.common import (
     free_loopback_port,
     wait_until_answers,
 )
-from processor.broker.embedded_kafka import EmbeddedKafka
-from processor.broker.tansu import LIMITS, TANSU_FETCH_WAIT_MS, TansuBroker
-from processor.config import EMBEDDED_BROKERS
-from processor.errors import BrokerError, ConfigurationError
+from processor.log.broker.embedded_kafka import EmbeddedKafka
+from processor.log.broker.tansu import LIMITS, TANSU_FETCH_WAIT_MS, TansuBroker
 
 __all__ = [
     "BOOTSTRAP_ENV",

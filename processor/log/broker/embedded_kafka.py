@@ -33,15 +33,15 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from processor.broker.common import (
+from processor.errors import BrokerError
+from processor.log.broker.common import (
     CLASSIC_GROUP_PROTOCOL,
     CONSUMER_GROUP_PROTOCOL,
     KAFKA_FETCH_WAIT_MS,
     free_loopback_port,
     port_is_free,
 )
-from processor.broker.maven import classpath, kafka_version, require_java
-from processor.errors import BrokerError
+from processor.log.broker.maven import classpath, kafka_version, require_java
 
 log = logging.getLogger(__name__)
 

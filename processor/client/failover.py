@@ -3,11 +3,11 @@
 :class:`FailoverClient` talks to one query service at a time. When its subscription
 stream breaks (the service died, restarted or cannot be reached), it connects to the
 next address (round robin) and subscribes again from the subscription's bookmark in its
-:class:`~processor.service.bookmarks.BookmarkStore`: the position of the last message the
+:class:`~processor.client.bookmark_store.BookmarkStore`: the position of the last message the
 application *discarded* (until the store knows where the subscription got to, from the
 bookmark it was made with). The service replays from there and goes live, so an application
 that discards each message once it is done with it sees every change once, across
-failovers and, with a :class:`~processor.service.bookmarks.SowBookmarkStore`, across
+failovers and, with a :class:`~processor.client.bookmark_store.SowBookmarkStore`, across
 restarts of its own process (AMPS's HAClient with a bookmark store, seed 004).
 
 Messages received but not discarded when the stream breaks are delivered again.
@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from processor.client.bookmark_store import BookmarkStore, MemoryBookmarkStore, Vector, parse_vector
+from processor.client.sow_client import ServiceError, SowClient, SubscriptionStream
 from processor.errors import InvalidRequestError
-from processor.service.bookmarks import BookmarkStore, MemoryBookmarkStore, Vector, parse_vector
-from processor.service.client import ServiceError, SowClient, SubscriptionStream
 
 log = logging.getLogger(__name__)
 

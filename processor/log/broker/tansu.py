@@ -9,13 +9,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from processor.broker.common import (
+from processor.errors import BrokerError
+from processor.log.broker.common import (
     BOOTSTRAP_ENV,
     CLASSIC_GROUP_PROTOCOL,
     free_loopback_port,
     wait_until_answers,
 )
-from processor.errors import BrokerError
 
 log = logging.getLogger(__name__)
 

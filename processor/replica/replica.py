@@ -1,16 +1,16 @@
 """The query service's read replica: follows every changelog into memory.
 
 One applier thread (:meth:`Replica.run`) reads the changelogs and keeps one
-:class:`~processor.query.table.SowTable` per SOW topic current.
+:class:`~processor.replica.table.SowTable` per SOW topic current.
 
 Guarantees, per changelog partition:
 
 * **In order, one transaction at a time.** Records are applied in offset order, in
-  units (:mod:`processor.query.units`): one processor transaction, a RESET, or what a
+  units (:mod:`processor.replica.units`): one processor transaction, a RESET, or what a
   fetch-confirmed partition end closes. A unit is applied under the replica's lock in
   one piece: no query sees part of one. Units of different partitions are independent.
 * **Change events.** Each applied change becomes a
-  :class:`~processor.query.events.ChangeEvent` (old and new envelope, changelog
+  :class:`~processor.changelog.events.ChangeEvent` (old and new envelope, changelog
   position, reason). The listeners registered when a unit is applied (under the lock)
   are called with its events in order, on the applier thread, after the lock is
   released: a listener registered together with a read (:meth:`Replica.read_and_listen`)
@@ -24,10 +24,10 @@ Guarantees, per changelog partition:
   alone (tests, benchmarks) counts as caught up.
 * **Staleness.** :meth:`staleness_ms` is how long ago fetches last confirmed that the
   replica had every committed record of every partition (0 within
-  :data:`~processor.query.catchup.CURRENT_S`); while the broker does not answer,
+  :data:`~processor.replica.catchup.CURRENT_S`); while the broker does not answer,
   queries still answer from memory and staleness grows.
 * **Snapshots.** With a snapshot directory, the replica's records and the position
-  vector they reflect are written there (see :mod:`processor.query.snapshot`) every
+  vector they reflect are written there (see :mod:`processor.replica.snapshot`) every
   ``snapshot_interval_s`` when something changed, and when it stops (whole units
   only); on start it loads the snapshot and tails the changelogs from its positions.
   An unusable snapshot is ignored with a warning and the changelogs are replayed from
@@ -56,22 +56,34 @@ from processor.changelog import (
     decode_progress,
     parse_position,
 )
+from processor.changelog.events import (
+    ChangeEvent,
+    ChangeReason,
+    Listener,
+    ListenerHandle,
+    Listeners,
+)
 from processor.expr import FieldInput
 from processor.keys import partition_for
-from processor.log import ChangelogReader, ChangelogTail, Record, TopicPartitionKey, read_ready
+from processor.log import (
+    ChangelogReader,
+    ChangelogTail,
+    LogPosition,
+    Record,
+    TopicPartitionKey,
+    read_ready,
+)
 from processor.messages import codec_for
 from processor.progress import progress
-from processor.query import snapshot
-from processor.query.catchup import CatchUp
-from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle, Listeners
-from processor.query.history import HistoryIndex
-from processor.query.table import SowTable
-from processor.query.units import Unit, UnitCutter
+from processor.replica import snapshot
+from processor.replica.catchup import CatchUp
+from processor.replica.history import HistoryIndex
+from processor.replica.table import SowTable
+from processor.replica.units import Unit, UnitCutter
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
 
-LogPosition = tuple[str, int, int]
 #: How many recent delete commands the replica remembers (to count a SowDelete's effect).
 RECENT_DELETES = 100_000
 #: Most records one read of the changelogs returns.
@@ -102,7 +114,7 @@ class Replica:
         #: Opens a reader of past changelog records (bookmark replays, the history
         #: backfill); None: this replica cannot replay.
         self.open_reader = reader
-        #: Past versions of the History topics' records (:mod:`processor.query.history`),
+        #: Past versions of the History topics' records (:mod:`processor.replica.history`),
         #: recorded as changes are applied; read it under the lock (``read``).
         self.history = HistoryIndex(topology, reader)
         self._tail_factory = tail
@@ -212,7 +224,7 @@ class Replica:
         marks: Mapping[TopicPartitionKey, snapshot.RecordMark],
     ) -> dict[TopicPartitionKey, int]:
         """Where to read each partition from: its position, or for a loaded snapshot's
-        partition, its last record (see :class:`~processor.query.snapshot.LogCheck`)."""
+        partition, its last record (see :class:`~processor.replica.snapshot.LogCheck`)."""
         starts = dict.fromkeys(self._changelog_next, 0)
         starts.update((tp, o) for tp, o in positions.items() if tp in starts)
         starts.update((tp, mark[0]) for tp, mark in marks.items() if tp in starts)

@@ -1,7 +1,7 @@
 """Historical sow_and_subscribe (spec 3.13): the SOW at the saved point at or before a
 bookmark, the replay of the changelogs from just after it, then live.
 
-The history read (:mod:`processor.query.history`) and the subscription's registration
+The history read (:mod:`processor.replica.history`) and the subscription's registration
 share one hold of the replica's lock, so the replay ends, and the live stream starts, at
 the position vector of that moment: every change after the returned state is delivered
 once (see :mod:`processor.subscriptions.replay`).
@@ -13,15 +13,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from processor import changelog
+from processor.changelog.bookmarks import parse_bookmark
 from processor.errors import InvalidRequestError
 from processor.expr import Expression
+from processor.log import LogPosition
 from processor.messages import Codec
-from processor.query.bookmarks import parse_bookmark
 from processor.query.historical import historical_states
-from processor.query.replica import LogPosition
 from processor.query.sow import QueryEngine, QueryStats, SowQuery
 from processor.query.sow import select as select_records
-from processor.query.table import SowTable
+from processor.replica.table import SowTable
 from processor.subscriptions.replay import Replay, open_replay, saved_point
 from processor.subscriptions.subscription import Subscription
 from processor.topology.model import SowTopic

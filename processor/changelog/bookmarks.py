@@ -1,5 +1,5 @@
 """Bookmarks: where a replay starts (and, for a range, ends), and what a historical query
-reads as of (spec 3.13). Parsing only; :mod:`processor.query.replay` turns a bookmark
+reads as of (spec 3.13). Parsing only; :mod:`processor.replica.replay_plan` turns a bookmark
 into offsets of the changelog partitions.
 
 The string forms a subscriber (or a historical ``sow``) sends:
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from processor.errors import InvalidRequestError
-from processor.topology.units import parse_timestamp
+from processor.topology.quantities import parse_timestamp
 
 #: (changelog topic, partition) -> offset.
 Vector = Mapping[tuple[str, int], int]

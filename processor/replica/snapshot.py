@@ -9,7 +9,7 @@ File layout (``<dir>/replica.snapshot``)::
 The header holds the format, the Python marshal version, the topology's fingerprint,
 the position vector (next changelog offset per changelog partition), the processor's
 input progress and the record count; the payload is ``marshal`` of, per topic in header
-order, its state as :meth:`~processor.query.table.SowTable.export` gives it (SowKeys and
+order, its state as :meth:`~processor.replica.table.SowTable.export` gives it (SowKeys and
 envelopes in record order, hash and memo index contents, so a restart decodes no
 message). The CRC covers
 header and payload. The file is written to a temporary name, synced and renamed, so a

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import grpc
 
 from processor.errors import DeadlineError, InvalidRequestError, SowError
-from processor.service._generated import sow_pb2, sow_pb2_grpc
+from processor.wire import sow_pb2, sow_pb2_grpc
 
 
 class ServiceError(SowError):

@@ -4,9 +4,9 @@ Each stream is served by one worker thread that sends what the subscription's qu
 holds (:class:`~processor.subscriptions.subscription.Subscription`). A subscriber that
 falls behind past its backlog limit is ended with RESOURCE_EXHAUSTED and the reason
 ("slow consumer: N messages behind ..."); a client that cancels or disconnects ends
-its subscription. Errors map to statuses through :func:`processor.service.server.status_for`.
+its subscription. Errors map to statuses through :func:`processor.server.service.status_for`.
 
-Select lists and delta updates (:mod:`processor.subscriptions.delta`) are applied here, at
+Select lists and delta updates (:mod:`processor.subscriptions.shape`) are applied here, at
 send time: a delta update is computed from the state the subscriber last received
 (``Delivery.previous``), and one ``no_empties`` suppresses is not sent.
 """
@@ -24,17 +24,17 @@ import grpc
 
 from processor import changelog, errors
 from processor.changelog import Envelope
+from processor.changelog.bookmarks import parse_bookmark
+from processor.changelog.events import ChangelogPosition
 from processor.messages import Codec
-from processor.query.bookmarks import parse_bookmark
-from processor.query.events import ChangelogPosition
-from processor.query.topics import resolve_subscribed_topics
-from processor.service._generated import sow_pb2, sow_pb2_grpc
-from processor.service.sessions import Session
-from processor.subscriptions.delta import MessageShape
+from processor.server.sessions import Session
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
 from processor.subscriptions.replay import Replay
+from processor.subscriptions.shape import MessageShape
 from processor.subscriptions.subscription import SharedSender, Subscription
+from processor.topology.topics import resolve_subscribed_topics
+from processor.wire import sow_pb2, sow_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         return self._stream(request, context, self._open_sow_and_subscribe)
 
     def Session(self, commands: Iterator[Any], context: Any) -> Iterator[Any]:
-        """Many subscriptions on one stream (:mod:`processor.service.sessions`)."""
+        """Many subscriptions on one stream (:mod:`processor.server.sessions`)."""
         if not self._streams.acquire(blocking=False):
             self._abort(context, _too_many())
         session = Session(

@@ -1,6 +1,6 @@
 """Java and the embedded Apache Kafka broker's jars, resolved with Maven.
 
-The project keeps one pom (``processor/broker/pom.xml``) naming Apache Kafka's broker and a
+The project keeps one pom (``processor/log/broker/pom.xml``) naming Apache Kafka's broker and a
 logging binding. The first use resolves it with ``mvn dependency:build-classpath`` into
 Maven's local repository (``~/.m2``, outside the project) and writes the classpath to
 ``<cache>/kafka-<version>/classpath.txt``; later starts read that file. No jar is ever

@@ -1,7 +1,7 @@
 """Session streams: many subscriptions on one gRPC stream.
 
 An AMPS client connection carries many subscriptions; one gRPC stream per subscription
-costs the service a worker thread each (see :mod:`processor.service.subscriptions`), so
+costs the service a worker thread each (see :mod:`processor.server.subscriptions`), so
 a client with thousands of subscriptions opens a ``Session`` instead: it sends
 subscribe, sow_and_subscribe and unsubscribe commands, and gets every subscription's
 messages on the one stream, each tagged with its ``sub_id``. A subscribe or
@@ -33,9 +33,9 @@ from typing import Any
 import grpc
 
 from processor import errors
-from processor.service._generated import sow_pb2
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.subscription import SharedSender, Subscription
+from processor.wire import sow_pb2
 
 log = logging.getLogger(__name__)
 

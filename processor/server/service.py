@@ -17,17 +17,17 @@ import grpc
 
 from processor import errors
 from processor.changelog import Envelope
-from processor.query.gateway import Deleted, Gateway, PendingPublishes, PublishColumns, Published
+from processor.log import LogPosition
+from processor.publish.gateway import Deleted, Gateway, PendingPublishes, PublishColumns, Published
 from processor.query.historical import point_of, run_historical
-from processor.query.replica import LogPosition
 from processor.query.sow import QueryEngine, SowQuery
-from processor.query.topics import resolve_topics
-from processor.service._generated import sow_pb2, sow_pb2_grpc
-from processor.service.health import Health
-from processor.service.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
-from processor.subscriptions.delta import MessageShape
+from processor.server.health import Health
+from processor.server.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
 from processor.subscriptions.hub import SubscriptionHub
+from processor.subscriptions.shape import MessageShape
 from processor.topology.model import PlainTopic
+from processor.topology.topics import resolve_topics
+from processor.wire import sow_pb2, sow_pb2_grpc
 
 log = logging.getLogger(__name__)
 

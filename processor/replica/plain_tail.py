@@ -4,7 +4,7 @@ A plain topic (:class:`~processor.topology.model.PlainTopic`) has no processor a
 changelog: its input Kafka topic is all there is. One thread (:meth:`PlainTail.run`)
 follows the input partitions of every plain topic, starting at their end when it starts
 (what was published before is not delivered), and turns each message into a
-:class:`~processor.query.events.ChangeEvent` its listeners (the subscription hub) handle
+:class:`~processor.changelog.events.ChangeEvent` its listeners (the subscription hub) handle
 like a SOW topic's change: the message wrapped in a changelog envelope, no old state,
 reason PUBLISH, SowKey = the record's key (empty when it has none), and position
 ``(input topic, partition, offset)``.
@@ -41,17 +41,22 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from processor.changelog import EnvelopeWriter
-from processor.commands import CORRELATION_HEADER
+from processor.changelog.commands import CORRELATION_HEADER
+from processor.changelog.events import (
+    ChangeEvent,
+    ChangeReason,
+    Listener,
+    ListenerHandle,
+    Listeners,
+)
 from processor.errors import MessageError
-from processor.log import ChangelogTail, Record, TopicPartitionKey, read_ready
+from processor.log import ChangelogTail, LogPosition, Record, TopicPartitionKey, read_ready
 from processor.messages import Codec, codec_for
-from processor.query.events import ChangeEvent, ChangeReason, Listener, ListenerHandle, Listeners
 from processor.topology.model import PlainTopic, SowTopic, Topology
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-LogPosition = tuple[str, int, int]
 
 #: The logical start offset "the end of the partition" (Kafka's OFFSET_END).
 END = -1

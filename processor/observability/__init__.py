@@ -1,0 +1,1 @@
+"""Prometheus metrics and the status a running service reports."""

@@ -1,0 +1,1 @@
+"""Publishing: validating messages and routing them to the input logs."""

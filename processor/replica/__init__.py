@@ -1,0 +1,1 @@
+"""The read replica: the changelogs applied into an in-memory SOW, with history."""

@@ -1,0 +1,1 @@
+"""The gRPC query service (schemas/sow.proto): servicers, sessions, health."""

@@ -1,1 +1,0 @@
-"""The gRPC query service (schemas/sow.proto); stubs in ``_generated``."""

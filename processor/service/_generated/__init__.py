@@ -1,1 +1,0 @@
-"""Generated gRPC stubs (scripts/gen_proto.sh); do not edit."""

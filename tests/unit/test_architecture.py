@@ -1,0 +1,174 @@
+"""The package's shape (docs/architecture.md): folders are the data flow, imports go one way.
+
+Read statically from the source (every import, including those inside functions and under
+``TYPE_CHECKING``), so a circle or an upward import fails here before it can bite at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "processor"
+
+#: The rooms of the package from the bottom of the data flow to the top. A module may import
+#: from its own room and from rooms listed before it, never from one listed after it.
+LAYERS: list[set[str]] = [
+    {"errors", "progress", "config", "wire"},
+    {"expr"},
+    {"topology"},
+    {"keys", "messages"},
+    {"changelog"},
+    {"log", "state"},
+    {"publish"},
+    {"engine"},
+    {"replica"},
+    {"query", "spark"},
+    {"subscriptions"},
+    {"observability"},
+    {"server", "client"},
+    {"worker"},
+    {"app"},
+    {"cli"},
+]
+RANK = {room: rank for rank, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py") if "wire" not in p.parts}
+
+
+def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module's imports of other processor modules (a name imported from a package
+    counts as the submodule when there is one)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if not node.module.startswith("processor"):
+                    continue
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    edges[name].add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                edges[name].update(a.name for a in node.names if a.name.startswith("processor."))
+    return edges
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_room_has_a_place_in_the_flow() -> None:
+    rooms = {_room(m) for m in _modules()} - {""}
+    assert rooms - RANK.keys() == set(), "add the new folder to LAYERS and docs/architecture.md"
+
+
+def test_imports_only_go_down_the_flow() -> None:
+    modules = _modules()
+    upward = sorted(
+        f"{source} imports {target}"
+        for source, targets in _imports(modules).items()
+        for target in targets
+        if target in modules
+        and _room(source)
+        and _room(target)
+        and RANK[_room(target)] > RANK[_room(source)]
+    )
+    assert upward == []
+
+
+def _cycles(edges: dict[str, set[str]], nodes: set[str]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(nodes):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, set()) & nodes)))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, set()) & nodes))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circle() -> None:
+    modules = _modules()
+    # A package's __init__ that re-exports its submodules is not a circle with them.
+    edges = {
+        source: {t for t in targets if not t.startswith(source + ".")}
+        for source, targets in _imports(modules).items()
+    }
+    assert _cycles(edges, set(modules)) == []
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(edges, {"a", "b", "c", "d"}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize(
+    ("banned", "allowed"),
+    [
+        ("confluent_kafka", {"log"}),
+        ("rocksdict", {"state"}),
+        ("grpc", {"server", "client", "observability", "wire"}),
+    ],
+)
+def test_foreign_clients_stay_in_their_adapters(banned: str, allowed: set[str]) -> None:
+    """Mirrors the ruff banned-api rule, per room (app and cli build the adapters)."""
+    offenders = []
+    for name, path in _modules().items():
+        room = _room(name)
+        if room in allowed | {"app", "cli"}:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            if any(n == banned or n.startswith(banned + ".") for n in names):
+                offenders.append(name)
+    assert offenders == []
