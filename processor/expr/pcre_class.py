@@ -33,6 +33,7 @@ class Translator(Protocol):
 
     def property_item(self, index: int) -> tuple[str, int]: ...
 
+
 #: ``\s`` in PCRE (and Python's ASCII ``\s``): tab, newline, vertical tab, form feed,
 #: carriage return, space.
 SPACE = (0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20)
