@@ -174,7 +174,7 @@ class Application:
         def run() -> None:
             try:
                 target()
-            except BaseException as exc:
+            except BaseException as exc:  # the thread ends here: record why, for the app to act
                 log.exception("%s stopped with an error", name)
                 self.errors.append(exc)
                 self.failures.append(ComponentFailedError(f"{name} thread", exc))

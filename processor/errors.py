@@ -30,6 +30,13 @@ class TopologyError(ConfigurationError):
         super().__init__(location + message)
 
 
+class ValueFormatError(SowError, ValueError):
+    """A value in text form (a duration, a size, a timestamp, a field path, a setting) is
+    not in the form expected; the message says what arrived and what is allowed. Callers
+    that know where the text came from re-raise it as their own error (a TopologyError
+    naming the file, an InvalidRequestError naming the option)."""
+
+
 class MessageError(SowError):
     """A message cannot be processed; the processor sends it to the dead-letter topic."""
 
@@ -89,6 +96,10 @@ class CorruptRecordError(SowError):
     message names the record's topic, partition and offset."""
 
 
+class EnvelopeError(CorruptRecordError):
+    """A changelog value is not a valid envelope (the message says where it breaks)."""
+
+
 class UnknownTopicError(SowError):
     """A command names a topic that has no SOW in the topology."""
 
@@ -126,6 +137,10 @@ class ParseError(ExpressionError):
     def __init__(self, message: str, *, text: str, position: int, expected: str = "") -> None:
         self.expected = expected
         super().__init__(message, text=text, position=position)
+
+
+class TooDeepError(ExpressionError):
+    """Python cannot compile the generated source: the expression nests too deeply."""
 
 
 class MessageTooLargeError(InvalidRequestError):
@@ -201,6 +216,10 @@ class StoreCorruptedError(StoreError):
     """A state store exists but cannot be opened; it will be rebuilt from the changelog."""
 
 
+class SnapshotUnusableError(StoreError):
+    """A replica snapshot file exists but cannot be used (the message says why)."""
+
+
 class FencedError(SowError):
     """Another processor instance took over this processor's transactional identity."""
 
@@ -220,3 +239,16 @@ class ComponentFailedError(SowError):
 
 class StartCancelledError(SowError):
     """A stop was asked for (Ctrl-C, SIGTERM) while the process was still starting."""
+
+
+class TransactionStateError(SowError):
+    """A transaction was used in a state that does not allow it (a bug, not bad input)."""
+
+
+class ServiceError(SowError):
+    """The query service answered a request with an error status (a gRPC status name)."""
+
+    def __init__(self, code: str, details: str) -> None:
+        self.code = code
+        self.details = details
+        super().__init__(f"{code}: {details}")

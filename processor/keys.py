@@ -40,7 +40,12 @@ from typing import Any
 
 import orjson
 
-from processor.errors import ConfigurationError, InvalidSowKeyError, MissingKeyError
+from processor.errors import (
+    ConfigurationError,
+    InvalidSowKeyError,
+    MissingKeyError,
+    ValueFormatError,
+)
 from processor.topology.model import SowTopic
 
 KEY_TAG = b"sowkey1\x00"
@@ -53,10 +58,10 @@ KeyFunction = Callable[[Any], str]
 def parse_path(path: str) -> tuple[str, ...]:
     """Split an AMPS field path (``/a/b``) into its segments; raise ValueError if malformed."""
     if not path.startswith("/") or path == "/":
-        raise ValueError(f"a field path starts with '/' and names a field, got {path!r}")
+        raise ValueFormatError(f"a field path starts with '/' and names a field, got {path!r}")
     segments = tuple(path[1:].split("/"))
     if any(not s for s in segments):
-        raise ValueError(f"a field path has no empty segments, got {path!r}")
+        raise ValueFormatError(f"a field path has no empty segments, got {path!r}")
     return segments
 
 

@@ -27,6 +27,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from processor.errors import EnvelopeError, ValueFormatError
+
 if TYPE_CHECKING:
     from processor.expr import MessageContext
 
@@ -37,10 +39,6 @@ RESET_KEY = b"\x00sow:reset"
 PUBLISHER_PREFIX = b"\x00sow:publisher:"
 REASON_HEADER = "sow.reason"
 POSITION_HEADER = "sow.position"
-
-
-class EnvelopeError(ValueError):
-    """A changelog value is not a valid envelope."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +403,7 @@ def publisher_record(publisher: str, sequence: int) -> tuple[bytes, bytes]:
 def parse_publisher_record(key: bytes, value: bytes) -> tuple[str, int]:
     """Inverse of :func:`publisher_record`; ValueError when it is not one."""
     if not key.startswith(PUBLISHER_PREFIX) or not value.isdigit():
-        raise ValueError(f"not a publisher control record: {key!r} = {value!r}")
+        raise ValueFormatError(f"not a publisher control record: {key!r} = {value!r}")
     return key[len(PUBLISHER_PREFIX) :].decode(), int(value)
 
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from processor.errors import InvalidRequestError
+from processor.errors import InvalidRequestError, ValueFormatError
 from processor.topology.quantities import parse_timestamp
 
 #: (changelog topic, partition) -> offset.
@@ -115,7 +115,7 @@ def _point(text: str, whole: str, *, allow_epoch: bool) -> Point:
     if _TIMESTAMP.match(text):
         try:
             moment = parse_timestamp(text)
-        except ValueError as exc:
+        except ValueFormatError as exc:
             raise InvalidRequestError(f"bookmark {whole!r}: {exc}") from None
         return Point(timestamp_ms=int(moment.timestamp() * 1000))
     return Point(vector=parse_vector(text, whole))

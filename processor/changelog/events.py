@@ -128,6 +128,6 @@ class Listeners:
                     continue
                 try:
                     listener(events)
-                except Exception:
+                except Exception:  # one broken listener must not starve the others
                     log.exception("a replica listener failed; unregistering it")
                     self._listeners.pop(number, None)

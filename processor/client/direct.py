@@ -25,13 +25,13 @@ from pathlib import Path
 
 from processor.client.sow_client import (
     PublisherSequences,
-    ServiceError,
     SowClient,
     ack_type_of,
 )
 from processor.errors import (
     ConfigurationError,
     PositionTimeoutError,
+    ServiceError,
     SowError,
     UnconfirmedWriteError,
 )

@@ -22,8 +22,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from processor.client.bookmark_store import BookmarkStore, MemoryBookmarkStore, Vector, parse_vector
-from processor.client.sow_client import ServiceError, SowClient, SubscriptionStream
-from processor.errors import InvalidRequestError
+from processor.client.sow_client import SowClient, SubscriptionStream
+from processor.errors import InvalidRequestError, ServiceError
 
 log = logging.getLogger(__name__)
 

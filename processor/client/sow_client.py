@@ -15,17 +15,8 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from processor.errors import DeadlineError, InvalidRequestError, SowError
+from processor.errors import DeadlineError, InvalidRequestError, ServiceError, SowError
 from processor.wire import sow_pb2, sow_pb2_grpc
-
-
-class ServiceError(SowError):
-    """The service answered a request with an error status."""
-
-    def __init__(self, code: str, details: str) -> None:
-        self.code = code
-        self.details = details
-        super().__init__(f"{code}: {details}")
 
 
 def _translate(exc: grpc.RpcError) -> ServiceError:

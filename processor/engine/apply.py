@@ -244,7 +244,7 @@ class Applier:
                     produce(route.changelog, envelope, sow_key, partition)
                 except BufferError:
                     self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
-            except Exception as exc:
+            except Exception as exc:  # any failure of one record dead-letters it; the loop goes on
                 self._reject(record, route, exc)
                 continue
             route.pending[sow_key] = envelope
@@ -375,7 +375,7 @@ class Applier:
         state = route.state
         try:
             matched = _matching(state, route.decode, expression)
-        except Exception as exc:
+        except Exception as exc:  # see below: one bad command must not stop the loop
             # Nothing was written yet: the command goes to the dead-letter topic whole
             # and the loop goes on (a filter too deep to compile, a damaged record).
             raise MessageError(f"the filter delete failed: {exc!r}") from exc

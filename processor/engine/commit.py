@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from processor.changelog import PROGRESS_KEY, encode_progress, publisher_record
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import Transaction, TransactionStatus
+from processor.errors import ValueFormatError
 from processor.log import TopicPartitionKey, TransactionalLog
 from processor.state import CHANGELOG_OFFSET, offset_bytes
 
@@ -55,7 +56,7 @@ def _at_step(env: str, spec: str) -> tuple[str, int, str]:
     step, _, after = spec.partition(":")
     count, _, rest = after.partition(":")
     if step not in STEPS:
-        raise ValueError(f"{env}={spec!r}: step must be one of {', '.join(STEPS)}")
+        raise ValueFormatError(f"{env}={spec!r}: step must be one of {', '.join(STEPS)}")
     return step, int(count or "1"), rest
 
 

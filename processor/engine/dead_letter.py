@@ -111,7 +111,7 @@ class DeadLetters:
             try:
                 self._produce(attempt_value, attempt_key, headers)
                 break
-            except Exception as exc:
+            except Exception as exc:  # the producer's own errors, translated just below
                 if not isinstance(self.produce_error(exc), RecordTooLargeError):
                     raise
         else:
@@ -152,11 +152,11 @@ def explain(
         return error
     try:
         message = decode(value)
-    except Exception:
+    except Exception:  # blaming the key function needs a decodable message; else keep error
         return error
     try:
         key_function(message).encode()
-    except Exception as again:
+    except Exception as again:  # a custom KeyGenerator is user code and may raise anything
         return KeyGenerationError(
             f"the key function of topic {topic} failed on this message: "
             f"{type(again).__name__}: {again}; fix the message's Key fields or the "

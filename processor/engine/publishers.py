@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from processor.changelog import PUBLISHER_PREFIX
+from processor.errors import ValueFormatError
 from processor.state import Store
 
 #: Store meta key prefix: ``publisher:<UTF-8 name>`` -> highest applied sequence (decimal).
@@ -61,7 +62,7 @@ class PublisherSequences:
 
     def __init__(self, store: Store, limit: int = PUBLISHER_LIMIT) -> None:
         if limit < 1:
-            raise ValueError(f"the publisher limit must be at least 1, not {limit}")
+            raise ValueFormatError(f"the publisher limit must be at least 1, not {limit}")
         self._store = store
         self._limit = limit
         self._recent: OrderedDict[str, int] = OrderedDict()

@@ -22,7 +22,6 @@ from processor.changelog import (
     PROGRESS_KEY,
     PUBLISHER_PREFIX,
     RESET_KEY,
-    EnvelopeError,
     decode,
     decode_progress,
     decode_progress_publishers,
@@ -33,6 +32,7 @@ from processor.engine.expiry import due_key
 from processor.engine.partition import PartitionState
 from processor.engine.publishers import PUBLISHER_META_PREFIX, meta_key, meta_key_of_control
 from processor.engine.republish import REPUBLISH_CURSOR
+from processor.errors import EnvelopeError
 from processor.log import PartitionReader, Record, TransactionalLog
 from processor.progress import progress
 from processor.state import CHANGELOG_OFFSET, Store, offset_bytes, offset_from

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from processor.errors import SowError
+from processor.errors import TransactionStateError
 
 
 class TransactionStatus(Enum):
@@ -14,10 +14,6 @@ class TransactionStatus(Enum):
     PREPARED = "prepared"
     COMPLETE = "complete"
     FAILED = "failed"
-
-
-class TransactionStateError(SowError):
-    """A transaction was used in a state that does not allow it (a bug, not bad input)."""
 
 
 class Transaction:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from processor.errors import ExpressionError
+from processor.errors import TooDeepError
 from processor.expr import operators
 from processor.expr.values import truth
 
@@ -116,10 +116,6 @@ def predicate(code: Code) -> str:
     if code.kind == BOOL3:
         return f"({code.src}) is True"
     return f"_truth({code.src}) is True"
-
-
-class TooDeepError(ExpressionError):
-    """Python cannot compile the generated source: the expression nests too deeply."""
 
 
 def build(namespace: dict[str, Any], source: str, text: str) -> dict[str, Any]:

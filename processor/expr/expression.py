@@ -12,8 +12,9 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from processor.errors import TooDeepError
 from processor.expr import ast, parser, scan
-from processor.expr.codegen import TooDeepError, build, predicate
+from processor.expr.codegen import build, predicate
 from processor.expr.compiler import Compiler, conjuncts
 from processor.expr.inputs import ContextInput, FieldInput, Input, MessageContext
 from processor.expr.values import field_getter
@@ -203,7 +204,7 @@ class Expression:
             try:
                 if self._test(*[get(key) for get in getters]):
                     matched.append(key)
-            except Exception:
+            except Exception:  # one record's surprise (see above) excludes only that record
                 continue
         return matched
 

@@ -252,7 +252,7 @@ def normalize(raw: Any) -> Value:
         return _normalize_array(raw)
     try:
         return str(raw) or None
-    except Exception:
+    except Exception:  # an object whose __str__ raises has no text value: NULL
         return None
 
 

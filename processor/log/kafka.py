@@ -471,7 +471,7 @@ class KafkaEndOffsets:
         if not partitions:  # nothing to ask about: ask whether the broker answers at all
             try:
                 self._admin.list_topics(timeout=timeout_s)
-            except Exception:
+            except Exception:  # librdkafka's KafkaException or a timeout: no answer
                 return None
             return {}
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]

@@ -39,7 +39,7 @@ class AvroCodec:
     def __init__(self, schema: dict[str, Any], source: str = "<schema>") -> None:
         try:
             self._schema = fastavro.parse_schema(schema)
-        except Exception as exc:
+        except Exception as exc:  # fastavro raises many types for a bad schema
             raise ConfigurationError(f"{source}: not a valid Avro schema: {exc}") from exc
         self.source = source
 
@@ -56,7 +56,7 @@ class AvroCodec:
         buffer = io.BytesIO(data)
         try:
             value = fastavro.schemaless_reader(buffer, self._schema, None)
-        except Exception as exc:
+        except Exception as exc:  # fastavro: EOFError, ValueError, UnicodeDecodeError...
             raise DecodeError(
                 f"the payload is not an Avro record of schema {self.source}: {exc!r}"
             ) from exc
@@ -71,7 +71,7 @@ class AvroCodec:
         buffer = io.BytesIO()
         try:
             fastavro.schemaless_writer(buffer, self._schema, value)
-        except Exception as exc:
+        except Exception as exc:  # fastavro: ValueError, TypeError, KeyError...
             raise DecodeError(f"the value does not fit Avro schema {self.source}: {exc}") from exc
         return buffer.getvalue()
 
@@ -106,7 +106,7 @@ class AvroCodec:
         buffer = io.BytesIO()
         try:
             fastavro.schemaless_writer(buffer, self._schema, value)
-        except Exception as exc:
+        except Exception as exc:  # fastavro: ValueError, TypeError, KeyError...
             where = "with no stored record, " if stored is None else ""
             raise DecodeError(
                 f"the delta merged into the stored record is not a record of Avro schema "

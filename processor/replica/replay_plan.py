@@ -24,7 +24,7 @@ from processor import changelog
 from processor.changelog import CONTROL_PREFIX, REASON_HEADER
 from processor.changelog.bookmarks import Bookmark, Point
 from processor.changelog.events import ChangeEvent, ChangeReason
-from processor.errors import BookmarkTooOldError, InvalidRequestError
+from processor.errors import BookmarkTooOldError, DecodeError, EnvelopeError, InvalidRequestError
 from processor.expr import ContextInput, Expression
 from processor.log import ChangelogReader, Record, TopicPartitionKey
 from processor.messages import Codec
@@ -170,7 +170,7 @@ def change_filter(
             return False
         try:
             message = codecs[event.topic].decode(changelog.data_of(new))
-        except Exception:
+        except (DecodeError, EnvelopeError):
             return False
         context = changelog.decode(new).context() if needs_context else None
         return expression.matches(message, context)

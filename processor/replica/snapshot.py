@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processor.errors import StoreError
+from processor.errors import SnapshotUnusableError
 from processor.log import Record, TailState
 from processor.topology.model import Topology
 
@@ -49,10 +49,6 @@ FILE_NAME = "replica.snapshot"
 TopicPartitionKey = tuple[str, int]
 #: A changelog record as a snapshot remembers it: offset, timestamp (ms) and key.
 RecordMark = tuple[int, int, bytes]
-
-
-class SnapshotUnusableError(StoreError):
-    """A snapshot file exists but cannot be used (the message says why)."""
 
 
 @dataclass(slots=True)

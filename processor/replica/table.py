@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from processor import changelog
-from processor.errors import MessageError
+from processor.errors import EnvelopeError, MessageError
 from processor.expr import FieldInput, MessageContext, field_getter
 from processor.expr.ast import Step, Value
 from processor.expr.values import to_number
@@ -323,7 +323,7 @@ class SowTable:
     def _message(self, envelope: bytes) -> Any:
         try:
             return self.codec.decode(changelog.data_of(envelope))
-        except (MessageError, changelog.EnvelopeError):
+        except (MessageError, EnvelopeError):
             # The processor only writes messages it decoded, so this is a changelog
             # written by another release or by hand; such a record has no field values.
             log.warning(

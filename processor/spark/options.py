@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from processor.errors import ConfigurationError
+from processor.errors import ConfigurationError, ValueFormatError
 from processor.topology.model import SowTopic
 from processor.topology.quantities import parse_timestamp
 
@@ -149,7 +149,7 @@ def _as_of(raw: str | None, changelog: str) -> tuple[int | None, dict[int, int] 
         return int(text), None  # milliseconds since the epoch
     try:
         moment = parse_timestamp(text)
-    except ValueError as exc:
+    except ValueFormatError as exc:
         raise ConfigurationError(f"option as_of: {exc}") from exc
     return int(moment.timestamp() * 1000), None
 

@@ -24,11 +24,10 @@ from processor.changelog import (
     CONTROL_PREFIX,
     PROGRESS_KEY,
     RESET_KEY,
-    EnvelopeError,
     decode,
 )
 from processor.changelog.commands import FILTER_DELETE_KEY
-from processor.errors import ConfigurationError
+from processor.errors import ConfigurationError, EnvelopeError
 from processor.log import Record
 from processor.log.kafka_ranges import KafkaRangeReader, partition_count
 from processor.spark.batches import BatchBuilder, ChangelogItem, InputItem, tombstone_change

@@ -114,7 +114,7 @@ class RocksDBStore:
             self._records_view = self._db.get_column_family("records")
             self._meta_view = self._db.get_column_family("meta")
             self._due_view = self._db.get_column_family("due")
-        except Exception as exc:
+        except Exception as exc:  # rocksdict raises plain Exception for RocksDB statuses
             if "lock" in str(exc).lower():
                 raise StoreError(
                     f"the RocksDB store at {path} is in use by another process or store "
@@ -192,7 +192,7 @@ class RocksDBStore:
                     batch.put(key, value, due_handle)
         try:
             self._db.write(batch, self._write_with)
-        except Exception as exc:
+        except Exception as exc:  # rocksdict raises plain Exception for RocksDB statuses
             raise StoreError(f"cannot write to the RocksDB store at {self.path}: {exc}") from exc
 
     @property
@@ -247,7 +247,7 @@ class RocksDBStore:
             self._records_view.flush(wait)
             self._meta_view.flush(wait)
             self._due_view.flush(wait)
-        except Exception as exc:
+        except Exception as exc:  # rocksdict raises plain Exception for RocksDB statuses
             raise StoreError(f"cannot flush the RocksDB store at {self.path}: {exc}") from exc
 
     def _reopen(self, bulk: bool) -> None:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from processor import changelog
-from processor.errors import InvalidRequestError, ParseError
+from processor.errors import DecodeError, EnvelopeError, InvalidRequestError, ParseError
 from processor.expr import field_getter
 from processor.expr.parser import parse_grouping
 from processor.messages import Codec
@@ -97,7 +97,7 @@ def key_function(request: SubscribeRequest, codecs: dict[str, Codec]) -> KeyOf:
         try:
             codec = codecs[delivery.topic]
             message = codec.decode(changelog.data_of(delivery.envelope))
-        except Exception:
+        except (DecodeError, EnvelopeError):
             return (delivery.topic, delivery.sow_key)  # no field values: its own key
         return (delivery.topic, *(_hashable(get(message)) for get in getters))
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from processor import changelog
 from processor.changelog.events import ChangeEvent
+from processor.errors import DecodeError, EnvelopeError
 from processor.expr import Expression, MessageContext
 from processor.messages import Codec
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
@@ -211,7 +212,7 @@ class Dispatcher:
                         self._on_marker(events)
                     else:
                         self.dispatch(events)
-                except Exception:
+                except Exception:  # a bug must not kill the dispatcher thread; logged in full
                     log.exception("dispatching a change to subscriptions failed")
 
     def dispatch(self, events: Sequence[ChangeEvent]) -> None:
@@ -291,7 +292,7 @@ class Dispatcher:
 def _message(codec: Codec, envelope: bytes) -> Any:
     try:
         return codec.decode(changelog.data_of(envelope))
-    except Exception:
+    except (DecodeError, EnvelopeError):
         # The processor only writes messages it decoded; such a record has no field values.
         return None
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from processor import changelog
 from processor.changelog.events import ChangeEvent, ChangelogPosition, ChangeReason
-from processor.errors import InvalidRequestError
+from processor.errors import DecodeError, EnvelopeError, InvalidRequestError
 from processor.expr import Expression, field_getter, order_key
 from processor.expr.ast import OrderKey
 from processor.expr.parser import parse_order_by
@@ -117,7 +117,7 @@ def sort_key_function(
             return (sow_key,)
         try:
             message = codec.decode(changelog.data_of(envelope))
-        except Exception:
+        except (DecodeError, EnvelopeError):
             # The processor only writes messages it decoded; such a record sorts as NULLs.
             message = None
         parts: list[Any] = []

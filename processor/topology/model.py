@@ -15,6 +15,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
+from processor.errors import ValueFormatError
+
 MESSAGE_TYPES = ("json", "avro", "binary")
 
 #: Kafka topic names: legal characters and length (Kafka's own rule).
@@ -45,7 +47,9 @@ class RecoveryPoint:
 
     def __post_init__(self) -> None:
         if (self.kind is RecoveryKind.TIMESTAMP) != (self.timestamp is not None):
-            raise ValueError("a timestamp RecoveryPoint needs a timestamp, and only it has one")
+            raise ValueFormatError(
+                "a timestamp RecoveryPoint needs a timestamp, and only it has one"
+            )
 
     @property
     def timestamp_ms(self) -> int | None:
@@ -79,9 +83,9 @@ class History:
 
     def __post_init__(self) -> None:
         if self.window_s <= 0:
-            raise ValueError(f"History Window must be positive, got {self.window_s:g}s")
+            raise ValueFormatError(f"History Window must be positive, got {self.window_s:g}s")
         if self.granularity_s < 0 or self.granularity_s > self.window_s:
-            raise ValueError(
+            raise ValueFormatError(
                 f"History Granularity must be from 0 to the Window ({self.window_s:g}s), "
                 f"got {self.granularity_s:g}s"
             )

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal, localcontext
 
+from processor.errors import ValueFormatError
 from processor.topology.model import RecoveryKind, RecoveryPoint
 
 #: Seconds per interval unit (exact decimals).
@@ -72,18 +73,18 @@ _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?::[A-Za-z_]\w*(?:\.[A-Z
 
 
 def _split(text: str, what: str, help_text: str) -> tuple[Decimal, str]:
-    """Split ``<number><unit>``; raise ValueError naming ``what`` when it is not that shape."""
+    """Split ``<number><unit>``; raise ValueFormatError naming ``what`` if it is not that."""
     stripped = text.strip()
     if not stripped:
-        raise ValueError(f"empty {what}; expected a number with a unit: {help_text}")
+        raise ValueFormatError(f"empty {what}; expected a number with a unit: {help_text}")
     match = _NUMBER_UNIT.match(stripped)
     if match is None:
-        raise ValueError(
+        raise ValueFormatError(
             f"{text!r} is not a valid {what}; expected a number and a unit: {help_text}"
         )
     number = Decimal(match["number"])
     if number < 0:
-        raise ValueError(f"{what} {text!r} is negative; it must be zero or more")
+        raise ValueFormatError(f"{what} {text!r} is negative; it must be zero or more")
     return number, match["unit"].lower()
 
 
@@ -91,20 +92,20 @@ def parse_interval(text: str) -> float:
     """Seconds in an AMPS interval such as ``30s``, ``1.5m`` or ``250us``."""
     number, unit = _split(text, "interval", _INTERVAL_HELP)
     if not unit:
-        raise ValueError(
+        raise ValueFormatError(
             f"interval {text.strip()!r} has no unit; a unit is required "
             f"(for example {text.strip()}s): {_INTERVAL_HELP}"
         )
     factor = INTERVAL_UNITS.get(unit)
     if factor is None:
-        raise ValueError(
+        raise ValueFormatError(
             f"unknown interval unit {unit!r} in {text.strip()!r}; allowed: {_INTERVAL_HELP}"
         )
     with localcontext() as ctx:
         ctx.prec = 60
         seconds = float(number * factor)
     if not math.isfinite(seconds):
-        raise ValueError(f"interval {text.strip()!r} is too large")
+        raise ValueFormatError(f"interval {text.strip()!r} is too large")
     return seconds
 
 
@@ -114,7 +115,7 @@ def format_interval(seconds: float) -> str:
     ``parse_interval(format_interval(x)) == x`` for every finite ``x >= 0``.
     """
     if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"an interval is a finite number of seconds >= 0, got {seconds!r}")
+        raise ValueFormatError(f"an interval is a finite number of seconds >= 0, got {seconds!r}")
     if seconds == 0:
         return "0s"
     exact = Decimal(seconds)
@@ -134,10 +135,12 @@ def parse_size(text: str) -> int:
     number, unit = _split(text, "size", _SIZE_HELP)
     factor = SIZE_UNITS.get(unit)
     if factor is None:
-        raise ValueError(f"unknown size unit {unit!r} in {text.strip()!r}; allowed: {_SIZE_HELP}")
+        raise ValueFormatError(
+            f"unknown size unit {unit!r} in {text.strip()!r}; allowed: {_SIZE_HELP}"
+        )
     value = number * factor
     if value != value.to_integral_value():
-        raise ValueError(f"size {text.strip()!r} is not a whole number of bytes ({value})")
+        raise ValueFormatError(f"size {text.strip()!r} is not a whole number of bytes ({value})")
     return int(value)
 
 
@@ -154,8 +157,10 @@ def parse_timestamp(text: str) -> datetime:
             parsed = datetime.fromisoformat(stripped.upper())
             return to_utc(parsed)
     except ValueError as exc:
-        raise ValueError(f"timestamp {stripped!r} is not a valid date and time: {exc}") from exc
-    raise ValueError(f"{stripped!r} is not a timestamp; expected {_TIMESTAMP_HELP}")
+        raise ValueFormatError(
+            f"timestamp {stripped!r} is not a valid date and time: {exc}"
+        ) from exc
+    raise ValueFormatError(f"{stripped!r} is not a timestamp; expected {_TIMESTAMP_HELP}")
 
 
 def to_utc(moment: datetime) -> datetime:
@@ -175,7 +180,7 @@ def parse_recovery_point(value: str | datetime) -> RecoveryPoint:
     try:
         return RecoveryPoint(RecoveryKind.TIMESTAMP, parse_timestamp(value))
     except ValueError as exc:
-        raise ValueError(
+        raise ValueFormatError(
             f"recovery point {value.strip()!r} is not epoch, now or a timestamp ({exc}); "
             f"allowed: epoch, now, or a timestamp: {_TIMESTAMP_HELP}"
         ) from None
@@ -191,7 +196,9 @@ def parse_expiration(text: str) -> float | None:
     try:
         return parse_interval(text)
     except ValueError as exc:
-        raise ValueError(f"{exc}; an expiration may also be 'enabled' or 'disabled'") from None
+        raise ValueFormatError(
+            f"{exc}; an expiration may also be 'enabled' or 'disabled'"
+        ) from None
 
 
 def parse_choice(text: str, allowed: Sequence[str], what: str) -> str:
@@ -200,18 +207,20 @@ def parse_choice(text: str, allowed: Sequence[str], what: str) -> str:
     for choice in allowed:
         if choice.lower() == word:
             return choice
-    raise ValueError(f"{what} {text.strip()!r} is not allowed; allowed: {', '.join(allowed)}")
+    raise ValueFormatError(f"{what} {text.strip()!r} is not allowed; allowed: {', '.join(allowed)}")
 
 
 def parse_positive_int(text: str, what: str, maximum: int | None = None) -> int:
     """A decimal integer >= 1 (and <= ``maximum`` when given)."""
     stripped = text.strip()
     if not re.fullmatch(r"[+]?\d+", stripped):
-        raise ValueError(f"{what} {stripped!r} is not a whole number; expected an integer >= 1")
+        raise ValueFormatError(
+            f"{what} {stripped!r} is not a whole number; expected an integer >= 1"
+        )
     value = int(stripped)
     if value < 1 or (maximum is not None and value > maximum):
         upper = f" and <= {maximum}" if maximum is not None else ""
-        raise ValueError(f"{what} {value} is out of range; expected an integer >= 1{upper}")
+        raise ValueFormatError(f"{what} {value} is out of range; expected an integer >= 1{upper}")
     return value
 
 
@@ -219,9 +228,11 @@ def check_key_path(path: str) -> str:
     """``path`` if it is a field path ``/a/b`` (leading '/', no empty segment), stripped."""
     stripped = path.strip()
     if not stripped.startswith("/"):
-        raise ValueError(f"field path {stripped!r} must start with '/', for example /{stripped}")
+        raise ValueFormatError(
+            f"field path {stripped!r} must start with '/', for example /{stripped}"
+        )
     if stripped == "/" or any(not segment for segment in stripped[1:].split("/")):
-        raise ValueError(
+        raise ValueFormatError(
             f"field path {stripped!r} has an empty segment; write /name or /outer/inner"
         )
     return stripped
@@ -231,12 +242,12 @@ def check_factory_path(dotted: str) -> str:
     """``dotted`` if it names a Python factory: ``package.module:factory`` or ``a.b.factory``."""
     stripped = dotted.strip()
     if re.search(r"\.(so|dylib|dll)(\.\d+)*$", stripped):
-        raise ValueError(
+        raise ValueFormatError(
             f"key generator {stripped!r} looks like a native library; kafka-sow key generators "
             "are Python factories: write 'package.module:factory'"
         )
     if not _DOTTED.match(stripped) or ("." not in stripped and ":" not in stripped):
-        raise ValueError(
+        raise ValueFormatError(
             f"key generator factory {stripped!r} is not a Python dotted path; "
             "write 'package.module:factory' or 'package.module.factory'"
         )

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from processor.errors import TopologyError
+from processor.errors import TopologyError, ValueFormatError
 from processor.topology.assemble import assemble, check_topic, read_text
 from processor.topology.model import (
     MESSAGE_TYPES,
@@ -101,7 +101,7 @@ def _describe(value: object) -> str:
 def _text(value: object, expected: str) -> str:
     if not isinstance(value, str) or not value.strip():
         quote = " (quote it to make it text)" if isinstance(value, int | float) else ""
-        raise ValueError(f"expected {expected}, got {_describe(value)}{quote}")
+        raise ValueFormatError(f"expected {expected}, got {_describe(value)}{quote}")
     return value.strip()
 
 
@@ -122,7 +122,7 @@ def _recovery_point(value: object) -> RecoveryPoint:
 
 def _partitions(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"expected a positive integer (1 or more), got {_describe(value)}")
+        raise ValueFormatError(f"expected a positive integer (1 or more), got {_describe(value)}")
     return value
 
 
@@ -134,7 +134,7 @@ def _expiration(value: object) -> float | None:
 
 def _history(value: object) -> History:
     if not isinstance(value, dict) or set(value) != {"window", "granularity"}:
-        raise ValueError(
+        raise ValueFormatError(
             "history is a mapping with exactly 'window' and 'granularity', both intervals "
             f"(e.g. {{window: 7d, granularity: 15m}}), got {_describe(value)}"
         )
@@ -149,19 +149,19 @@ def _paths(value: object) -> tuple[str, ...]:
         return (check_key_path(_text(value, expected)),)
     if isinstance(value, list):
         return tuple(check_key_path(_text(item, "a field path such as /orderId")) for item in value)
-    raise ValueError(f"expected {expected}, got {_describe(value)}")
+    raise ValueFormatError(f"expected {expected}, got {_describe(value)}")
 
 
 def _hash_indexes(value: object) -> tuple[HashIndexSpec, ...]:
     expected = "a list of hash indexes, each a field path or a list of field paths"
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list):
-        raise ValueError(f"expected {expected}, got {_describe(value)}")
+        raise ValueFormatError(f"expected {expected}, got {_describe(value)}")
     specs = []
     for item in items:
         keys = _paths(item)
         if not keys:
-            raise ValueError("a hash index needs at least one field path; got an empty list")
+            raise ValueFormatError("a hash index needs at least one field path; got an empty list")
         specs.append(HashIndexSpec(keys))
     return tuple(specs)
 
@@ -174,19 +174,21 @@ def _key_generator(value: object) -> KeyGeneratorSpec:
     if isinstance(value, str):
         return KeyGeneratorSpec(check_factory_path(value))
     if not isinstance(value, dict):
-        raise ValueError(
+        raise ValueFormatError(
             f"expected {{factory: 'package.module:factory', options: {{...}}}} or a dotted "
             f"path, got {_describe(value)}"
         )
     for key in value:
         if key not in KEY_GENERATOR_FIELDS:
-            raise ValueError(unknown_name("key", str(key), KEY_GENERATOR_FIELDS))
+            raise ValueFormatError(unknown_name("key", str(key), KEY_GENERATOR_FIELDS))
     if "factory" not in value:
-        raise ValueError("'factory' is required: the dotted path 'package.module:factory'")
+        raise ValueFormatError("'factory' is required: the dotted path 'package.module:factory'")
     factory = check_factory_path(_text(value["factory"], "a dotted path"))
     options = value.get("options", {})
     if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
-        raise ValueError(f"'options' must be a mapping with string keys, got {_describe(options)}")
+        raise ValueFormatError(
+            f"'options' must be a mapping with string keys, got {_describe(options)}"
+        )
     return KeyGeneratorSpec(factory, MappingProxyType(dict(options)))
 
 

@@ -172,3 +172,55 @@ def test_foreign_clients_stay_in_their_adapters(banned: str, allowed: set[str]) 
             if any(n == banned or n.startswith(banned + ".") for n in names):
                 offenders.append(name)
     assert offenders == []
+
+
+def test_every_error_class_is_in_the_one_tree() -> None:
+    """Every exception class of the package is defined in processor/errors.py, under
+    SowError (foreign exceptions are translated at the adapters)."""
+    outside = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {
+                b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+            }
+            if name != "processor.errors" and any(
+                b.endswith(("Error", "Exception")) for b in bases
+            ):
+                outside.append(f"{name}.{node.name}")
+    assert outside == []
+
+    import inspect
+
+    from processor import errors
+
+    for _, cls in inspect.getmembers(errors, inspect.isclass):
+        if issubclass(cls, BaseException) and cls.__module__ == errors.__name__:
+            assert issubclass(cls, errors.SowError), cls
+
+
+def _blind(handler: ast.ExceptHandler) -> bool:
+    """Catches everything and does not simply re-raise it."""
+    caught = handler.type
+    broad = caught is None or (
+        isinstance(caught, ast.Name) and caught.id in ("Exception", "BaseException")
+    )
+    reraises = any(isinstance(n, ast.Raise) and n.exc is None for n in handler.body)
+    return broad and not reraises
+
+
+def test_every_blind_except_says_why() -> None:
+    """A handler that catches everything and does not re-raise has a comment (on its line
+    or the next) giving the reason."""
+    silent = []
+    for name, path in _modules().items():
+        source = path.read_text()
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ExceptHandler) and _blind(node):
+                line = lines[node.lineno - 1]
+                following = lines[node.lineno].strip() if node.lineno < len(lines) else ""
+                if "#" not in line and not following.startswith("#"):
+                    silent.append(f"{name}:{node.lineno}")
+    assert silent == []

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor import changelog
+from processor import changelog, errors
 
 SCHEMA = fastavro.parse_schema(
     json.loads((Path(__file__).parents[2] / "schemas" / "changelog_envelope.avsc").read_text())
@@ -60,15 +60,15 @@ def test_writer_reuses_encodings_correctly() -> None:
 @given(st.binary(max_size=200))
 def test_garbage_fails_only_with_envelope_error(data: bytes) -> None:
     """Any other exception type escaping decode() fails this test."""
-    with contextlib.suppress(changelog.EnvelopeError):
+    with contextlib.suppress(errors.EnvelopeError):
         changelog.decode(data)
 
 
 def test_truncated_envelope_is_rejected() -> None:
     value = changelog.EnvelopeWriter("T", "json", "in", 0).encode(5, b"k", b"{}", 1, 2)
-    with pytest.raises(changelog.EnvelopeError):
+    with pytest.raises(errors.EnvelopeError):
         changelog.decode(value[:-3])
-    with pytest.raises(changelog.EnvelopeError, match="left over"):
+    with pytest.raises(errors.EnvelopeError, match="left over"):
         changelog.decode(value + b"\x00")
 
 

