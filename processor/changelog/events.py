@@ -44,8 +44,8 @@ class ChangeEvent:
     """One change of one record, as the replica applied it.
 
     ``old`` is the record's envelope before the change (None: it did not exist), ``new``
-    after it (None: deleted). Envelopes are the changelog's encoded bytes; ``old_envelope``
-    and ``new_envelope`` decode them. ``position`` is the changelog record that made the
+    after it (None: deleted). Envelopes are the changelog's encoded bytes;
+    ``new_envelope`` decodes the new one. ``position`` is the changelog record that made the
     change (for a partition restart, the record or position where the restart was seen).
     """
 
@@ -55,10 +55,6 @@ class ChangeEvent:
     new: bytes | None
     position: ChangelogPosition
     reason: ChangeReason
-
-    def old_envelope(self) -> changelog.Envelope | None:
-        """The decoded record before the change, or None."""
-        return None if self.old is None else changelog.decode(self.old)
 
     def new_envelope(self) -> changelog.Envelope | None:
         """The decoded record after the change, or None."""

@@ -47,14 +47,13 @@ ProgressReport = Callable[..., None]
 
 
 class Restored:
-    """What a restore found: records replayed, whether the log was lost, and how far the
-    changelog shows the input was applied (next offset per log topic)."""
+    """What a restore found: records replayed, and how far the changelog shows the input
+    was applied (next offset per log topic)."""
 
-    __slots__ = ("applied", "log_lost", "log_next")
+    __slots__ = ("applied", "log_next")
 
     def __init__(self) -> None:
         self.applied = 0
-        self.log_lost = False
         self.log_next: dict[str, int] = {}
 
     def saw_progress(self, value: bytes) -> dict[bytes, bytes]:
@@ -128,7 +127,7 @@ def restore_steps(
 
     When the changelog ends before the store's offset (the broker lost its log), the store
     keeps its state and takes no other action, as AMPS does when its transaction log is
-    older than its SOW; ``log_lost`` tells the caller, and the store is marked for
+    older than its SOW (a warning says so), and the store is marked for
     republishing (:mod:`processor.engine.republish`) in the same write.
 
     Publisher control records become the store's publisher meta entries, so a store
@@ -166,7 +165,6 @@ def restore_steps(
             store.end_rebuild()
     reached = reader.last_end_offset
     if 0 <= reached < start and applied == 0:
-        restored.log_lost = True
         log.warning(
             "%s: the changelog %s ends at offset %d but the store reflects offset %d: the "
             "log was lost or truncated; keeping the store's %d records as they are (no "

@@ -53,16 +53,6 @@ def ge(left: Value, right: Value) -> bool:
     return compare(left, right, operator.ge)
 
 
-COMPARISONS: dict[str, Callable[[Value, Value], bool]] = {
-    "=": eq,
-    "!=": ne,
-    "<": lt,
-    "<=": le,
-    ">": gt,
-    ">=": ge,
-}
-
-
 def between(value: Value, low: Value, high: Value) -> bool:
     """``value BETWEEN low AND high`` (inclusive), existential: some element of an array
     operand lies within the bounds."""

@@ -47,10 +47,6 @@ class SelectList:
         changed)."""
         return self._project(message, ())
 
-    def selects_any(self, message: Mapping[str, Any]) -> bool:
-        """Whether any field of ``message`` is selected (a delta with none is empty)."""
-        return bool(self._project(message, ()))
-
     def _project(self, message: Mapping[str, Any], path: Path) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, value in message.items():

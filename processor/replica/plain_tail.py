@@ -21,8 +21,7 @@ Guarantees:
 * **Ready.** Until every partition's start has been fetched (its first record or its
   end), positions are unknown and :meth:`ready` is False; :meth:`wait_ready` waits.
 * **Bad input.** A message its topic's codec cannot read, or a record without a value,
-  is not delivered; it is logged with its position (it stays in the log) and counted
-  in :attr:`PlainTail.skipped`.
+  is not delivered; it is logged with its position (it stays in the log).
 
 A broker that loses its log makes the tail read the partition again from offset 0 (see
 :class:`~processor.log.ChangelogTail`); subscriptions started past the new offsets then
@@ -88,7 +87,6 @@ class PlainTail:
         self._changed = threading.Condition()
         self._stop = threading.Event()
         #: Messages not delivered because they could not be read (see the module doc).
-        self.skipped = 0
 
     def stop(self) -> None:
         """Ask ``run`` to return; thread-safe."""
@@ -134,7 +132,6 @@ class PlainTail:
             except MessageError as exc:
                 problem = str(exc)
         if problem is not None or data is None:
-            self.skipped += 1
             log.warning(
                 "plain topic %s: the record at %s[%d] offset %d is not delivered: %s",
                 topic.name,

@@ -92,9 +92,3 @@ class ReplaceMarker:
     rows: list[Row] | None = None
     gone: set[tuple[str, bytes]] = field(default_factory=set)
     placed: threading.Event = field(default_factory=threading.Event)
-
-
-def _given(request: SubscribeRequest, option: str) -> bool:
-    """Whether a pagination option was given (``skip_n`` 0 is: the first page)."""
-    value = getattr(request, option)
-    return value is not None if option == "skip_n" else bool(value)
