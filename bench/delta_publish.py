@@ -38,7 +38,7 @@ from processor.changelog.commands import DELTA_HEADER, DELTA_NATIVE
 from processor.config import Settings
 from processor.keys import key_function, partition_for
 from processor.log.broker import start_broker
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.topology.model import SowTopic, Topology
 
 PARTITIONS = 2

@@ -41,7 +41,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from processor.app import topic_specs  # noqa: E402
 from processor.client.direct import DirectPublisher  # noqa: E402
 from processor.log.broker import start_broker  # noqa: E402
-from processor.log.kafka import ensure_topics  # noqa: E402
+from processor.log.kafka.settings import ensure_topics  # noqa: E402
 from processor.topology.model import SowTopic, Topology  # noqa: E402
 
 

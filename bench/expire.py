@@ -39,7 +39,7 @@ from processor.changelog import REASON_HEADER, expiration_of
 from processor.config import Settings
 from processor.keys import key_function
 from processor.log.broker import start_broker
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.topology.model import SowTopic, Topology
 
 

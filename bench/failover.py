@@ -39,7 +39,7 @@ from processor.config import Settings
 from processor.engine.processor import Processor
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.broker import start_broker
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.topology.model import SowTopic, Topology
 
 PARTITIONS = 4

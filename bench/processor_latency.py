@@ -27,7 +27,7 @@ from processor.app import build_processor, topic_specs
 from processor.config import Settings
 from processor.keys import key_function
 from processor.log.broker import start_broker
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.topology.model import SowTopic, Topology
 
 

@@ -47,7 +47,7 @@ from confluent_kafka.admin import AdminClient
 from processor.app import topic_specs
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.broker import start_broker
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.topology.model import SowTopic, Topology
 from tests.integration.scale_cluster import Cluster, Member
 

@@ -36,8 +36,8 @@ from processor import changelog
 from processor.changelog.bookmarks import Point
 from processor.keys import partition_for
 from processor.log.broker import start_broker
-from processor.log.kafka import KafkaChangelogTail
-from processor.log.kafka_ranges import KafkaRangeReader
+from processor.log.kafka.ranges import KafkaRangeReader
+from processor.log.kafka.readers import KafkaChangelogTail
 from processor.query.historical import run_historical
 from processor.query.sow import QueryEngine, SowQuery
 from processor.replica.replica import Replica

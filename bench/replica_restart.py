@@ -41,7 +41,9 @@ from processor.changelog.events import ChangeEvent
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log import TopicSpec
 from processor.log.broker import start_broker
-from processor.log.kafka import KafkaChangelogTail, KafkaTransactionalLog, ensure_topics
+from processor.log.kafka.readers import KafkaChangelogTail
+from processor.log.kafka.settings import ensure_topics
+from processor.log.kafka.transactional import KafkaTransactionalLog
 from processor.query.sow import QueryEngine, SowQuery
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable

@@ -41,7 +41,8 @@ from processor.changelog import CONTROL_PREFIX, PROGRESS_KEY, encode_progress
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log import TopicSpec
 from processor.log.broker import start_broker
-from processor.log.kafka import KafkaTransactionalLog, ensure_topics
+from processor.log.kafka.settings import ensure_topics
+from processor.log.kafka.transactional import KafkaTransactionalLog
 from processor.topology.model import SowTopic
 
 TRANSACTION = 10_000

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from processor.log.broker import start_broker
-from processor.log.kafka import KafkaTransactionalLog
+from processor.log.kafka.transactional import KafkaTransactionalLog
 
 STARTED = time.perf_counter()
 

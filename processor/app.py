@@ -21,17 +21,12 @@ from processor.errors import (
 from processor.log import TopicSpec
 from processor.log.broker import Broker, start_broker
 from processor.log.broker.common import CLASSIC_GROUP_PROTOCOL
-from processor.log.kafka import (
-    KafkaChangelogTail,
-    KafkaEndOffsets,
-    KafkaInputLog,
-    KafkaLogWriter,
-    KafkaPartitionReader,
-    KafkaTransactionalLog,
-    ensure_topics,
-    use_client_properties,
-)
-from processor.log.kafka_ranges import KafkaRangeReader
+from processor.log.kafka.input import KafkaEndOffsets, KafkaInputLog
+from processor.log.kafka.ranges import KafkaRangeReader
+from processor.log.kafka.readers import KafkaChangelogTail, KafkaPartitionReader
+from processor.log.kafka.settings import ensure_topics, use_client_properties
+from processor.log.kafka.transactional import KafkaTransactionalLog
+from processor.log.kafka.writer import KafkaLogWriter
 from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine
 from processor.replica.plain_tail import PlainTail

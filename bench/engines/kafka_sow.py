@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 import processor
 from processor.app import build_processor, topic_specs
 from processor.config import Settings
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
 

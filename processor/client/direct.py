@@ -35,7 +35,7 @@ from processor.errors import (
     SowError,
     UnconfirmedWriteError,
 )
-from processor.log.kafka import KafkaLogWriter
+from processor.log.kafka.writer import KafkaLogWriter
 from processor.publish.gateway import (
     DEFAULT_TIMEOUT_S,
     Gateway,

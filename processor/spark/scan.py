@@ -29,7 +29,7 @@ from processor.changelog import (
 from processor.changelog.commands import FILTER_DELETE_KEY
 from processor.errors import ConfigurationError, EnvelopeError
 from processor.log import Record
-from processor.log.kafka_ranges import KafkaRangeReader, partition_count
+from processor.log.kafka.ranges import KafkaRangeReader, partition_count
 from processor.spark.batches import BatchBuilder, ChangelogItem, InputItem, tombstone_change
 from processor.spark.options import ReadOptions
 

@@ -34,7 +34,7 @@ from pyspark.sql.types import StructType
 
 from processor.changelog import CONTROL_PREFIX, decode
 from processor.errors import ConfigurationError, SowError
-from processor.log.kafka_ranges import KafkaRangeReader
+from processor.log.kafka.ranges import KafkaRangeReader
 from processor.messages import codec_for
 from processor.spark import pushdown
 from processor.spark.columns import avro_struct, infer_struct, schema_ddl

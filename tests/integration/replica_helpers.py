@@ -13,7 +13,9 @@ import orjson
 from processor import changelog
 from processor.changelog import PROGRESS_KEY, encode_progress
 from processor.log import TopicSpec
-from processor.log.kafka import KafkaChangelogTail, KafkaTransactionalLog, ensure_topics
+from processor.log.kafka.readers import KafkaChangelogTail
+from processor.log.kafka.settings import ensure_topics
+from processor.log.kafka.transactional import KafkaTransactionalLog
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable
 from processor.topology.model import SowTopic, Topology

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from processor import changelog
 from processor.app import topic_specs
 from processor.keys import FieldKeyGenerator, partition_for
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import store_contents
 

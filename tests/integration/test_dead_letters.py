@@ -217,7 +217,7 @@ def test_sow_serve_exits_non_zero_when_its_processor_dies_after_start(
     """A second processor takes over the same transactional identity (the same group and
     instance id): the first is fenced on its next transaction, and rather than serve on
     without a processor, ``sow serve`` stops and says why."""
-    from processor.log.kafka import KafkaTransactionalLog
+    from processor.log.kafka.transactional import KafkaTransactionalLog
 
     kafka_topic = f"{unique}.ORDERS"
     process = _serve(bootstrap, tmp_path, unique, kafka_topic)

@@ -45,7 +45,8 @@ from processor.engine.publishers import PUBLISHER_META_PREFIX
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log import TopicSpec
 from processor.log.broker import Broker, TansuBroker
-from processor.log.kafka import KafkaTransactionalLog, ensure_topics
+from processor.log.kafka.settings import ensure_topics
+from processor.log.kafka.transactional import KafkaTransactionalLog
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
 from processor.wire import sow_pb2

@@ -15,7 +15,7 @@ import pytest
 
 from processor.engine.recovery import BULK_REBUILD_MIN_RECORDS, restore_from_changelog
 from processor.errors import StoreError
-from processor.log.kafka import KafkaPartitionReader
+from processor.log.kafka.readers import KafkaPartitionReader
 from processor.state import CHANGELOG_OFFSET, offset_from
 from processor.state.memory import MemoryStore
 from processor.state.rocksdb import REBUILDING, RocksDBStore

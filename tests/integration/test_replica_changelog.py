@@ -15,7 +15,7 @@ import pytest
 
 from processor.client.sow_client import ServiceError, SowClient
 from processor.errors import CatchingUpError
-from processor.log.kafka import KafkaLogWriter
+from processor.log.kafka.writer import KafkaLogWriter
 from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine, SowQuery
 from processor.replica.replica import Replica

@@ -15,7 +15,7 @@ from processor.app import Application
 from processor.changelog.events import ChangeEvent, ChangeReason
 from processor.client.sow_client import SowClient
 from processor.log import Headers
-from processor.log.kafka import KafkaLogWriter
+from processor.log.kafka.writer import KafkaLogWriter
 from processor.publish.gateway import Gateway
 from processor.replica.table import SowTable
 from processor.topology.model import SowTopic

@@ -12,7 +12,7 @@ import pytest
 
 from processor.app import topic_specs
 from processor.engine.republish import REPUBLISH_CURSOR
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
 from tests.conftest import StartOwnBroker

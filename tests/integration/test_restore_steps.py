@@ -18,7 +18,8 @@ from processor.changelog import (
 )
 from processor.engine.publishers import meta_key
 from processor.engine.recovery import restore_steps
-from processor.log.kafka import KafkaPartitionReader, ensure_topics
+from processor.log.kafka.readers import KafkaPartitionReader
+from processor.log.kafka.settings import ensure_topics
 from processor.state import CHANGELOG_OFFSET, offset_from
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology

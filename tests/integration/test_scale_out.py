@@ -33,7 +33,7 @@ from processor.changelog import CONTROL_PREFIX, decode
 from processor.client.sow_client import SowClient
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.broker import Broker, TansuBroker
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.topology.loader import load_topology
 from processor.topology.model import SowTopic
 from tests.integration.harness import group_type, read_topic

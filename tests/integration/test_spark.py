@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 
 from processor.client.sow_client import SowClient
 from processor.log import TopicSpec
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import namespaced, read_topic, running_sow
 

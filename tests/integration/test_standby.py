@@ -17,7 +17,7 @@ from processor.app import build_processor, topic_specs
 from processor.config import Settings
 from processor.engine.processor import Processor
 from processor.keys import FieldKeyGenerator, partition_for
-from processor.log.kafka import ensure_topics
+from processor.log.kafka.settings import ensure_topics
 from processor.observability.metrics import ComponentCollector
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import namespaced, store_contents

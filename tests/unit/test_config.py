@@ -54,7 +54,7 @@ def test_environment_round_trips_for_a_child_process() -> None:
 
 
 def test_kafka_properties_reach_every_client_config() -> None:
-    from processor.log.kafka import (
+    from processor.log.kafka.settings import (
         client_settings,
         consumer_settings,
         producer_settings,
@@ -108,7 +108,8 @@ def test_kafka_properties_reach_the_products_clients() -> None:
     message.max.bytes given there."""
     from confluent_kafka import KafkaException
 
-    from processor.log.kafka import RECORD_FRAMING_BYTES, KafkaLogWriter, use_client_properties
+    from processor.log.kafka.settings import use_client_properties
+    from processor.log.kafka.writer import RECORD_FRAMING_BYTES, KafkaLogWriter
 
     try:
         use_client_properties({"message.max.bytes": "2000000"})
@@ -126,7 +127,7 @@ def test_kafka_properties_reach_the_products_clients() -> None:
 
 def test_a_start_refuses_properties_kafka_does_not_know() -> None:
     from processor.app import start
-    from processor.log.kafka import use_client_properties
+    from processor.log.kafka.settings import use_client_properties
 
     settings = Settings.from_env(
         {

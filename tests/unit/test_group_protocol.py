@@ -14,13 +14,11 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from processor.config import Settings
 from processor.errors import ConfigurationError, StaleGroupError
 from processor.log import TopicPartitionKey
-from processor.log import kafka as kafka_log
 from processor.log.broker import EmbeddedKafka, ExternalBroker, TansuBroker, embedded_kafka
-from processor.log.kafka import (
-    KafkaInputLog,
-    KafkaTransactionalLog,
-    consumer_settings,
-)
+from processor.log.kafka import input as kafka_input
+from processor.log.kafka.input import KafkaInputLog
+from processor.log.kafka.settings import consumer_settings
+from processor.log.kafka.transactional import KafkaTransactionalLog
 
 CLIENT_SIDE_GROUP_SETTINGS = ("session.timeout.ms", "heartbeat.interval.ms")
 
@@ -210,7 +208,7 @@ def input_log(
         made.append(FakeConsumer(config))
         return made[-1]
 
-    monkeypatch.setattr(kafka_log, "Consumer", fake)
+    monkeypatch.setattr(kafka_input, "Consumer", fake)
     log = KafkaInputLog("kafka:9092", "g", static=static, group_protocol=protocol)
     callbacks = Callbacks()
     if not static:
@@ -344,7 +342,7 @@ def test_offsets_refused_by_a_moved_on_group_are_a_stale_group_error(code: int) 
         def send_offsets_to_transaction(self, *args: object) -> None:
             raise KafkaException(KafkaError(code, "refused"))
 
-    from processor.log.kafka import _CallThread
+    from processor.log.kafka.transactional import _CallThread
 
     log = KafkaTransactionalLog.__new__(KafkaTransactionalLog)
     log._producer = Producer()  # type: ignore[assignment]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError
 
 from processor.errors import BrokerError, MessageTooLargeError
-from processor.log.kafka import KafkaDelivery
+from processor.log.kafka.writer import KafkaDelivery
 from tests.unit.log_records import LogRecord
 
 

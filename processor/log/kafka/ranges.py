@@ -20,7 +20,8 @@ from confluent_kafka.admin import AdminClient
 
 from processor.errors import BrokerError, UnknownTopicError
 from processor.log import Record
-from processor.log.kafka import BASE, KafkaPartitionReader
+from processor.log.kafka.readers import KafkaPartitionReader
+from processor.log.kafka.settings import BASE
 
 
 def partition_count(

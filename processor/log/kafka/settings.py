@@ -1,0 +1,195 @@
+"""Client settings every adapter shares, topic creation, and the translation of Kafka errors."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+from confluent_kafka import (
+    KafkaError,
+    KafkaException,
+    Producer,
+)
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    NewTopic,
+)
+
+from processor.errors import (
+    BrokerError,
+    ConfigurationError,
+    FencedError,
+)
+from processor.log import (
+    TopicSpec,
+)
+
+log = logging.getLogger(__name__)
+
+
+#: Settings every client gets; quiet librdkafka's connection chatter to errors only.
+BASE = {"log_level": 3, "socket.keepalive.enable": True}
+#: Properties the deployment adds to every client (security, TLS): set once at start by
+#: :func:`use_client_properties`, applied after the product's own settings.
+_client_properties: dict[str, str] = {}
+
+
+def use_client_properties(properties: Mapping[str, str]) -> None:
+    """Add ``properties`` (librdkafka names) to every client built from now on, replacing
+    any given before (``Settings.kafka_properties``; the processor child gets them too)."""
+    _client_properties.clear()
+    _client_properties.update(properties)
+
+
+def client_settings(bootstrap: str) -> dict[str, Any]:
+    """What every client gets: the base settings, the broker, the deployment's properties."""
+    return {**BASE, "bootstrap.servers": bootstrap, **_client_properties}
+
+
+#: ``group_protocol`` values: the classic protocol, KIP-848's (Kafka 4.0+).
+CLASSIC = "classic"
+CONSUMER = "consumer"
+
+
+def group_settings(group_protocol: str = CLASSIC) -> dict[str, Any]:
+    """How a consumer takes part in its group.
+
+    ``classic``: the client-side eager ``range`` assignor, with a short session (a dead
+    member is noticed within 6 s) and frequent heartbeats. ``consumer`` (KIP-848): the
+    broker owns the session timeout, the heartbeat interval and the assignor, so librdkafka
+    refuses those three settings; the broker's ``range`` assignor is asked for instead.
+    Both ``range`` assignors co-partition topics of equal partition counts (the input
+    topic and its repartition topic: partition p of both goes to the same member).
+    """
+    if group_protocol == CONSUMER:
+        return {"group.protocol": CONSUMER, "group.remote.assignor": "range"}
+    if group_protocol != CLASSIC:
+        raise ConfigurationError(
+            f"group_protocol must be {CLASSIC} or {CONSUMER}, got {group_protocol!r}"
+        )
+    return {
+        "group.protocol": CLASSIC,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+        "partition.assignment.strategy": "range",
+    }
+
+
+def consumer_settings(
+    bootstrap: str, group_protocol: str = CLASSIC, **extra: Any
+) -> dict[str, Any]:
+    """Consumer settings that join groups quickly and read only committed data.
+    ``group_protocol`` matters only to a consumer that subscribes (:func:`group_settings`)."""
+    settings: dict[str, Any] = {
+        **BASE,
+        "bootstrap.servers": bootstrap,
+        **group_settings(group_protocol),
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        # Some brokers (Tansu) answer a fetch only when its wait is over, so the wait bounds
+        # how long a new record waits to be fetched: it is the live path's latency budget.
+        "fetch.wait.max.ms": 10,
+        "queued.min.messages": 200000,
+    }
+    settings.update(_client_properties)
+    settings.update(extra)
+    return settings
+
+
+def producer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    """Producer settings for batched, idempotent writes."""
+    settings: dict[str, Any] = {
+        **BASE,
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "batch.num.messages": 10000,
+        "queue.buffering.max.messages": 1000000,
+        "queue.buffering.max.kbytes": 1048576,
+    }
+    settings.update(_client_properties)
+    settings.update(extra)
+    return settings
+
+
+def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> None:
+    """Create missing topics; check existing ones have the partition count asked for."""
+    try:
+        admin = AdminClient(client_settings(bootstrap))
+    except KafkaException as exc:  # the first client a start makes: refuse bad properties
+        raise ConfigurationError(
+            f"the Kafka client refused its configuration: {exc.args[0].str()}; check the "
+            f"properties given in SOW_KAFKA_PROPERTIES ({sorted(_client_properties)})"
+        ) from exc
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise BrokerError(f"cannot list topics at {bootstrap}: {exc}") from exc
+    missing = []
+    for spec in specs:
+        found = existing.get(spec.name)
+        if found is None or found.error is not None:
+            missing.append(spec)
+        elif len(found.partitions) != spec.partitions:
+            raise BrokerError(
+                f"topic {spec.name} has {len(found.partitions)} partitions but the topology "
+                f"asks for {spec.partitions}; change the topology or recreate the topic"
+            )
+    if not missing:
+        return
+    futures = admin.create_topics(
+        [NewTopic(s.name, s.partitions, 1, config=dict(s.config)) for s in missing],
+        operation_timeout=timeout_s,
+    )
+    for name, future in futures.items():
+        try:
+            future.result(timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise BrokerError(f"cannot create topic {name}: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+    names = {s.name for s in missing}
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        if all(n in topics and topics[n].error is None for n in names):
+            return
+        time.sleep(0.1)
+    raise BrokerError(f"topics {sorted(names)} did not appear within {timeout_s:.0f}s")
+
+
+def _close_producer(producer: Producer, timeout_s: float = 5.0) -> None:
+    """Deliver what is queued (up to ``timeout_s``), then release the producer's
+    connections at once, rather than whenever the object is collected. A producer that
+    could not deliver everything is left to the collector (its close would wait on).
+    Not for transactional producers (see KafkaTransactionalLog.close)."""
+    if producer.flush(timeout_s) == 0:
+        with contextlib.suppress(RuntimeError, KafkaException):
+            producer.close()
+
+
+#: Marks "where committed" among start offsets (never a Kafka offset or logical offset).
+COMMITTED = -10_000
+#: What the group coordinator answers offsets sent with group metadata it has moved past:
+#: an older generation (classic) or member epoch (KIP-848; older brokers answer
+#: ILLEGAL_GENERATION for it), a member it no longer knows, a rebalance under way.
+_STALE_GROUP = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.STALE_MEMBER_EPOCH,
+        KafkaError.FENCED_MEMBER_EPOCH,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+    }
+)
+
+
+def _raise_for(exc: KafkaException, what: str) -> NoReturn:
+    error = exc.args[0]
+    if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or error.fatal():
+        raise FencedError(f"{what}: {error}; another processor took over") from exc
+    raise BrokerError(f"{what}: {error}") from exc
