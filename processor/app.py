@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from processor.config import Settings
 from processor.engine.commit import crash_hook_from_env
 from processor.engine.processor import Processor, ProcessorConnections
 from processor.errors import (
     ComponentFailedError,
+    ConfigurationError,
     SowError,
     StartCancelledError,
     StoreCorruptedError,
 )
-from processor.log import TopicSpec
+from processor.log import ChangelogReader, ChangelogTail, LogWriter, TopicSpec
 from processor.log.broker import Broker, start_broker
 from processor.log.broker.common import CLASSIC_GROUP_PROTOCOL
 from processor.log.kafka.input import KafkaEndOffsets, KafkaInputLog
@@ -88,48 +89,104 @@ def store_opener(state_dir: Path) -> Callable[[SowTopic, int], Store]:
     return open_store
 
 
+class LogBackend(Protocol):
+    """Where an application's log lives and how its clients are made: Apache Kafka (or
+    Tansu) through :class:`KafkaBackend`, or the in-process memory log of
+    :mod:`processor.testing`. Everything else is assembled the same way over either."""
+
+    #: Said at start-up and in metrics: which log this is.
+    description: str
+
+    def ensure_topics(self, specs: Sequence[TopicSpec]) -> None: ...
+
+    def processor(self, settings: Settings, topology: Topology) -> Processor:
+        """A processor of ``topology`` over this log, per the settings."""
+        ...
+
+    def changelog_tail(self) -> ChangelogTail: ...
+
+    def changelog_reader(self) -> ChangelogReader: ...
+
+    def log_writer(self) -> LogWriter: ...
+
+    def stop(self) -> None:
+        """Release the log (an embedded broker this application started stops)."""
+        ...
+
+
+class KafkaBackend:
+    """A Kafka-protocol broker at ``bootstrap`` (``broker``: the one this process
+    started or found, stopped with the application; None: the caller's)."""
+
+    def __init__(self, bootstrap: str, settings: Settings, broker: Broker | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.broker = broker
+        self.description = bootstrap if broker is None else broker.description
+        self._fetch = _fetch_settings(settings)
+
+    def ensure_topics(self, specs: Sequence[TopicSpec]) -> None:
+        ensure_topics(self.bootstrap, specs)
+
+    def processor(self, settings: Settings, topology: Topology) -> Processor:
+        """A processor wired to Kafka and RocksDB per the settings: a static group member
+        under static membership, with standby stores when asked (group assignment
+        only), on the settings' consumer-group protocol (None: classic; :func:`start`
+        resolves it from the broker first)."""
+        bootstrap, fetch = self.bootstrap, self._fetch
+        static = settings.assignment == "static"
+        protocol = settings.group_protocol or CLASSIC_GROUP_PROTOCOL
+        member = {}
+        if settings.group_instance_id is not None and not static:
+            member["group.instance.id"] = settings.group_instance_id
+        standby_tail = None
+        if settings.standby == "all":
+            if static:
+                log.warning(
+                    "standby=all is ignored with assignment=static: the one processor owns "
+                    "every store partition, there is none to keep warm"
+                )
+            else:
+                standby_tail = self.changelog_tail
+        connections = ProcessorConnections(
+            input_log=lambda: KafkaInputLog(
+                bootstrap,
+                settings.group_id,
+                static=static,
+                group_protocol=protocol,
+                **fetch,
+                **member,
+            ),
+            transactional_log=lambda: KafkaTransactionalLog(bootstrap, settings.transactional_id),
+            reader=lambda: KafkaPartitionReader(bootstrap),
+            end_offsets=lambda: KafkaEndOffsets(bootstrap),
+        )
+        return Processor(
+            topology,
+            connections,
+            store_opener(settings.state_dir),
+            settings.dead_letter_topic,
+            max_batch=settings.max_batch,
+            crash_hook=crash_hook_from_env(),
+            standby_tail=standby_tail,
+        )
+
+    def changelog_tail(self) -> ChangelogTail:
+        return KafkaChangelogTail(self.bootstrap, **self._fetch)
+
+    def changelog_reader(self) -> ChangelogReader:
+        return KafkaRangeReader(self.bootstrap)
+
+    def log_writer(self) -> LogWriter:
+        return KafkaLogWriter(self.bootstrap)
+
+    def stop(self) -> None:
+        if self.broker is not None:
+            self.broker.stop()
+
+
 def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> Processor:
-    """A processor wired to Kafka and RocksDB per the settings: a static group member
-    under static membership, with standby stores when asked (group assignment only), on
-    the settings' consumer-group protocol (None: classic; :func:`start` resolves it from
-    the broker first)."""
-    fetch = _fetch_settings(settings)
-    static = settings.assignment == "static"
-    protocol = settings.group_protocol or CLASSIC_GROUP_PROTOCOL
-    member = {}
-    if settings.group_instance_id is not None and not static:
-        member["group.instance.id"] = settings.group_instance_id
-    standby_tail = None
-    if settings.standby == "all":
-        if static:
-            log.warning(
-                "standby=all is ignored with assignment=static: the one processor owns "
-                "every store partition, there is none to keep warm"
-            )
-        else:
-            standby_tail = lambda: KafkaChangelogTail(bootstrap, **fetch)  # noqa: E731
-    connections = ProcessorConnections(
-        input_log=lambda: KafkaInputLog(
-            bootstrap,
-            settings.group_id,
-            static=static,
-            group_protocol=protocol,
-            **fetch,
-            **member,
-        ),
-        transactional_log=lambda: KafkaTransactionalLog(bootstrap, settings.transactional_id),
-        reader=lambda: KafkaPartitionReader(bootstrap),
-        end_offsets=lambda: KafkaEndOffsets(bootstrap),
-    )
-    return Processor(
-        topology,
-        connections,
-        store_opener(settings.state_dir),
-        settings.dead_letter_topic,
-        max_batch=settings.max_batch,
-        crash_hook=crash_hook_from_env(),
-        standby_tail=standby_tail,
-    )
+    """A processor over the Kafka broker at ``bootstrap`` (:meth:`KafkaBackend.processor`)."""
+    return KafkaBackend(bootstrap, settings).processor(settings, topology)
 
 
 def _fetch_settings(settings: Settings) -> dict[str, Any]:
@@ -144,7 +201,7 @@ class Application:
     """A running kafka-sow process: any of processor, read replica and gRPC service."""
 
     settings: Settings
-    broker: Broker
+    backend: LogBackend
     topology: Topology
     processor: Processor | None = None
     replica: Replica | None = None
@@ -157,13 +214,20 @@ class Application:
     #: /metrics, /healthz and /readyz (None unless ``settings.metrics_address``).
     observer: Observer | None = None
     grpc_address: str = ""
-    log_writer: KafkaLogWriter | None = None
+    log_writer: LogWriter | None = None
     processor_child: ProcessorChild | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
     #: Component threads that stopped on their own, first first (see :meth:`failure`).
     failures: list[ComponentFailedError] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def broker(self) -> Broker:
+        """The Kafka-protocol broker this application runs on (not on the memory log)."""
+        if not isinstance(self.backend, KafkaBackend) or self.backend.broker is None:
+            raise ConfigurationError("this application runs on no broker of its own")
+        return self.backend.broker
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         def run() -> None:
@@ -259,7 +323,7 @@ class Application:
             self.processor_child.stop()
         for thread in self.threads:
             thread.join(timeout=30)
-        self.broker.stop()
+        self.backend.stop()
 
 
 def start(
@@ -270,6 +334,7 @@ def start(
     service: bool = True,
     processor_process: bool = False,
     cancelled: threading.Event | None = None,
+    backend: LogBackend | None = None,
 ) -> Application:
     """Start the broker (or use the configured one), create topics, and start components.
 
@@ -278,7 +343,8 @@ def start(
     the topology from ``settings.topology``) instead of a thread: its own interpreter
     lock, so it does not slow publishes and queries down (``sow serve`` does this).
     When ``cancelled`` is set during start-up, whatever was started is stopped and
-    StartCancelledError raised (checked between steps).
+    StartCancelledError raised (checked between steps). ``backend``: the log to run on
+    (None: the configured Kafka broker, else an embedded one, started here).
     """
 
     def check() -> None:
@@ -290,25 +356,14 @@ def start(
 
         topology = load_topology(settings.topology)
     check()
-    use_client_properties(settings.client_properties)
-    broker = start_broker(
-        settings.bootstrap_servers,
-        state_dir=settings.state_dir,
-        embedded=settings.embedded_broker,
-    )
-    if settings.fetch_wait_ms is None:
-        settings = replace(settings, fetch_wait_ms=broker.fetch_wait_ms)
-    if settings.group_protocol is None:
-        settings = replace(settings, group_protocol=broker.group_protocol)
-    if not broker.keeps_log:
-        settings = replace(settings, ephemeral_log=True)
-    if settings.ephemeral_log:
-        expect_new_logs()
-    app = Application(settings, broker, topology)
+    if backend is None:
+        settings, backend = _kafka_backend(settings)
+    elif processor_process:
+        raise ConfigurationError("a processor child process needs a Kafka broker")
+    app = Application(settings, backend, topology)
     try:
         check()
-        bootstrap = broker.bootstrap_servers
-        ensure_topics(bootstrap, topic_specs(topology, settings.dead_letter_topic))
+        backend.ensure_topics(topic_specs(topology, settings.dead_letter_topic))
         check()
         if processor and processor_process:
 
@@ -317,9 +372,10 @@ def start(
                 app.errors.append(error)
                 app.failures.append(ComponentFailedError("processor (child process)", error))
 
-            app.processor_child = ProcessorChild(settings, bootstrap, exited)
+            assert isinstance(backend, KafkaBackend)
+            app.processor_child = ProcessorChild(settings, backend.bootstrap, exited)
         elif processor:
-            app.processor = build_processor(settings, bootstrap, topology)
+            app.processor = backend.processor(settings, topology)
             app._spawn("sow-processor", app.processor.run)
         check()
         if service:
@@ -328,9 +384,9 @@ def start(
 
             app.replica = Replica(
                 topology,
-                lambda: KafkaChangelogTail(bootstrap, **_fetch_settings(settings)),
+                backend.changelog_tail,
                 snapshot_dir=settings.state_dir / "replica",
-                reader=lambda: KafkaRangeReader(bootstrap),
+                reader=backend.changelog_reader,
             )
             app.replica.start_catching_up()
             ready = app.processor_ready
@@ -345,13 +401,11 @@ def start(
                     daemon=True,
                 ).start()
             app._spawn("sow-replica", app.replica.run)
-            app.log_writer = KafkaLogWriter(bootstrap)
+            app.log_writer = backend.log_writer()
             gateway = Gateway(topology, app.log_writer, app.replica)
             engine = QueryEngine(topology, app.replica)
             if topology.plain_topics:
-                app.plain_tail = PlainTail(
-                    topology, lambda: KafkaChangelogTail(bootstrap, **_fetch_settings(settings))
-                )
+                app.plain_tail = PlainTail(topology, backend.changelog_tail)
                 app._spawn("sow-plain-tail", app.plain_tail.run)
             app.subscriptions = SubscriptionHub(topology, app.replica, engine, plain=app.plain_tail)
             app.health = Health(app.readiness)
@@ -373,6 +427,26 @@ def start(
         app.stop()
         raise
     return app
+
+
+def _kafka_backend(settings: Settings) -> tuple[Settings, KafkaBackend]:
+    """The configured broker (or an embedded one, started), and the settings completed
+    with what it implies (fetch wait, group protocol, whether its log is ephemeral)."""
+    use_client_properties(settings.client_properties)
+    broker = start_broker(
+        settings.bootstrap_servers,
+        state_dir=settings.state_dir,
+        embedded=settings.embedded_broker,
+    )
+    if settings.fetch_wait_ms is None:
+        settings = replace(settings, fetch_wait_ms=broker.fetch_wait_ms)
+    if settings.group_protocol is None:
+        settings = replace(settings, group_protocol=broker.group_protocol)
+    if not broker.keeps_log:
+        settings = replace(settings, ephemeral_log=True)
+    if settings.ephemeral_log:
+        expect_new_logs()
+    return settings, KafkaBackend(broker.bootstrap_servers, settings, broker)
 
 
 def _release_when_set(
@@ -398,7 +472,7 @@ def _observer(app: Application, *, requests: bool) -> Observer:
         lambda: app.processor,
         lambda: app.replica,
         lambda: app.subscriptions,
-        broker=app.broker.description,
+        broker=app.backend.description,
     )
     return Observer(app.readiness, collector, requests=requests)
 

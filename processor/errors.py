@@ -241,6 +241,11 @@ class StartCancelledError(SowError):
     """A stop was asked for (Ctrl-C, SIGTERM) while the process was still starting."""
 
 
+class SimulatedCrashError(SowError):
+    """The broker-free driver's stand-in for a process killed at a commit step
+    (:mod:`processor.testing`): the processor stops there, leaving what a kill leaves."""
+
+
 class TransactionStateError(SowError):
     """A transaction was used in a state that does not allow it (a bug, not bad input)."""
 

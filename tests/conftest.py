@@ -48,6 +48,19 @@ def bootstrap(broker: Broker) -> str:
     return broker.bootstrap_servers
 
 
+#: The ``backend`` of tests that run on the broker-free driver (processor.testing).
+MEMORY = "memory"
+
+
+@pytest.fixture(params=[MEMORY, "kafka"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Where a test's kafka-sow runs: ``"memory"`` (the broker-free driver, no broker
+    started) or the session's broker (its bootstrap address). The same test runs on both."""
+    if request.param == MEMORY:
+        return MEMORY
+    return str(request.getfixturevalue("bootstrap"))
+
+
 @pytest.fixture
 def unique() -> str:
     """A short name unique in this session, for topics and groups (the broker is shared)."""

@@ -147,11 +147,13 @@ class Processor:
         republish_chunk: int = 10000,
         standby_tail: Callable[[], ChangelogTail] | None = None,
         stall_after_s: float = DEFAULT_STALL_AFTER_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``standby_tail`` makes changelog tails for standby stores (None: no standby
         stores); only a consumer-group member has partitions it does not own.
         ``stall_after_s``: how long a sign of being stuck may last before the watchdog
-        (when ``connections.end_offsets`` is given) calls the processor stuck."""
+        (when ``connections.end_offsets`` is given) calls the processor stuck.
+        ``clock``: the time in seconds that apply times and expirations are taken from."""
         self.topology = topology
         self._connections = connections
         self._open_store = open_store
@@ -168,7 +170,8 @@ class Processor:
         self._offsets_behind: dict[TopicPartitionKey, int] = {}
         self._input: InputLog | None = None
         self._stop = threading.Event()
-        self._started_ms = int(time.time() * 1000)
+        self._clock = clock
+        self._started_ms = int(clock() * 1000)
         self._by_log_topic: dict[str, tuple[SowTopic, bool]] = {}
         for topic in topology.topics.values():
             self._by_log_topic[topic.kafka_topic] = (topic, True)
@@ -428,7 +431,7 @@ class Processor:
                     records = consumer.consume(self._max_batch, 0)
                 else:
                     records = self._next_batch(consumer)
-                now_ms = int(time.time() * 1000)
+                now_ms = int(self._clock() * 1000)
                 expiring = expiring_states(self._states, self._recoveries)
                 if not records and not (expiring and expirer.due(expiring, now_ms)):
                     continue

@@ -16,7 +16,9 @@ from processor.app import Application, start
 from processor.client.sow_client import SowClient
 from processor.config import Settings
 from processor.state.rocksdb import RocksDBStore
+from processor.testing import MemoryBackend, MemoryLog, start_memory
 from processor.topology.model import SowTopic, Topology
+from tests.conftest import MEMORY
 
 
 def namespaced(unique: str, *topics: SowTopic) -> Topology:
@@ -24,21 +26,35 @@ def namespaced(unique: str, *topics: SowTopic) -> Topology:
     return Topology({t.name: replace(t, kafka_topic=f"{unique}.{t.name}") for t in topics})
 
 
+#: The memory log of each test (by its unique name): a restart finds its log again.
+MEMORY_LOGS: dict[str, MemoryLog] = {}
+
+
 @contextlib.contextmanager
 def running_sow(
-    bootstrap: str, topology: Topology, state_dir: Path, unique: str
+    backend: str, topology: Topology, state_dir: Path, unique: str
 ) -> Iterator[tuple[Application, SowClient]]:
-    """Start processor + replica + gRPC on a free port; yield the app and a client once
-    it is ready (processor joined and restored, replica caught up), as a user's first
-    request after health turns SERVING would find it."""
-    settings = Settings(
-        bootstrap_servers=bootstrap,
-        state_dir=state_dir,
-        grpc_address="127.0.0.1:0",
-        group_id=f"{unique}-group",
-        dead_letter_topic=f"{unique}.dead-letter",
-    )
-    app = start(settings, topology=topology)
+    """Start processor + replica + gRPC on a free port, on the memory log (``backend``
+    is ``"memory"``) or the broker at ``backend``; yield the app and a client once it is
+    ready (processor joined and restored, replica caught up), as a user's first request
+    after health turns SERVING would find it."""
+    if backend == MEMORY:
+        app = start_memory(
+            topology,
+            state_dir,
+            backend=MemoryBackend(MEMORY_LOGS.setdefault(unique, MemoryLog())),
+            group_id=f"{unique}-group",
+            dead_letter_topic=f"{unique}.dead-letter",
+        )
+    else:
+        settings = Settings(
+            bootstrap_servers=backend,
+            state_dir=state_dir,
+            grpc_address="127.0.0.1:0",
+            group_id=f"{unique}-group",
+            dead_letter_topic=f"{unique}.dead-letter",
+        )
+        app = start(settings, topology=topology)
     client = SowClient(app.grpc_address)
     try:
         deadline = time.monotonic() + 60

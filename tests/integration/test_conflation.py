@@ -27,10 +27,10 @@ INTERVAL_S = 1.0
 
 
 def test_a_one_second_interval_gives_at_most_one_update_per_key_per_second(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, QUOTES)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         stream = client.subscribe("QUOTES", conflation="1s", sub_id="c")
         collector = Collector(stream)
         assert collector.wait_for(lambda c: bool(c.messages))  # registered
@@ -74,9 +74,9 @@ def _last_by_key(collector: Collector) -> dict[int, int]:
     return last
 
 
-def test_a_bad_conflation_interval_is_refused(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_a_bad_conflation_interval_is_refused(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, QUOTES)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         with pytest.raises(ServiceError, match="use <n>ms, <n>s or <n>m") as raised:
             list(client.subscribe("QUOTES", conflation="often"))
         assert raised.value.code == "INVALID_ARGUMENT"

@@ -39,9 +39,9 @@ def _record(client: SowClient, topic: str, reply: Any, **options: Any) -> dict[s
     return data(records[0])
 
 
-def test_deltas_merge_into_the_stored_record(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_deltas_merge_into_the_stored_record(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         # a delta with no record: the delta alone is the record
         alone = client.publish("ORDERS", b'{"id": 1, "status": "new"}', delta=True)
         assert _record(client, "ORDERS", alone) == {"id": 1, "status": "new"}
@@ -82,10 +82,10 @@ def test_deltas_merge_into_the_stored_record(bootstrap: str, tmp_path: Path, uni
 
 
 def test_a_delta_without_the_key_field_is_refused(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         with pytest.raises(ServiceError) as caught:
             client.publish("ORDERS", b'{"status": "lost"}', delta=True)
         assert caught.value.code == "INVALID_ARGUMENT"
@@ -102,11 +102,11 @@ def test_a_delta_without_the_key_field_is_refused(
         assert _record(client, "ORDERS", merged) == {"id": 9, "a": 1, "b": 2, "c": 3}
 
 
-def test_avro_deltas_in_text_form_and_binary(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_avro_deltas_in_text_form_and_binary(backend: str, tmp_path: Path, unique: str) -> None:
     schema = tmp_path / "order.avsc"
     schema.write_text(json.dumps(AVRO_SCHEMA))
     topic = SowTopic("AORDERS", message_type="avro", keys=("/id",), schema=str(schema))
-    with running_sow(bootstrap, namespaced(unique, topic), tmp_path, unique) as (_, client):
+    with running_sow(backend, namespaced(unique, topic), tmp_path, unique) as (_, client):
         client.publish("AORDERS", b'{"id": 1, "status": "open", "qty": 2}', text_form=True)
         delta = client.publish("AORDERS", b'{"id": 1, "qty": 7}', text_form=True, delta=True)
         text = {"text_form": True}
@@ -116,9 +116,9 @@ def test_avro_deltas_in_text_form_and_binary(bootstrap: str, tmp_path: Path, uni
         assert "Key fields" in caught.value.details
 
 
-def test_the_cli_publishes_a_delta(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_the_cli_publishes_a_delta(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         client.publish("ORDERS", b'{"id": 5, "status": "open", "qty": 1}')
 
         def sow(*args: str) -> list[dict[str, Any]]:
@@ -140,10 +140,10 @@ def test_the_cli_publishes_a_delta(bootstrap: str, tmp_path: Path, unique: str) 
 
 
 def test_select_on_a_sow_query_and_a_subscription(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         first = client.publish(
             "ORDERS", b'{"id": 1, "complaint": "late", "details": {"a": 1}, "secret": "s"}'
         )
@@ -169,10 +169,10 @@ def test_select_on_a_sow_query_and_a_subscription(
 
 
 def test_delta_subscription_sends_changed_fields_and_the_key(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         held = client.publish("ORDERS", b'{"id": 1, "status": "open", "qty": 1, "px": {"a": 1}}')
         client.query("ORDERS", min_position=[held.position])
         stream = client.sow_and_subscribe("ORDERS", delta=True, no_empties=True)
@@ -205,10 +205,10 @@ def test_delta_subscription_sends_changed_fields_and_the_key(
 
 
 def test_delta_subscription_with_select_and_no_empties(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         stream = client.subscribe("ORDERS", delta=True, no_empties=True, select="[-/,+/status]")
         collector = Collector(stream)
         assert collector.wait_for(lambda c: bool(c.messages))
@@ -270,14 +270,14 @@ def test_deltas_from_foreign_producers(bootstrap: str, tmp_path: Path, unique: s
 
 
 def test_delta_and_select_in_a_session_and_a_message_batch(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     """A session's delta subscription gets deltas and drops empty ones; one with a bad
     select list ends alone; a PublishBatch of messages with ``delta`` merges each."""
     from processor.wire import sow_pb2
 
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         session = client.session()
         collector = Collector(session)
         session.subscribe("ORDERS", "d", delta=True, no_empties=True)
@@ -316,12 +316,12 @@ def test_delta_and_select_in_a_session_and_a_message_batch(
 
 
 def test_avro_delta_subscriptions_need_the_text_form(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     schema = tmp_path / "order.avsc"
     schema.write_text(json.dumps(AVRO_SCHEMA))
     topic = SowTopic("AORDERS", message_type="avro", keys=("/id",), schema=str(schema))
-    with running_sow(bootstrap, namespaced(unique, topic), tmp_path, unique) as (_, client):
+    with running_sow(backend, namespaced(unique, topic), tmp_path, unique) as (_, client):
         refused = Collector(client.subscribe("AORDERS", delta=True))
         assert refused.done.wait(20)
         assert refused.error is not None

@@ -143,10 +143,10 @@ def test_disabled_topic_ignores_the_expiration_header(
 
 
 def test_sow_and_subscribe_with_oof_gets_oof_expired(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = _topology(unique, 2.0)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         a = client.publish("ORDERS", b'{"orderId": 1, "price": 20}')
         _keys(client, a)
         oof = Collector(client.sow_and_subscribe("ORDERS", oof=True))

@@ -35,10 +35,10 @@ def _window(collector: Collector) -> dict[str, Any]:
 
 
 def test_seed_003_publishing_into_the_window_pushes_the_last_record_out(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, PETS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         pets = [(1, "Bianca", "cat"), (2, "Gracie", "cat"), (5, "Snuggles", "penguin")]
         pets += [(7, "Percival", "octopus"), (9, "SparklyFangs", "dragon")]
         last = None
@@ -64,10 +64,10 @@ def test_seed_003_publishing_into_the_window_pushes_the_last_record_out(
 
 
 def test_the_first_page_is_live_and_top_n_alone_only_limits_the_query(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, PETS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         last = None
         for pet_id in (1, 2, 5):
             last = client.publish("PETS", orjson.dumps({"id": pet_id}))
@@ -107,13 +107,13 @@ def _page(client: SowClient, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_twenty_random_paginated_subscribers_follow_the_sow(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     """Windows compared with the sow query's page at quiescent points (the unit test
     tests/unit/test_window.py checks the same property after every change)."""
     rng = random.Random(10)
     topology = namespaced(unique, QUOTES)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
 
         def quote(key: int) -> bytes:
             price = rng.choice([None, rng.randint(0, 50)])
@@ -243,10 +243,10 @@ def _check_every_delivery(
     ],
 )
 def test_a_bad_paginated_subscription_is_refused_with_the_reason(
-    bootstrap: str, tmp_path: Path, unique: str, options: dict[str, Any], message: str
+    backend: str, tmp_path: Path, unique: str, options: dict[str, Any], message: str
 ) -> None:
     topology = namespaced(unique, QUOTES)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         stream = client.sow_and_subscribe("QUOTES", **options)
         with pytest.raises(ServiceError, match=message) as raised:
             list(stream)

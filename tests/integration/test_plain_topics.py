@@ -41,10 +41,10 @@ def plain_topology(unique: str, sow: list[SowTopic], plain: list[PlainTopic]) ->
 
 
 def test_subscribe_delivers_only_later_messages_that_match(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = plain_topology(unique, [ORDERS], [TICKS])
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         tail = app.plain_tail
         assert tail is not None
         old = client.publish("TICKS", b'{"symbol": "OLD", "price": 50}')
@@ -83,10 +83,10 @@ def test_subscribe_delivers_only_later_messages_that_match(
 
 
 def test_sow_and_subscribe_sends_an_empty_group_then_live_messages(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = plain_topology(unique, [ORDERS], [TICKS])
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         old = client.publish("TICKS", b'{"symbol": "OLD", "price": 10}')
         assert app.plain_tail is not None
         assert app.plain_tail.wait_for([_position(old)], 30)
@@ -114,10 +114,10 @@ def test_sow_and_subscribe_sends_an_empty_group_then_live_messages(
 
 
 def test_sow_query_and_delete_on_a_plain_topic_are_refused(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = plain_topology(unique, [ORDERS], [TICKS])
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         with pytest.raises(ServiceError) as query:
             client.query("TICKS")
         assert query.value.code == "INVALID_ARGUMENT"
@@ -140,10 +140,10 @@ def test_sow_query_and_delete_on_a_plain_topic_are_refused(
 
 
 def test_a_pattern_covers_a_sow_topic_and_a_plain_topic(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = plain_topology(unique, [ORDERS], [ORDERS_LIVE, TICKS])
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         held = client.publish("ORDERS", b'{"orderId": 1, "price": 10}')
         client.query("ORDERS", min_position=[held.position])
         stream = client.sow_and_subscribe("^ORDERS", filter="/price >= 10", sub_id="both")
@@ -176,10 +176,10 @@ def test_a_pattern_covers_a_sow_topic_and_a_plain_topic(
 
 
 def test_two_subscribes_meet_with_no_gap_and_no_duplicate(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = plain_topology(unique, [ORDERS], [TICKS])
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         first = Collector(client.subscribe("TICKS", sub_id="first"))
         assert first.wait_for(lambda c: bool(c.messages), 30)
         stop = threading.Event()
@@ -218,10 +218,10 @@ def test_two_subscribes_meet_with_no_gap_and_no_duplicate(
 
 
 def test_cli_publish_and_subscribe_on_a_plain_topic(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = plain_topology(unique, [ORDERS], [TICKS])
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, _):
+    with running_sow(backend, topology, tmp_path, unique) as (app, _):
         server = ("--server", app.grpc_address)
         live, lines = start_cli("subscribe", "TICKS", "--filter", "/price > 10", *server)
         try:

@@ -31,13 +31,13 @@ def count(client: object, positions: dict[tuple[str, int], int]) -> int:
 
 
 def test_stream_acks_every_message_in_order_and_refuses_bad_ones_alone(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     messages = [orjson.dumps({"orderId": i, "n": i}) for i in range(3000)]
     messages[1000] = b'{"orderId": '  # not JSON
     messages[2000] = orjson.dumps({"orderId": 2000, "blob": "x" * 1_500_000})  # too large
     messages[2500] = b'{"symbol": "no key"}'
-    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (_, client):
+    with running_sow(backend, orders(unique), tmp_path, unique) as (_, client):
         replies = list(client.publish_stream("ORDERS", iter(messages), batch_size=128, window=4))
         assert len(replies) == 3000
         refused = {i: r for i, r in enumerate(replies) if r.error_code}
@@ -57,7 +57,7 @@ def test_stream_acks_every_message_in_order_and_refuses_bad_ones_alone(
 
 
 def test_stream_takes_both_batch_forms_and_refuses_a_batch_that_mixes_them(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     from processor.wire import sow_pb2
 
@@ -87,7 +87,7 @@ def test_stream_takes_both_batch_forms_and_refuses_a_batch_that_mixes_them(
             batch_id=5, topic="ORDERS", data=[one(10)], publisher="p"
         ),
     ]
-    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (_, client):
+    with running_sow(backend, orders(unique), tmp_path, unique) as (_, client):
         acks = list(client._stub.PublishStream(iter(batches), timeout=30))
         assert [a.batch_id for a in acks] == [1, 2, 3, 4, 5]
         for ack in acks[:2]:
@@ -108,9 +108,9 @@ def test_stream_takes_both_batch_forms_and_refuses_a_batch_that_mixes_them(
 
 
 def test_a_message_over_the_limit_is_refused_at_publish(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
-    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (_, client):
+    with running_sow(backend, orders(unique), tmp_path, unique) as (_, client):
         big = orjson.dumps({"orderId": 1, "blob": "x" * 1_500_000})
         with pytest.raises(ServiceError) as caught:
             client.publish("ORDERS", big)
@@ -125,9 +125,9 @@ def test_a_message_over_the_limit_is_refused_at_publish(
 
 
 def test_concurrent_unary_publishes_all_land_and_apply(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
-    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (_, client):
+    with running_sow(backend, orders(unique), tmp_path, unique) as (_, client):
         positions: list[tuple[str, int, int]] = []
         lock = threading.Lock()
 
@@ -150,11 +150,11 @@ def test_concurrent_unary_publishes_all_land_and_apply(
 
 
 def test_cli_publish_streams_stdin_and_waits_until_applied(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     lines = "\n".join(orjson.dumps({"orderId": i % 700, "n": i}).decode() for i in range(2000))
     lines += '\n{"orderId": \n'  # one bad line at the end
-    with running_sow(bootstrap, orders(unique), tmp_path, unique) as (app, client):
+    with running_sow(backend, orders(unique), tmp_path, unique) as (app, client):
         done = subprocess.run(
             [
                 sys.executable,
@@ -188,7 +188,7 @@ def test_cli_publish_streams_stdin_and_waits_until_applied(
 
 
 def test_a_resent_publish_is_applied_once_also_after_a_restart(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     """What a client does after a timeout: send the same (publisher, sequence) again."""
     import grpc
@@ -211,10 +211,10 @@ def test_a_resent_publish_is_applied_once_also_after_a_restart(
         return str(orjson.loads(records[0].data)["v"])
 
     topology = orders(unique)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         assert value(client, send(app.grpc_address, 1, "first")) == "first"
         assert value(client, send(app.grpc_address, 1, "resent")) == "first"
         assert value(client, send(app.grpc_address, 2, "second")) == "second"
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         assert value(client, send(app.grpc_address, 2, "resent after restart")) == "second"
         assert value(client, send(app.grpc_address, 3, "third")) == "third"

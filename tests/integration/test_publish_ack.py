@@ -33,10 +33,10 @@ def found(client: SowClient, sow_key: str, version: int) -> bool:
 
 
 def test_a_processed_unary_publish_is_found_right_after_its_ack(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     missed: list[int] = []
-    with running_sow(bootstrap, namespaced(unique, ORDERS), tmp_path, unique) as (_, client):
+    with running_sow(backend, namespaced(unique, ORDERS), tmp_path, unique) as (_, client):
 
         def publisher(first: int) -> None:
             for i in range(first, 1000, 8):
@@ -55,17 +55,17 @@ def test_a_processed_unary_publish_is_found_right_after_its_ack(
 
 
 def test_a_processed_stream_batch_is_found_right_after_its_ack(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
-    with running_sow(bootstrap, namespaced(unique, ORDERS), tmp_path, unique) as (_, client):
+    with running_sow(backend, namespaced(unique, ORDERS), tmp_path, unique) as (_, client):
         messages = (orjson.dumps({"orderId": i, "v": 2}) for i in range(1000))
         replies = client.publish_stream("ORDERS", messages, batch_size=100, ack="processed")
         missed = [r.sow_key for r in replies if not found(client, r.sow_key, 2)]
     assert missed == []
 
 
-def test_the_cli_publishes_with_processed_acks(bootstrap: str, tmp_path: Path, unique: str) -> None:
-    with running_sow(bootstrap, namespaced(unique, ORDERS), tmp_path, unique) as (app, client):
+def test_the_cli_publishes_with_processed_acks(backend: str, tmp_path: Path, unique: str) -> None:
+    with running_sow(backend, namespaced(unique, ORDERS), tmp_path, unique) as (app, client):
         command = [sys.executable, "-m", "processor.cli", "publish", "ORDERS", "--ack"]
         process = subprocess.Popen(
             [*command, "processed", "--server", app.grpc_address],

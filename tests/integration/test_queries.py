@@ -219,16 +219,16 @@ def test_unknown_topic_and_bad_delete_change_nothing(sow: SowClient) -> None:
 
 
 @pytest.mark.smoke
-def test_indexes_survive_restart(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_indexes_survive_restart(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, INDEXED)
     rows = [{"id": i, "region": "EU" if i % 2 else "US"} for i in range(40)]
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         at = publish_all(client, "INDEXED", rows)
         at += publish_all(client, "INDEXED", [{"id": 1, "region": "US"}])
         records, _, end = client.query("INDEXED", min_position=at, filter="/region = 'EU'")
         assert end.plan == "hash-index(/region)"
         assert len(records) == 19
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         at = publish_all(client, "INDEXED", [{"id": 3, "region": "US"}])
         records, _, end = client.query("INDEXED", min_position=at, filter="/region = 'EU'")
         assert end.plan == "hash-index(/region)"

@@ -51,10 +51,10 @@ def _sow(client: SowClient, text: str) -> dict[str, Any]:
 
 
 def test_a_sow_and_subscribe_replace_sends_new_records_oofs_the_others_with_no_gap(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, QUOTES)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         published = [client.publish("QUOTES", _quote(k, p)) for k, p in [(1, 60), (2, 40), (3, 70)]]
         client.query("QUOTES", min_position=[p.position for p in published])
         session = client.session()
@@ -102,10 +102,10 @@ def test_a_sow_and_subscribe_replace_sends_new_records_oofs_the_others_with_no_g
 
 
 def test_a_subscribe_replace_applies_from_the_next_change(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, QUOTES)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         session = client.session()
         collector = Collector(session)
         session.subscribe("QUOTES", "s", filter="/id = 1")
@@ -134,10 +134,10 @@ def test_a_subscribe_replace_applies_from_the_next_change(
 
 
 def test_a_refused_replace_ends_the_subscription_with_the_reason(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, QUOTES)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         session = client.session()
         collector = Collector(session)
         session.sow_and_subscribe("QUOTES", "nobody", filter="/price > 1", replace=True)

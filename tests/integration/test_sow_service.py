@@ -24,11 +24,9 @@ def _data(record: object) -> dict[str, object]:
     return orjson.loads(record.data)  # type: ignore[attr-defined]
 
 
-def test_seed_example_update_replaces_the_record(
-    bootstrap: str, tmp_path: Path, unique: str
-) -> None:
+def test_seed_example_update_replaces_the_record(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         first = client.publish("ORDERS", b'{"orderId":1,"symbol":"MSFT","price":50}')
         second = client.publish("ORDERS", b'{"orderId":2,"symbol":"IBM","price":120}')
         update = client.publish("ORDERS", b'{"orderId":2,"symbol":"IBM","price":95}')
@@ -46,7 +44,7 @@ def test_seed_example_update_replaces_the_record(
         assert [r.sow_key for r in only] == [second.sow_key]
 
 
-def test_composite_keys_and_key_domains(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_composite_keys_and_key_domains(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(
         unique,
         SowTopic("INVOICES", keys=("/invoice", "/customerId")),
@@ -54,7 +52,7 @@ def test_composite_keys_and_key_domains(bootstrap: str, tmp_path: Path, unique: 
         SowTopic("OpenOrders", keys=("/orderId",), key_domain="orders"),
         SowTopic("Other", keys=("/orderId",)),
     )
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         keys = {
             (inv, cust): client.publish(
                 "INVOICES", json.dumps({"invoice": inv, "customerId": cust}).encode()
@@ -71,11 +69,9 @@ def test_composite_keys_and_key_domains(bootstrap: str, tmp_path: Path, unique: 
         assert other.sow_key != shipping.sow_key
 
 
-def test_delete_by_sow_keys_counts_what_existed(
-    bootstrap: str, tmp_path: Path, unique: str
-) -> None:
+def test_delete_by_sow_keys_counts_what_existed(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         a = client.publish("ORDERS", b'{"orderId": 1}')
         b = client.publish("ORDERS", b'{"orderId": 2}')
         reply = client.delete("ORDERS", [a.sow_key, "1234567"])
@@ -84,9 +80,9 @@ def test_delete_by_sow_keys_counts_what_existed(
         assert [r.sow_key for r in records] == [b.sow_key]
 
 
-def test_bad_requests_get_clear_errors(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_bad_requests_get_clear_errors(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, ORDERS, SowTopic("BLOBS", message_type="binary"))
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         with pytest.raises(ServiceError) as unknown:
             client.query("NOPE")
         assert unknown.value.code == "NOT_FOUND"
@@ -162,7 +158,7 @@ def test_bad_records_go_to_the_dead_letter_topic(
 
 
 def test_text_form_publishes_and_reads_avro_and_binary(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     """The CLI's path: JSON text in, encoded with the topic's Avro schema; JSON text out."""
     schema = {
@@ -177,7 +173,7 @@ def test_text_form_publishes_and_reads_avro_and_binary(
         SowTopic("QUOTES", message_type="avro", keys=("/symbol",), schema=str(schema_path)),
         SowTopic("BLOBS", message_type="binary"),
     )
-    with running_sow(bootstrap, topology, tmp_path / "state", unique) as (_, client):
+    with running_sow(backend, topology, tmp_path / "state", unique) as (_, client):
         quote = client.publish("QUOTES", b'{"symbol": "IBM", "bid": 1.5}', text_form=True)
         records, _, _ = client.query("QUOTES", min_position=[quote.position], text_form=True)
         assert [orjson.loads(r.data) for r in records] == [{"symbol": "IBM", "bid": 1.5}]

@@ -28,10 +28,10 @@ def _open(client: SowClient, **options: Any) -> Collector:
 
 
 def test_oof_deleted_and_match_carry_the_last_value_seen(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         a = client.publish("ORDERS", b'{"orderId": 1, "price": 20}')
         b = client.publish("ORDERS", b'{"orderId": 2, "price": 30}')
         _applied(client, a, b)
@@ -100,10 +100,10 @@ def test_oof_expired_from_an_expiry_tombstone(bootstrap: str, tmp_path: Path, un
 
 
 def test_subscribe_oof_only_for_records_it_received_and_no_empties(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         old = client.publish("ORDERS", b'{"orderId": 1, "price": 20}')
         _applied(client, old)
         live = Collector(client.subscribe("ORDERS", oof=True, no_empties=True))

@@ -28,10 +28,10 @@ def _quote(key: int, symbol: str, price: int) -> bytes:
 
 
 def test_one_session_carries_many_subscriptions_each_with_its_own_changes(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, QUOTES)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         first = client.publish("QUOTES", _quote(0, "S0", 50))
         client.query("QUOTES", min_position=[first.position])
         session = client.session()
@@ -72,10 +72,10 @@ def test_one_session_carries_many_subscriptions_each_with_its_own_changes(
 
 
 def test_a_session_subscription_ends_alone_when_refused_or_unsubscribed(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, QUOTES)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         session = client.session()
         collector = Collector(session)
         session.subscribe("QUOTES", "good", filter="/price > 1")

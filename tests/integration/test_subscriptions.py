@@ -17,10 +17,10 @@ ORDERS = SowTopic("ORDERS", keys=("/orderId",), partitions=2)
 
 @pytest.mark.smoke
 def test_sow_and_subscribe_sends_the_query_then_later_changes(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         first = client.publish("ORDERS", b'{"orderId": 1, "symbol": "IBM", "price": 10}')
         second = client.publish("ORDERS", b'{"orderId": 2, "symbol": "MSFT", "price": 20}')
         client.query("ORDERS", min_position=[first.position, second.position])
@@ -58,10 +58,10 @@ def test_sow_and_subscribe_sends_the_query_then_later_changes(
 
 @pytest.mark.smoke
 def test_subscribe_delivers_live_changes_of_a_regex_topic(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, ORDERS, SowTopic("ORDERS_EU", keys=("/orderId",)))
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         before = client.publish("ORDERS", b'{"orderId": 1, "price": 10}')
         client.query("ORDERS", min_position=[before.position])
         collector = Collector(client.subscribe("^ORDERS", filter="/price > 5", sub_id="live"))
@@ -80,9 +80,9 @@ def test_subscribe_delivers_live_changes_of_a_regex_topic(
         collector.stop()
 
 
-def test_bad_subscriptions_get_clear_errors(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_bad_subscriptions_get_clear_errors(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         unknown = Collector(client.subscribe("NOPE"))
         unknown.done.wait(10)
         assert unknown.error is not None
@@ -98,13 +98,13 @@ def test_bad_subscriptions_get_clear_errors(bootstrap: str, tmp_path: Path, uniq
 
 
 def test_a_slow_consumer_is_disconnected_while_others_keep_up(
-    bootstrap: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str
 ) -> None:
     import threading
     import time
 
     topology = namespaced(unique, ORDERS)
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         hub = app.subscriptions
         assert hub is not None
         paused = threading.Event()

@@ -23,27 +23,27 @@ def _transient(kind: RecoveryKind) -> SowTopic:
     )
 
 
-def test_transient_epoch_rebuilds_everything(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_transient_epoch_rebuilds_everything(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, _transient(RecoveryKind.EPOCH))
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         client.publish("TICKS", b'{"id": 1}')
         last = client.publish("TICKS", b'{"id": 2}')
         records, _, _ = client.query("TICKS", min_position=[last.position])
         assert _ids(records) == [1, 2]
     assert not any(tmp_path.rglob("CURRENT")), "a transient topic wrote a RocksDB store"
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         again = client.publish("TICKS", b'{"id": 3}')
         records, _, _ = client.query("TICKS", min_position=[again.position])
         assert _ids(records) == [1, 2, 3]
 
 
-def test_transient_now_starts_empty(bootstrap: str, tmp_path: Path, unique: str) -> None:
+def test_transient_now_starts_empty(backend: str, tmp_path: Path, unique: str) -> None:
     topology = namespaced(unique, _transient(RecoveryKind.NOW))
-    with running_sow(bootstrap, topology, tmp_path, unique) as (_, client):
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
         last = client.publish("TICKS", b'{"id": 1}')
         records, _, _ = client.query("TICKS", min_position=[last.position])
         assert _ids(records) == [1]
-    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         assert app.processor is not None
         assert app.processor.ready.wait(60)
         fresh = client.publish("TICKS", b'{"id": 2}')

@@ -32,7 +32,7 @@ LAYERS: list[set[str]] = [
     {"server", "client"},
     {"worker"},
     {"app"},
-    {"cli"},
+    {"cli", "testing"},
 ]
 RANK = {room: rank for rank, rooms in enumerate(LAYERS) for room in rooms}
 
