@@ -1,9 +1,12 @@
-"""Change events: what the read replica tells its listeners about each applied change.
+"""Change events: each change of a record, as the engine makes it and the replica applies it.
 
-The replica is the one place that turns changelog records into changes (ARCHITECTURE.md,
-"The live path"); subscriptions, out-of-focus notifications, conflation and views listen
-to it instead of re-reading Kafka. See :class:`~processor.replica.replica.Replica` for when
-events are delivered and under which lock.
+The engine hands them to its listeners inside the transaction that makes the change
+(:mod:`processor.engine.transaction`: expiry's due index, and views and queues to come).
+Its changelog carries them to the read replica, the one place that turns changelog
+records back into changes (ARCHITECTURE.md, "The live path"); subscriptions,
+out-of-focus notifications and conflation listen to the replica instead of re-reading
+Kafka. See :class:`~processor.replica.replica.Replica` for when those events are
+delivered and under which lock.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import Enum
 
 from processor import changelog
@@ -39,22 +41,65 @@ class ChangeReason(Enum):
         return cls.EXPIRE if reason in (b"expired", b"expire") else cls.DELETE
 
 
-@dataclass(frozen=True, slots=True)
-class ChangeEvent:
-    """One change of one record, as the replica applied it.
+_UNREAD: object = object()
 
-    ``old`` is the record's envelope before the change (None: it did not exist), ``new``
-    after it (None: deleted). Envelopes are the changelog's encoded bytes;
-    ``new_envelope`` decodes the new one. ``position`` is the changelog record that made the
-    change (for a partition restart, the record or position where the restart was seen).
+
+class ChangeEvent:
+    """One change of one record: what the engine does as it applies a command
+    (:mod:`processor.engine.transaction`), and what the read replica applies from the
+    changelog. Immutable by contract; compared and hashed by its six fields.
+
+    ``old`` is the record's envelope before the change (None: it did not exist; in the
+    engine, read only for listeners that need it), ``new`` after it (None: deleted).
+    Envelopes are the changelog's encoded bytes; ``new_envelope`` decodes the new one.
+    ``position`` is the log record behind the change: in the replica the changelog record
+    (for a partition restart, the record or position where it was seen); in the engine
+    the input command, or the changelog partition with offset -1 for an expiry.
     """
 
-    topic: str
-    sow_key: bytes
-    old: bytes | None
-    new: bytes | None
-    position: ChangelogPosition
-    reason: ChangeReason
+    __slots__ = ("_expiration", "new", "old", "position", "reason", "sow_key", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        sow_key: bytes,
+        old: bytes | None,
+        new: bytes | None,
+        position: ChangelogPosition,
+        reason: ChangeReason,
+        expiration_ms: int | object | None = _UNREAD,
+    ) -> None:
+        self.topic = topic
+        self.sow_key = sow_key
+        self.old = old
+        self.new = new
+        self.position = position
+        self.reason = reason
+        self._expiration = expiration_ms
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.topic, self.sow_key, self.old, self.new, self.position, self.reason)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ChangeEvent):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"ChangeEvent({self.topic!r}, {self.sow_key!r}, old={self.old!r}, "
+            f"new={self.new!r}, {self.position!r}, {self.reason.name})"
+        )
+
+    def expiration_ms(self) -> int | None:
+        """The new record's expiration instant (ms since the epoch; None: never, or
+        deleted). Known without decoding when the engine made the event."""
+        if self._expiration is _UNREAD:
+            self._expiration = None if self.new is None else changelog.expiration_of(self.new)
+        return self._expiration  # type: ignore[return-value]
 
     def new_envelope(self) -> changelog.Envelope | None:
         """The decoded record after the change, or None."""

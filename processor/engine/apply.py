@@ -37,6 +37,7 @@ from typing import Any
 from processor import changelog
 from processor.changelog import POSITION_HEADER, REASON_HEADER, format_position
 from processor.changelog.commands import FILTER_DELETE_KEY, FILTER_HEADER
+from processor.changelog.events import ChangeReason
 from processor.engine.dead_letter import (
     ERROR_HEADERS,
     DeadLetters,
@@ -45,9 +46,9 @@ from processor.engine.dead_letter import (
     no_translation,
 )
 from processor.engine.delta_merge import delta_key, merge_delta
-from processor.engine.expiry import note_due
 from processor.engine.headers import Sequenced, delta_form, publish_options, sequenced
 from processor.engine.partition import PartitionState
+from processor.engine.transaction import PartitionBatch, Transaction
 from processor.errors import (
     BrokerError,
     ExpressionError,
@@ -79,7 +80,6 @@ class Route:
         "from_input",
         "key_function",
         "partitions",
-        "pending",
         "placed",
         "plain",
         "state",
@@ -95,7 +95,6 @@ class Route:
         self.changelog = state.topic.changelog_topic
         self.partitions = state.topic.partitions
         self.writer = state.writers[log_topic]
-        self.pending = state.pending
         self.decode = state.codec.decode
         self.key_function = state.key_function
         #: No topic expiration: a publish without headers needs no header parsing.
@@ -119,13 +118,20 @@ class Route:
         return False
 
 
+_PUBLISH = ChangeReason.PUBLISH
+_DELETE = ChangeReason.DELETE
+
+
 def _reached(
-    offsets: dict[TopicPartitionKey, int], run: TopicPartitionKey | None, route: Route, last: int
+    offsets: dict[TopicPartitionKey, int],
+    run: TopicPartitionKey | None,
+    batch: PartitionBatch,
+    last: int,
 ) -> None:
     """Note a run's end: the next offset to read from its log partition is ``last + 1``."""
     assert run is not None
     offsets[run] = last + 1
-    route.state.progress[run[0]] = last + 1
+    batch.reached(run[0], last + 1)
 
 
 class Applier:
@@ -169,20 +175,23 @@ class Applier:
         self.repartitioned, self.duplicates, self.dead_letters.count = counters
 
     def apply(
-        self, records: Sequence[Record], now_ms: int
-    ) -> tuple[dict[TopicPartitionKey, int], set[PartitionState]]:
-        """Apply records in offset order; return next offsets and the partitions touched.
+        self, transaction: Transaction, records: Sequence[Record]
+    ) -> dict[TopicPartitionKey, int]:
+        """Apply records in offset order into the transaction's batches (a partition
+        with records is touched even when none of them changes it); return the next
+        offset to read per log partition.
 
-        Records of one partition arrive in runs; the route is looked up once per run.
-        Raises only for failures that are not one record's (broker, store); the caller
-        then abandons the whole transaction.
+        Records of one partition arrive in runs; the route and its batch are looked up
+        once per run. Raises only for failures that are not one record's (broker,
+        store); the caller then abandons the whole transaction.
         """
         produce = self.produce
         routes = self.routes
+        now_ms = transaction.now_ms
         offsets: dict[TopicPartitionKey, int] = {}
-        touched: set[PartitionState] = set()
         run: TopicPartitionKey | None = None
         route: Route | None = None
+        batch: PartitionBatch | None = None
         last = -1  # the offset of the run's latest record (noted when the run ends)
         for record in records:
             error = record.error()
@@ -195,14 +204,13 @@ class Applier:
             log_topic = record.topic()
             partition = record.partition()
             if run is None or run[0] != log_topic or run[1] != partition:
-                if route is not None and last >= 0:
-                    _reached(offsets, run, route, last)
+                if batch is not None and last >= 0:
+                    _reached(offsets, run, batch, last)
                 run = (log_topic, partition)
                 route = routes.get(run)
                 last = -1
-                if route is not None:
-                    touched.add(route.state)
-            if route is None:  # revoked during this batch's rebalance
+                batch = None if route is None else transaction.batch(route.state)
+            if route is None or batch is None:  # revoked during this batch's rebalance
                 continue
             offset = last = record.offset()
             value = record.value()
@@ -213,7 +221,7 @@ class Applier:
             try:
                 headers = record.headers()
                 if value is None or key_function is None or (headers and delta_form(headers)):
-                    self._apply_slow(record, route, value, key, now_ms)
+                    self._apply_slow(record, route, batch, value, key, now_ms)
                     continue
                 sow_key = key_function(route.decode(value)).encode()
                 if headers is None and route.plain:
@@ -247,12 +255,10 @@ class Applier:
             except Exception as exc:  # any failure of one record dead-letters it; the loop goes on
                 self._reject(record, route, exc)
                 continue
-            route.pending[sow_key] = envelope
-            if expiration_ms is not None:
-                note_due(route.state, sow_key, expiration_ms, now_ms)
-        if route is not None and last >= 0:
-            _reached(offsets, run, route, last)
-        return offsets, touched
+            batch.write(sow_key, envelope, _PUBLISH, log_topic, offset, expiration_ms)
+        if batch is not None and last >= 0:
+            _reached(offsets, run, batch, last)
+        return offsets
 
     def _reject(self, record: Record, route: Route, exc: Exception) -> None:
         """A record failed before its change was recorded: dead-letter it when the failure
@@ -296,7 +302,13 @@ class Applier:
         return True
 
     def _apply_slow(
-        self, record: Record, route: Route, value: bytes | None, key: bytes | None, now_ms: int
+        self,
+        record: Record,
+        route: Route,
+        batch: PartitionBatch,
+        value: bytes | None,
+        key: bytes | None,
+        now_ms: int,
     ) -> None:
         """Deletes, delta publishes, and publishes to topics whose publishers provide the
         SowKey.
@@ -305,7 +317,7 @@ class Applier:
         """
         state = route.state
         if value is None and key == FILTER_DELETE_KEY:
-            self._delete_by_filter(record, route)
+            self._delete_by_filter(record, route, batch)
             return
         if value is None:
             sow_key = self._delete_key(state, key)
@@ -328,15 +340,15 @@ class Applier:
             self._repartition(record, state, sow_key)
             return
         if value is None:
-            if state.lookup(sow_key) is None:
+            if batch.lookup(sow_key) is None:
                 return  # deleting what is not there changes nothing
             position = format_position(record.topic(), partition, record.offset())
             headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
             self._produce_after_drain(route.changelog, None, sow_key, partition, headers)
-            state.pending[sow_key] = None
+            batch.write(sow_key, None, _DELETE, record.topic(), record.offset())
             return
         if delta is not None:
-            value, correlation_id = merge_delta(state, sow_key, value, delta, correlation_id)
+            value, correlation_id = merge_delta(batch, sow_key, value, delta, correlation_id)
         envelope = route.writer.encode(
             record.offset(),
             sow_key,
@@ -347,11 +359,9 @@ class Applier:
             correlation_id,
         )
         self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
-        state.pending[sow_key] = envelope
-        if expiration_ms is not None:
-            note_due(state, sow_key, expiration_ms, now_ms)
+        batch.write(sow_key, envelope, _PUBLISH, record.topic(), record.offset(), expiration_ms)
 
-    def _delete_by_filter(self, record: Record, route: Route) -> None:
+    def _delete_by_filter(self, record: Record, route: Route, batch: PartitionBatch) -> None:
         """Delete every record of the partition that matches the command's filter."""
         headers = record.headers()
         text = next((raw for name, raw in headers or () if name == FILTER_HEADER), None)
@@ -374,7 +384,7 @@ class Applier:
             return
         state = route.state
         try:
-            matched = _matching(state, route.decode, expression)
+            matched = _matching(batch, route.decode, expression)
         except Exception as exc:  # see below: one bad command must not stop the loop
             # Nothing was written yet: the command goes to the dead-letter topic whole
             # and the loop goes on (a filter too deep to compile, a damaged record).
@@ -383,8 +393,8 @@ class Applier:
         position = format_position(record.topic(), partition, record.offset())
         tombstone = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
         for sow_key in matched:
-            state.pending[sow_key] = None
             self._produce_after_drain(route.changelog, None, sow_key, partition, tombstone)
+            batch.write(sow_key, None, _DELETE, record.topic(), record.offset())
         log.info(
             "filter delete at %s deleted %d records of %s[%d]",
             position.decode(),
@@ -431,12 +441,12 @@ class Applier:
 
 
 def _matching(
-    state: PartitionState, decode: Callable[[bytes], Any], expression: Expression
+    batch: PartitionBatch, decode: Callable[[bytes], Any], expression: Expression
 ) -> list[bytes]:
     """The SowKeys of a partition's records (this transaction's writes included) that
     match a filter."""
     matched: list[bytes] = []
-    for sow_key, envelope in state.items():
+    for sow_key, envelope in batch.items():
         decoded = changelog.decode(envelope)
         try:
             message = decode(decoded.data)

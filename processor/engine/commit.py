@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from processor.changelog import PROGRESS_KEY, encode_progress, publisher_record
-from processor.engine.partition import PartitionState
 from processor.engine.transaction import Transaction, TransactionStatus
 from processor.errors import ValueFormatError
 from processor.log import TopicPartitionKey, TransactionalLog
@@ -97,12 +96,12 @@ def _stall_hook(spec: str | None) -> CrashHook | None:
 def commit(
     transaction: Transaction,
     producer: TransactionalLog,
-    touched: Iterable[PartitionState],
     offsets: Mapping[TopicPartitionKey, int],
     group: object,
     crash: CrashHook | None = None,
 ) -> None:
-    """Make one applied batch durable.
+    """Make one applied batch durable: the partitions it touched are the transaction's
+    batches (:class:`~processor.engine.transaction.PartitionBatch`).
 
     The changelog records of the batch were produced while it was applied. Then:
 
@@ -121,16 +120,18 @@ def commit(
     A crash before 3 leaves an aborted transaction (Kafka drops it; stores untouched; the
     batch is re-read from the committed offsets). A crash between 3 and 4 leaves stores
     behind their changelog, which recovery replays. On any error the transaction is marked
-    FAILED and the caller must discard pending state and re-read from committed offsets.
+    FAILED (its batches refuse any further use) and the caller must discard the
+    partitions' state and re-read from committed offsets.
     """
-    partitions = list(touched)
+    batches = transaction.batches
     try:
-        for state in partitions:
+        for batch in batches:
+            state = batch.state
             changelog = state.topic.changelog_topic
             for publisher, sequence in state.publishers.changed.items():
                 key, value = publisher_record(publisher, sequence)
                 producer.produce(changelog, value, key, state.partition)
-            reached = state.applied | state.progress
+            reached = state.applied | batch.progress
             positions = [(topic, state.partition, nxt) for topic, nxt in reached.items()]
             progress = encode_progress(positions)
             producer.produce_tracked(changelog, progress, PROGRESS_KEY, state.partition)
@@ -144,15 +145,13 @@ def commit(
         ends = producer.commit()
         if crash:
             crash("committed")
-        for state in partitions:
+        for batch in batches:
+            state = batch.state
             end = ends[(state.topic.changelog_topic, state.partition)]
             meta = state.publishers.changed_meta()
             meta[CHANGELOG_OFFSET] = offset_bytes(end + 1)
-            state.store.write(state.pending, meta, state.due)
-            state.pending.clear()
-            state.due.clear()
-            state.applied.update(state.progress)
-            state.progress.clear()
+            state.store.write(batch.writes, meta, batch.due)
+            state.applied.update(batch.progress)
             state.publishers.committed()
         if crash:
             crash("stored")

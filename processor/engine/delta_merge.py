@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from processor import changelog
 from processor.engine.partition import PartitionState
+from processor.engine.transaction import PartitionBatch
 from processor.errors import MissingKeyError
 from processor.keys import validate_user_key
 
@@ -33,7 +34,7 @@ def delta_key(state: PartitionState, value: bytes, key: bytes | None, form: byte
 
 
 def merge_delta(
-    state: PartitionState,
+    batch: PartitionBatch,
     sow_key: bytes,
     value: bytes,
     form: bytes,
@@ -44,9 +45,10 @@ def merge_delta(
 
     Raises MessageError when the merge is not a message of the topic's type.
     """
-    stored = state.lookup(sow_key)
+    stored = batch.lookup(sow_key)
+    codec = batch.state.codec
     if stored is None:
-        return state.codec.merge(None, value, form == b"json"), correlation_id
+        return codec.merge(None, value, form == b"json"), correlation_id
     data, stored_correlation = changelog.data_and_correlation_of(stored)
-    merged = state.codec.merge(data, value, form == b"json")
+    merged = codec.merge(data, value, form == b"json")
     return merged, correlation_id if correlation_id is not None else stored_correlation

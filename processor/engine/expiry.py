@@ -8,9 +8,10 @@ carries it as ``expiration_ms``).
 
 The due index: each store partition's ``due`` index (:meth:`Store.due_keys`) holds one
 key per record version that has an expiration, ``due_key(due_ms, SowKey)`` (the due time
-as 8 big-endian bytes, so key order is due order). It is written in the same commit as
-the record (:func:`processor.engine.commit.commit`) and rebuilt with the records when a
-store is restored from its changelog (:mod:`processor.engine.recovery`). Entries are
+as 8 big-endian bytes, so key order is due order). :class:`DueIndex` keeps it from the
+engine's change events, in the batch of the transaction that writes the record, so it
+commits with the record (:func:`processor.engine.commit.commit`); it is rebuilt with the
+records when a store is restored from its changelog (:mod:`processor.engine.recovery`). Entries are
 never updated in place: an update or delete leaves its record's earlier entry behind,
 and a due entry is checked against the record's current envelope when it is reached
 (stale ones are dropped). Nothing ever scans the records.
@@ -33,7 +34,9 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Mapping, Sequence
 
 from processor.changelog import REASON_HEADER, expiration_of
+from processor.changelog.events import ChangeEvent, ChangeReason
 from processor.engine.partition import PartitionState
+from processor.engine.transaction import PartitionBatch, Transaction
 
 #: The ``sow.reason`` of an expiry tombstone (the replica maps it to ChangeReason.EXPIRE).
 EXPIRED = b"expired"
@@ -55,14 +58,23 @@ def split_due_key(key: bytes) -> tuple[int, bytes]:
     return int.from_bytes(key[:8], "big"), key[8:]
 
 
-def note_due(state: PartitionState, sow_key: bytes, expiration_ms: int, now_ms: int) -> None:
-    """Index a record version written in the current transaction that expires at
-    ``expiration_ms``. An instant already past counts as due ``now_ms``, so the entry
-    never lands below the part of the index the expirer has already worked off."""
-    key = due_key(max(expiration_ms, now_ms), sow_key)
-    state.due[key] = b""
-    if key < state.due_floor:
-        state.due_floor = b""
+class DueIndex:
+    """Indexes each record version written with an expiration (the change listener of
+    every topic with expiration enabled). An instant already past counts as due at the
+    transaction's time, so the entry never lands below the part of the index the expirer
+    has already worked off."""
+
+    needs_old = False
+
+    def on_change(self, event: ChangeEvent, batch: PartitionBatch) -> None:
+        expiration_ms = event.expiration_ms()
+        if expiration_ms is None:
+            return
+        key = due_key(max(expiration_ms, batch.now_ms), event.sow_key)
+        batch.due[key] = b""
+        state = batch.state
+        if key < state.due_floor:
+            state.due_floor = b""
 
 
 def expiring_states(
@@ -106,13 +118,12 @@ class Expirer:
             if state.topic.expiration_s is not None
         )
 
-    def expire(self, states: Sequence[PartitionState], now_ms: int) -> set[PartitionState]:
-        """Delete the records due at ``now_ms`` (up to ``limit`` index entries, taking
-        the partitions in turn from one call to the next); return the partitions whose
-        pending changes (records or index) grew, which the caller must commit."""
-        touched: set[PartitionState] = set()
+    def expire(self, transaction: Transaction, states: Sequence[PartitionState]) -> None:
+        """Delete the records due at the transaction's time (up to ``limit`` index entries,
+        taking the partitions in turn from one call to the next), in its batches."""
         if not states:
-            return touched
+            return
+        now_ms = transaction.now_ms
         before = due_key(now_ms + 1, b"")
         budget = self.limit
         first = self._turn % len(states)
@@ -125,17 +136,16 @@ class Expirer:
             keys = state.store.due_keys(state.due_floor, before, budget)
             if not keys:
                 continue
-            touched.add(state)
             budget -= len(keys)
-            self.expired += self._expire_keys(state, keys, now_ms)
+            self.expired += self._expire_keys(transaction.batch(state), keys, now_ms)
             state.due_floor = keys[-1]
-        return touched
 
-    def _expire_keys(self, state: PartitionState, keys: list[bytes], now_ms: int) -> int:
+    def _expire_keys(self, batch: PartitionBatch, keys: list[bytes], now_ms: int) -> int:
         """Drop the index entries ``keys`` and delete those of their records that are
         still due (an entry whose record was since deleted, or updated to a later or no
         expiration, is stale)."""
-        due, pending, lookup = state.due, state.pending, state.lookup
+        due, lookup = batch.due, batch.lookup
+        state = batch.state
         changelog, partition = state.topic.changelog_topic, state.partition
         produce = self._produce
         expired = 0
@@ -154,6 +164,6 @@ class Expirer:
                     break
                 except BufferError:
                     self._drain()
-            pending[sow_key] = None
+            batch.write(sow_key, None, ChangeReason.EXPIRE, changelog, -1)
             expired += 1
         return expired

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook, commit
-from processor.engine.expiry import Expirer, expiring_states
+from processor.engine.expiry import DueIndex, Expirer, expiring_states
 from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
     Restored,
@@ -57,7 +57,7 @@ from processor.engine.recovery import (
 )
 from processor.engine.republish import republish_pending, republish_steps
 from processor.engine.standby import Standby
-from processor.engine.transaction import Transaction
+from processor.engine.transaction import ChangeListener, Listeners, Transaction
 from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopReport, StallJudge
 from processor.errors import BrokerError, FencedError, StaleGroupError, StalledError
 from processor.keys import key_function
@@ -148,12 +148,16 @@ class Processor:
         standby_tail: Callable[[], ChangelogTail] | None = None,
         stall_after_s: float = DEFAULT_STALL_AFTER_S,
         clock: Callable[[], float] = time.time,
+        listeners: Listeners | None = None,
     ) -> None:
         """``standby_tail`` makes changelog tails for standby stores (None: no standby
         stores); only a consumer-group member has partitions it does not own.
         ``stall_after_s``: how long a sign of being stuck may last before the watchdog
         (when ``connections.end_offsets`` is given) calls the processor stuck.
-        ``clock``: the time in seconds that apply times and expirations are taken from."""
+        ``clock``: the time in seconds that apply times and expirations are taken from.
+        ``listeners``: more change listeners per SOW topic name, fed every change the
+        processor makes to its records (expiry's due index is always one for a topic
+        with expiration)."""
         self.topology = topology
         self._connections = connections
         self._open_store = open_store
@@ -177,6 +181,14 @@ class Processor:
             self._by_log_topic[topic.kafka_topic] = (topic, True)
             self._by_log_topic[topic.repartition_topic] = (topic, False)
         self._states: dict[tuple[str, int], PartitionState] = {}
+        due_index = DueIndex()
+        self._listeners: dict[str, tuple[ChangeListener, ...]] = {
+            name: (
+                *((due_index,) if topic.expiration_s is not None else ()),
+                *(listeners or {}).get(name, ()),
+            )
+            for name, topic in topology.topics.items()
+        }
         self._applier: Applier | None = None
         self._expirer: Expirer | None = None
         #: Records deleted as expired by earlier pipelines (the current one counts its own).
@@ -441,21 +453,16 @@ class Processor:
                 # A failure anywhere below raises out of the pipeline, which drops every
                 # partition's pending state and restarts from the committed offsets; but
                 # offsets refused by a group that moved on abort the batch alone.
-                transaction = Transaction(self.transactions)
+                transaction = Transaction(self.transactions, now_ms, self._listeners)
                 counted = applier.counters()
                 producer.begin()
-                offsets, touched = applier.apply(records, now_ms)
+                offsets = applier.apply(transaction, records)
                 if expiring:
-                    touched |= expirer.expire(expiring, now_ms)
+                    expirer.expire(transaction, expiring)
                 try:
-                    if touched:
+                    if transaction.batches:
                         commit(
-                            transaction,
-                            producer,
-                            touched,
-                            offsets,
-                            consumer.group_metadata(),
-                            self._crash,
+                            transaction, producer, offsets, consumer.group_metadata(), self._crash
                         )
                     else:
                         producer.abort()

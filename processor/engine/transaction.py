@@ -1,9 +1,28 @@
-"""The transaction object: one batch of log records applied as a unit."""
+"""The transaction object: one batch of log records applied as a unit, and its cache.
+
+A :class:`Transaction` owns what the batch changed until it commits: per store partition
+a :class:`PartitionBatch` holding the batch's writes (which reads see before the store),
+its due-index changes and how far it read each input. Every call checks the transaction's
+status: once it failed or completed, its batches refuse reads and writes
+(TransactionStateError), so a failed batch can never leak into the next one. The commit
+protocol (:func:`processor.engine.commit.commit`) writes the batches to the stores.
+
+Change events: every write of a record (publish, delete, expiry) is also a
+:class:`~processor.changelog.events.ChangeEvent` (old value, new value, position,
+reason) handed, inside the transaction, to the :class:`ChangeListener` objects of the
+record's topic. Expiry's due index is one (:class:`processor.engine.expiry.DueIndex`);
+views and queues plug in the same way, and may write to the batch they are handed, so
+what they derive commits exactly once with the change.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
+from typing import Protocol
 
+from processor.changelog.events import ChangeEvent, ChangeReason
+from processor.engine.partition import PartitionState
 from processor.errors import TransactionStateError
 
 
@@ -16,14 +35,64 @@ class TransactionStatus(Enum):
     FAILED = "failed"
 
 
+_STARTED = TransactionStatus.STARTED
+
+
+class ChangeListener(Protocol):
+    """Fed the changes the engine makes to one SOW topic, in log order, inside the
+    transaction that makes them (single-threaded: the processor's loop)."""
+
+    #: Whether the listener reads ``event.old``: the engine reads a record's previous
+    #: value only when a listener of its topic needs it (else ``old`` is None).
+    needs_old: bool
+
+    def on_change(self, event: ChangeEvent, batch: PartitionBatch) -> None:
+        """Called after the change is in ``batch``; may change ``batch`` (its own index
+        entries), never another partition's."""
+        ...
+
+
+#: The change listeners of each SOW topic, by topic name.
+Listeners = Mapping[str, Sequence[ChangeListener]]
+
+
 class Transaction:
-    """Tracks the status of one batch; a failed or complete transaction is never reused."""
+    """One batch: its status and, per store partition it touched, its cache.
 
-    __slots__ = ("number", "status")
+    ``now_ms`` is the batch's apply time; ``listeners`` are fed the changes of each topic's
+    records. Not thread-safe: the processor's loop owns it.
+    """
 
-    def __init__(self, number: int) -> None:
+    __slots__ = ("_batches", "listeners", "now_ms", "number", "status")
+
+    def __init__(self, number: int, now_ms: int, listeners: Listeners | None = None) -> None:
         self.number = number
-        self.status = TransactionStatus.STARTED
+        self.now_ms = now_ms
+        self.listeners: Listeners = listeners or {}
+        self.status = _STARTED
+        self._batches: dict[PartitionState, PartitionBatch] = {}
+
+    def check_open(self) -> None:
+        """Raise TransactionStateError unless the transaction is still being applied."""
+        if self.status is not _STARTED:
+            raise TransactionStateError(
+                f"transaction {self.number} is {self.status.value}: its batch can no longer "
+                "be read or changed"
+            )
+
+    def batch(self, state: PartitionState) -> PartitionBatch:
+        """The cache of ``state`` in this transaction (the partition counts as touched
+        from then on: it commits with the transaction)."""
+        self.check_open()
+        batch = self._batches.get(state)
+        if batch is None:
+            batch = self._batches[state] = PartitionBatch(self, state)
+        return batch
+
+    @property
+    def batches(self) -> list[PartitionBatch]:
+        """The touched partitions' caches, in the order they were first touched."""
+        return list(self._batches.values())
 
     def advance(self, expected: TransactionStatus, new: TransactionStatus) -> None:
         """Move from ``expected`` to ``new``; anything else is a programming error."""
@@ -38,3 +107,80 @@ class Transaction:
         if self.status is TransactionStatus.COMPLETE:
             raise TransactionStateError(f"transaction {self.number} already completed")
         self.status = TransactionStatus.FAILED
+
+
+class PartitionBatch:
+    """One store partition's part of a transaction.
+
+    ``writes`` maps SowKey -> envelope (None: deleted) for records the batch changed;
+    ``due`` maps due-index key -> b"" (add) or None (drop); ``progress`` is the next input
+    offset per log topic the batch read. Reads and writes check the transaction is open.
+    """
+
+    __slots__ = ("_listeners", "_needs_old", "_transaction", "due", "progress", "state", "writes")
+
+    def __init__(self, transaction: Transaction, state: PartitionState) -> None:
+        self._transaction = transaction
+        self.state = state
+        self.writes: dict[bytes, bytes | None] = {}
+        self.due: dict[bytes, bytes | None] = {}
+        self.progress: dict[str, int] = {}
+        self._listeners = tuple(transaction.listeners.get(state.topic.name, ()))
+        self._needs_old = any(listener.needs_old for listener in self._listeners)
+
+    @property
+    def now_ms(self) -> int:
+        """The transaction's apply time."""
+        return self._transaction.now_ms
+
+    def write(
+        self,
+        sow_key: bytes,
+        new: bytes | None,
+        reason: ChangeReason,
+        log_topic: str,
+        offset: int,
+        expiration_ms: int | None = None,
+    ) -> None:
+        """Record the change of a SowKey to ``new`` (None: deleted), made by the record at
+        ``offset`` of ``log_topic`` (-1: none, an expiry), and tell the topic's listeners.
+        ``expiration_ms``: the new record's expiration instant (None: never)."""
+        if self._transaction.status is not _STARTED:
+            self._transaction.check_open()
+        if not self._listeners:
+            self.writes[sow_key] = new
+            return
+        old = self.lookup(sow_key) if self._needs_old else None
+        self.writes[sow_key] = new
+        position = (log_topic, self.state.partition, offset)
+        event = ChangeEvent(
+            self.state.topic.name, sow_key, old, new, position, reason, expiration_ms
+        )
+        for listener in self._listeners:
+            listener.on_change(event, self)
+
+    def lookup(self, sow_key: bytes) -> bytes | None:
+        """The current envelope of a SowKey, this batch's writes included."""
+        if self._transaction.status is not _STARTED:
+            self._transaction.check_open()
+        writes = self.writes
+        if sow_key in writes:
+            return writes[sow_key]
+        return self.state.store.get(sow_key)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every current (SowKey, envelope), this batch's writes included; the caller must
+        not write while iterating."""
+        self._transaction.check_open()
+        writes = self.writes
+        for sow_key, envelope in self.state.store.items():
+            if sow_key not in writes:
+                yield sow_key, envelope
+        for sow_key, written in writes.items():
+            if written is not None:
+                yield sow_key, written
+
+    def reached(self, log_topic: str, next_offset: int) -> None:
+        """Note that the batch read ``log_topic`` up to (not including) ``next_offset``."""
+        self._transaction.check_open()
+        self.progress[log_topic] = next_offset

@@ -15,6 +15,7 @@ from processor.changelog.commands import PUBLISHER_HEADER, SEQUENCE_HEADER
 from processor.engine.apply import ERROR_HEADERS, Applier, Route
 from processor.engine.headers import publish_options, sequenced
 from processor.engine.partition import PartitionState, make_writers
+from processor.engine.transaction import Transaction
 from processor.errors import InvalidSequenceError
 from processor.keys import key_function, partition_for
 from processor.messages import codec_for
@@ -129,7 +130,9 @@ def _texts(produced: Produced, topic: SowTopic) -> list[str]:
 
 def test_a_repeated_sequence_is_discarded_and_its_offset_still_committed() -> None:
     applier, [state], produced = _applier(ORDERS)
-    offsets, touched = applier.apply(
+    transaction = Transaction(0, 1000)
+    offsets = applier.apply(
+        transaction,
         [
             _publish(ORDERS, 0, {"id": 1, "text": "a"}, ("p1", "1")),
             _publish(ORDERS, 1, {"id": 1, "text": "a again"}, ("p1", "1")),
@@ -138,12 +141,11 @@ def test_a_repeated_sequence_is_discarded_and_its_offset_still_committed() -> No
             _publish(ORDERS, 4, {"id": 3, "text": "c"}, ("p2", "1")),
             _publish(ORDERS, 5, {"id": 4, "text": "plain"}),
         ],
-        1000,
     )
     assert _texts(produced, ORDERS) == ["a", "b", "c", "plain"]
     assert applier.duplicates == 2
     assert offsets == {(ORDERS.kafka_topic, 0): 6}
-    assert touched == {state}
+    assert [batch.state for batch in transaction.batches] == [state]
     assert state.publishers.snapshot() == {"p1": 5, "p2": 1}
     assert state.publishers.changed == {"p1": 5, "p2": 1}
 
@@ -152,9 +154,9 @@ def test_malformed_sequence_headers_are_dead_lettered_with_the_reason() -> None:
     applier, [state], produced = _applier(ORDERS)
     bad = [("p1", "seven"), ("", "3")]
     applier.apply(
+        Transaction(0, 1000),
         [_publish(ORDERS, i, {"id": i, "text": "x"}, seq) for i, seq in enumerate(bad)]
         + [_publish(ORDERS, 2, {"id": 2, "text": "fine"}, ("p1", "7"))],
-        1000,
     )
     dead = produced.to("dead-letter")
     assert [dict(h)[ERROR_HEADERS[0]] for *_, h in dead] == [b"invalid-sequence"] * 2
@@ -174,7 +176,9 @@ def test_a_re_keyed_record_is_checked_on_its_input_partition_only() -> None:
     sow_key = key_of(message).encode()
     home = partition_for(sow_key, 2)
     foreign = 1 - home
-    applier.apply([_publish(topic, 0, message, ("p1", "1"), b"foreign", foreign)], 1000)
+    applier.apply(
+        Transaction(0, 1000), [_publish(topic, 0, message, ("p1", "1"), b"foreign", foreign)]
+    )
     [(_, value, key, partition, headers)] = produced.to(topic.repartition_topic)
     assert (key, partition) == (sow_key, home)
     assert states[foreign].publishers.snapshot() == {"p1": 1}
@@ -184,9 +188,9 @@ def test_a_re_keyed_record_is_checked_on_its_input_partition_only() -> None:
         for i in range(2, 50)
         if partition_for(key_of(m := {"id": i, "text": "direct"}).encode(), 2) == home
     )
-    applier.apply([_publish(topic, 0, local, ("p1", "3"), None, home)], 1000)
+    applier.apply(Transaction(0, 1000), [_publish(topic, 0, local, ("p1", "3"), None, home)])
     back = LogRecord(topic.repartition_topic, home, 0, key, value, headers)
-    applier.apply([back], 1000)
+    applier.apply(Transaction(0, 1000), [back])
     assert _texts(produced, topic) == ["direct", "re-keyed"]
     assert applier.duplicates == 0
 
@@ -198,7 +202,8 @@ def test_a_key_generator_that_raises_is_dead_lettered_and_the_batch_goes_on() ->
         LogRecord(topic.kafka_topic, 0, 0, b"1", b'{"id": 1, "bad": true, "text": "x"}'),
         LogRecord(topic.kafka_topic, 0, 1, b"2", b'{"id": 2, "text": "kept"}'),
     ]
-    applier.apply(records, 1000)
+    transaction = Transaction(0, 1000)
+    applier.apply(transaction, records)
     [(_, value, key, _, headers)] = produced.to("dead-letter")
     reason = dict(headers)
     assert reason[ERROR_HEADERS[0]] == b"key-generation-failed"
@@ -206,7 +211,7 @@ def test_a_key_generator_that_raises_is_dead_lettered_and_the_batch_goes_on() ->
     assert (reason["sow.source.topic"], reason["sow.source.offset"]) == (b"GEN", b"0")
     assert (key, value) == (b"1", records[0].value())
     assert _texts(produced, topic) == ["kept"]
-    assert list(state.pending) == [b"2"]
+    assert list(transaction.batch(state).writes) == [b"2"]
 
 
 def test_an_unexpected_failure_of_one_record_is_dead_lettered_with_the_exception() -> None:
@@ -214,23 +219,26 @@ def test_an_unexpected_failure_of_one_record_is_dead_lettered_with_the_exception
     be pinned on a step, so the record is dead-lettered with the exception as it was."""
     topic = SowTopic("GEN", key_generator=KeyGeneratorSpec(f"{__name__}:flaky_generator"))
     applier, [state], produced = _applier(topic)
+    transaction = Transaction(0, 1000)
     applier.apply(
+        transaction,
         [
             LogRecord(topic.kafka_topic, 0, 0, b"1", b'{"id": 1, "text": "x"}'),
             LogRecord(topic.kafka_topic, 0, 1, b"2", b'{"id": 2, "text": "y"}'),
         ],
-        1000,
     )
     [(*_, headers)] = produced.to("dead-letter")
     assert dict(headers)[ERROR_HEADERS[0]] == b"processing-failed"
     assert dict(headers)[ERROR_HEADERS[1]] == b"TimeoutError: the key service did not answer"
-    assert list(state.pending) == [b"2"]
+    assert list(transaction.batch(state).writes) == [b"2"]
 
 
 def test_bad_key_texts_and_expirations_are_dead_lettered_with_their_reason() -> None:
     surrogate = SowTopic("GEN", key_generator=KeyGeneratorSpec(f"{__name__}:surrogate_generator"))
     applier, [state], produced = _applier(surrogate)
-    applier.apply([LogRecord(surrogate.kafka_topic, 0, 0, b"k", b'{"id": 1}')], 1000)
+    applier.apply(
+        Transaction(0, 1000), [LogRecord(surrogate.kafka_topic, 0, 0, b"k", b'{"id": 1}')]
+    )
     [(*_, headers)] = produced.to("dead-letter")
     assert dict(headers)[ERROR_HEADERS[0]] == b"key-generation-failed"
     assert b"UnicodeEncodeError" in dict(headers)[ERROR_HEADERS[1]]
@@ -238,10 +246,11 @@ def test_bad_key_texts_and_expirations_are_dead_lettered_with_their_reason() -> 
     blobs = SowTopic("BLOBS", message_type="binary", expiration_s=0)
     applier, [state], produced = _applier(blobs)
     infinite = [("sow.expiration", b"inf")]
-    applier.apply([LogRecord(blobs.kafka_topic, 0, 0, b"QQ==", b"\x01", infinite)], 1000)
+    transaction = Transaction(0, 1000)
+    applier.apply(transaction, [LogRecord(blobs.kafka_topic, 0, 0, b"QQ==", b"\x01", infinite)])
     [(*_, headers)] = produced.to("dead-letter")
     assert b"not a finite number" in dict(headers)[ERROR_HEADERS[1]]
-    assert state.pending == {}
+    assert transaction.batch(state).writes == {}
 
 
 def test_sequence_headers_parse_only_as_a_pair_of_name_and_decimal() -> None:

@@ -12,8 +12,9 @@ import pytest
 from processor.changelog import REASON_HEADER, EnvelopeWriter
 from processor.changelog.commands import EXPIRATION_HEADER
 from processor.engine.apply import Applier, Route
-from processor.engine.expiry import EXPIRED, Expirer, due_key, split_due_key
+from processor.engine.expiry import EXPIRED, DueIndex, Expirer, due_key, split_due_key
 from processor.engine.partition import PartitionState, make_writers
+from processor.engine.transaction import Transaction
 from processor.engine.recovery import due_entries
 from processor.keys import key_function
 from processor.messages import codec_for
@@ -65,6 +66,22 @@ def _state(store: Store, topic: SowTopic = TICKS) -> PartitionState:
     )
 
 
+#: Transactions applied and not yet committed by :func:`_commit`, oldest first.
+OPEN: list[Transaction] = []
+
+
+def _transaction(state: PartitionState, now_ms: int) -> Transaction:
+    """A new transaction at ``now_ms`` (committed by the next :func:`_commit`), with the
+    due index listening as the processor sets it up for a topic with expiration."""
+    listeners = {state.topic.name: (DueIndex(),)} if state.topic.expiration_s is not None else {}
+    OPEN.append(Transaction(len(OPEN), now_ms, listeners))
+    return OPEN[-1]
+
+
+def _apply(applier: Applier, state: PartitionState, record: LogRecord, now_ms: int) -> None:
+    applier.apply(_transaction(state, now_ms), [record])
+
+
 def _publish(
     applier: Applier,
     state: PartitionState,
@@ -77,7 +94,14 @@ def _publish(
     topic = state.topic
     applier.routes[(topic.kafka_topic, 0)] = Route(state, topic.kafka_topic, True)
     key = state.key_function(state.codec.decode(body)).encode() if state.key_function else None
-    applier.apply([LogRecord(topic.kafka_topic, 0, offset, key, body, listed)], now_ms)
+    _apply(applier, state, LogRecord(topic.kafka_topic, 0, offset, key, body, listed), now_ms)
+
+
+def _expire(expirer: Expirer, state: PartitionState, now_ms: int) -> dict[bytes, bytes | None]:
+    """Expire in a new transaction; return the records it changed."""
+    transaction = _transaction(state, now_ms)
+    expirer.expire(transaction, [state])
+    return {k: v for batch in transaction.batches for k, v in batch.writes.items()}
 
 
 def _key(i: int, topic: SowTopic = TICKS) -> bytes:
@@ -88,10 +112,19 @@ def _key(i: int, topic: SowTopic = TICKS) -> bytes:
 
 
 def _commit(state: PartitionState) -> None:
-    """Step 4 of the commit protocol (the store write) without a broker."""
-    state.store.write(state.pending, {}, state.due)
-    state.pending.clear()
-    state.due.clear()
+    """Step 4 of the commit protocol (the store writes) without a broker, for every open
+    transaction in order."""
+    for transaction in OPEN:
+        for batch in transaction.batches:
+            batch.state.store.write(batch.writes, {}, batch.due)
+    OPEN.clear()
+
+
+@pytest.fixture(autouse=True)
+def _no_open_transactions() -> Iterator[None]:
+    OPEN.clear()
+    yield
+    OPEN.clear()
 
 
 def test_due_keys_sort_by_due_time_then_sow_key() -> None:
@@ -145,16 +178,16 @@ def test_expire_deletes_due_records_with_an_expired_tombstone(store: Store) -> N
     _commit(state)
     expirer = Expirer(produced, lambda: None)
     assert not expirer.due([state], NOW + 1999)
-    assert expirer.expire([state], NOW + 1999) == set()
+    assert _expire(expirer, state, NOW + 1999) == {}
+    assert OPEN[-1].batches == []  # nothing due: no partition touched
     assert expirer.due([state], NOW + 2000)
-    assert expirer.expire([state], NOW + 2000) == {state}
+    assert _expire(expirer, state, NOW + 2000) == {_key(2): None}
     assert produced.tombstones() == [(_key(2), [(REASON_HEADER, EXPIRED)])]
-    assert state.pending == {_key(2): None}
     _commit(state)
     assert store.get(_key(2)) is None
     assert store.get(_key(1)) is not None
     assert not expirer.due([state], NOW + 9999)
-    expirer.expire([state], NOW + 10_000)
+    _expire(expirer, state, NOW + 10_000)
     assert [k for k, _ in produced.tombstones()] == [_key(2), _key(1)]
     _commit(state)
     assert store.get(_key(3)) is not None
@@ -169,15 +202,15 @@ def test_an_update_restarts_the_lifespan_and_a_delete_leaves_a_stale_entry(store
     _publish(applier, state, 1, b'{"id": 2}', NOW)
     _commit(state)
     _publish(applier, state, 2, b'{"id": 1, "v": 2}', NOW + 5000)  # due at NOW + 15 s now
-    applier.apply([LogRecord("TICKS", 0, 3, _key(2), None)], NOW + 5000)  # deleted
+    _apply(applier, state, LogRecord("TICKS", 0, 3, _key(2), None), NOW + 5000)  # deleted
     _commit(state)
     expirer = Expirer(produced, lambda: None)
     assert expirer.due([state], NOW + 10_000)  # two stale entries are due
-    expirer.expire([state], NOW + 10_000)
+    _expire(expirer, state, NOW + 10_000)
     assert [k for k, h in produced.tombstones() if h == [(REASON_HEADER, EXPIRED)]] == []
     _commit(state)
     assert not expirer.due([state], NOW + 14_999)
-    expirer.expire([state], NOW + 15_000)
+    _expire(expirer, state, NOW + 15_000)
     assert [k for k, h in produced.tombstones() if h == [(REASON_HEADER, EXPIRED)]] == [_key(1)]
 
 
@@ -190,8 +223,8 @@ def test_expire_handles_at_most_its_limit_per_transaction(store: Store) -> None:
     expirer = Expirer(produced, lambda: None, limit=10)
     counts = []
     while expirer.due([state], NOW + 5000):
-        expirer.expire([state], NOW + 5000)
-        counts.append(sum(1 for v in state.pending.values() if v is None))
+        expired = _expire(expirer, state, NOW + 5000)
+        counts.append(sum(1 for v in expired.values() if v is None))
         _commit(state)
     assert counts == [10, 10, 5]
     assert store.count() == 0
@@ -204,11 +237,11 @@ def test_disabled_topic_ignores_the_header_and_expires_nothing(store: Store) -> 
     state, produced = _state(store, topic), Produced()
     applier = Applier(produced, "dead")
     _publish(applier, state, 0, b'{"id": 1}', NOW, expiration="1")
-    assert state.due == {}
+    assert [batch.due for batch in OPEN[-1].batches] == [{}]
     _commit(state)
     expirer = Expirer(produced, lambda: None)
     assert not expirer.due([state], NOW + 10_000)
-    assert expirer.expire([state], NOW + 10_000) == set()
+    assert _expire(expirer, state, NOW + 10_000) == {}
     assert store.get(_key(1, topic)) is not None
 
 

@@ -13,6 +13,7 @@ from processor.changelog import POSITION_HEADER
 from processor.changelog.commands import FILTER_DELETE_KEY, FILTER_HEADER
 from processor.engine.apply import ERROR_HEADERS, Applier, Route
 from processor.engine.partition import PartitionState, make_writers
+from processor.engine.transaction import Transaction
 from processor.keys import key_function
 from processor.messages import codec_for
 from processor.state.memory import MemoryStore
@@ -62,9 +63,9 @@ def applier_with(messages: list[dict[str, Any]]) -> tuple[Applier, PartitionStat
     key_of = key_function(TOPIC)
     assert key_of is not None
     publishes = [log_record(i, key_of(m).encode(), orjson.dumps(m)) for i, m in enumerate(messages)]
-    applier.apply(publishes, 1000)
-    state.store.write(state.pending, {})  # committed
-    state.pending.clear()
+    committed = Transaction(0, 1000)
+    applier.apply(committed, publishes)
+    state.store.write(committed.batch(state).writes, {})  # committed
     produced.records.clear()
     return applier, state, produced
 
@@ -78,36 +79,40 @@ def test_filter_delete_tombstones_matching_records_with_the_command_position() -
     key_of = key_function(TOPIC)
     assert key_of is not None
     uncommitted = {"id": 42, "qty": 42}
+    transaction = Transaction(1, 2000)
     applier.apply(
+        transaction,
         [
             log_record(10, key_of(uncommitted).encode(), orjson.dumps(uncommitted)),
             delete_command(11, "/qty >= 7"),
         ],
-        2000,
     )
+    batch = transaction.batch(state)
     tombstones = [(key, headers) for _, value, key, headers in produced.records if value is None]
-    assert all(key is not None and state.lookup(key) is None for key, _ in tombstones)
+    assert all(key is not None and batch.lookup(key) is None for key, _ in tombstones)
     assert len(tombstones) == 4  # 7, 8, 9 and the uncommitted 42
     assert all((POSITION_HEADER, b"ORDERS/0/11") in headers for _, headers in tombstones)
-    assert sum(1 for k, v in state.items()) == 7
+    assert sum(1 for k, v in batch.items()) == 7
 
 
 def test_a_filter_that_cannot_be_evaluated_is_dead_lettered_and_changes_nothing() -> None:
     applier, state, produced = applier_with([{"id": i} for i in range(3)])
-    applier.apply([delete_command(3, "SUM(/id) > 1"), delete_command(4, "/id = 0")], 2000)
+    transaction = Transaction(1, 2000)
+    applier.apply(transaction, [delete_command(3, "SUM(/id) > 1"), delete_command(4, "/id = 0")])
     dead = [r for r in produced.records if r[0] == "dead-letter"]
     assert len(dead) == 1
     reason = dict(dead[0][3])[ERROR_HEADERS[1]]
     assert b"SUM" in reason
     assert applier.dead_lettered == 1
-    assert sum(1 for _ in state.items()) == 2  # the second command still ran
+    assert sum(1 for _ in transaction.batch(state).items()) == 2  # the second command still ran
 
 
 def test_a_damaged_stored_record_dead_letters_the_command_not_the_processor() -> None:
     applier, state, produced = applier_with([{"id": 1}])
     state.store.write({b"123": b"not an envelope"}, {})
-    applier.apply([delete_command(1, "1=1")], 2000)
+    transaction = Transaction(1, 2000)
+    applier.apply(transaction, [delete_command(1, "1=1")])
     dead = [r for r in produced.records if r[0] == "dead-letter"]
     assert len(dead) == 1
     assert b"filter delete failed" in dict(dead[0][3])[ERROR_HEADERS[1]]
-    assert not state.pending  # nothing half-applied
+    assert transaction.batch(state).writes == {}  # nothing half-applied
