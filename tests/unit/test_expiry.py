@@ -14,8 +14,8 @@ from processor.changelog.commands import EXPIRATION_HEADER
 from processor.engine.apply import Applier, Route
 from processor.engine.expiry import EXPIRED, DueIndex, Expirer, due_key, split_due_key
 from processor.engine.partition import PartitionState, make_writers
-from processor.engine.transaction import Transaction
 from processor.engine.recovery import due_entries
+from processor.engine.transaction import Transaction
 from processor.keys import key_function
 from processor.messages import codec_for
 from processor.state import Store
