@@ -103,7 +103,9 @@ def commit(
     """Make one applied batch durable: the partitions it touched are the transaction's
     batches (:class:`~processor.engine.transaction.PartitionBatch`).
 
-    The changelog records of the batch were produced while it was applied. Then:
+    The changelog records of the batch were produced while it was applied, and its
+    change events go to the topics' listeners first (:meth:`Transaction.flush`: they
+    may add to the batches). Then:
 
     1. Produce, per touched partition, one publisher control record for each publisher
        whose sequence the batch changed, then one PROGRESS control record: the next
@@ -123,8 +125,9 @@ def commit(
     FAILED (its batches refuse any further use) and the caller must discard the
     partitions' state and re-read from committed offsets.
     """
-    batches = transaction.batches
     try:
+        transaction.flush()
+        batches = transaction.batches
         for batch in batches:
             state = batch.state
             changelog = state.topic.changelog_topic

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Mapping, Sequence
 
 from processor.changelog import REASON_HEADER, expiration_of
-from processor.changelog.events import ChangeEvent, ChangeReason
+from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import PartitionBatch, Transaction
 
@@ -66,15 +66,20 @@ class DueIndex:
 
     needs_old = False
 
-    def on_change(self, event: ChangeEvent, batch: PartitionBatch) -> None:
-        expiration_ms = event.expiration_ms()
-        if expiration_ms is None:
-            return
-        key = due_key(max(expiration_ms, batch.now_ms), event.sow_key)
-        batch.due[key] = b""
-        state = batch.state
-        if key < state.due_floor:
-            state.due_floor = b""
+    def listen(self, batch: PartitionBatch) -> Listener:
+        due, state, now_ms = batch.due, batch.state, batch.now_ms
+
+        def index(events: Sequence[ChangeEvent]) -> None:
+            for event in events:
+                expiration_ms = event.expiration_ms()
+                if expiration_ms is None:
+                    continue
+                key = due_key(max(expiration_ms, now_ms), event.sow_key)
+                due[key] = b""
+                if key < state.due_floor:
+                    state.due_floor = b""
+
+        return index
 
 
 def expiring_states(

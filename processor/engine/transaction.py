@@ -9,10 +9,13 @@ protocol (:func:`processor.engine.commit.commit`) writes the batches to the stor
 
 Change events: every write of a record (publish, delete, expiry) is also a
 :class:`~processor.changelog.events.ChangeEvent` (old value, new value, position,
-reason) handed, inside the transaction, to the :class:`ChangeListener` objects of the
-record's topic. Expiry's due index is one (:class:`processor.engine.expiry.DueIndex`);
-views and queues plug in the same way, and may write to the batch they are handed, so
-what they derive commits exactly once with the change.
+reason). The :class:`ChangeListener` objects of the record's topic each give every batch
+a :data:`~processor.changelog.events.Listener`, the interface the read replica's
+listeners implement too; the batch hands it its changes, in log order, as the commit
+begins (:meth:`Transaction.flush`). Expiry's due index is one
+(:class:`processor.engine.expiry.DueIndex`); views and queues plug in the same way, and
+may write to the batch they listen to, so what they derive commits exactly once with
+the change.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
 from typing import Protocol
 
-from processor.changelog.events import ChangeEvent, ChangeReason
+from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.partition import PartitionState
 from processor.errors import TransactionStateError
 
@@ -39,16 +42,17 @@ _STARTED = TransactionStatus.STARTED
 
 
 class ChangeListener(Protocol):
-    """Fed the changes the engine makes to one SOW topic, in log order, inside the
-    transaction that makes them (single-threaded: the processor's loop)."""
+    """Fed the changes the engine makes to one SOW topic, inside the transactions that
+    make them (single-threaded: the processor's loop)."""
 
     #: Whether the listener reads ``event.old``: the engine reads a record's previous
     #: value only when a listener of its topic needs it (else ``old`` is None).
     needs_old: bool
 
-    def on_change(self, event: ChangeEvent, batch: PartitionBatch) -> None:
-        """Called after the change is in ``batch``; may change ``batch`` (its own index
-        entries), never another partition's."""
+    def listen(self, batch: PartitionBatch) -> Listener:
+        """The listener of one partition's batch: called once, before the batch commits,
+        with its changes in log order. It may change ``batch`` (its own entries), never
+        another partition's."""
         ...
 
 
@@ -89,6 +93,11 @@ class Transaction:
             batch = self._batches[state] = PartitionBatch(self, state)
         return batch
 
+    def flush(self) -> None:
+        """Hand every batch's changes to its listeners (the commit's first step)."""
+        for batch in list(self._batches.values()):
+            batch.flush()
+
     @property
     def batches(self) -> list[PartitionBatch]:
         """The touched partitions' caches, in the order they were first touched."""
@@ -117,7 +126,16 @@ class PartitionBatch:
     offset per log topic the batch read. Reads and writes check the transaction is open.
     """
 
-    __slots__ = ("_listeners", "_needs_old", "_transaction", "due", "progress", "state", "writes")
+    __slots__ = (
+        "_events",
+        "_listeners",
+        "_needs_old",
+        "_transaction",
+        "due",
+        "progress",
+        "state",
+        "writes",
+    )
 
     def __init__(self, transaction: Transaction, state: PartitionState) -> None:
         self._transaction = transaction
@@ -125,8 +143,10 @@ class PartitionBatch:
         self.writes: dict[bytes, bytes | None] = {}
         self.due: dict[bytes, bytes | None] = {}
         self.progress: dict[str, int] = {}
-        self._listeners = tuple(transaction.listeners.get(state.topic.name, ()))
-        self._needs_old = any(listener.needs_old for listener in self._listeners)
+        listeners = transaction.listeners.get(state.topic.name, ())
+        self._needs_old = any(listener.needs_old for listener in listeners)
+        self._listeners: list[Listener] = [listener.listen(self) for listener in listeners]
+        self._events: list[ChangeEvent] = []
 
     @property
     def now_ms(self) -> int:
@@ -143,8 +163,8 @@ class PartitionBatch:
         expiration_ms: int | None = None,
     ) -> None:
         """Record the change of a SowKey to ``new`` (None: deleted), made by the record at
-        ``offset`` of ``log_topic`` (-1: none, an expiry), and tell the topic's listeners.
-        ``expiration_ms``: the new record's expiration instant (None: never)."""
+        ``offset`` of ``log_topic`` (-1: none, an expiry), as a change event for the
+        topic's listeners. ``expiration_ms``: the new record's expiration (None: never)."""
         if self._transaction.status is not _STARTED:
             self._transaction.check_open()
         if not self._listeners:
@@ -153,11 +173,17 @@ class PartitionBatch:
         old = self.lookup(sow_key) if self._needs_old else None
         self.writes[sow_key] = new
         position = (log_topic, self.state.partition, offset)
-        event = ChangeEvent(
-            self.state.topic.name, sow_key, old, new, position, reason, expiration_ms
+        self._events.append(
+            ChangeEvent(self.state.topic.name, sow_key, old, new, position, reason, expiration_ms)
         )
-        for listener in self._listeners:
-            listener.on_change(event, self)
+
+    def flush(self) -> None:
+        """Hand the changes made since the last flush to the listeners."""
+        self._transaction.check_open()
+        events, self._events = self._events, []
+        if events:
+            for listener in self._listeners:
+                listener(events)
 
     def lookup(self, sow_key: bytes) -> bytes | None:
         """The current envelope of a SowKey, this batch's writes included."""

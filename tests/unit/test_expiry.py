@@ -115,6 +115,7 @@ def _commit(state: PartitionState) -> None:
     """Step 4 of the commit protocol (the store writes) without a broker, for every open
     transaction in order."""
     for transaction in OPEN:
+        transaction.flush()
         for batch in transaction.batches:
             batch.state.store.write(batch.writes, {}, batch.due)
     OPEN.clear()
@@ -237,6 +238,7 @@ def test_disabled_topic_ignores_the_header_and_expires_nothing(store: Store) -> 
     state, produced = _state(store, topic), Produced()
     applier = Applier(produced, "dead")
     _publish(applier, state, 0, b'{"id": 1}', NOW, expiration="1")
+    OPEN[-1].flush()
     assert [batch.due for batch in OPEN[-1].batches] == [{}]
     _commit(state)
     expirer = Expirer(produced, lambda: None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from processor.changelog import EnvelopeWriter
-from processor.changelog.events import ChangeEvent, ChangeReason
+from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.partition import PartitionState, make_writers
 from processor.engine.transaction import PartitionBatch, Transaction, TransactionStatus
 from processor.errors import TransactionStateError
@@ -31,14 +31,16 @@ def _state() -> PartitionState:
 
 
 class Recorder:
-    """A change listener that keeps what it is told."""
+    """A change listener that keeps what it is told, and each batch it listened to."""
 
     def __init__(self, needs_old: bool) -> None:
         self.needs_old = needs_old
         self.events: list[ChangeEvent] = []
+        self.batches: list[PartitionBatch] = []
 
-    def on_change(self, event: ChangeEvent, batch: PartitionBatch) -> None:
-        self.events.append(event)
+    def listen(self, batch: PartitionBatch) -> Listener:
+        self.batches.append(batch)
+        return self.events.extend
 
 
 def test_reads_see_the_batch_before_the_store_and_the_store_is_untouched() -> None:
@@ -72,6 +74,7 @@ def test_an_ended_transaction_refuses_every_call(end: str) -> None:
         lambda: batch.lookup(b"a"),
         lambda: list(batch.items()),
         lambda: batch.reached("ORDERS", 2),
+        batch.flush,
         lambda: transaction.batch(state),
     ]
     for call in calls:
@@ -89,6 +92,9 @@ def test_listeners_get_each_change_with_old_new_position_and_reason() -> None:
     second = WRITER.encode(5, b"a", b'{"id": 1, "v": 2}', 2, 2, 9000)
     batch.write(b"a", second, ChangeReason.PUBLISH, "ORDERS", 5, 9000)
     batch.write(b"a", None, ChangeReason.EXPIRE, "ORDERS.sow-changelog", -1)
+    assert wants_old.events == []  # handed over when the commit begins
+    transaction.flush()
+    assert wants_old.batches == blind.batches == [batch]
     assert wants_old.events == [
         ChangeEvent("ORDERS", b"a", first, second, ("ORDERS", 0, 5), ChangeReason.PUBLISH),
         ChangeEvent(
@@ -103,6 +109,7 @@ def test_a_topic_without_listeners_makes_no_events() -> None:
     recorder = Recorder(needs_old=True)
     transaction = Transaction(1, 1000, {"OTHER": (recorder,)})
     transaction.batch(_state()).write(b"a", None, ChangeReason.DELETE, "ORDERS", 1)
+    transaction.flush()
     assert recorder.events == []
 
 
