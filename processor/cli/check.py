@@ -13,6 +13,15 @@ from processor.messages import codec_for
 from processor.topology.loader import load_topology
 from processor.topology.model import PlainTopic, SowTopic
 
+#: The delivery order a subscriber gets (docs/subscriptions.md, "Ordering"): AMPS delivers
+#: in publish order; a partitioned log orders per partition only.
+ORDER_PER_KEY = (
+    "per SowKey: changes to one record arrive in publish order, changes to records in "
+    "different partitions may arrive in another order (AMPS: publish order); "
+    "set partitions: 1 for one order across keys"
+)
+ORDER_ONE = "publish order (one partition)"
+
 
 def describe(topic: SowTopic) -> dict[str, Any]:
     """What the product will do for one topic, as printed."""
@@ -22,6 +31,7 @@ def describe(topic: SowTopic) -> dict[str, Any]:
         "message_type": topic.message_type,
         "kafka_topic": topic.kafka_topic,
         "partitions": topic.partitions,
+        "order": ORDER_ONE if topic.partitions == 1 else ORDER_PER_KEY,
     }
     if isinstance(topic, PlainTopic):
         return out

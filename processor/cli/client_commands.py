@@ -377,6 +377,8 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {
         "filter": args.filter,
         "oof": args.oof,
+        "send_deletes": args.send_deletes,
+        "oof_last_received": args.oof_last_received,
         "no_empties": args.no_empties,
         "sub_id": args.sub_id,
         "max_backlog": args.max_backlog,

@@ -354,7 +354,20 @@ def build_parser() -> argparse.ArgumentParser:
             "--oof",
             action="store_true",
             help="out-of-focus notifications: records leaving the view (deleted, expired, "
-            "match) arrive as kind oof with the reason",
+            "match) arrive as kind oof with the reason; without it, as in AMPS, nothing is "
+            "said of them",
+        )
+        command.add_argument(
+            "--send-deletes",
+            action="store_true",
+            help="without --oof, a record received earlier that is deleted or expires "
+            "arrives as kind delete (kafka-sow's behaviour before issue 19)",
+        )
+        command.add_argument(
+            "--oof-last-received",
+            action="store_true",
+            help="an oof match carries the last state received, with the new one in "
+            "current (kafka-sow's behaviour before issue 19; default: the new state)",
         )
         command.add_argument(
             "--no-empties",

@@ -11,7 +11,8 @@ leaves are any other value. A *path* is a sequence of keys from the root.
   remove a field.
 * :func:`changed` (delta subscriptions): the fields of ``new`` whose value differs from
   ``old`` (leaf paths; an array that differs in any way is given whole). A field present
-  in ``old`` and absent from ``new`` (removed by a full republish) is not represented.
+  in ``old`` and absent from ``new`` (removed by a full republish) cannot be represented:
+  :func:`removed` tells, and a delta subscriber is then sent the whole record.
 
 Both are pure functions: they never modify their arguments and share no mutable state
 with their result, so they are safe on any thread.
@@ -77,6 +78,17 @@ def changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
         elif not _same(before, value):
             out[name] = _copy(value)
     return out
+
+
+def removed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether a field (at any depth) of ``old`` is absent from ``new``."""
+    for name, before in old.items():
+        if name not in new:
+            return True
+        after = new[name]
+        if isinstance(before, dict) and isinstance(after, dict) and removed(before, after):
+            return True
+    return False
 
 
 def overlay(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -102,6 +102,8 @@ def _request(request: Any) -> SubscribeRequest:
         conflation=request.conflation,
         conflation_key=request.conflation_key,
         bookmark=request.bookmark,
+        send_deletes=request.send_deletes,
+        oof_last_received=request.oof_last_received,
     )
 
 
@@ -369,13 +371,12 @@ def _delta(change: Any, delivery: Delivery, shape: MessageShape) -> bool:
     previous = delivery.previous
     if previous is None or not shape.shapes(delivery.topic):
         return True
-    data = shape.update(
+    update = shape.update(
         delivery.topic, changelog.data_of(previous), changelog.data_of(delivery.envelope)
     )
-    if data is None:
+    if update is None:
         return False
-    change.record.data = data
-    change.delta = True
+    change.record.data, change.delta = update
     return True
 
 

@@ -8,19 +8,22 @@ publishes for the key replace the held one; when the interval has passed the lat
 released to the sender. So a key gets at most one publish per interval, and it is the
 latest state.
 
-OOFs and deletes are never conflated away: one arriving while a publish of its key is held
-releases that publish first, then itself (the OOF's body, the last state the subscription
-decided on, is then the state the subscriber last received). A record that leaves and
-re-enters the focus within one interval is therefore seen leaving (AMPS would send only
-the end-of-interval state). The query result of a sow_and_subscribe is never conflated.
+OOFs and deletes are held the same way, as AMPS does (spec 3.9): what the subscriber
+gets at the end of a key's interval is the difference between the state it held when the
+interval began and the state at its end. An OOF carries the state the subscriber last
+received (an update held in the interval and then leaving the filter gives one OOF with
+the previously delivered state); a record that leaves and comes back within one
+interval gives only its end state; a record new in the interval that leaves again gives
+nothing. The query result of a sow_and_subscribe is never conflated.
 
 Timers: one :class:`ConflationClock` thread per hub serves every conflated subscription;
 each queue has at most one entry in the clock's heap (its earliest due key: keys are held
-in due order, as they share one interval).
+in due order, as they share one interval). The clock calls the subscription's public
+``release_held``.
 
 Thread-safety: a queue is used under its subscription's lock, like the deque it replaces;
-the clock takes that lock to release due messages (lock order: subscription, then clock;
-the clock never holds its own lock while taking a subscription's).
+``release_held`` takes that lock (lock order: subscription, then clock; the clock never
+holds its own lock while calling a release).
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ from processor.expr import field_getter
 from processor.expr.parser import parse_grouping
 from processor.messages import Codec
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
-from processor.subscriptions.subscription import Subscription
 
 _INTERVAL = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)\s*", re.IGNORECASE)
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
@@ -50,6 +52,8 @@ MAX_INTERVAL_S = 3600.0
 
 #: A delivery -> the key it is conflated under.
 KeyOf = Callable[[Delivery], Hashable]
+#: Releases a subscription's due deliveries at a time; returns the next due time.
+Release = Callable[[float], "float | None"]
 
 
 def parse_interval(text: str) -> float | None:
@@ -118,25 +122,28 @@ def check_conflation(request: SubscribeRequest, codecs: dict[str, Codec]) -> flo
 
 
 class ConflatingQueue:
-    """A subscription's send queue that holds publishes per key (see the module doc).
+    """A subscription's send queue that holds its deliveries per key for an interval
+    (a :class:`~processor.subscriptions.subscription.HoldingQueue`; see the module doc).
 
-    Has the deque operations the subscription uses; ``len`` counts only what is ready to
-    send (held publishes are bounded by the number of keys)."""
+    Per key it holds the latest delivery decided in the interval (None: nothing to send)
+    and the state the subscriber had when the interval began (None: it did not hold the
+    record). ``len`` counts only what is ready to send (held deliveries are bounded by
+    the number of keys). Used under its subscription's lock."""
 
     def __init__(self, interval_s: float, key_of: KeyOf, clock: ConflationClock) -> None:
         self.interval_s = interval_s
         self.key_of = key_of
         self.clock = clock
         self.ready: collections.deque[Delivery] = collections.deque()
-        #: key -> [due time, held publish], in due order.
+        #: key -> [due time, latest delivery or None, state delivered before it], in due
+        #: order.
         self.held: dict[Hashable, list[Any]] = {}
-        self.subscription: Subscription | None = None
+        self._release: Release | None = None
         self._scheduled = False
 
-    def attach(self, subscription: Subscription) -> None:
-        """Become ``subscription``'s send queue."""
-        self.subscription = subscription
-        subscription._queue = self  # type: ignore[assignment]
+    def bind(self, release: Release) -> None:
+        """Call ``release`` (the subscription's ``release_held``) when deliveries fall due."""
+        self._release = release
 
     def __len__(self) -> int:
         return len(self.ready)
@@ -146,27 +153,15 @@ class ConflatingQueue:
 
     def append(self, delivery: Delivery) -> None:
         key = self.key_of(delivery)
-        held = self.held
-        if delivery.kind is ChangeKind.PUBLISH:
-            entry = held.get(key)
-            if entry is not None:
-                # A delta is computed against what the subscriber has: the state before
-                # the first held publish, not the one it replaces (None: sent whole).
-                first: Delivery = entry[1]
-                if delivery.previous is not first.previous:
-                    delivery = dataclasses.replace(delivery, previous=first.previous)
-                entry[1] = delivery
-                return
-            due = time.monotonic() + self.interval_s
-            held[key] = [due, delivery]
-            if not self._scheduled:
+        entry = self.held.get(key)
+        if entry is None:
+            # ``previous``: the state the subscription last decided on, which nothing
+            # held for the key means the subscriber received.
+            entry = self.held[key] = [time.monotonic() + self.interval_s, None, delivery.previous]
+            if not self._scheduled and self._release is not None:
                 self._scheduled = True
-                self.clock.schedule(due, self)
-            return
-        entry = held.pop(key, None)
-        if entry is not None:
-            self.ready.append(entry[1])
-        self.ready.append(delivery)
+                self.clock.schedule(entry[0], self._release)
+        entry[1] = _as_seen(delivery, entry[2])
 
     def extend(self, deliveries: Iterable[Delivery]) -> None:
         for delivery in deliveries:
@@ -180,58 +175,60 @@ class ConflatingQueue:
         self.held.clear()
 
     def release(self, now: float) -> float | None:
-        """Move the publishes due by ``now`` to the sender (called by the clock, without
-        the subscription's lock); the next due time, or None when nothing is held."""
-        subscription = self.subscription
-        assert subscription is not None
-        overflow = False
-        with subscription._ready:
-            held, ready = self.held, self.ready
-            if subscription.closed is not None:
-                held.clear()
-            before = len(ready)
-            while held:
-                key = next(iter(held))
-                due, delivery = held[key]
-                if due > now:
-                    break
-                del held[key]
+        """Make the deliveries due by ``now`` ready; the next due time (None: none held)."""
+        held, ready = self.held, self.ready
+        while held:
+            key = next(iter(held))
+            due, delivery, _ = held[key]
+            if due > now:
+                break
+            del held[key]
+            if delivery is not None:
                 ready.append(delivery)
-            if len(ready) > subscription.max_backlog:
-                subscription._overflow(len(ready))
-                overflow = True
-            elif len(ready) != before:
-                subscription._wake(before == 0)
-            following: float | None = held[next(iter(held))][0] if held else None
-            self._scheduled = following is not None
-        if overflow:
-            subscription._run_close_callbacks()
+        following: float | None = held[next(iter(held))][0] if held else None
+        self._scheduled = following is not None
         return following
 
 
+def _as_seen(delivery: Delivery, delivered: bytes | None) -> Delivery | None:
+    """``delivery`` as the subscriber sees it when it holds ``delivered`` (None: not the
+    record): a publish is a change from that state; an OOF or a delete of a record it
+    does not hold is nothing, else it carries that state (spec 3.9, conflation)."""
+    if delivery.kind is ChangeKind.PUBLISH:
+        if delivery.previous is delivered:
+            return delivery
+        return dataclasses.replace(delivery, previous=delivered)
+    if delivered is None:
+        return None
+    if delivery.envelope is delivered:
+        return delivery
+    return dataclasses.replace(delivery, envelope=delivered, previous=delivered)
+
+
 class ConflationClock:
-    """One thread releasing every conflated subscription's due publishes (started on
-    first use; ``close`` stops it)."""
+    """One thread calling every conflated subscription's release when its held
+    deliveries fall due (started on first use; ``close`` stops it)."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, ConflatingQueue]] = []
+        self._heap: list[tuple[float, int, Release]] = []
         self._changed = threading.Condition(threading.Lock())
         self._numbers = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopped = False
 
-    def schedule(self, due: float, queue: ConflatingQueue) -> None:
-        """Call ``queue.release`` once ``due`` (a ``time.monotonic`` time) has passed."""
+    def schedule(self, due: float, release: Release) -> None:
+        """Call ``release(now)`` once ``due`` (a ``time.monotonic`` time) has passed; again
+        at the time it returns, if any."""
         with self._changed:
             if self._stopped:
                 return
-            heapq.heappush(self._heap, (due, next(self._numbers), queue))
+            heapq.heappush(self._heap, (due, next(self._numbers), release))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="sow-conflation", daemon=True
                 )
                 self._thread.start()
-            if self._heap[0][2] is queue:
+            if self._heap[0][2] is release:
                 self._changed.notify()
 
     def close(self) -> None:
@@ -256,7 +253,7 @@ class ConflationClock:
                 due = []
                 while heap and heap[0][0] <= now:
                     due.append(heapq.heappop(heap)[2])
-            for queue in due:
-                following = queue.release(now)
+            for release in due:
+                following = release(now)
                 if following is not None:
-                    self.schedule(following, queue)
+                    self.schedule(following, release)

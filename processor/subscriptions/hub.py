@@ -344,6 +344,11 @@ class SubscriptionHub:
             with_query = False
         request, unheld = _held(request, topics)
         max_backlog = request.max_backlog or DEFAULT_MAX_BACKLOG
+        interval = check_conflation(request, self._codecs)
+        queue = None
+        if interval is not None:
+            key_of = key_function(request, self._codecs)
+            queue = ConflatingQueue(interval, key_of, self._clock)
         subscription: Subscription
         if with_query and is_paginated(request):
             subscription = PaginatedSubscription(
@@ -352,6 +357,7 @@ class SubscriptionHub:
                 order=check_pagination(request, with_query=True),
                 max_backlog=max_backlog,
                 sender=sender,
+                queue=queue,
             )
         else:
             subscription = Subscription(
@@ -360,11 +366,10 @@ class SubscriptionHub:
                 max_backlog=max_backlog,
                 unheld_topics=unheld,
                 sender=sender,
+                queue=queue,
             )
-        interval = check_conflation(request, self._codecs)
-        if interval is not None:
-            key_of = key_function(request, self._codecs)
-            ConflatingQueue(interval, key_of, self._clock).attach(subscription)
+        if queue is not None:
+            queue.bind(subscription.release_held)
         return subscription
 
     def replace(

@@ -17,7 +17,10 @@ class SubscribeRequest:
     """A ``subscribe`` or ``sow_and_subscribe`` command (AMPS options of spec 3.5).
 
     ``topic`` is a SOW topic or a regular expression over topic names; ``filter`` an AMPS
-    expression (empty: everything). ``oof`` asks for out-of-focus notifications;
+    expression (empty: everything). ``oof`` asks for out-of-focus notifications (without
+    it, deletes and expirations are not sent, as in AMPS; ``send_deletes`` sends them as
+    deletes, and ``oof_last_received`` puts the last state received in the body of an OOF
+    ``match``, with the new one in ``current``: kafka-sow's behaviours before issue 19);
     ``no_empties`` suppresses an update whose message equals the one last delivered for
     the record; ``batch_size`` applies to the query phase of sow_and_subscribe;
     ``send_keys`` is accepted (SowKeys are always sent). ``max_backlog`` (0: default) is
@@ -50,6 +53,8 @@ class SubscribeRequest:
     conflation: str = ""
     conflation_key: str = ""
     bookmark: str = ""
+    send_deletes: bool = False
+    oof_last_received: bool = False
 
 
 class ChangeKind(Enum):
@@ -73,11 +78,12 @@ class Delivery:
     """One change for one subscription.
 
     ``envelope`` is the record as the subscriber should see it: the new state for a
-    publish, the last state it received for a delete or an OOF. ``current`` is the new
-    state for an OOF ``match`` (it no longer matches the filter). ``position`` is the
-    changelog record of the change. ``previous`` (delta subscriptions only) is the state
-    last delivered for a record the subscriber holds, on a publish that updates it: the
-    sender sends what changed since (:mod:`processor.subscriptions.shape`).
+    publish and an OOF ``match``, the last state it received for a delete or any other
+    OOF (``oof_last_received``: for every OOF, the new state then going in ``current``).
+    ``position`` is the changelog record of the change. ``previous`` is the state last
+    decided for the record before this change (None: the subscriber did not hold it): a
+    delta is computed against it (:mod:`processor.subscriptions.shape`), and conflation
+    tells from it what the subscriber received.
     """
 
     kind: ChangeKind

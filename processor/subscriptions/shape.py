@@ -8,9 +8,10 @@ at send time, after matching (a select list never changes what matches):
 * ``delta`` (spec 3.10): an update of a record the subscriber holds carries only the
   fields that changed since the state last delivered for it (leaf paths, arrays whole;
   :func:`processor.messages.fields.changed`), plus the topic's Key fields; records new to
-  the subscriber, deletes and OOFs are sent whole. A field removed by a full republish is
-  not represented in the delta. With ``no_empties`` an update with no changed field (with a
-  select list: no changed *selected* field) is not sent.
+  the subscriber, deletes and OOFs are sent whole. A delta cannot say that a field was
+  removed (by a full republish; AMPS does not document it), so such an update is sent
+  whole too, and the subscriber's copy loses the field. With ``no_empties`` an update
+  with no changed field (with a select list: no changed *selected* field) is not sent.
 
 Shaped messages are sent as JSON text: a partial record has no Avro encoding, so on avro
 topics select and delta need the text form (``text_form``), and binary messages have no
@@ -26,7 +27,7 @@ from typing import Any
 from processor.errors import InvalidRequestError
 from processor.keys import parse_path
 from processor.messages import Codec
-from processor.messages.fields import changed, overlay, pick
+from processor.messages.fields import changed, overlay, pick, removed
 from processor.messages.select import SelectList, parse_select
 from processor.topology.model import SowTopic
 
@@ -102,14 +103,21 @@ class MessageShape:
             message = self.select.project(message)
         return codec.text_of(message)
 
-    def update(self, topic: str, held: bytes, data: bytes) -> bytes | None:
-        """A delta subscription's update of a held record: the changed (selected) fields
-        and the Key fields as JSON text, or None when ``no_empties`` suppresses it."""
+    def update(self, topic: str, held: bytes, data: bytes) -> tuple[bytes, bool] | None:
+        """A delta subscription's update of a held record as JSON text, and whether it is
+        a delta: the changed (selected) fields and the Key fields, or the whole (selected)
+        record when a field was removed; None when ``no_empties`` suppresses it."""
         codec = self._codecs[topic]
         new = codec.decode(data)
-        delta: dict[str, Any] = changed(codec.decode(held), new)
-        if self.select is not None:
-            delta = self.select.project(delta)
+        old = codec.decode(held)
+        select = self.select
+        if removed(old, new) and (
+            select is None or removed(select.project(old), select.project(new))
+        ):
+            return codec.text_of(new if select is None else select.project(new)), False
+        delta: dict[str, Any] = changed(old, new)
+        if select is not None:
+            delta = select.project(delta)
         if self.no_empties and not delta:
             return None
         keyed: dict[str, Any] = {}
@@ -117,7 +125,7 @@ class MessageShape:
             key = pick(new, path)
             if key is not None:
                 keyed = overlay(keyed, key)
-        return codec.text_of(overlay(keyed, delta))
+        return codec.text_of(overlay(keyed, delta)), True
 
 
 def _key_paths(keys: Iterable[str]) -> tuple[tuple[str, ...], ...]:

@@ -6,11 +6,12 @@ whether the change's new state matches the filter. The subscription decides what
 means for its subscriber, from the records it holds ("in focus"):
 
 * new state matches: a publish (unless ``no_empties`` and the message is the one last
-  delivered; for ``delta``, carrying the state last delivered as ``previous``); the
-  record is now held;
+  delivered), carrying the state last delivered as ``previous``; the record is now held;
 * a held record is deleted or expires: an OOF ``deleted``/``expired`` with the last state
-  delivered (``oof``), else, for sow_and_subscribe, a delete with that state;
-* a held record is updated so it no longer matches: an OOF ``match`` (``oof`` only);
+  delivered (``oof``); else nothing, as in AMPS (``send_deletes``: a delete with that
+  state);
+* a held record is updated so it no longer matches: an OOF ``match`` carrying the new
+  state (``oof`` only; see :meth:`Subscription._leave`);
 * anything else: nothing.
 
 A subscription starts at a position vector (the next changelog offset per partition):
@@ -20,8 +21,10 @@ registered with the dispatcher before the position it starts at is known.
 
 A replace (spec 3.12) moves a subscription to another request in place: :meth:`rebase`
 compares a re-run query's rows with what it holds, :meth:`reset` takes the new options.
-Subclasses decide differently (:mod:`processor.subscriptions.window`); a different send
-queue may stand in for the deque (:mod:`processor.subscriptions.conflation`).
+Subclasses decide differently (:mod:`processor.subscriptions.window`); a
+:class:`HoldingQueue` may stand in for the send queue, holding deliveries back until the
+clock releases them through :meth:`Subscription.release_held`
+(:mod:`processor.subscriptions.conflation`).
 
 Thread-safety: ``offer``, ``start`` and ``close`` may run on any thread (the dispatcher,
 the request's thread); ``take`` is for the one thread sending to the subscriber.
@@ -35,6 +38,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from processor import changelog
 from processor.changelog.events import ChangeEvent, ChangelogPosition, ChangeReason
@@ -53,6 +57,27 @@ Offer = tuple[ChangeEvent, "Delivery | None"]
 
 #: A record of a query result: (topic, SowKey, envelope, the position to report with it).
 Row = tuple[str, bytes, bytes, ChangelogPosition]
+
+
+class HoldingQueue(Protocol):
+    """A send queue that holds some deliveries back: ``len``, truth and ``popleft`` see
+    only those ready to send. Used under its subscription's lock."""
+
+    def __len__(self) -> int: ...
+
+    def __bool__(self) -> bool: ...
+
+    def append(self, delivery: Delivery) -> None: ...
+
+    def extend(self, deliveries: Iterable[Delivery]) -> None: ...
+
+    def popleft(self) -> Delivery: ...
+
+    def clear(self) -> None: ...
+
+    def release(self, now: float) -> float | None:
+        """Make the deliveries due by ``now`` ready; the next due time (None: none held)."""
+        ...
 
 
 def _condition() -> threading.Condition:
@@ -84,14 +109,16 @@ class Subscription:
         max_backlog: int,
         unheld_topics: frozenset[str] = frozenset(),
         sender: SharedSender | None = None,
+        queue: HoldingQueue | None = None,
     ) -> None:
+        """``queue``: a send queue that holds deliveries back (None: a plain deque)."""
         self.number = next(_numbers)
         self.request = request
         self.with_query = with_query
         self.max_backlog = max_backlog
         #: Whether the subscription remembers what it delivered (needed for OOF,
         #: sow_and_subscribe deletes, no_empties and delta).
-        self.tracks_focus = request.oof or with_query or request.no_empties or request.delta
+        self.tracks_focus = _tracks_focus(request, with_query)
         #: Topics whose messages are never held (plain topics): a matching message is
         #: delivered, nothing else (no OOF, no delete, no no_empties comparison).
         self.unheld_topics = unheld_topics
@@ -107,7 +134,10 @@ class Subscription:
         #: only the dispatcher changes ``focus`` (see :meth:`may_hold`).
         self._settled = False
         self._early: list[Offer] = []
-        self._queue: collections.deque[Delivery] = collections.deque()
+        self._queue: collections.deque[Delivery] | HoldingQueue = (
+            collections.deque() if queue is None else queue
+        )
+        self._holding = queue
         #: Guards the queue and is notified when something is queued or it closes;
         #: shared by the subscriptions one sender serves (a session), which also learn
         #: of each other's news through the sender's ``woken``.
@@ -264,35 +294,14 @@ class Subscription:
                 and changelog.data_of(held) == changelog.data_of(publish.envelope)
             ):
                 return None
-            if self.request.delta and held is not None:
+            if held is not None:
                 return dataclasses.replace(publish, previous=held)
             return publish
         if held is None:
             return None
         del self.focus[key]
-        new = event.new
-        if new is None:
-            if self.request.oof:
-                reason = (
-                    OofReason.EXPIRED if event.reason is ChangeReason.EXPIRE else OofReason.DELETED
-                )
-                return Delivery(
-                    ChangeKind.OOF, event.topic, event.sow_key, held, event.position, reason
-                )
-            if self.with_query:
-                return Delivery(ChangeKind.DELETE, event.topic, event.sow_key, held, event.position)
-            return None
-        if self.request.oof:
-            return Delivery(
-                ChangeKind.OOF,
-                event.topic,
-                event.sow_key,
-                held,
-                event.position,
-                OofReason.MATCH,
-                new,
-            )
-        return None
+        expired = event.reason is ChangeReason.EXPIRE
+        return self._leave(key, held, event.new is None, event.position, event.new, expired)
 
     # -- replace (spec 3.12) ---------------------------------------------------------------
 
@@ -310,7 +319,7 @@ class Subscription:
             self.request = request
             self.max_backlog = request.max_backlog or self.max_backlog
             self.unheld_topics = unheld_topics
-            self.tracks_focus = request.oof or self.with_query or request.no_empties
+            self.tracks_focus = _tracks_focus(request, self.with_query)
 
     def rebase(self, vector: StartVector, rows: list[Row], gone: set[tuple[str, bytes]]) -> None:
         """Re-run a sow_and_subscribe's query for a replace, under the options it had
@@ -364,17 +373,52 @@ class Subscription:
         gone: bool,
         position: ChangelogPosition | None = None,
         current: bytes | None = None,
+        expired: bool = False,
     ) -> Delivery | None:
-        """What a held record leaving the focus means for the subscriber: an OOF
-        (``oof``), a delete (gone, without ``oof``), or nothing."""
+        """What a held record leaving the focus means for the subscriber (spec 3.9): with
+        ``oof``, an OOF: ``deleted``/``expired`` (``gone``) carrying ``held``, the last
+        state delivered, or ``match`` carrying ``current``, its state now (``held`` when
+        not known; ``oof_last_received``: ``held``, with ``current`` beside it). Without
+        ``oof``, nothing (``send_deletes``: a delete of a gone record)."""
         topic, sow_key = key
         where = position or (topic, -1, -1)
-        if self.request.oof:
-            reason = OofReason.DELETED if gone else OofReason.MATCH
-            return Delivery(ChangeKind.OOF, topic, sow_key, held, where, reason, current)
-        if gone and self.with_query:
-            return Delivery(ChangeKind.DELETE, topic, sow_key, held, where)
+        request = self.request
+        if request.oof:
+            if gone:
+                reason = OofReason.EXPIRED if expired else OofReason.DELETED
+                return Delivery(ChangeKind.OOF, topic, sow_key, held, where, reason, previous=held)
+            if request.oof_last_received or current is None:
+                return Delivery(
+                    ChangeKind.OOF, topic, sow_key, held, where, OofReason.MATCH, current, held
+                )
+            return Delivery(
+                ChangeKind.OOF, topic, sow_key, current, where, OofReason.MATCH, previous=held
+            )
+        if gone and request.send_deletes:
+            return Delivery(ChangeKind.DELETE, topic, sow_key, held, where, previous=held)
         return None
+
+    def release_held(self, now: float) -> float | None:
+        """Move the held deliveries due by ``now`` to the sender (the conflation clock's
+        call, on its thread); the next due time, or None when nothing is held."""
+        holding = self._holding
+        if holding is None:
+            return None
+        overflow = False
+        with self._ready:
+            if self.closed is not None:
+                holding.clear()
+                return None
+            before = len(holding)
+            following = holding.release(now)
+            if len(holding) > self.max_backlog:
+                self._overflow(len(holding))
+                overflow = True
+            elif len(holding) != before:
+                self._wake(before == 0)
+        if overflow:
+            self._run_close_callbacks()
+        return following
 
     def close(self, error: SowError | None = None) -> None:
         """Stop delivering (idempotent); ``error`` (None: the subscriber left) is what
@@ -421,3 +465,16 @@ class Subscription:
         """How many deliveries wait for the subscriber."""
         with self._ready:
             return len(self._queue)
+
+
+def _tracks_focus(request: SubscribeRequest, with_query: bool) -> bool:
+    """Whether a subscription must remember what it delivered: for OOFs, deletes,
+    no_empties, deltas and conflation, and a sow_and_subscribe for a replace's diff."""
+    return (
+        request.oof
+        or with_query
+        or request.no_empties
+        or request.delta
+        or request.send_deletes
+        or bool(request.conflation.strip())
+    )

@@ -12,8 +12,8 @@ is needed) and, for each change, compares the window before and after:
 * a held record updated inside the window: a publish;
 * a record entering the window (inserted, updated into it, shifted in): a publish;
 * a held record leaving it: deleted or expired, an OOF ``deleted``/``expired`` (without
-  ``oof``: a delete); pushed out, shifted out or updated out of it, an OOF ``match``
-  carrying its current state (without ``oof``: nothing);
+  ``oof``: nothing; ``send_deletes``: a delete); pushed out, shifted out or updated out of
+  it, an OOF ``match`` carrying its current state (without ``oof``: nothing);
 
 OOFs first, then publishes (spec section 9 item 23). A change below the window's end
 costs a bisection and a slice of the window; one past it only the bisection. Ordinary
@@ -34,8 +34,9 @@ from processor.expr import Expression, field_getter, order_key
 from processor.expr.ast import OrderKey
 from processor.expr.parser import parse_order_by
 from processor.messages import Codec
-from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
 from processor.subscriptions.subscription import (
+    HoldingQueue,
     Offer,
     Row,
     SharedSender,
@@ -143,8 +144,11 @@ class PaginatedSubscription(Subscription):
         order: tuple[OrderKey, ...],
         max_backlog: int,
         sender: SharedSender | None = None,
+        queue: HoldingQueue | None = None,
     ) -> None:
-        super().__init__(request, with_query=True, max_backlog=max_backlog, sender=sender)
+        super().__init__(
+            request, with_query=True, max_backlog=max_backlog, sender=sender, queue=queue
+        )
         self._codec = codec
         self._configure(request, order)
         #: SowKey -> (sort key, envelope) of every matching record.
@@ -251,11 +255,8 @@ class PaginatedSubscription(Subscription):
     def _leave_by(self, event: ChangeEvent, held: bytes) -> Delivery | None:
         """The changed record itself left the window: deleted, expired or updated."""
         key = (event.topic, event.sow_key)
-        if event.new is None:
-            if event.reason is ChangeReason.EXPIRE and self.request.oof:
-                return Delivery(ChangeKind.OOF, *key, held, event.position, OofReason.EXPIRED)
-            return self._leave(key, held, True, event.position)
-        return self._leave(key, held, False, event.position, event.new)
+        expired = event.reason is ChangeReason.EXPIRE
+        return self._leave(key, held, event.new is None, event.position, event.new, expired)
 
     def reconfigure(self, request: SubscribeRequest, order: tuple[OrderKey, ...]) -> None:
         """A replacing request's window (its pagination options, restated)."""

@@ -122,7 +122,7 @@ class Refusal(_message.Message):
     def __init__(self, index: _Optional[int] = ..., error_code: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SowQueryRequest(_message.Message):
-    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form", "grouping", "projection", "wait_for_catch_up", "select", "bookmark")
+    __slots__ = ("topic", "sow_keys", "query_id", "batch_size", "min_position", "timeout_seconds", "filter", "top_n", "skip_n", "order_by", "text_form", "grouping", "projection", "wait_for_catch_up", "select", "bookmark", "send_deletes", "oof_last_received")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SOW_KEYS_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +139,8 @@ class SowQueryRequest(_message.Message):
     WAIT_FOR_CATCH_UP_FIELD_NUMBER: _ClassVar[int]
     SELECT_FIELD_NUMBER: _ClassVar[int]
     BOOKMARK_FIELD_NUMBER: _ClassVar[int]
+    SEND_DELETES_FIELD_NUMBER: _ClassVar[int]
+    OOF_LAST_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     sow_keys: _containers.RepeatedScalarFieldContainer[str]
     query_id: str
@@ -155,7 +157,9 @@ class SowQueryRequest(_message.Message):
     wait_for_catch_up: bool
     select: str
     bookmark: str
-    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ..., grouping: _Optional[str] = ..., projection: _Optional[str] = ..., wait_for_catch_up: _Optional[bool] = ..., select: _Optional[str] = ..., bookmark: _Optional[str] = ...) -> None: ...
+    send_deletes: bool
+    oof_last_received: bool
+    def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ..., grouping: _Optional[str] = ..., projection: _Optional[str] = ..., wait_for_catch_up: _Optional[bool] = ..., select: _Optional[str] = ..., bookmark: _Optional[str] = ..., send_deletes: _Optional[bool] = ..., oof_last_received: _Optional[bool] = ...) -> None: ...
 
 class SowRecord(_message.Message):
     __slots__ = ("sow_key", "data", "topic", "message_type", "position", "publish_time_ms", "apply_time_ms", "expiration_ms", "correlation_id")
@@ -248,7 +252,7 @@ class SowDeleteReply(_message.Message):
     def __init__(self, records_deleted: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("topic", "filter", "sub_id", "oof", "no_empties", "batch_size", "send_keys", "text_form", "query_id", "max_backlog", "delta", "select", "top_n", "skip_n", "order_by", "replace", "conflation", "conflation_key", "bookmark")
+    __slots__ = ("topic", "filter", "sub_id", "oof", "no_empties", "batch_size", "send_keys", "text_form", "query_id", "max_backlog", "delta", "select", "top_n", "skip_n", "order_by", "replace", "conflation", "conflation_key", "bookmark", "send_deletes", "oof_last_received")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     SUB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -268,6 +272,8 @@ class SubscribeRequest(_message.Message):
     CONFLATION_FIELD_NUMBER: _ClassVar[int]
     CONFLATION_KEY_FIELD_NUMBER: _ClassVar[int]
     BOOKMARK_FIELD_NUMBER: _ClassVar[int]
+    SEND_DELETES_FIELD_NUMBER: _ClassVar[int]
+    OOF_LAST_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     filter: str
     sub_id: str
@@ -287,7 +293,9 @@ class SubscribeRequest(_message.Message):
     conflation: str
     conflation_key: str
     bookmark: str
-    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[str] = ..., sub_id: _Optional[str] = ..., oof: _Optional[bool] = ..., no_empties: _Optional[bool] = ..., batch_size: _Optional[int] = ..., send_keys: _Optional[bool] = ..., text_form: _Optional[bool] = ..., query_id: _Optional[str] = ..., max_backlog: _Optional[int] = ..., delta: _Optional[bool] = ..., select: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., replace: _Optional[bool] = ..., conflation: _Optional[str] = ..., conflation_key: _Optional[str] = ..., bookmark: _Optional[str] = ...) -> None: ...
+    send_deletes: bool
+    oof_last_received: bool
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[str] = ..., sub_id: _Optional[str] = ..., oof: _Optional[bool] = ..., no_empties: _Optional[bool] = ..., batch_size: _Optional[int] = ..., send_keys: _Optional[bool] = ..., text_form: _Optional[bool] = ..., query_id: _Optional[str] = ..., max_backlog: _Optional[int] = ..., delta: _Optional[bool] = ..., select: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., replace: _Optional[bool] = ..., conflation: _Optional[str] = ..., conflation_key: _Optional[str] = ..., bookmark: _Optional[str] = ..., send_deletes: _Optional[bool] = ..., oof_last_received: _Optional[bool] = ...) -> None: ...
 
 class Change(_message.Message):
     __slots__ = ("kind", "topic", "sow_key", "record", "changelog_position", "oof_reason", "current", "delta")

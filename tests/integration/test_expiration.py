@@ -150,7 +150,7 @@ def test_sow_and_subscribe_with_oof_gets_oof_expired(
         a = client.publish("ORDERS", b'{"orderId": 1, "price": 20}')
         _keys(client, a)
         oof = Collector(client.sow_and_subscribe("ORDERS", oof=True))
-        plain = Collector(client.sow_and_subscribe("ORDERS"))
+        plain = Collector(client.sow_and_subscribe("ORDERS", send_deletes=True))
         for collector in (oof, plain):
             assert collector.wait_for(lambda c: c.group_end() is not None), collector.error
         b = client.publish("ORDERS", b'{"orderId": 2, "price": 30}')

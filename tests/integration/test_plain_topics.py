@@ -146,7 +146,9 @@ def test_a_pattern_covers_a_sow_topic_and_a_plain_topic(
     with running_sow(backend, topology, tmp_path, unique) as (_, client):
         held = client.publish("ORDERS", b'{"orderId": 1, "price": 10}')
         client.query("ORDERS", min_position=[held.position])
-        stream = client.sow_and_subscribe("^ORDERS", filter="/price >= 10", sub_id="both")
+        stream = client.sow_and_subscribe(
+            "^ORDERS", filter="/price >= 10", sub_id="both", send_deletes=True
+        )
         collector = Collector(stream)
         assert collector.wait_for(lambda c: c.group_end() is not None, 30)
         assert [data(r) for r in collector.query_records()] == [{"orderId": 1, "price": 10}]

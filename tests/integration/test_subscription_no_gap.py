@@ -26,8 +26,9 @@ from tests.integration.subscription_helpers import Collector
 
 QUOTES = SowTopic("QUOTES", keys=("/id",), partitions=2)
 
-#: (filter, oof): filters on /group never change for a record, so without oof a client
-#: still holds exactly what matches; /price filters move records in and out of focus.
+#: (filter, oof): filters on /group never change for a record, so without oof (and with
+#: send_deletes, to learn of deletes) a client still holds exactly what matches; /price
+#: filters move records in and out of focus.
 CLIENT_KINDS: list[tuple[str, bool]] = [
     ("", False),
     ("/group = 2", False),
@@ -117,6 +118,7 @@ def run_no_gap(
                 "QUOTES",
                 filter=filter_text,
                 oof=oof,
+                send_deletes=not oof,
                 batch_size=500,
                 sub_id=f"c{number}",
                 max_backlog=1_000_000,

@@ -27,7 +27,7 @@ def _open(client: SowClient, **options: Any) -> Collector:
     return collector
 
 
-def test_oof_deleted_and_match_carry_the_last_value_seen(
+def test_oof_deleted_carries_the_last_value_seen_and_match_the_new_one(
     backend: str, tmp_path: Path, unique: str
 ) -> None:
     topology = namespaced(unique, ORDERS)
@@ -36,7 +36,7 @@ def test_oof_deleted_and_match_carry_the_last_value_seen(
         b = client.publish("ORDERS", b'{"orderId": 2, "price": 30}')
         _applied(client, a, b)
         oof = _open(client, filter="/price > 10", oof=True)
-        plain = _open(client, filter="/price > 10")
+        plain = _open(client, filter="/price > 10", send_deletes=True)
 
         client.delete("ORDERS", [a.sow_key])
         client.publish("ORDERS", b'{"orderId": 2, "price": 5}')  # leaves the filter
@@ -51,13 +51,13 @@ def test_oof_deleted_and_match_carry_the_last_value_seen(
         )
         assert data(deleted.record) == {"orderId": 1, "price": 20}
         assert (match.kind, match.oof_reason) == (sow_pb2.CHANGE_OOF, "match")
-        assert data(match.record) == {"orderId": 2, "price": 30}
-        assert data(match.current) == {"orderId": 2, "price": 5}
+        assert data(match.record) == {"orderId": 2, "price": 5}
+        assert not match.HasField("current")
         assert again.kind == sow_pb2.CHANGE_PUBLISH
         assert again.record.position.offset == back.position.offset
 
-        # Without oof, the delete still reaches the client so it can drop the record;
-        # leaving the filter does not.
+        # Without oof, with send_deletes, the delete reaches the client so it can drop the
+        # record; leaving the filter does not.
         assert plain.wait_for(lambda c: len(c.changes()) >= 2)
         kinds = [(c.kind, c.sow_key) for c in plain.changes()]
         assert kinds == [
@@ -79,7 +79,7 @@ def test_oof_expired_from_an_expiry_tombstone(bootstrap: str, tmp_path: Path, un
         a = client.publish("ORDERS", b'{"orderId": 1, "price": 20}')
         _applied(client, a)
         oof = _open(client, oof=True)
-        plain = _open(client)
+        plain = _open(client, send_deletes=True)
         producer = Producer({"bootstrap.servers": bootstrap})
         producer.produce(
             topic.changelog_topic,

@@ -65,3 +65,19 @@ def test_a_broken_file_fails_with_the_place_and_the_invalid_exit_code(
     assert done.stdout == ""
     assert problem in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 4, done.stderr
+
+
+def test_each_topic_states_the_delivery_order_it_gets(tmp_path: Path) -> None:
+    """Subscribers get publish order per SowKey only on a partitioned topic (AMPS: publish
+    order); check-config says so for every topic (issue 19, ordering)."""
+    path = tmp_path / "order.yaml"
+    path.write_text(
+        "topics:\n  - name: A\n    key: /id\n    partitions: 4\n"
+        "  - name: B\n    key: /id\n    partitions: 1\n"
+    )
+    done = _check(path)
+    assert done.returncode == 0, done.stderr
+    order = {t["topic"]: t["order"] for t in map(json.loads, done.stdout.splitlines())}
+    assert order["A"].startswith("per SowKey")
+    assert "partitions: 1" in order["A"]
+    assert order["B"] == "publish order (one partition)"

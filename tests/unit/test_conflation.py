@@ -16,7 +16,7 @@ from processor.query.sow import QueryEngine
 from processor.replica.replica import Replica
 from processor.subscriptions.conflation import parse_interval
 from processor.subscriptions.hub import SubscriptionHub
-from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
 from processor.subscriptions.subscription import Subscription
 from tests.unit.test_subscriptions import TOPOLOGY, Feed
 
@@ -98,22 +98,37 @@ def test_a_conflated_delta_is_taken_against_what_the_subscriber_has(
     assert previous == {"id": "IBM", "price": 1, "qty": 1}
 
 
-def test_an_oof_is_never_conflated_away_and_follows_the_held_publish(
+def test_an_update_held_then_leaving_the_filter_gives_one_oof_with_the_state_delivered(
     hub: tuple[SubscriptionHub, Feed],
 ) -> None:
     subscriptions, feed = hub
     feed.put("k1", {"id": 1, "price": 60})
     subscription, _ = subscriptions.sow_and_subscribe(
-        SubscribeRequest("QUOTES", filter="/price > 50", oof=True, conflation="1m")
+        SubscribeRequest("QUOTES", filter="/price > 50", oof=True, conflation="200ms")
     )
     feed.put("k1", {"id": 1, "price": 70})
     feed.put("k1", {"id": 1, "price": 80})
-    feed.put("k1", {"id": 1, "price": 10})  # leaves the focus: the held publish, the OOF
-    taken = _collect(subscription, 0.5)
-    assert [(d.kind, _data(d)["price"]) for _, d in taken] == [
-        (ChangeKind.PUBLISH, 80),
-        (ChangeKind.OOF, 80),
+    feed.put("k1", {"id": 1, "price": 10})  # leaves the focus within the interval
+    taken = _collect(subscription, 0.6)
+    assert [(d.kind, d.oof_reason, _data(d)["price"]) for _, d in taken] == [
+        (ChangeKind.OOF, OofReason.MATCH, 60)  # what the subscriber last received
     ]
+
+
+def test_a_record_leaving_and_coming_back_in_one_interval_gives_its_end_state_alone(
+    hub: tuple[SubscriptionHub, Feed],
+) -> None:
+    subscriptions, feed = hub
+    feed.put("k1", {"id": 1, "price": 60})
+    subscription, _ = subscriptions.sow_and_subscribe(
+        SubscribeRequest("QUOTES", filter="/price > 50", oof=True, conflation="200ms")
+    )
+    feed.put("k1", {"id": 1, "price": 10})  # out
+    feed.put("k1", {"id": 1, "price": 90})  # back in, same interval
+    feed.put("k2", {"id": 2, "price": 95})  # new in the interval...
+    feed.put("k2", None)  # ...and gone again: the subscriber never had it
+    taken = _collect(subscription, 0.6)
+    assert [(d.kind, _data(d)["price"]) for _, d in taken] == [(ChangeKind.PUBLISH, 90)]
 
 
 def test_a_fast_stream_gives_at_most_one_update_per_key_per_interval_each_the_latest(

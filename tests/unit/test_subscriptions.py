@@ -126,7 +126,9 @@ def test_sow_and_subscribe_starts_exactly_after_its_query(
     subscriptions, feed = hub
     for i in range(5):
         feed.put(f"k{i}", {"n": i})
-    subscription, phase = subscriptions.sow_and_subscribe(SubscribeRequest("QUOTES", batch_size=2))
+    subscription, phase = subscriptions.sow_and_subscribe(
+        SubscribeRequest("QUOTES", batch_size=2, send_deletes=True)
+    )
     assert [len(b) for b in phase.batches] == [2, 2, 1]
     assert phase.snapshot == [(QUOTES.changelog_topic, 0, 5)]
     feed.put("k0", {"n": 10})

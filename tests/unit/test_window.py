@@ -138,10 +138,10 @@ def test_a_delete_inside_the_window_shifts_the_next_record_in(
     for i in range(1, 6):
         feed.put(f"k{i}", {"id": i})
     subscription, phase = subscriptions.sow_and_subscribe(
-        SubscribeRequest("QUOTES", top_n=2, skip_n=1, order_by="/id DESC")
+        SubscribeRequest("QUOTES", top_n=2, skip_n=1, order_by="/id DESC", send_deletes=True)
     )
     assert [orjson.loads(e.data)["id"] for b in phase.batches for e in b] == [4, 3]
-    feed.put("k3", None)  # without oof: a delete, then id 2 shifts in
+    feed.put("k3", None)  # without oof, with send_deletes: a delete, then id 2 shifts in
     feed.put("k1", {"id": 1, "x": 1})  # below the window: nothing
     deliveries = _wait(subscription, 2)
     assert [(d.kind, _data(d.envelope)["id"]) for d in deliveries] == [
