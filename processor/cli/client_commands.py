@@ -61,7 +61,7 @@ def _direct_replies(
 ) -> Iterator[Any]:
     """``sow publish`` straight to Kafka: the replies in the gRPC path's shape."""
     from processor.client.direct import DirectPublisher
-    from processor.client.sow_client import LogPosition, PublishResult
+    from processor.client.publishing import LogPosition, PublishResult
 
     server = _address(args) if args.ack == "processed" else None
     with DirectPublisher(bootstrap, topology, server=server) as publisher:

@@ -23,11 +23,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from processor.client.sow_client import (
-    PublisherSequences,
-    SowClient,
-    ack_type_of,
-)
+from processor.client.sow_client import PublisherSequences, SowClient, ack_type_of
 from processor.errors import (
     ConfigurationError,
     PositionTimeoutError,
@@ -36,13 +32,8 @@ from processor.errors import (
     UnconfirmedWriteError,
 )
 from processor.log.kafka.writer import KafkaLogWriter
-from processor.publish.gateway import (
-    DEFAULT_TIMEOUT_S,
-    Gateway,
-    PendingPublishes,
-    PublishColumns,
-    Published,
-)
+from processor.publish.gateway import DEFAULT_TIMEOUT_S, Gateway, PendingPublishes
+from processor.publish.model import PublishColumns, Published
 from processor.topology.model import Topology
 
 #: What a publish gives back: where it landed, or why it was refused.

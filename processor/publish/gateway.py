@@ -24,8 +24,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from processor.changelog.commands import (
     CORRELATION_HEADER,
@@ -50,6 +49,13 @@ from processor.expr import compile as compile_expression
 from processor.keys import key_function, partition_for, validate_user_key
 from processor.log import Delivery, Headers, LogPosition, LogRecord, LogWriter
 from processor.messages import Codec, codec_for
+from processor.publish.model import (
+    Deleted,
+    PublishColumns,
+    PublishCommand,
+    Published,
+    PublishFields,
+)
 from processor.topology.model import PlainTopic, SowTopic, Topology
 from processor.topology.topics import resolve_publish_topic, resolve_topic, resolve_topics
 
@@ -61,81 +67,6 @@ ENVELOPE_FIXED_BYTES = 64
 HEADERS_ALLOWANCE = 4096
 #: Longest publisher name accepted (it travels in every record's headers).
 MAX_PUBLISHER_LENGTH = 256
-
-
-class PublishCommand(NamedTuple):
-    """One publish: the message (``text_form``: JSON, or Base64 for binary topics, to be
-    encoded in the topic's type) and its options (``expiration`` in seconds).
-    ``publisher`` and ``sequence`` (> 0) ask for duplicate detection; ``delta`` makes it
-    a delta_publish.
-
-    The field names are the gRPC PublishRequest's, so the gateway takes either."""
-
-    topic: str
-    data: bytes
-    sow_key: str = ""
-    expiration: float = 0.0
-    correlation_id: str = ""
-    text_form: bool = False
-    publisher: str = ""
-    sequence: int = 0
-    delta: bool = False
-
-
-class PublishColumns(NamedTuple):
-    """A columnar batch: many messages to one topic with the same options (the columnar
-    form of ``PublishBatch``). Message ``i`` has the sequence ``first_sequence + i`` when
-    ``publisher`` is set, and the SowKey ``sow_keys[i]`` when the topic takes
-    publisher-provided SowKeys (else ``sow_keys`` is empty)."""
-
-    topic: str
-    data: Sequence[bytes]
-    text_form: bool = False
-    publisher: str = ""
-    first_sequence: int = 0
-    expiration: float = 0.0
-    correlation_id: str = ""
-    sow_keys: Sequence[str] = ()
-    delta: bool = False
-
-
-class Published(NamedTuple):
-    """Where a publish landed, and the SowKey it was given."""
-
-    position: LogPosition
-    sow_key: str
-
-
-@dataclass(frozen=True, slots=True)
-class Deleted:
-    """The effect of a sow_delete: how many records it removed (-1 when not waited for)
-    and where its commands landed in the log."""
-
-    records_deleted: int
-    positions: list[LogPosition]
-
-
-class PublishFields(Protocol):
-    """What a publish carries: a PublishCommand, or a gRPC PublishRequest as it came."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def data(self) -> bytes: ...
-    @property
-    def sow_key(self) -> str: ...
-    @property
-    def expiration(self) -> float: ...
-    @property
-    def correlation_id(self) -> str: ...
-    @property
-    def text_form(self) -> bool: ...
-    @property
-    def publisher(self) -> str: ...
-    @property
-    def sequence(self) -> int: ...
-    @property
-    def delta(self) -> bool: ...
 
 
 class _PublishRoute:

@@ -18,7 +18,8 @@ import grpc
 from processor import errors
 from processor.changelog import Envelope
 from processor.log import LogPosition
-from processor.publish.gateway import Deleted, Gateway, PendingPublishes, PublishColumns, Published
+from processor.publish.gateway import Gateway, PendingPublishes
+from processor.publish.model import Deleted, PublishColumns, Published
 from processor.query.historical import point_of, run_historical
 from processor.query.sow import QueryEngine, SowQuery
 from processor.server.health import Health
