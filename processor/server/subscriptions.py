@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -33,7 +32,6 @@ from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
 from processor.subscriptions.replay import Replay
 from processor.subscriptions.shape import MessageShape
 from processor.subscriptions.subscription import SharedSender, Subscription
-from processor.topology.topics import resolve_subscribed_topics
 from processor.wire import sow_pb2, sow_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -104,6 +102,7 @@ def _request(request: Any) -> SubscribeRequest:
         bookmark=request.bookmark,
         send_deletes=request.send_deletes,
         oof_last_received=request.oof_last_received,
+        text_form=request.text_form,
     )
 
 
@@ -120,22 +119,6 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         self._codecs = codecs
         self._status_for = status_for
         self._streams = threading.BoundedSemaphore(SUBSCRIPTION_STREAMS)
-        #: The select list and delta rules of each subscription that has them.
-        self._shapes: weakref.WeakKeyDictionary[Subscription, MessageShape]
-        self._shapes = weakref.WeakKeyDictionary()
-
-    def _shape(self, request: Any) -> MessageShape | None:
-        """The request's select list and delta rules (checked before it is registered)."""
-        if not request.select and not request.delta:
-            return None
-        return MessageShape.for_request(
-            resolve_subscribed_topics(self._hub.topology, request.topic),
-            self._codecs,
-            select=request.select,
-            delta=request.delta,
-            no_empties=request.no_empties,
-            text_form=request.text_form,
-        )
 
     def _abort(self, context: Any, error: errors.SowError) -> None:
         context.abort(self._status_for(error), str(error))
@@ -196,18 +179,13 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
     ) -> tuple[Subscription, Iterable[Any]]:
         """Register a subscribe: the subscription and its ``registered`` message (for a
         bookmark subscription, then its replay and ``completed``, sent as read)."""
-        shape = self._shape(request)
         if request.bookmark and not parse_bookmark(request.bookmark).now:
             subscription, replay = self._hub.subscribe_replaying(_request(request), sender)
-            if shape is not None:
-                self._shapes[subscription] = shape
             registered = sow_pb2.SubscriptionMessage(
                 sub_id=request.sub_id, registered=sow_pb2.Registered()
             )
             return subscription, itertools.chain([registered], self._replayed(request, replay))
         subscription = self._hub.subscribe(_request(request), sender)
-        if shape is not None:
-            self._shapes[subscription] = shape
         snapshot = [_position(p) for p in subscription.start_vector()]
         registered = sow_pb2.SubscriptionMessage(
             sub_id=request.sub_id, registered=sow_pb2.Registered(snapshot=snapshot)
@@ -233,12 +211,9 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         """Register a sow_and_subscribe: the subscription and its query result (group
         begin, batches, group end; for a historical one, then the replay and
         ``completed``)."""
-        shape = self._shape(request)
         subscription, phase = self._hub.sow_and_subscribe(_request(request), sender)
-        if shape is not None:
-            self._shapes[subscription] = shape
         try:
-            opening = self._query_phase(request, phase, shape)
+            opening = self._query_phase(request, phase, subscription.shape)
         except BaseException:
             self._hub.unsubscribe(subscription)
             raise
@@ -289,7 +264,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
     def _changes(self, subscription: Subscription, request: Any, deliveries: list[Delivery]) -> Any:
         """One message with a subscription's changes (``change`` when there is one), or
         None when ``no_empties`` suppressed every delta update among them."""
-        shape = self._shapes.get(subscription)
+        shape = subscription.shape
         convert = self._converter(request, shape)
         changes = [_change(d, convert) for d in deliveries]
         if shape is not None and shape.delta:

@@ -37,11 +37,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from processor import changelog
-from processor.changelog.bookmarks import parse_bookmark
 from processor.changelog.events import ListenerHandle
 from processor.errors import (
     CatchingUpError,
@@ -49,11 +48,17 @@ from processor.errors import (
     TooManySubscriptionsError,
     UnsupportedError,
 )
-from processor.expr import Expression
 from processor.keys import partition_for
 from processor.log import LogPosition
 from processor.messages import Codec, codec_for
-from processor.query.sow import DEFAULT_TIMEOUT_S, QueryEngine, QueryStats, SowQuery, memo_fields
+from processor.query.sow import (
+    DEFAULT_TIMEOUT_S,
+    PreparedQuery,
+    QueryEngine,
+    QueryStats,
+    SowQuery,
+    memo_fields,
+)
 from processor.query.sow import select as select_records
 from processor.replica.plain_tail import PlainTail
 from processor.replica.replica import Replica
@@ -61,27 +66,20 @@ from processor.replica.table import SowTable
 from processor.subscriptions.conflation import (
     ConflatingQueue,
     ConflationClock,
-    check_conflation,
-    key_function,
 )
 from processor.subscriptions.dispatcher import Dispatcher
-from processor.subscriptions.history_replay import open_historical
 from processor.subscriptions.model import (
-    DEFAULT_MAX_BACKLOG,
-    MAX_MAX_BACKLOG,
     SubscribeRequest,
 )
+from processor.subscriptions.plan import SubscriptionPlan, plan_subscription, refuse_with_replay
 from processor.subscriptions.replacing import ReplaceMarker, check_replace
-from processor.subscriptions.replay import Replay, open_replay
+from processor.subscriptions.replay import Replay, open_historical, open_replay
 from processor.subscriptions.subscription import Row, SharedSender, Subscription
 from processor.subscriptions.window import (
     PaginatedSubscription,
-    check_pagination,
-    check_window_filter,
-    is_paginated,
 )
 from processor.topology.model import PlainTopic, SowTopic, Topology
-from processor.topology.topics import is_pattern, resolve_subscribed_topics
+from processor.topology.topics import resolve_subscribed_topics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -165,21 +163,30 @@ class SubscriptionHub:
 
     # -- subscribing ---------------------------------------------------------------------
 
+    def plan(
+        self, request: SubscribeRequest, *, with_query: bool, replacing: bool = False
+    ) -> SubscriptionPlan:
+        """``request`` parsed and validated (:mod:`processor.subscriptions.plan`)."""
+        return plan_subscription(
+            request,
+            with_query=with_query,
+            topology=self.topology,
+            codecs=self._codecs,
+            compile_filter=self._dispatcher.compiled,
+            replacing=replacing,
+        )
+
     def subscribe(
         self, request: SubscribeRequest, sender: SharedSender | None = None
     ) -> Subscription:
         """Register a live subscription: every matching change applied from now on.
         ``sender``: one sender serving this subscription among others (a session;
         default: a sender of its own)."""
-        if not parse_bookmark(request.bookmark).now:
+        plan = self._admit(self.plan(request, with_query=False))
+        if plan.replaying:
             raise InvalidRequestError("a bookmark subscription is opened with subscribe_replaying")
-        topics, expression = self._validate(request, with_query=False)
-        subscription = self._subscription(request, topics, with_query=False, sender=sender)
-
-        def register(_: list[SowTable]) -> None:
-            self._dispatcher.register(subscription, topics, request.filter, expression)
-
-        _, vector = self._read(topics, register)
+        subscription = self._subscription(plan, sender)
+        _, vector = self._read(plan.topics, lambda _: self._register(subscription, plan))
         subscription.start(_start_vector(vector))
         return subscription
 
@@ -188,22 +195,17 @@ class SubscriptionHub:
     ) -> tuple[Subscription, Replay]:
         """subscribe with a bookmark: the subscription, registered (buffering), and its
         replay, which starts it (:mod:`processor.subscriptions.replay`)."""
-        bookmark = parse_bookmark(request.bookmark)
-        _refuse_with_replay(request, "a bookmark subscription")
-        topics, expression = self._validate(request, with_query=False)
-        subscription = self._subscription(request, topics, with_query=False, sender=sender)
-
-        def register(_: list[SowTable]) -> None:
-            self._dispatcher.register(subscription, topics, request.filter, expression)
-
-        _, vector = self._read(topics, register)
+        refuse_with_replay(request, "a bookmark subscription")
+        plan = self._admit(self.plan(request, with_query=False))
+        subscription = self._subscription(plan, sender)
+        _, vector = self._read(plan.topics, lambda _: self._register(subscription, plan))
         try:
             replay = open_replay(
                 self.replica,
                 subscription,
-                bookmark,
-                topics,
-                expression,
+                plan.bookmark,
+                list(plan.topics),
+                plan.expression,
                 self._codecs,
                 vector,
                 close=lambda: self.unsubscribe(subscription),
@@ -219,24 +221,21 @@ class SubscriptionHub:
         """Query the SOW and subscribe at the same position: the result, then (through
         the subscription) every later matching change, with no gap and no duplicate.
         ``sender`` as for :meth:`subscribe`."""
-        topics, expression = self._validate(request, with_query=True)
-        if all(isinstance(t, PlainTopic) for t in topics):
-            return self._subscribe_without_sow(request, topics, expression, sender)
-        paginated = is_paginated(request)
-        bookmark = parse_bookmark(request.bookmark)
+        plan = self._admit(self.plan(request, with_query=True))
+        if plan.plain_only:
+            return self._subscribe_without_sow(plan, sender)
+        request = plan.request
         # Spec 3.13: on topics without History the bookmark is ignored.
-        if not bookmark.now and any(t.history is not None for t in topics):
-            _refuse_with_replay(request, "a historical sow_and_subscribe")
-            subscription = self._subscription(request, topics, with_query=True, sender=sender)
+        if plan.replaying and any(t.history is not None for t in plan.topics):
+            refuse_with_replay(request, "a historical sow_and_subscribe")
+            subscription = self._subscription(plan, sender)
             vector, batches, stats, replay = open_historical(
                 self.engine,
                 subscription,
-                topics,
-                expression,
+                list(plan.topics),
+                plan.expression,
                 self._codecs,
-                register=lambda: self._dispatcher.register(
-                    subscription, topics, request.filter, expression
-                ),
+                register=lambda: self._register(subscription, plan),
                 close=lambda: self.unsubscribe(subscription),
             )
             return subscription, QueryPhase(vector, batches, stats, replay)
@@ -247,24 +246,21 @@ class SubscriptionHub:
                 batch_size=request.batch_size,
                 query_id=request.query_id,
                 # Paginated: every matching record (the subscription orders them).
-                top_n=0 if paginated else request.top_n,
-                order_by="" if paginated else request.order_by,
+                top_n=0 if plan.paginated else request.top_n,
+                order_by="" if plan.paginated else request.order_by,
             )
         )
         started = time.perf_counter()
-        fields = memo_fields(prepared)
-        if fields:
-            for topic in prepared.topics:
-                self.replica.build_memo_indexes(topic, fields)
-        subscription = self._subscription(request, topics, with_query=True, sender=sender)
+        self._build_memo_indexes(prepared)
+        subscription = self._subscription(plan, sender)
 
         def query_and_register(tables: list[SowTable]) -> Any:
             selection = select_records(prepared, tables)
-            self._dispatcher.register(subscription, topics, request.filter, expression)
+            self._register(subscription, plan)
             return selection
 
         selection, vector = self._read(
-            [*prepared.topics, *(t for t in topics if isinstance(t, PlainTopic))],
+            [*prepared.topics, *(t for t in plan.topics if t.name in plan.unheld)],
             query_and_register,
         )
         envelopes = [changelog.decode(envelope) for _, envelope in selection.rows]
@@ -289,25 +285,28 @@ class SubscriptionHub:
         return subscription, QueryPhase(vector, batches, stats)
 
     def _subscribe_without_sow(
-        self,
-        request: SubscribeRequest,
-        topics: list[SowTopic],
-        expression: Expression | None,
-        sender: SharedSender | None,
+        self, plan: SubscriptionPlan, sender: SharedSender | None
     ) -> tuple[Subscription, QueryPhase]:
         """sow_and_subscribe on plain topics only: an empty query result at the tail's
         position, then the live messages."""
         started = time.perf_counter()
-        subscription = self._subscription(request, topics, with_query=True, sender=sender)
-
-        def register(_: list[SowTable]) -> None:
-            self._dispatcher.register(subscription, topics, request.filter, expression)
-
-        _, vector = self._read(topics, register)
+        subscription = self._subscription(plan, sender)
+        _, vector = self._read(plan.topics, lambda _: self._register(subscription, plan))
         subscription.start(_start_vector(vector))
         elapsed_us = int((time.perf_counter() - started) * 1e6)
         stats = QueryStats(0, 0, 0, elapsed_us, "no SOW: live messages only")
         return subscription, QueryPhase(vector, [], stats)
+
+    def _register(self, subscription: Subscription, plan: SubscriptionPlan) -> None:
+        self._dispatcher.register(
+            subscription, list(plan.topics), plan.request.filter, plan.expression
+        )
+
+    def _build_memo_indexes(self, prepared: PreparedQuery) -> None:
+        fields = memo_fields(prepared)
+        if fields:
+            for topic in prepared.topics:
+                self.replica.build_memo_indexes(topic, fields)
 
     def _read(
         self, topics: Sequence[SowTopic], reader: Callable[[list[SowTable]], T]
@@ -331,43 +330,31 @@ class SubscriptionHub:
         result, vector = self.replica.read(sow, read_both)
         return result, vector + plain_vector
 
-    def _subscription(
-        self,
-        request: SubscribeRequest,
-        topics: Sequence[SowTopic],
-        *,
-        with_query: bool,
-        sender: SharedSender | None,
-    ) -> Subscription:
-        """A subscription for ``request`` (validated): paginated, conflated or plain."""
-        if all(isinstance(t, PlainTopic) for t in topics):
-            with_query = False
-        request, unheld = _held(request, topics)
-        max_backlog = request.max_backlog or DEFAULT_MAX_BACKLOG
-        interval = check_conflation(request, self._codecs)
+    def _subscription(self, plan: SubscriptionPlan, sender: SharedSender | None) -> Subscription:
+        """A subscription for ``plan``: paginated or not, conflated or not."""
         queue = None
-        if interval is not None:
-            key_of = key_function(request, self._codecs)
-            queue = ConflatingQueue(interval, key_of, self._clock)
+        if plan.interval_s is not None and plan.key_of is not None:
+            queue = ConflatingQueue(plan.interval_s, plan.key_of, self._clock)
         subscription: Subscription
-        if with_query and is_paginated(request):
+        if plan.order is not None:
             subscription = PaginatedSubscription(
-                request,
-                codec=self._codecs[request.topic],
-                order=check_pagination(request, with_query=True),
-                max_backlog=max_backlog,
+                plan.request,
+                codec=self._codecs[plan.request.topic],
+                order=plan.order,
+                max_backlog=plan.max_backlog,
                 sender=sender,
                 queue=queue,
             )
         else:
             subscription = Subscription(
-                request,
-                with_query=with_query,
-                max_backlog=max_backlog,
-                unheld_topics=unheld,
+                plan.request,
+                with_query=plan.with_query,
+                max_backlog=plan.max_backlog,
+                unheld_topics=plan.unheld,
                 sender=sender,
                 queue=queue,
             )
+        subscription.shape = plan.shape
         if queue is not None:
             queue.bind(subscription.release_held)
         return subscription
@@ -382,24 +369,19 @@ class SubscriptionHub:
         from the next change on. ``with_query``: the replacing command is a
         sow_and_subscribe. Raises a SowError, changing nothing, when refused."""
         check_replace(subscription, request, with_query)
-        topics, expression = self._validate(request, with_query=with_query, replacing=True)
-        if all(isinstance(t, PlainTopic) for t in topics):
-            with_query = False
+        plan = self._admit(self.plan(request, with_query=with_query, replacing=True), True)
         if self._dispatcher.inline:
             raise UnsupportedError("replace is not supported by a hub that matches inline")
         prepared = None
-        if with_query:
+        if plan.with_query:
             prepared = self.engine.prepare(
                 SowQuery(topic=request.topic, filter=request.filter, query_id=request.query_id)
             )
-            fields = memo_fields(prepared)
-            if fields:
-                for topic in prepared.topics:
-                    self.replica.build_memo_indexes(topic, fields)
+            self._build_memo_indexes(prepared)
         held_topics = {key[0] for key in subscription.focus_keys()}
         before = resolve_subscribed_topics(self.topology, subscription.request.topic)
-        read_topics = list({t.name: t for t in [*topics, *before]}.values())
-        marker = ReplaceMarker(subscription, request, topics, expression)
+        read_topics = list({t.name: t for t in [*plan.topics, *before]}.values())
+        marker = ReplaceMarker(subscription, plan)
 
         def read_and_mark(tables: list[SowTable]) -> None:
             rows: list[Row] | None = None
@@ -428,8 +410,7 @@ class SubscriptionHub:
 
     def _apply_replace(self, marker: ReplaceMarker) -> None:
         """Move a subscription to its new filter at the replace's place in the stream."""
-        subscription = marker.subscription
-        request, unheld = _held(marker.request, marker.topics)
+        subscription, plan = marker.subscription, marker.plan
         marker.placed.wait()
         if marker.vector is None:
             return  # the read failed: nothing was replaced
@@ -438,14 +419,15 @@ class SubscriptionHub:
             if not dispatcher.is_filed(subscription):
                 return  # unsubscribed meanwhile
             dispatcher.unfile(subscription)
-            if isinstance(subscription, PaginatedSubscription):
-                subscription.reconfigure(request, check_pagination(request, with_query=True))
+            if isinstance(subscription, PaginatedSubscription) and plan.order is not None:
+                subscription.reconfigure(plan.request, plan.order)
             if marker.rows is not None:
                 # Under the options it had: oof or no_empties given by the replace apply
                 # to the changes after it (spec 3.9).
                 subscription.rebase(marker.vector, marker.rows, marker.gone)
-            subscription.reset(request, unheld)
-            dispatcher.file(subscription, marker.topics, request.filter, marker.expression)
+            subscription.reset(plan.request, plan.unheld)
+            subscription.shape = plan.shape
+            dispatcher.file(subscription, list(plan.topics), plan.request.filter, plan.expression)
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """Close a subscription and forget it (idempotent)."""
@@ -453,31 +435,11 @@ class SubscriptionHub:
         with self._dispatcher.lock:
             self._dispatcher.forget(subscription)
 
-    def _validate(
-        self, request: SubscribeRequest, *, with_query: bool, replacing: bool = False
-    ) -> tuple[list[SowTopic], Expression | None]:
-        if request.replace and not replacing:
-            raise InvalidRequestError(
-                "replace=true replaces a live subscription of a Session: send it as a "
-                "session command with that subscription's sub_id"
-            )
-        check_pagination(request, with_query=with_query)
-        check_conflation(request, self._codecs)
-        topics = resolve_subscribed_topics(self.topology, request.topic)
-        if request.max_backlog < 0 or request.max_backlog > MAX_MAX_BACKLOG:
-            raise InvalidRequestError(
-                f"max_backlog {request.max_backlog} is out of range: use 1 to "
-                f"{MAX_MAX_BACKLOG} (0 means the default, {DEFAULT_MAX_BACKLOG})"
-            )
-        expression = self._dispatcher.compiled(topics, request.filter)
-        plain = [t.name for t in topics if isinstance(t, PlainTopic)]
-        if is_paginated(request):
-            if (is_pattern(request.topic) and request.topic not in self.topology.topics) or plain:
-                raise InvalidRequestError(
-                    f"a paginated subscription reads one literal SOW topic; {request.topic!r} "
-                    "is a regular expression or a topic without a SOW"
-                )
-            check_window_filter(request, expression)
+    def _admit(self, plan: SubscriptionPlan, replacing: bool = False) -> SubscriptionPlan:
+        """Check that this service can serve ``plan`` now: it follows the plain topics it
+        names, is caught up with the SOW topics, and has room for one more subscription
+        (not counted for a replace). Returns ``plan``."""
+        plain = sorted(plan.unheld)
         if plain and self.plain is None:
             raise InvalidRequestError(
                 f"topics {', '.join(plain)} have no SOW and this query service does not "
@@ -488,9 +450,8 @@ class SubscriptionHub:
                 f"the ends of plain topics {', '.join(plain)} were not fetched within "
                 f"{DEFAULT_TIMEOUT_S:g}s; subscribe again shortly"
             )
-        waits = len(plain) < len(topics)  # SOW topics: the replica must be caught up
         if (
-            waits
+            not plan.plain_only
             and not self.replica.caught_up()
             and not self.replica.wait_caught_up(DEFAULT_TIMEOUT_S)
         ):
@@ -503,32 +464,7 @@ class SubscriptionHub:
                 f"this query service already serves {self.max_subscriptions} "
                 "subscriptions; subscribe to another query-service replica or retry later"
             )
-        return topics, expression
-
-
-def _refuse_with_replay(request: SubscribeRequest, what: str) -> None:
-    """Options a replaying subscription cannot have (spec 3.10: bookmark delta
-    subscriptions are rejected; a replayed window is not built)."""
-    refused = [name for name in ("delta", "replace") if getattr(request, name)]
-    if request.skip_n is not None:
-        refused.append("skip_n (a paginated window)")
-    if refused:
-        raise InvalidRequestError(
-            f"{what} cannot take {', '.join(refused)}: replay without it, or subscribe "
-            "from now (no bookmark)"
-        )
-
-
-def _held(
-    request: SubscribeRequest, topics: Sequence[SowTopic]
-) -> tuple[SubscribeRequest, frozenset[str]]:
-    """A subscription to plain topics only holds no records, so it gets neither OOF
-    notifications nor deletes (a plain topic's messages are not records that change);
-    one to both kinds holds only the SOW topics' records: (the request as served, the
-    topics whose records it does not hold)."""
-    if all(isinstance(t, PlainTopic) for t in topics):
-        request = replace(request, oof=False, no_empties=False)
-    return request, frozenset(t.name for t in topics if isinstance(t, PlainTopic))
+        return plan
 
 
 def _row_position(topic: SowTopic, sow_key: bytes) -> tuple[str, int, int]:

@@ -55,6 +55,8 @@ class SubscribeRequest:
     bookmark: str = ""
     send_deletes: bool = False
     oof_last_received: bool = False
+    #: Records as text (JSON; Base64 for binary): needed for select and delta on avro.
+    text_form: bool = False
 
 
 class ChangeKind(Enum):

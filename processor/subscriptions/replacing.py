@@ -24,11 +24,10 @@ import threading
 from dataclasses import dataclass, field
 
 from processor.errors import InvalidRequestError
-from processor.expr import Expression
 from processor.subscriptions.model import SubscribeRequest
+from processor.subscriptions.plan import SubscriptionPlan
 from processor.subscriptions.subscription import Row, StartVector, Subscription
 from processor.subscriptions.window import is_paginated
-from processor.topology.model import SowTopic
 
 #: Options a replace must repeat unchanged.
 FIXED = ("conflation", "conflation_key", "delta", "select", "bookmark")
@@ -85,9 +84,8 @@ class ReplaceMarker:
     after the marker is queued); a marker placed without a vector replaces nothing."""
 
     subscription: Subscription
-    request: SubscribeRequest
-    topics: list[SowTopic]
-    expression: Expression | None
+    #: The replacing request's plan.
+    plan: SubscriptionPlan
     vector: StartVector | None = None
     rows: list[Row] | None = None
     gone: set[tuple[str, bytes]] = field(default_factory=set)

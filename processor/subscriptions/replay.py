@@ -12,21 +12,33 @@ sends ``completed`` with the vector the replay reached. A range replay ends ther
 subscription is closed.
 
 The replay delivers what the live subscription would have (the same filter, the same
-focus rules: ``oof`` and sow_and_subscribe deletes for records the replay delivered).
+focus rules: ``oof`` (and ``send_deletes``) for records the replay delivered).
 Live changes that arrive during the replay wait in the subscription's buffer; more than
 its ``max_backlog`` of them by the end of the replay closes it as a slow consumer.
+
+A historical sow_and_subscribe (:func:`open_historical`) is the SOW at the saved point at
+or before a bookmark (:mod:`processor.query.historical`), then the replay of the
+changelogs from just after it, then live. The history read and the subscription's
+registration share one hold of the replica's lock, so the replay ends, and the live
+stream starts, at the position vector of that moment: every change after the returned
+state is delivered once.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from processor.changelog.bookmarks import Bookmark, Point
+from processor import changelog
+from processor.changelog.bookmarks import Bookmark, Point, parse_bookmark
 from processor.changelog.events import ChangeEvent
 from processor.errors import InvalidRequestError, UnsupportedError
 from processor.expr import Expression
 from processor.log import LogPosition, TopicPartitionKey
 from processor.messages import Codec
+from processor.query.historical import historical_states
+from processor.query.sow import QueryEngine, QueryStats, SowQuery
+from processor.query.sow import select as select_records
 from processor.replica.replay_plan import (
     ReplayPlan,
     change_filter,
@@ -35,6 +47,7 @@ from processor.replica.replay_plan import (
     read_changes,
 )
 from processor.replica.replica import Replica
+from processor.replica.table import SowTable
 from processor.subscriptions.model import MAX_MAX_BACKLOG, ChangeKind, Delivery
 from processor.subscriptions.subscription import Subscription
 from processor.topology.model import PlainTopic, SowTopic
@@ -183,3 +196,79 @@ def saved_point(bookmark: Bookmark, topics: Sequence[SowTopic]) -> tuple[Point, 
     state = Point(timestamp_ms=first_replayed - 1)
     replay = Bookmark(bookmark.text, Point(timestamp_ms=first_replayed), start_inclusive=True)
     return state, replay
+
+
+Opening = tuple[list[LogPosition], list[list[changelog.Envelope]], QueryStats, Replay]
+
+
+def open_historical(
+    engine: QueryEngine,
+    subscription: Subscription,
+    topics: Sequence[SowTopic],
+    expression: Expression | None,
+    codecs: Mapping[str, Codec],
+    *,
+    register: Callable[[], None],
+    close: Callable[[], None],
+) -> Opening:
+    """Check the request, read the historical state and ``register`` the (not started)
+    ``subscription`` in one hold of the replica's lock, and plan the replay; return the
+    position vector, the result's batches, its counts and the replay (which starts the
+    subscription). Raises InvalidRequestError for a range or a topic without History;
+    a failure after registering calls ``close``."""
+    request = subscription.request
+    without = [t.name for t in topics if t.history is None]
+    if without:
+        raise InvalidRequestError(
+            "a historical sow_and_subscribe needs History on every topic; "
+            f"{', '.join(without)} has none: subscribe to the History topics alone"
+        )
+    bookmark = parse_bookmark(request.bookmark)
+    if bookmark.is_range:
+        raise InvalidRequestError(
+            f"bookmark {request.bookmark!r} is a range; a historical sow_and_subscribe "
+            "starts at one point: give a timestamp or a position vector"
+        )
+    state_point, replay_from = saved_point(bookmark, topics)
+    prepared = engine.prepare(
+        SowQuery(request.topic, filter=request.filter, batch_size=request.batch_size)
+    )
+    started = time.perf_counter()
+
+    # The replica's lock is re-entrant: the history read nests in this hold.
+    def read(_: list[SowTable]) -> list[SowTable]:
+        register()
+        return historical_states(prepared, engine, state_point)[0]
+
+    tables, vector = engine.replica.read(prepared.topics, read)
+    try:
+        selection = select_records(prepared, tables)
+        envelopes = [changelog.decode(raw) for _, raw in selection.rows]
+        rows = [
+            (topic, e.sow_key.encode(), raw)
+            for (topic, raw), e in zip(selection.rows, envelopes, strict=True)
+        ]
+        replay = open_replay(
+            engine.replica,
+            subscription,
+            replay_from,
+            topics,
+            expression,
+            codecs,
+            vector,
+            focus=rows if subscription.tracks_focus else (),
+            close=close,
+        )
+    except BaseException:
+        close()
+        raise
+    size = prepared.batch_size
+    stats = QueryStats(
+        topic_matches=selection.examined,
+        matches=selection.matches,
+        records_returned=len(envelopes),
+        elapsed_us=int((time.perf_counter() - started) * 1e6),
+        plan="historical: " + "; ".join(selection.plans),
+    )
+    batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
+    return vector, batches, stats, replay

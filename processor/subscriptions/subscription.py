@@ -44,6 +44,7 @@ from processor import changelog
 from processor.changelog.events import ChangeEvent, ChangelogPosition, ChangeReason
 from processor.errors import SlowConsumerError, SowError
 from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
+from processor.subscriptions.shape import MessageShape
 
 #: (changelog topic, partition) -> next offset: where a subscription starts.
 StartVector = Mapping[tuple[str, int], int]
@@ -117,7 +118,7 @@ class Subscription:
         self.with_query = with_query
         self.max_backlog = max_backlog
         #: Whether the subscription remembers what it delivered (needed for OOF,
-        #: sow_and_subscribe deletes, no_empties and delta).
+        #: send_deletes, no_empties, delta, conflation and replace).
         self.tracks_focus = _tracks_focus(request, with_query)
         #: Topics whose messages are never held (plain topics): a matching message is
         #: delivered, nothing else (no OOF, no delete, no no_empties comparison).
@@ -147,6 +148,8 @@ class Subscription:
         else:
             self._ready, self._woken = sender.ready, sender.woken
         self.closed: SowError | None = None
+        #: The select list and delta rules its records are sent with (None: as they are).
+        self.shape: MessageShape | None = None
         #: Called once, outside the subscription's lock, when it closes with an error.
         self.on_close: list[Callable[[], None]] = []
         self.delivered = 0
