@@ -312,13 +312,7 @@ def data_of(value: bytes) -> bytes:
     except IndexError:
         raise EnvelopeError("envelope ends inside a number") from None
     try:
-        pos = _check_version(value)
-        for _ in range(3):  # topic, message type, log topic
-            _, pos = _raw_at(value, pos)
-        _, pos = _long_at(value, pos)  # log partition
-        _, pos = _long_at(value, pos)  # log offset
-        _, pos = _raw_at(value, pos)  # SowKey
-        return _raw_at(value, pos)[0]
+        return _raw_at(value, _to_data(value))[0]
     except IndexError:
         raise EnvelopeError("envelope ends inside a number") from None
 
@@ -328,19 +322,9 @@ def expiration_of(value: bytes) -> int | None:
     skipping the other fields without copying them; raise EnvelopeError if it is not
     one."""
     try:
-        pos = _check_version(value)
-        for _ in range(3):  # topic, message type, log topic
-            size, pos = _long_at(value, pos)
-            pos += size
-        _, pos = _long_at(value, pos)  # log partition
-        _, pos = _long_at(value, pos)  # log offset
-        for _ in range(2):  # SowKey, data
-            size, pos = _long_at(value, pos)
-            pos += size
-        _, pos = _long_at(value, pos)  # publish time
-        _, pos = _long_at(value, pos)  # apply time
-        present, pos = _optional_at(value, pos)
-        return _long_at(value, pos)[0] if present else None
+        pos = _to_data(value)
+        size, pos = _long_at(value, pos)
+        return _expiration_at(value, pos + size)[0]
     except IndexError:
         raise EnvelopeError("envelope ends inside a number") from None
 
@@ -350,17 +334,8 @@ def data_and_correlation_of(value: bytes) -> tuple[bytes, str | None]:
     merges with), without building an :class:`Envelope`; raise EnvelopeError if it is not
     one."""
     try:
-        pos = _check_version(value)
-        for _ in range(3):  # topic, message type, log topic
-            size, pos = _long_at(value, pos)
-            pos += size
-        pos = _skip_long(value, _skip_long(value, pos))  # log partition, log offset
-        size, pos = _long_at(value, pos)  # SowKey
-        data, pos = _raw_at(value, pos + size)
-        pos = _skip_long(value, _skip_long(value, pos))  # publish time, apply time
-        present, pos = _optional_at(value, pos)
-        if present:
-            pos = _skip_long(value, pos)  # expiration
+        data, pos = _raw_at(value, _to_data(value))
+        _, pos = _expiration_at(value, pos)
         present, pos = _optional_at(value, pos)
         if not present:
             return data, None
@@ -369,6 +344,27 @@ def data_and_correlation_of(value: bytes) -> tuple[bytes, str | None]:
         raise EnvelopeError("envelope ends inside a number") from None
     except UnicodeDecodeError as exc:
         raise EnvelopeError(f"string field is not UTF-8: {exc}") from exc
+
+
+def _to_data(value: bytes) -> int:
+    """The position of an envelope's message bytes: past the version, the three names,
+    the log partition and offset and the SowKey (IndexError past the end)."""
+    pos = _check_version(value)
+    for _ in range(3):  # topic, message type, log topic
+        size, pos = _long_at(value, pos)
+        pos += size
+    pos = _skip_long(value, _skip_long(value, pos))  # log partition, log offset
+    size, pos = _long_at(value, pos)  # SowKey
+    return pos + size
+
+
+def _expiration_at(value: bytes, pos: int) -> tuple[int | None, int]:
+    """The expiration after the two times at ``pos``, and the position after it."""
+    pos = _skip_long(value, _skip_long(value, pos))  # publish time, apply time
+    present, pos = _optional_at(value, pos)
+    if not present:
+        return None, pos
+    return _long_at(value, pos)
 
 
 def _skip_long(buf: bytes, pos: int) -> int:

@@ -126,6 +126,17 @@ class PreparedQuery:
 class _Selection:
     """What a query chose under the lock: envelopes (or aggregated rows) and counts."""
 
+    def stats(self, returned: int, started: float, plan_prefix: str = "") -> QueryStats:
+        """The query's counts once ``returned`` records are sent; ``started``: the
+        ``perf_counter`` the query began at."""
+        return QueryStats(
+            topic_matches=self.examined,
+            matches=self.matches,
+            records_returned=returned,
+            elapsed_us=int((time.perf_counter() - started) * 1e6),
+            plan=plan_prefix + "; ".join(self.plans),
+        )
+
     rows: list[tuple[str, bytes]] = field(default_factory=list)
     aggregated: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     examined: int = 0
@@ -237,15 +248,14 @@ def query_result(
     size = prepared.batch_size
     result = QueryResult(query.query_id, query.topic, vector)
     result.aggregated = prepared.aggregation is not None
-    result.batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
-    result.stats = QueryStats(
-        topic_matches=selection.examined,
-        matches=selection.matches,
-        records_returned=len(envelopes),
-        elapsed_us=int((time.perf_counter() - started) * 1e6),
-        plan=plan_prefix + "; ".join(selection.plans),
-    )
+    result.batches = batched(envelopes, size)
+    result.stats = selection.stats(len(envelopes), started, plan_prefix)
     return result
+
+
+def batched(envelopes: list[changelog.Envelope], size: int) -> list[list[changelog.Envelope]]:
+    """Records in batches of ``size`` (the last may be shorter)."""
+    return [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
 
 
 def memo_fields(prepared: PreparedQuery) -> list[FieldInput]:

@@ -16,12 +16,12 @@ from typing import Any
 import grpc
 
 from processor import errors
-from processor.changelog import Envelope
 from processor.log import LogPosition
 from processor.publish.gateway import Gateway, PendingPublishes
 from processor.publish.model import Deleted, PublishColumns, Published
 from processor.query.historical import point_of, run_historical
 from processor.query.sow import QueryEngine, SowQuery
+from processor.server import convert
 from processor.server.health import Health
 from processor.server.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
 from processor.subscriptions.hub import SubscriptionHub
@@ -150,29 +150,6 @@ def _ack(batch_id: int, results: list[Published | errors.SowError]) -> Any:
         offsets=offsets,
         sow_keys=keys,
         refused=refused,
-    )
-
-
-def _position(position: LogPosition) -> sow_pb2.Position:
-    topic, partition, offset = position
-    return sow_pb2.Position(topic=topic, partition=partition, offset=offset)
-
-
-def _record(envelope: Envelope) -> sow_pb2.SowRecord:
-    return sow_pb2.SowRecord(
-        sow_key=envelope.sow_key,
-        data=envelope.data,
-        topic=envelope.topic,
-        message_type=envelope.message_type,
-        position=sow_pb2.Position(
-            topic=envelope.log_topic,
-            partition=envelope.log_partition,
-            offset=envelope.log_offset,
-        ),
-        publish_time_ms=envelope.publish_time_ms,
-        apply_time_ms=envelope.apply_time_ms,
-        expiration_ms=envelope.expiration_ms or 0,
-        correlation_id=envelope.correlation_id or "",
     )
 
 
@@ -344,14 +321,14 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             group_begin=sow_pb2.GroupBegin(
                 query_id=result.query_id,
                 topic=result.topic,
-                snapshot=[_position(p) for p in result.snapshot],
+                snapshot=[convert.position(p) for p in result.snapshot],
                 staleness_ms=self._engine.replica.staleness_ms(),
             )
         )
         text_form = request.text_form and not result.aggregated
         topology = self._gateway.topology
         for batch in result.batches:
-            records = [_record(e) for e in batch]
+            records = [convert.record(e) for e in batch]
             if shape is not None:
                 for record in records:
                     if shape.shapes(record.topic):
@@ -370,11 +347,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         yield sow_pb2.SowQueryReply(
             group_end=sow_pb2.GroupEnd(
                 query_id=result.query_id,
-                topic_matches=stats.topic_matches,
-                matches=stats.matches,
-                records_returned=stats.records_returned,
-                elapsed_us=stats.elapsed_us,
-                plan=stats.plan,
+                **convert.stats(stats),
             )
         )
 
@@ -401,7 +374,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             self._abort(context, exc)
         return sow_pb2.SowDeleteReply(
             records_deleted=deleted.records_deleted,
-            positions=[_position(p) for p in deleted.positions],
+            positions=[convert.position(p) for p in deleted.positions],
         )
 
     def _delete(self, request: Any) -> Deleted:

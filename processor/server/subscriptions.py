@@ -24,8 +24,8 @@ import grpc
 from processor import changelog, errors
 from processor.changelog import Envelope
 from processor.changelog.bookmarks import parse_bookmark
-from processor.changelog.events import ChangelogPosition
 from processor.messages import Codec
+from processor.server import convert
 from processor.server.sessions import Session
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
@@ -57,27 +57,6 @@ _KINDS = {
     ChangeKind.DELETE: sow_pb2.CHANGE_DELETE,
     ChangeKind.OOF: sow_pb2.CHANGE_OOF,
 }
-
-
-def _position(position: ChangelogPosition | tuple[str, int, int]) -> Any:
-    topic, partition, offset = position
-    return sow_pb2.Position(topic=topic, partition=partition, offset=offset)
-
-
-def _record(envelope: Envelope, to_text: Callable[[bytes], bytes] | None) -> Any:
-    return sow_pb2.SowRecord(
-        sow_key=envelope.sow_key,
-        data=envelope.data if to_text is None else to_text(envelope.data),
-        topic=envelope.topic,
-        message_type=envelope.message_type,
-        position=sow_pb2.Position(
-            topic=envelope.log_topic, partition=envelope.log_partition, offset=envelope.log_offset
-        ),
-        publish_time_ms=envelope.publish_time_ms,
-        apply_time_ms=envelope.apply_time_ms,
-        expiration_ms=envelope.expiration_ms or 0,
-        correlation_id=envelope.correlation_id or "",
-    )
 
 
 def _request(request: Any) -> SubscribeRequest:
@@ -134,14 +113,14 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             def selected(envelope: Envelope) -> Any:
                 if not shape.shapes(envelope.topic):
                     return plain(envelope)
-                record = _record(envelope, None)
+                record = convert.record(envelope, None)
                 record.data = shape.full(envelope.topic, envelope.data)
                 return record
 
             return selected
         if not request.text_form:
-            return lambda envelope: _record(envelope, None)
-        return lambda envelope: _record(envelope, self._codecs[envelope.topic].to_text)
+            return lambda envelope: convert.record(envelope, None)
+        return lambda envelope: convert.record(envelope, self._codecs[envelope.topic].to_text)
 
     def Subscribe(self, request: Any, context: Any) -> Iterator[Any]:
         return self._stream(request, context, self._open_subscribe)
@@ -186,7 +165,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             )
             return subscription, itertools.chain([registered], self._replayed(request, replay))
         subscription = self._hub.subscribe(_request(request), sender)
-        snapshot = [_position(p) for p in subscription.start_vector()]
+        snapshot = [convert.position(p) for p in subscription.start_vector()]
         registered = sow_pb2.SubscriptionMessage(
             sub_id=request.sub_id, registered=sow_pb2.Registered(snapshot=snapshot)
         )
@@ -202,7 +181,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                     yield message
         yield sow_pb2.SubscriptionMessage(
             sub_id=request.sub_id,
-            completed=sow_pb2.Completed(position=[_position(p) for p in replay.completed]),
+            completed=sow_pb2.Completed(position=[convert.position(p) for p in replay.completed]),
         )
 
     def _open_sow_and_subscribe(
@@ -225,7 +204,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         self, request: Any, phase: QueryPhase, shape: MessageShape | None = None
     ) -> list[Any]:
         sub_id = request.sub_id
-        snapshot = [_position(p) for p in phase.snapshot]
+        snapshot = [convert.position(p) for p in phase.snapshot]
         messages = [
             sow_pb2.SubscriptionMessage(
                 sub_id=sub_id,
@@ -237,11 +216,11 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                 ),
             )
         ]
-        convert = self._converter(request, shape)
+        to_record = self._converter(request, shape)
         for batch in phase.batches:
             messages.append(
                 sow_pb2.SubscriptionMessage(
-                    sub_id=sub_id, batch=sow_pb2.Batch(records=[convert(e) for e in batch])
+                    sub_id=sub_id, batch=sow_pb2.Batch(records=[to_record(e) for e in batch])
                 )
             )
         stats = phase.stats
@@ -251,11 +230,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                 group_end=sow_pb2.SubscribeGroupEnd(
                     query_id=request.query_id,
                     snapshot=snapshot,
-                    topic_matches=stats.topic_matches,
-                    matches=stats.matches,
-                    records_returned=stats.records_returned,
-                    elapsed_us=stats.elapsed_us,
-                    plan=stats.plan,
+                    **convert.stats(stats),
                 ),
             )
         )
@@ -265,8 +240,8 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         """One message with a subscription's changes (``change`` when there is one), or
         None when ``no_empties`` suppressed every delta update among them."""
         shape = subscription.shape
-        convert = self._converter(request, shape)
-        changes = [_change(d, convert) for d in deliveries]
+        to_record = self._converter(request, shape)
+        changes = [_change(d, to_record) for d in deliveries]
         if shape is not None and shape.delta:
             changes = [c for d, c in zip(deliveries, changes, strict=True) if _delta(c, d, shape)]
             if not changes:
@@ -326,17 +301,17 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             self._hub.unsubscribe(subscription)
 
 
-def _change(delivery: Delivery, convert: Callable[[Envelope], Any]) -> Any:
+def _change(delivery: Delivery, to_record: Callable[[Envelope], Any]) -> Any:
     change = sow_pb2.Change(
         kind=_KINDS[delivery.kind],
         topic=delivery.topic,
         sow_key=delivery.sow_key.decode(),
-        record=convert(changelog.decode(delivery.envelope)),
-        changelog_position=_position(delivery.position),
+        record=to_record(changelog.decode(delivery.envelope)),
+        changelog_position=convert.position(delivery.position),
         oof_reason="" if delivery.oof_reason is None else delivery.oof_reason.value,
     )
     if delivery.current is not None:
-        change.current.CopyFrom(convert(changelog.decode(delivery.current)))
+        change.current.CopyFrom(to_record(changelog.decode(delivery.current)))
     return change
 
 

@@ -57,6 +57,7 @@ from processor.query.sow import (
     QueryEngine,
     QueryStats,
     SowQuery,
+    batched,
     memo_fields,
 )
 from processor.query.sow import select as select_records
@@ -274,15 +275,8 @@ class SubscriptionHub:
         if isinstance(subscription, PaginatedSubscription):
             envelopes = [changelog.decode(raw) for raw in subscription.initial]
         size = prepared.batch_size
-        stats = QueryStats(
-            topic_matches=selection.examined,
-            matches=selection.matches,
-            records_returned=len(envelopes),
-            elapsed_us=int((time.perf_counter() - started) * 1e6),
-            plan="; ".join(selection.plans),
-        )
-        batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
-        return subscription, QueryPhase(vector, batches, stats)
+        stats = selection.stats(len(envelopes), started)
+        return subscription, QueryPhase(vector, batched(envelopes, size), stats)
 
     def _subscribe_without_sow(
         self, plan: SubscriptionPlan, sender: SharedSender | None

@@ -37,7 +37,7 @@ from processor.expr import Expression
 from processor.log import LogPosition, TopicPartitionKey
 from processor.messages import Codec
 from processor.query.historical import historical_states
-from processor.query.sow import QueryEngine, QueryStats, SowQuery
+from processor.query.sow import QueryEngine, QueryStats, SowQuery, batched
 from processor.query.sow import select as select_records
 from processor.replica.replay_plan import (
     ReplayPlan,
@@ -263,12 +263,5 @@ def open_historical(
         close()
         raise
     size = prepared.batch_size
-    stats = QueryStats(
-        topic_matches=selection.examined,
-        matches=selection.matches,
-        records_returned=len(envelopes),
-        elapsed_us=int((time.perf_counter() - started) * 1e6),
-        plan="historical: " + "; ".join(selection.plans),
-    )
-    batches = [envelopes[i : i + size] for i in range(0, len(envelopes), size)]
-    return vector, batches, stats, replay
+    stats = selection.stats(len(envelopes), started, "historical: ")
+    return vector, batched(envelopes, size), stats, replay
