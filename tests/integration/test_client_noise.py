@@ -16,7 +16,8 @@ from tests.conftest import StartOwnBroker
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from processor.log.kafka import KafkaEndOffsets, KafkaTransactionalLog
+    from processor.log.kafka.input import KafkaEndOffsets
+    from processor.log.kafka.transactional import KafkaTransactionalLog
     ends = KafkaEndOffsets(sys.argv[1])
     assert ends.ends([], 10) == {}
     transactions = KafkaTransactionalLog(sys.argv[1], "noise-test")

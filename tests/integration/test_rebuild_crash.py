@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys, time
 from processor.engine.recovery import restore_steps
-from processor.log.kafka import KafkaPartitionReader
+from processor.log.kafka.readers import KafkaPartitionReader
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic
 
