@@ -1,22 +1,10 @@
 """Settings: one typed model, filled from defaults, environment variables and the CLI.
 
-| setting | environment variable | default |
-| --- | --- | --- |
-| bootstrap_servers | KAFKA_BOOTSTRAP_SERVERS | none: start the embedded broker |
-| embedded_broker | SOW_EMBEDDED_BROKER | ``auto``; or ``kafka``, ``tansu`` (see below) |
-| topology | SOW_TOPOLOGY | ``topologies`` (a file or a directory) |
-| state_dir | SOW_STATE_DIR | ``sow-state`` |
-| grpc_address | SOW_GRPC_ADDRESS | ``127.0.0.1:50051`` |
-| group_id | SOW_GROUP_ID | ``sow-processor`` |
-| instance_id | SOW_INSTANCE_ID | ``0`` (part of the transactional id; unique per replica) |
-| dead_letter_topic | SOW_DEAD_LETTER_TOPIC | ``sow.dead-letter`` |
-| max_batch | SOW_MAX_BATCH | ``50000`` records per transaction |
-| assignment | SOW_ASSIGNMENT | ``group``; ``static``: one processor takes every partition |
-| fetch_wait_ms | SOW_FETCH_WAIT_MS | 100 on Apache Kafka, 2 on Tansu (see below) |
-| kafka_properties | SOW_KAFKA_PROPERTIES | none; ``key=value;key=value`` librdkafka properties |
-| standby | SOW_STANDBY | ``off``; ``all``: warm copies of the stores this processor does not own |
-| membership | SOW_MEMBERSHIP | ``dynamic``; ``static``: join with a ``group.instance.id`` |
-| group_protocol | SOW_GROUP_PROTOCOL | ``consumer`` on the embedded Kafka, else ``classic`` |
+Each setting is defined once, in :class:`Settings`, with its environment variable, what it
+means, how its text is read and, when the Helm chart sets it, its chart value: the
+environment names, the table of docs/operations.md (:func:`settings_table`;
+``python -m processor.config`` prints it) and the chart's values schema
+(:func:`helm_schema`) are derived from there, and tests hold them to it.
 
 ``embedded_broker`` picks the broker ``sow serve`` starts when no bootstrap servers are given:
 ``auto`` starts the embedded Apache Kafka when Java 17+ is installed, else the embedded Tansu
@@ -55,7 +43,9 @@ processor with ``assignment=static`` joins no group and uses neither.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -75,35 +65,174 @@ GROUP_PROTOCOLS = ("classic", "consumer")
 
 
 @dataclass(frozen=True, slots=True)
+class Spec:
+    """How one setting is given: its environment variable, what it means (for the docs
+    table), its default as the docs say it, how its text is read (``kind``: text, path,
+    whole, flag, choice or properties; ``choices`` and whole-number ``bounds`` and
+    ``unit``), and the Helm value that sets it ("": the chart does not)."""
+
+    env: str
+    meaning: str
+    default_text: str
+    kind: str = "text"
+    choices: tuple[str, ...] = ()
+    bounds: tuple[int, int | None] = (1, None)
+    unit: str = ""
+    helm: str = ""
+
+
+def _setting(default: Any, spec: Spec) -> Any:
+    return field(default=default, metadata={"spec": spec})
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything a kafka-sow process needs to know; immutable once built."""
 
-    bootstrap_servers: str | None = None
-    #: Which broker to start when no bootstrap address is given; see the module table.
-    embedded_broker: str = "auto"
-    topology: Path = Path("topologies")
-    state_dir: Path = Path("sow-state")
-    grpc_address: str = DEFAULT_GRPC_ADDRESS
-    group_id: str = "sow-processor"
-    instance_id: str = "0"
-    dead_letter_topic: str = "sow.dead-letter"
-    max_batch: int = 50000
-    #: None means ``group``; see the module table.
-    assignment: str | None = None
-    #: None means the broker's default (:func:`default_fetch_wait_ms`).
-    fetch_wait_ms: int | None = None
-    #: HTTP ``host:port`` for /metrics, /healthz and /readyz ("": none).
-    metrics_address: str = ""
-    #: The broker's log ends with the process that started it (the embedded broker): a
-    #: new log at start is then expected and logged at INFO, not WARNING.
-    ephemeral_log: bool = False
-    #: ``key=value;key=value`` librdkafka properties for every client ("": none).
-    kafka_properties: str = ""
-    #: ``off`` or ``all``; see the module table.
-    standby: str = "off"
-    membership: str = "dynamic"
-    #: None means the broker's default (``Broker.group_protocol``); see the module table.
-    group_protocol: str | None = None
+    bootstrap_servers: str | None = _setting(
+        None,
+        Spec("KAFKA_BOOTSTRAP_SERVERS", "the Kafka brokers", "none: start the embedded broker"),
+    )
+    embedded_broker: str = _setting(
+        "auto",
+        Spec(
+            "SOW_EMBEDDED_BROKER",
+            "the broker started when none is given (below)",
+            "`auto`; or `kafka`, `tansu`",
+            "choice",
+            EMBEDDED_BROKERS,
+        ),
+    )
+    topology: Path = _setting(
+        Path("topologies"),
+        Spec("SOW_TOPOLOGY", "a topology file or a directory of them", "`topologies`", "path"),
+    )
+    state_dir: Path = _setting(
+        Path("sow-state"),
+        Spec(
+            "SOW_STATE_DIR", "stores, replica snapshots, the served address", "`sow-state`", "path"
+        ),
+    )
+    grpc_address: str = _setting(
+        DEFAULT_GRPC_ADDRESS,
+        Spec("SOW_GRPC_ADDRESS", "where the query service listens", f"`{DEFAULT_GRPC_ADDRESS}`"),
+    )
+    group_id: str = _setting(
+        "sow-processor",
+        Spec(
+            "SOW_GROUP_ID",
+            "the processors' consumer group and transactional-id prefix",
+            "`sow-processor`",
+            helm="groupId",
+        ),
+    )
+    instance_id: str = _setting(
+        "0",
+        Spec("SOW_INSTANCE_ID", "part of the transactional id; unique per replica", "`0`"),
+    )
+    dead_letter_topic: str = _setting(
+        "sow.dead-letter",
+        Spec(
+            "SOW_DEAD_LETTER_TOPIC",
+            "where records that cannot be applied go, with the reason",
+            "`sow.dead-letter`",
+            helm="deadLetterTopic",
+        ),
+    )
+    max_batch: int = _setting(
+        50000,
+        Spec(
+            "SOW_MAX_BATCH",
+            "records per transaction at most",
+            "`50000`",
+            "whole",
+            unit="records",
+            helm="processor.maxBatch",
+        ),
+    )
+    #: None means ``group``.
+    assignment: str | None = _setting(
+        None,
+        Spec(
+            "SOW_ASSIGNMENT",
+            "`group`: partitions spread over replicas; `static`: one processor takes them all",
+            "`group`",
+            "choice",
+            ASSIGNMENTS,
+            helm="processor.assignment",
+        ),
+    )
+    #: None means the broker's default (``Broker.fetch_wait_ms``).
+    fetch_wait_ms: int | None = _setting(
+        None,
+        Spec(
+            "SOW_FETCH_WAIT_MS",
+            "how long a fetch may wait at the broker (below)",
+            "100 on Apache Kafka, 2 on Tansu",
+            "whole",
+            bounds=(1, 1000),
+            unit="milliseconds",
+        ),
+    )
+    metrics_address: str = _setting(
+        "",
+        Spec("SOW_METRICS_ADDRESS", "HTTP `host:port` for /metrics, /healthz, /readyz", "none"),
+    )
+    ephemeral_log: bool = _setting(
+        False,
+        Spec(
+            "SOW_EPHEMERAL_LOG",
+            "the broker's log ends with the process: a new log at start is logged at INFO",
+            "`false`",
+            "flag",
+        ),
+    )
+    kafka_properties: str = _setting(
+        "",
+        Spec(
+            "SOW_KAFKA_PROPERTIES",
+            "`key=value;key=value` librdkafka properties for every client (below)",
+            "none",
+            "properties",
+        ),
+    )
+    standby: str = _setting(
+        "off",
+        Spec(
+            "SOW_STANDBY",
+            "`all`: warm copies of the stores this processor does not own",
+            "`off`",
+            "choice",
+            STANDBYS,
+            helm="processor.standby",
+        ),
+    )
+    membership: str = _setting(
+        "dynamic",
+        Spec(
+            "SOW_MEMBERSHIP",
+            "`static`: join with a `group.instance.id`",
+            "`dynamic`",
+            "choice",
+            MEMBERSHIPS,
+            helm="processor.membership",
+        ),
+    )
+    #: None means the broker's default (``Broker.group_protocol``).
+    group_protocol: str | None = _setting(
+        None,
+        Spec(
+            "SOW_GROUP_PROTOCOL",
+            "the processors' consumer-group protocol (below)",
+            "`consumer` on the embedded Kafka, else `classic`",
+            "choice",
+            GROUP_PROTOCOLS,
+            helm="processor.groupProtocol",
+        ),
+    )
+
+    #: Setting -> its environment variable (derived from the fields).
+    ENVIRONMENT: ClassVar[dict[str, str]]
 
     @property
     def transactional_id(self) -> str:
@@ -114,27 +243,6 @@ class Settings:
     def group_instance_id(self) -> str | None:
         """The consumer's ``group.instance.id`` under static membership (None: dynamic)."""
         return self.transactional_id if self.membership == "static" else None
-
-    #: Setting -> the environment variable that sets it.
-    ENVIRONMENT: ClassVar[dict[str, str]] = {
-        "bootstrap_servers": "KAFKA_BOOTSTRAP_SERVERS",
-        "embedded_broker": "SOW_EMBEDDED_BROKER",
-        "topology": "SOW_TOPOLOGY",
-        "state_dir": "SOW_STATE_DIR",
-        "grpc_address": "SOW_GRPC_ADDRESS",
-        "group_id": "SOW_GROUP_ID",
-        "instance_id": "SOW_INSTANCE_ID",
-        "dead_letter_topic": "SOW_DEAD_LETTER_TOPIC",
-        "max_batch": "SOW_MAX_BATCH",
-        "assignment": "SOW_ASSIGNMENT",
-        "fetch_wait_ms": "SOW_FETCH_WAIT_MS",
-        "metrics_address": "SOW_METRICS_ADDRESS",
-        "ephemeral_log": "SOW_EPHEMERAL_LOG",
-        "kafka_properties": "SOW_KAFKA_PROPERTIES",
-        "standby": "SOW_STANDBY",
-        "membership": "SOW_MEMBERSHIP",
-        "group_protocol": "SOW_GROUP_PROTOCOL",
-    }
 
     @property
     def client_properties(self) -> dict[str, str]:
@@ -164,65 +272,93 @@ class Settings:
         return cls()._with(values)
 
     def _with(self, values: dict[str, Any]) -> Settings:
-        known = {f.name for f in fields(self)}
-        unknown = set(values) - known
+        specs = specs_by_name()
+        unknown = set(values) - specs.keys()
         if unknown:
-            raise ConfigurationError(f"unknown settings {sorted(unknown)}; known: {sorted(known)}")
-        converted: dict[str, Any] = {}
-        for name, value in values.items():
-            if name in ("topology", "state_dir"):
-                converted[name] = Path(value)
-            elif name == "max_batch":
-                converted[name] = _whole(name, value, "records", 1)
-            elif name == "fetch_wait_ms":
-                converted[name] = _whole(name, value, "milliseconds", 1, 1000)
-            elif name == "ephemeral_log":
-                converted[name] = str(value).strip().lower() in ("1", "true", "yes")
-            elif name == "kafka_properties":
-                parse_kafka_properties(str(value))  # refuse a malformed value now
-                converted[name] = str(value)
-            elif name in _CHOICES:
-                converted[name] = _choice(name, value)
-            else:
-                converted[name] = str(value)
-        return replace(self, **converted)
+            raise ConfigurationError(f"unknown settings {sorted(unknown)}; known: {sorted(specs)}")
+        return replace(
+            self, **{name: _READ[specs[name].kind](name, value) for name, value in values.items()}
+        )
 
 
-#: Settings with a fixed set of values.
-_CHOICES = {
-    "embedded_broker": EMBEDDED_BROKERS,
-    "assignment": ASSIGNMENTS,
-    "standby": STANDBYS,
-    "membership": MEMBERSHIPS,
-    "group_protocol": GROUP_PROTOCOLS,
-}
+def specs_by_name() -> dict[str, Spec]:
+    """Every setting's :class:`Spec`, in definition order."""
+    return {f.name: f.metadata["spec"] for f in fields(Settings)}
+
+
+Settings.ENVIRONMENT = {name: spec.env for name, spec in specs_by_name().items()}
 
 
 def _choice(name: str, value: Any) -> str:
     """``value`` if it is one of the setting's choices, or a ConfigurationError naming
     the setting, its environment variable and the choices."""
-    choices = _CHOICES[name]
+    spec = specs_by_name()[name]
     text = str(value).strip().lower()
-    if text not in choices:
-        variable = Settings.ENVIRONMENT[name]
+    if text not in spec.choices:
         raise ConfigurationError(
-            f"{name} ({variable}) must be one of {', '.join(choices)}, got {value!r}"
+            f"{name} ({spec.env}) must be one of {', '.join(spec.choices)}, got {value!r}"
         )
     return text
 
 
-def _whole(name: str, value: Any, unit: str, least: int, most: int | None = None) -> int:
-    """``value`` as a whole number within bounds, or a ConfigurationError naming it."""
+def _whole(name: str, value: Any) -> int:
+    """``value`` as a whole number within the setting's bounds, or a ConfigurationError."""
+    spec = specs_by_name()[name]
+    least, most = spec.bounds
     try:
         number = int(value)
     except (TypeError, ValueError):
         raise ConfigurationError(
-            f"{name} must be a whole number of {unit}, got {value!r}"
+            f"{name} must be a whole number of {spec.unit}, got {value!r}"
         ) from None
     if number < least or (most is not None and number > most):
         bound = f"at least {least}" if most is None else f"between {least} and {most}"
-        raise ConfigurationError(f"{name} must be {bound} {unit}, got {value!r}")
+        raise ConfigurationError(f"{name} must be {bound} {spec.unit}, got {value!r}")
     return number
+
+
+def _properties(name: str, value: Any) -> str:
+    parse_kafka_properties(str(value))  # refuse a malformed value now
+    return str(value)
+
+
+#: How each kind of setting reads its value.
+_READ: dict[str, Callable[[str, Any], Any]] = {
+    "text": lambda _, value: str(value),
+    "path": lambda _, value: Path(value),
+    "flag": lambda _, value: str(value).strip().lower() in ("1", "true", "yes"),
+    "whole": _whole,
+    "choice": _choice,
+    "properties": _properties,
+}
+
+
+def settings_table() -> str:
+    """The settings as the markdown table of docs/operations.md."""
+    rows = ["| setting | environment variable | default | meaning |", "| --- | --- | --- | --- |"]
+    rows += [
+        f"| {name} | {spec.env} | {spec.default_text} | {spec.meaning} |"
+        for name, spec in specs_by_name().items()
+    ]
+    return "\n".join(rows) + "\n"
+
+
+def helm_schema() -> dict[str, dict[str, Any]]:
+    """The JSON schema of each chart value that sets a setting, by its dotted path."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs_by_name().values():
+        if not spec.helm:
+            continue
+        if spec.kind == "choice":
+            out[spec.helm] = {"type": "string", "enum": list(spec.choices)}
+        elif spec.kind == "whole":
+            least, most = spec.bounds
+            out[spec.helm] = {"type": "integer", "minimum": least}
+            if most is not None:
+                out[spec.helm]["maximum"] = most
+        else:
+            out[spec.helm] = {"type": "string", "minLength": 1}
+    return out
 
 
 def parse_kafka_properties(text: str) -> dict[str, str]:
@@ -243,3 +379,7 @@ def parse_kafka_properties(text: str) -> dict[str, str]:
             )
         properties[key] = value.strip()
     return properties
+
+
+if __name__ == "__main__":
+    sys.stdout.write(settings_table())

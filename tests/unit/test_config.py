@@ -231,3 +231,34 @@ def test_a_timeout_must_be_a_positive_number_of_seconds(
         assert exited.value.code == 2
         assert f"{given!r} is not a positive number of seconds" in capsys.readouterr().err
     assert build_parser().parse_args(["query", "T", "--timeout", "0.5"]).timeout == 0.5
+
+
+def test_the_docs_table_is_the_settings() -> None:
+    """docs/operations.md shows the table derived from the settings' one definition."""
+    from processor.config import settings_table
+
+    assert settings_table() in Path("docs/operations.md").read_text()
+
+
+def test_the_chart_schema_types_the_values_that_set_settings() -> None:
+    """The Helm values schema of every chart value that sets a setting is the one derived
+    from the setting (its choices, its bounds)."""
+    import json
+
+    from processor.config import helm_schema
+
+    schema = json.loads(Path("helm/kafka-sow/values.schema.json").read_text())
+    for path, expected in helm_schema().items():
+        node = schema
+        for part in path.split("."):
+            node = node["properties"][part]
+        assert node == expected, path
+
+
+def test_every_setting_has_one_variable_and_a_meaning() -> None:
+    from processor.config import Settings, specs_by_name
+
+    specs = specs_by_name()
+    assert list(Settings.ENVIRONMENT) == list(specs)
+    assert len(set(Settings.ENVIRONMENT.values())) == len(specs)
+    assert all(spec.meaning and spec.default_text for spec in specs.values())
