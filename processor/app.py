@@ -19,7 +19,7 @@ from processor.errors import (
     StartCancelledError,
     StoreCorruptedError,
 )
-from processor.log import ChangelogReader, ChangelogTail, LogWriter, TopicSpec
+from processor.log import ChangelogReader, ChangelogTail, LogWriter, TopicSpec, expect_new_logs
 from processor.log.broker import Broker, start_broker
 from processor.log.broker.common import CLASSIC_GROUP_PROTOCOL
 from processor.log.kafka.input import KafkaEndOffsets, KafkaInputLog
@@ -475,32 +475,3 @@ def _observer(app: Application, *, requests: bool) -> Observer:
         broker=app.backend.description,
     )
     return Observer(app.readiness, collector, requests=requests)
-
-
-#: Loggers that warn when a log is shorter than what was read from it before.
-_LOST_LOG_LOGGERS = (
-    "processor.log.kafka",
-    "processor.replica.snapshot",
-    "processor.replica.units",
-    "processor.engine.recovery",
-)
-
-
-class _NewLogIsNormal(logging.Filter):
-    """On a broker whose log ends with the process, a "lost or truncated" log at start is
-    what always happens: say it at INFO."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.WARNING and any(
-            phrase in str(record.msg) for phrase in ("lost or truncated", "log is a new one")
-        ):
-            record.levelno, record.levelname = logging.INFO, "INFO"
-        return True
-
-
-def expect_new_logs() -> None:
-    """Log lost-log notices at INFO in this process (idempotent)."""
-    for name in _LOST_LOG_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _NewLogIsNormal) for f in logger.filters):
-            logger.addFilter(_NewLogIsNormal())

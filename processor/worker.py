@@ -6,16 +6,20 @@ the processor in a child process gives it a core of its own; the two halves alre
 only through Kafka (the log and the changelogs), so nothing else changes.
 
 The child runs with the parent's settings (passed as environment variables) and the
-parent's broker. Its log lines are forwarded to the parent's stderr, except its ready
-banner; ``ready`` is set when it has joined its group and restored its stores. The child
-dies with the parent (PR_SET_PDEATHSIG on Linux), and an exit the parent did not ask for
-is reported through ``on_exit``.
+parent's broker. Its log lines are forwarded to the parent's stderr. Its state comes on a
+channel of its own, a pipe whose write end the child gets (``SOW_STATUS_FD``): one JSON
+line when it has joined its group and restored its stores (``{"ready": true, "metrics":
+"host:port"}``), and one each time its watchdog finds it stuck or working again
+(``{"stalled": "..."}``, ``{"stalled": null}``); :func:`report_status` writes them. The
+child dies with the parent (PR_SET_PDEATHSIG on Linux), and an exit the parent did not
+ask for is reported through ``on_exit``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -30,13 +34,11 @@ from processor.config import Settings
 
 log = logging.getLogger(__name__)
 
-#: The first and last lines of the banner ``sow process`` prints when it is ready.
-READY_LINE = "kafka-sow is ready"
-BANNER_END = "stop with Ctrl-C"
-#: What the processor's watchdog logs when it gets stuck and when it works again.
-STUCK_MARK = "processor stuck: "
-RESUMED_MARK = "processor resumed:"
+#: The file descriptor a processor child writes its state to (see the module doc).
+STATUS_ENV = "SOW_STATUS_FD"
 PR_SET_PDEATHSIG = 1
+#: How often the child looks for a change of its stalled state.
+STATUS_EVERY_S = 0.2
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -65,16 +67,19 @@ class ProcessorChild:
             # Its progress lines come marked, to be shown as this process's own.
             progress.RELAY_ENV: "1",
         }
-        #: The child's metrics endpoint (from its ready banner; "" before or without).
+        #: The child's metrics endpoint (from its ready status; "" before or without).
         self.metrics_address = ""
-        #: What its watchdog found stuck (from its log; None while it works).
+        #: What its watchdog found stuck (from its status; None while it works).
         self.stalled: str | None = None
         self.ready = threading.Event()
         self._on_exit = on_exit
         self._stopping = threading.Event()
+        status_read, status_write = os.pipe()
+        env[STATUS_ENV] = str(status_write)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "processor.cli", "process"],
             env=env,
+            pass_fds=(status_write,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -82,6 +87,12 @@ class ProcessorChild:
             start_new_session=True,  # terminal signals go to the parent, which stops it
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
         )
+        os.close(status_write)  # the child holds it: the channel ends when the child does
+        self._status = threading.Thread(
+            target=self._read_status, args=(status_read,), name="sow-processor-status"
+        )
+        self._status.daemon = True
+        self._status.start()
         self._watcher = threading.Thread(target=self._watch, name="sow-processor-child")
         self._watcher.daemon = True
         self._watcher.start()
@@ -90,23 +101,25 @@ class ProcessorChild:
     def pid(self) -> int:
         return self.process.pid
 
+    def _read_status(self, fd: int) -> None:
+        """Follow the child's status lines until it closes the channel."""
+        with os.fdopen(fd, encoding="utf-8") as channel:
+            for line in channel:
+                try:
+                    status = json.loads(line)
+                except ValueError:
+                    log.warning("unreadable status from the processor child: %r", line)
+                    continue
+                if "stalled" in status:
+                    self.stalled = status["stalled"]
+                if status.get("ready"):
+                    self.metrics_address = status.get("metrics") or ""
+                    self.ready.set()
+
     def _watch(self) -> None:
         assert self.process.stderr is not None
-        in_banner = False
         for line in self.process.stderr:
-            if READY_LINE in line:
-                in_banner = True
-                self.ready.set()
-            if STUCK_MARK in line:
-                self.stalled = line.split(STUCK_MARK, 1)[1].strip()
-            elif RESUMED_MARK in line:
-                self.stalled = None
-            if in_banner and "metrics:" in line and "http://" in line:
-                self.metrics_address = line.split("http://", 1)[1].split("/", 1)[0]
-            if not in_banner:
-                progress.forward(line)
-            elif BANNER_END in line:
-                in_banner = False
+            progress.forward(line)
         code = self.process.wait()
         if not self._stopping.is_set():
             log.error("the processor (pid %d) exited with code %d", self.process.pid, code)
@@ -134,3 +147,35 @@ class ProcessorChild:
                 self.process.kill()
                 self.process.wait(grace_s)
         self._watcher.join(timeout=5)
+        self._status.join(timeout=5)
+
+
+def report_status(
+    ready: threading.Event,
+    stalled: Callable[[], str | None],
+    metrics_address: str,
+    stop: threading.Event,
+) -> bool:
+    """In a processor child: write its state to the channel its parent opened (module
+    doc) once ``ready`` is set, then each change of ``stalled()`` until ``stop``, on a
+    thread of its own. False (nothing started) when this process has no parent channel."""
+    fd = os.environ.get(STATUS_ENV)
+    if not fd:
+        return False
+    channel = os.fdopen(int(fd), "w", encoding="utf-8", buffering=1)
+
+    def run() -> None:
+        with contextlib.suppress(OSError), channel:  # OSError: the parent is gone
+            while not ready.wait(STATUS_EVERY_S):
+                if stop.is_set():
+                    return
+            channel.write(json.dumps({"ready": True, "metrics": metrics_address}) + "\n")
+            reported: str | None = None
+            while not stop.wait(STATUS_EVERY_S):
+                now = stalled()
+                if now != reported:
+                    channel.write(json.dumps({"stalled": now}) + "\n")
+                    reported = now
+
+    threading.Thread(target=run, name="sow-status-to-parent", daemon=True).start()
+    return True

@@ -15,6 +15,7 @@ from processor import progress
 from processor.cli.guards import check_port_free, hold_state_dir, record_served
 from processor.config import Settings
 from processor.errors import ComponentFailedError, SowError, StartCancelledError
+from processor.worker import report_status
 
 #: Where ``sow serve`` serves /metrics, /healthz and /readyz when not told: loopback, any
 #: free port (recorded in the state directory for ``sow status``).
@@ -106,6 +107,12 @@ def cmd_serve(
         app.stop()
         return 0
     ready = app.processor_ready
+    to_parent = ready is not None and report_status(
+        ready,
+        lambda: app.processor_stalled,
+        "" if app.observer is None else app.observer.address,
+        stop,
+    )
     if ready is not None:
         _say("waiting for the processor to join its group and restore its stores...\n")
         started = time.monotonic()
@@ -142,7 +149,8 @@ def cmd_serve(
     if app.observer is not None:
         lines.append(f"  metrics:    http://{app.observer.address}/metrics  (/healthz, /readyz)")
     lines.append("  stop with Ctrl-C")
-    sys.stderr.write("\n".join(lines) + "\n")
+    if not to_parent:  # a processor child's parent says it, from the status channel
+        sys.stderr.write("\n".join(lines) + "\n")
     try:
         failure = app.wait(stop)
     except BaseException:

@@ -33,7 +33,7 @@ from processor.engine.partition import PartitionState
 from processor.engine.publishers import PUBLISHER_META_PREFIX, meta_key, meta_key_of_control
 from processor.engine.republish import REPUBLISH_CURSOR
 from processor.errors import EnvelopeError
-from processor.log import PartitionReader, Record, TransactionalLog
+from processor.log import PartitionReader, Record, TransactionalLog, lost_log_level
 from processor.progress import progress
 from processor.state import CHANGELOG_OFFSET, Store, offset_bytes, offset_from
 from processor.topology.model import RecoveryKind, SowTopic
@@ -165,7 +165,8 @@ def restore_steps(
             store.end_rebuild()
     reached = reader.last_end_offset
     if 0 <= reached < start and applied == 0:
-        log.warning(
+        log.log(
+            lost_log_level(),
             "%s: the changelog %s ends at offset %d but the store reflects offset %d: the "
             "log was lost or truncated; keeping the store's %d records as they are (no "
             "replay) and re-publishing them to the new changelog",

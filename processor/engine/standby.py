@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from processor.engine.recovery import Restored, replay_batch
-from processor.log import ChangelogTail, Record
+from processor.log import ChangelogTail, Record, lost_log_level
 from processor.state import CHANGELOG_OFFSET, Store, offset_from
 from processor.topology.model import Durability, SowTopic, Topology
 
@@ -164,7 +164,8 @@ class Standby:
 
     def _stop_following(self, follower: Follower, offset: int) -> None:
         key = (follower.topic.name, follower.partition)
-        log.warning(
+        log.log(
+            lost_log_level(),
             "standby %s[%d]: the changelog went back to offset %d below the store's %d (the "
             "broker lost or truncated the log); no longer following it: its owner's "
             "recovery keeps the store and republishes it",

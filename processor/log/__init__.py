@@ -7,11 +7,28 @@ wrapping, keeping the hot path free of per-record copies).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from processor.errors import SowError
+
+#: The level notices of a lost or truncated log are logged at (see :func:`expect_new_logs`).
+_lost_log_level = [logging.WARNING]
+
+
+def expect_new_logs() -> None:
+    """In this process a log that is new at start is normal (the broker's log ends with
+    the process that started it): notices that a log was lost or truncated are logged at
+    INFO from now on, not WARNING."""
+    _lost_log_level[0] = logging.INFO
+
+
+def lost_log_level() -> int:
+    """The level to log a lost or truncated log at."""
+    return _lost_log_level[0]
+
 
 Headers = list[tuple[str, bytes]]
 TopicPartitionKey = tuple[str, int]

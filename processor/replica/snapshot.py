@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.errors import SnapshotUnusableError
-from processor.log import Record, TailState
+from processor.log import Record, TailState, lost_log_level
 from processor.topology.model import Topology
 
 log = logging.getLogger(__name__)
@@ -329,7 +329,8 @@ class LogCheck:
                 del waiting[tp]
                 mismatched.append(tp)
         for tp in mismatched:
-            log.warning(
+            log.log(
+                lost_log_level(),
                 "changelog %s[%d] does not hold the records the replica snapshot was taken "
                 "from (the broker's log is a new one); reading it again from offset 0",
                 tp[0],

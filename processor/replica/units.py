@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from processor.changelog import CONTROL_PREFIX, PROGRESS_KEY, RESET_KEY
-from processor.log import Record, TailState, TopicPartitionKey
+from processor.log import Record, TailState, TopicPartitionKey, lost_log_level
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,8 @@ class UnitCutter:
     def _restart(
         self, tp: TopicPartitionKey, offset: int, restarted: list[TopicPartitionKey]
     ) -> list[Record]:
-        log.warning(
+        log.log(
+            lost_log_level(),
             "changelog %s[%d] restarted at offset %d (this replica had read to %d): the "
             "broker lost or truncated it; its records are replaced by what it holds now",
             tp[0],

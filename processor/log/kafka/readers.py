@@ -25,6 +25,7 @@ from processor.log import (
     Record,
     TailState,
     TopicPartitionKey,
+    lost_log_level,
 )
 from processor.log.kafka.settings import consumer_settings
 
@@ -252,7 +253,8 @@ class KafkaChangelogTail:
 
     def _read_again(self) -> None:
         for topic, partition in list(self._rewind):
-            log.warning(
+            log.log(
+                lost_log_level(),
                 "changelog %s[%d] ends before offset %d, where this replica reads from: the "
                 "broker lost or truncated the log; reading it again from offset 0",
                 topic,
