@@ -11,7 +11,7 @@ import orjson
 from processor.keys import key_function
 from processor.messages import codec_for
 from processor.topology.loader import load_topology
-from processor.topology.model import PlainTopic, SowTopic
+from processor.topology.model import SowTopic, Topic
 
 #: The delivery order a subscriber gets (docs/subscriptions.md, "Ordering"): AMPS delivers
 #: in publish order; a partitioned log orders per partition only.
@@ -23,17 +23,17 @@ ORDER_PER_KEY = (
 ORDER_ONE = "publish order (one partition)"
 
 
-def describe(topic: SowTopic) -> dict[str, Any]:
+def describe(topic: Topic) -> dict[str, Any]:
     """What the product will do for one topic, as printed."""
     out: dict[str, Any] = {
         "topic": topic.name,
-        "sow": not isinstance(topic, PlainTopic),
+        "sow": isinstance(topic, SowTopic),
         "message_type": topic.message_type,
         "kafka_topic": topic.kafka_topic,
         "partitions": topic.partitions,
         "order": ORDER_ONE if topic.partitions == 1 else ORDER_PER_KEY,
     }
-    if isinstance(topic, PlainTopic):
+    if not isinstance(topic, SowTopic):
         return out
     if topic.key_generator is not None:
         out["key_generator"] = topic.key_generator.factory
@@ -64,7 +64,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         topology = load_topology(path)
         for topic in topology.every_topic():
             codec_for(topic)  # reads and checks an Avro schema
-            if not isinstance(topic, PlainTopic):
+            if isinstance(topic, SowTopic):
                 key_function(topic)  # imports a custom KeyGenerator
             sys.stdout.write(orjson.dumps({"source": str(path), **describe(topic)}).decode() + "\n")
         sys.stderr.write(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from processor.errors import ConfigurationError
-from processor.topology.model import SowTopic
+from processor.topology.model import Topic
 
 
 class Codec(Protocol):
@@ -49,7 +49,7 @@ class Codec(Protocol):
         ...
 
 
-def codec_for(topic: SowTopic) -> Codec:
+def codec_for(topic: Topic) -> Codec:
     """The codec for a topic's message type."""
     if topic.message_type == "json":
         from processor.messages.json import JsonCodec

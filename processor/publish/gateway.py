@@ -56,7 +56,7 @@ from processor.publish.model import (
     Published,
     PublishFields,
 )
-from processor.topology.model import PlainTopic, SowTopic, Topology
+from processor.topology.model import SowTopic, Topic, Topology
 from processor.topology.topics import resolve_publish_topic, resolve_topic, resolve_topics
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -77,6 +77,7 @@ class _PublishRoute:
         "codec",
         "kafka_topic",
         "key_function",
+        "keys",
         "limit",
         "partitions",
         "plain",
@@ -84,18 +85,21 @@ class _PublishRoute:
         "topic",
     )
 
-    def __init__(self, topic: SowTopic, max_record_bytes: int) -> None:
+    def __init__(self, topic: Topic, max_record_bytes: int) -> None:
         self.topic = topic
         self.codec = codec_for(topic)
-        self.key_function = key_function(topic)
         #: A plain topic: the SowKey is optional and the message is checked by decoding.
-        self.plain = isinstance(topic, PlainTopic)
+        self.plain = not isinstance(topic, SowTopic)
+        self.key_function = key_function(topic) if isinstance(topic, SowTopic) else None
+        self.keys = topic.keys if isinstance(topic, SowTopic) else ()
         #: The partitions records without a key go to, in turn (plain topics).
         self.spread = itertools.cycle(range(topic.partitions))
         self.kafka_topic = topic.kafka_topic
         self.partitions = topic.partitions
-        names = len(topic.name) + len(topic.message_type) + len(topic.repartition_topic)
-        self.limit = max_record_bytes - names - ENVELOPE_FIXED_BYTES
+        self.limit = max_record_bytes
+        if isinstance(topic, SowTopic):  # the processor writes it again, in an envelope
+            names = len(topic.name) + len(topic.message_type) + len(topic.repartition_topic)
+            self.limit -= names + ENVELOPE_FIXED_BYTES
 
 
 class PendingPublishes:
@@ -184,7 +188,7 @@ class Gateway:
         a publish there is done once it is in the log)."""
         return not self._route(topic_name).plain
 
-    def codec(self, topic: SowTopic) -> Codec:
+    def codec(self, topic: Topic) -> Codec:
         """The topic's codec (made once)."""
         return self._route(topic.name).codec
 
@@ -399,7 +403,7 @@ def _sow_key(route: _PublishRoute, data: bytes, sow_key: str) -> str:
     if function is None:
         return validate_user_key(sow_key)
     if sow_key:
-        raise _generated_keys(route.topic)
+        raise _generated_keys(route)
     return function(route.codec.decode(data))
 
 
@@ -411,13 +415,13 @@ def _delta_key(route: _PublishRoute, data: bytes, text_form: bool, sow_key: str)
     if function is None:
         return validate_user_key(sow_key)
     if sow_key:
-        raise _generated_keys(route.topic)
+        raise _generated_keys(route)
     try:
         return function(fields)
     except MissingKeyError as exc:
         raise MissingKeyError(
             f"a delta_publish to {route.topic.name} must give the record's Key fields "
-            f"({', '.join(route.topic.keys)}), which say which record it merges into: {exc}"
+            f"({', '.join(route.keys)}), which say which record it merges into: {exc}"
         ) from exc
 
 
@@ -446,7 +450,7 @@ def _shared_headers(batch: PublishColumns, route: _PublishRoute, count: int) -> 
     """The headers every message of a columnar batch carries (all but the sequence);
     raises SowError when the batch's options are wrong."""
     if batch.sow_keys and route.key_function is not None:
-        raise _generated_keys(route.topic)
+        raise _generated_keys(route)
     optional = route.plain and not batch.sow_keys
     if route.key_function is None and not optional and len(batch.sow_keys) != count:
         raise InvalidRequestError(
@@ -463,10 +467,10 @@ def _shared_headers(batch: PublishColumns, route: _PublishRoute, count: int) -> 
     return headers
 
 
-def _generated_keys(topic: SowTopic) -> InvalidRequestError:
+def _generated_keys(route: _PublishRoute) -> InvalidRequestError:
     return InvalidRequestError(
-        f"topic {topic.name} generates its SowKeys "
-        f"({', '.join(topic.keys) or 'custom key generator'}); do not pass a SowKey"
+        f"topic {route.topic.name} generates its SowKeys "
+        f"({', '.join(route.keys) or 'custom key generator'}); do not pass a SowKey"
     )
 
 

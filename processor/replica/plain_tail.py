@@ -51,7 +51,7 @@ from processor.changelog.events import (
 from processor.errors import MessageError
 from processor.log import ChangelogTail, LogPosition, Record, TopicPartitionKey, read_ready
 from processor.messages import Codec, codec_for
-from processor.topology.model import PlainTopic, SowTopic, Topology
+from processor.topology.model import PlainTopic, Topology
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class PlainTail:
             return self._listeners.register(listener)
 
     def read(
-        self, topics: Sequence[SowTopic], reader: Callable[[], T]
+        self, topics: Sequence[PlainTopic], reader: Callable[[], T]
     ) -> tuple[T, list[LogPosition]]:
         """Run ``reader`` under the lock; return its result and the position vector of
         the topics' partitions it ran at (every partition must be ready)."""

@@ -8,7 +8,7 @@ its subscription. Errors map to statuses through :func:`processor.server.service
 
 Select lists and delta updates (:mod:`processor.subscriptions.shape`) are applied here, at
 send time: a delta update is computed from the state the subscriber last received
-(``Delivery.previous``), and one ``no_empties`` suppresses is not sent.
+(``Notice.previous``), and one ``no_empties`` suppresses is not sent.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from processor.messages import Codec
 from processor.server import convert
 from processor.server.sessions import Session
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
-from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Notice, SubscribeRequest
 from processor.subscriptions.replay import Replay
 from processor.subscriptions.shape import MessageShape
 from processor.subscriptions.subscription import SharedSender, Subscription
@@ -236,7 +236,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         )
         return messages
 
-    def _changes(self, subscription: Subscription, request: Any, deliveries: list[Delivery]) -> Any:
+    def _changes(self, subscription: Subscription, request: Any, deliveries: list[Notice]) -> Any:
         """One message with a subscription's changes (``change`` when there is one), or
         None when ``no_empties`` suppressed every delta update among them."""
         shape = subscription.shape
@@ -301,7 +301,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             self._hub.unsubscribe(subscription)
 
 
-def _change(delivery: Delivery, to_record: Callable[[Envelope], Any]) -> Any:
+def _change(delivery: Notice, to_record: Callable[[Envelope], Any]) -> Any:
     change = sow_pb2.Change(
         kind=_KINDS[delivery.kind],
         topic=delivery.topic,
@@ -315,7 +315,7 @@ def _change(delivery: Delivery, to_record: Callable[[Envelope], Any]) -> Any:
     return change
 
 
-def _delta(change: Any, delivery: Delivery, shape: MessageShape) -> bool:
+def _delta(change: Any, delivery: Notice, shape: MessageShape) -> bool:
     """Make ``change`` a delta update when it updates a record the subscriber holds;
     False when ``no_empties`` suppresses it (nothing selected changed)."""
     previous = delivery.previous

@@ -43,7 +43,7 @@ from processor.errors import DecodeError, EnvelopeError, InvalidRequestError, Pa
 from processor.expr import field_getter
 from processor.expr.parser import parse_grouping
 from processor.messages import Codec
-from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Notice, SubscribeRequest
 
 _INTERVAL = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)\s*", re.IGNORECASE)
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
@@ -51,7 +51,7 @@ _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 MAX_INTERVAL_S = 3600.0
 
 #: A delivery -> the key it is conflated under.
-KeyOf = Callable[[Delivery], Hashable]
+KeyOf = Callable[[Notice], Hashable]
 #: Releases a subscription's due deliveries at a time; returns the next due time.
 Release = Callable[[float], "float | None"]
 
@@ -97,7 +97,7 @@ def key_function(request: SubscribeRequest, codecs: dict[str, Codec]) -> KeyOf:
         ) from exc
     getters = [field_getter(i.steps) for i in fields]
 
-    def key_of(delivery: Delivery) -> Hashable:
+    def key_of(delivery: Notice) -> Hashable:
         try:
             codec = codecs[delivery.topic]
             message = codec.decode(changelog.data_of(delivery.envelope))
@@ -134,7 +134,7 @@ class ConflatingQueue:
         self.interval_s = interval_s
         self.key_of = key_of
         self.clock = clock
-        self.ready: collections.deque[Delivery] = collections.deque()
+        self.ready: collections.deque[Notice] = collections.deque()
         #: key -> [due time, latest delivery or None, state delivered before it], in due
         #: order.
         self.held: dict[Hashable, list[Any]] = {}
@@ -151,7 +151,7 @@ class ConflatingQueue:
     def __bool__(self) -> bool:
         return bool(self.ready)
 
-    def append(self, delivery: Delivery) -> None:
+    def append(self, delivery: Notice) -> None:
         key = self.key_of(delivery)
         entry = self.held.get(key)
         if entry is None:
@@ -163,11 +163,11 @@ class ConflatingQueue:
                 self.clock.schedule(entry[0], self._release)
         entry[1] = _as_seen(delivery, entry[2])
 
-    def extend(self, deliveries: Iterable[Delivery]) -> None:
+    def extend(self, deliveries: Iterable[Notice]) -> None:
         for delivery in deliveries:
             self.append(delivery)
 
-    def popleft(self) -> Delivery:
+    def popleft(self) -> Notice:
         return self.ready.popleft()
 
     def clear(self) -> None:
@@ -190,7 +190,7 @@ class ConflatingQueue:
         return following
 
 
-def _as_seen(delivery: Delivery, delivered: bytes | None) -> Delivery | None:
+def _as_seen(delivery: Notice, delivered: bytes | None) -> Notice | None:
     """``delivery`` as the subscriber sees it when it holds ``delivered`` (None: not the
     record): a publish is a change from that state; an OOF or a delete of a record it
     does not hold is nothing, else it carries that state (spec 3.9, conflation)."""

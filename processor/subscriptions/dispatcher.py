@@ -28,10 +28,10 @@ from processor.errors import DecodeError, EnvelopeError
 from processor.expr import Expression, MessageContext
 from processor.messages import Codec
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
-from processor.subscriptions.model import ChangeKind, Delivery
+from processor.subscriptions.model import ChangeKind, Notice
 from processor.subscriptions.replacing import ReplaceMarker
 from processor.subscriptions.subscription import Offer, Subscription
-from processor.topology.model import SowTopic
+from processor.topology.model import Topic
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class Dispatcher:
         """Whether ``subscription`` is filed (lock held)."""
         return subscription.number in self._filed
 
-    def compiled(self, topics: list[SowTopic], text: str) -> Expression | None:
+    def compiled(self, topics: list[Topic], text: str) -> Expression | None:
         """The filter's expression, shared with a group that has the same text."""
         key = text.strip()
         if not key:
@@ -135,7 +135,7 @@ class Dispatcher:
     def register(
         self,
         subscription: Subscription,
-        topics: list[SowTopic],
+        topics: list[Topic],
         text: str,
         expression: Expression | None,
     ) -> None:
@@ -146,7 +146,7 @@ class Dispatcher:
     def file(
         self,
         subscription: Subscription,
-        topics: list[SowTopic],
+        topics: list[Topic],
         text: str,
         expression: Expression | None,
     ) -> None:
@@ -244,9 +244,7 @@ class Dispatcher:
                     assert new is not None
                     offer: Offer = (
                         event,
-                        Delivery(
-                            ChangeKind.PUBLISH, event.topic, event.sow_key, new, event.position
-                        ),
+                        Notice(ChangeKind.PUBLISH, event.topic, event.sow_key, new, event.position),
                     )
                     for group in matched:
                         listed = hits.get(group)

@@ -79,7 +79,7 @@ from processor.subscriptions.subscription import Row, SharedSender, Subscription
 from processor.subscriptions.window import (
     PaginatedSubscription,
 )
-from processor.topology.model import PlainTopic, SowTopic, Topology
+from processor.topology.model import PlainTopic, SowTopic, Topic, Topology
 from processor.topology.topics import resolve_subscribed_topics
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,9 @@ class SubscriptionHub:
             return self._subscribe_without_sow(plan, sender)
         request = plan.request
         # Spec 3.13: on topics without History the bookmark is ignored.
-        if plan.replaying and any(t.history is not None for t in plan.topics):
+        if plan.replaying and any(
+            isinstance(t, SowTopic) and t.history is not None for t in plan.topics
+        ):
             refuse_with_replay(request, "a historical sow_and_subscribe")
             subscription = self._subscription(plan, sender)
             vector, batches, stats, replay = open_historical(
@@ -303,12 +305,12 @@ class SubscriptionHub:
                 self.replica.build_memo_indexes(topic, fields)
 
     def _read(
-        self, topics: Sequence[SowTopic], reader: Callable[[list[SowTable]], T]
+        self, topics: Sequence[Topic], reader: Callable[[list[SowTable]], T]
     ) -> tuple[T, list[LogPosition]]:
         """Run ``reader`` over the SOW topics' tables under the replica's lock and, when
         plain topics are among ``topics``, the plain tail's lock too; return its result
         and the position vector of every topic (SOW topics first)."""
-        sow = [t for t in topics if not isinstance(t, PlainTopic)]
+        sow = [t for t in topics if isinstance(t, SowTopic)]
         plain = [t for t in topics if isinstance(t, PlainTopic)]
         if not plain:
             return self.replica.read(sow, reader)

@@ -76,8 +76,8 @@ class OofReason(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
-    """One change for one subscription.
+class Notice:
+    """One change for one subscription: a publish, delete or OOF notice.
 
     ``envelope`` is the record as the subscriber should see it: the new state for a
     publish and an OOF ``match``, the last state it received for a delete or any other

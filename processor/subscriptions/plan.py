@@ -25,11 +25,11 @@ from processor.subscriptions.conflation import KeyOf, key_function, parse_interv
 from processor.subscriptions.model import DEFAULT_MAX_BACKLOG, MAX_MAX_BACKLOG, SubscribeRequest
 from processor.subscriptions.shape import MessageShape
 from processor.subscriptions.window import check_pagination, check_window_filter, is_paginated
-from processor.topology.model import PlainTopic, SowTopic, Topology
+from processor.topology.model import PlainTopic, SowTopic, Topic, Topology
 from processor.topology.topics import is_pattern, resolve_subscribed_topics
 
 #: Compiles a filter for the topics it runs on (the dispatcher shares equal filters).
-Compile = Callable[[list[SowTopic], str], "Expression | None"]
+Compile = Callable[[list[Topic], str], "Expression | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class SubscriptionPlan:
 
     request: SubscribeRequest
     with_query: bool
-    topics: tuple[SowTopic, ...]
+    topics: tuple[Topic, ...]
     expression: Expression | None
     bookmark: Bookmark
     order: tuple[OrderKey, ...] | None
@@ -69,7 +69,7 @@ class SubscriptionPlan:
         return not self.bookmark.now
 
     def sow_topics(self) -> list[SowTopic]:
-        return [t for t in self.topics if not isinstance(t, PlainTopic)]
+        return [t for t in self.topics if isinstance(t, SowTopic)]
 
 
 def plan_subscription(

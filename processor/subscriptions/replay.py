@@ -48,9 +48,9 @@ from processor.replica.replay_plan import (
 )
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable
-from processor.subscriptions.model import MAX_MAX_BACKLOG, ChangeKind, Delivery
+from processor.subscriptions.model import MAX_MAX_BACKLOG, ChangeKind, Notice
 from processor.subscriptions.subscription import Subscription
-from processor.topology.model import PlainTopic, SowTopic
+from processor.topology.model import SowTopic, Topic
 
 
 class Replay:
@@ -84,7 +84,7 @@ class Replay:
         self._focus = focus
         self._close = close
 
-    def __iter__(self) -> Iterator[list[Delivery]]:
+    def __iter__(self) -> Iterator[list[Notice]]:
         live = self.live
         shadow = Subscription(
             live.request,
@@ -103,7 +103,7 @@ class Replay:
                 if not shadow.tracks_focus:
                     # Nothing to remember: every matching change is delivered as it is.
                     publishes = [
-                        Delivery(ChangeKind.PUBLISH, e.topic, e.sow_key, e.new, e.position)
+                        Notice(ChangeKind.PUBLISH, e.topic, e.sow_key, e.new, e.position)
                         for e in events
                         if e.new is not None and matches(e)
                     ]
@@ -114,7 +114,7 @@ class Replay:
                     [
                         (
                             event,
-                            Delivery(
+                            Notice(
                                 ChangeKind.PUBLISH,
                                 event.topic,
                                 event.sow_key,
@@ -145,7 +145,7 @@ def open_replay(
     replica: Replica,
     live: Subscription,
     bookmark: Bookmark,
-    topics: Sequence[SowTopic],
+    topics: Sequence[Topic],
     expression: Expression | None,
     codecs: Mapping[str, Codec],
     present: Sequence[LogPosition],
@@ -157,7 +157,8 @@ def open_replay(
     subscription whose topics stood at ``present`` when it was registered. Raises
     before anything is sent: InvalidRequestError (bad positions, plain topics),
     BookmarkTooOldError (below the retained log), UnsupportedError (no log reader)."""
-    plain = [t.name for t in topics if isinstance(t, PlainTopic)]
+    sow = [t for t in topics if isinstance(t, SowTopic)]
+    plain = [t.name for t in topics if not isinstance(t, SowTopic)]
     if plain:
         raise InvalidRequestError(
             f"topics {', '.join(plain)} have no SOW, hence no changelog to replay; "
@@ -176,7 +177,7 @@ def open_replay(
     finally:
         reader.close()
     matches = change_filter(expression, codecs)
-    return Replay(live, plan, replica, topics, matches, focus, close)
+    return Replay(live, plan, replica, sow, matches, focus, close)
 
 
 def saved_point(bookmark: Bookmark, topics: Sequence[SowTopic]) -> tuple[Point, Bookmark]:
@@ -204,7 +205,7 @@ Opening = tuple[list[LogPosition], list[list[changelog.Envelope]], QueryStats, R
 def open_historical(
     engine: QueryEngine,
     subscription: Subscription,
-    topics: Sequence[SowTopic],
+    given: Sequence[Topic],
     expression: Expression | None,
     codecs: Mapping[str, Codec],
     *,
@@ -217,7 +218,8 @@ def open_historical(
     subscription). Raises InvalidRequestError for a range or a topic without History;
     a failure after registering calls ``close``."""
     request = subscription.request
-    without = [t.name for t in topics if t.history is None]
+    topics = [t for t in given if isinstance(t, SowTopic) and t.history is not None]
+    without = [t.name for t in given if t not in topics]
     if without:
         raise InvalidRequestError(
             "a historical sow_and_subscribe needs History on every topic; "

@@ -29,7 +29,7 @@ from processor.keys import parse_path
 from processor.messages import Codec
 from processor.messages.fields import changed, overlay, pick, removed
 from processor.messages.select import SelectList, parse_select
-from processor.topology.model import SowTopic
+from processor.topology.model import SowTopic, Topic
 
 
 class MessageShape:
@@ -54,7 +54,7 @@ class MessageShape:
     @classmethod
     def for_request(
         cls,
-        topics: Sequence[SowTopic],
+        topics: Sequence[Topic],
         codecs: Mapping[str, Codec],
         *,
         select: str = "",
@@ -87,7 +87,11 @@ class MessageShape:
                     "form (text_form) to receive them as JSON"
                 )
             shaped[topic.name] = codec
-        keys = {t.name: _key_paths(t.keys) for t in topics if t.name in shaped}
+        keys = {
+            t.name: _key_paths(t.keys)
+            for t in topics
+            if t.name in shaped and isinstance(t, SowTopic)
+        }
         return cls(shaped, keys, selected, delta, no_empties)
 
     def shapes(self, topic: str) -> bool:

@@ -43,7 +43,7 @@ from typing import Protocol
 from processor import changelog
 from processor.changelog.events import ChangeEvent, ChangelogPosition, ChangeReason
 from processor.errors import SlowConsumerError, SowError
-from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Notice, OofReason, SubscribeRequest
 from processor.subscriptions.shape import MessageShape
 
 #: (changelog topic, partition) -> next offset: where a subscription starts.
@@ -54,7 +54,7 @@ _numbers = itertools.count(1)
 
 #: One change offered to a subscription: the change, and its publish delivery when the
 #: change's new state matches the filter (None: it does not, or the record is gone).
-Offer = tuple[ChangeEvent, "Delivery | None"]
+Offer = tuple[ChangeEvent, "Notice | None"]
 
 #: A record of a query result: (topic, SowKey, envelope, the position to report with it).
 Row = tuple[str, bytes, bytes, ChangelogPosition]
@@ -68,11 +68,11 @@ class HoldingQueue(Protocol):
 
     def __bool__(self) -> bool: ...
 
-    def append(self, delivery: Delivery) -> None: ...
+    def append(self, delivery: Notice) -> None: ...
 
-    def extend(self, deliveries: Iterable[Delivery]) -> None: ...
+    def extend(self, deliveries: Iterable[Notice]) -> None: ...
 
-    def popleft(self) -> Delivery: ...
+    def popleft(self) -> Notice: ...
 
     def clear(self) -> None: ...
 
@@ -135,7 +135,7 @@ class Subscription:
         #: only the dispatcher changes ``focus`` (see :meth:`may_hold`).
         self._settled = False
         self._early: list[Offer] = []
-        self._queue: collections.deque[Delivery] | HoldingQueue = (
+        self._queue: collections.deque[Notice] | HoldingQueue = (
             collections.deque() if queue is None else queue
         )
         self._holding = queue
@@ -196,7 +196,7 @@ class Subscription:
         matches the filter (see :meth:`offer_all`)."""
         publish = None
         if matched and event.new is not None:
-            publish = Delivery(
+            publish = Notice(
                 ChangeKind.PUBLISH, event.topic, event.sow_key, event.new, event.position
             )
         self.offer_all([(event, publish)])
@@ -263,7 +263,7 @@ class Subscription:
         self.focus.clear()
         self._wake()
 
-    def _queue_all(self, deliveries: Iterable[Delivery]) -> bool:
+    def _queue_all(self, deliveries: Iterable[Notice]) -> bool:
         """Queue deliveries (lock held), waking the sender; True when the queue
         overflowed and the subscription closed."""
         queue = self._queue
@@ -284,7 +284,7 @@ class Subscription:
             self._woken.append(self)
         self._ready.notify()
 
-    def _decide(self, event: ChangeEvent, publish: Delivery | None) -> Delivery | None:
+    def _decide(self, event: ChangeEvent, publish: Notice | None) -> Notice | None:
         if not self.tracks_focus or event.topic in self.unheld_topics:
             return publish
         key = (event.topic, event.sow_key)
@@ -343,7 +343,7 @@ class Subscription:
         if overflow:
             self._run_close_callbacks()
 
-    def _rebased(self, rows: list[Row], gone: set[tuple[str, bytes]]) -> list[Delivery]:
+    def _rebased(self, rows: list[Row], gone: set[tuple[str, bytes]]) -> list[Notice]:
         """The deliveries of :meth:`rebase` (lock held); updates ``focus``."""
         new = {(topic, key): (envelope, position) for topic, key, envelope, position in rows}
         left = [
@@ -352,7 +352,7 @@ class Subscription:
             if key not in new
         ]
         entered = [
-            Delivery(ChangeKind.PUBLISH, topic, key, envelope, position)
+            Notice(ChangeKind.PUBLISH, topic, key, envelope, position)
             for (topic, key), (envelope, position) in new.items()
             if self._changed_for_subscriber(self.focus.get((topic, key)), envelope)
         ]
@@ -377,7 +377,7 @@ class Subscription:
         position: ChangelogPosition | None = None,
         current: bytes | None = None,
         expired: bool = False,
-    ) -> Delivery | None:
+    ) -> Notice | None:
         """What a held record leaving the focus means for the subscriber (spec 3.9): with
         ``oof``, an OOF: ``deleted``/``expired`` (``gone``) carrying ``held``, the last
         state delivered, or ``match`` carrying ``current``, its state now (``held`` when
@@ -389,16 +389,16 @@ class Subscription:
         if request.oof:
             if gone:
                 reason = OofReason.EXPIRED if expired else OofReason.DELETED
-                return Delivery(ChangeKind.OOF, topic, sow_key, held, where, reason, previous=held)
+                return Notice(ChangeKind.OOF, topic, sow_key, held, where, reason, previous=held)
             if request.oof_last_received or current is None:
-                return Delivery(
+                return Notice(
                     ChangeKind.OOF, topic, sow_key, held, where, OofReason.MATCH, current, held
                 )
-            return Delivery(
+            return Notice(
                 ChangeKind.OOF, topic, sow_key, current, where, OofReason.MATCH, previous=held
             )
         if gone and request.send_deletes:
-            return Delivery(ChangeKind.DELETE, topic, sow_key, held, where, previous=held)
+            return Notice(ChangeKind.DELETE, topic, sow_key, held, where, previous=held)
         return None
 
     def release_held(self, now: float) -> float | None:
@@ -445,7 +445,7 @@ class Subscription:
 
     # -- the sender's side ---------------------------------------------------------------
 
-    def take(self, most: int, timeout_s: float) -> list[Delivery]:
+    def take(self, most: int, timeout_s: float) -> list[Notice]:
         """Up to ``most`` queued deliveries, waiting up to ``timeout_s`` for the first
         (an empty list when none came); raises the closing error once closed."""
         with self._ready:

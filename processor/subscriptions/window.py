@@ -34,7 +34,7 @@ from processor.expr import Expression, field_getter, order_key
 from processor.expr.ast import OrderKey
 from processor.expr.parser import parse_order_by
 from processor.messages import Codec
-from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Notice, SubscribeRequest
 from processor.subscriptions.subscription import (
     HoldingQueue,
     Offer,
@@ -192,7 +192,7 @@ class PaginatedSubscription(Subscription):
         if self.closed is not None:
             return False
         unreached = self._unreached
-        deliveries: list[Delivery] = []
+        deliveries: list[Notice] = []
         for event, publish in offers:
             if unreached:
                 changelog_topic, partition, offset = event.position
@@ -203,7 +203,7 @@ class PaginatedSubscription(Subscription):
                 deliveries += self._move(event, publish)
         return self._queue_all(deliveries)
 
-    def _move(self, event: ChangeEvent, publish: Delivery | None) -> list[Delivery]:
+    def _move(self, event: ChangeEvent, publish: Notice | None) -> list[Notice]:
         """Apply one change to the ordered set; what it means for the window."""
         sow_key = event.sow_key
         members, ordered = self._members, self._sorted
@@ -223,13 +223,13 @@ class PaginatedSubscription(Subscription):
         return self._diff(self._window(), event, publish)
 
     def _diff(
-        self, window: list[bytes], event: ChangeEvent, publish: Delivery | None
-    ) -> list[Delivery]:
+        self, window: list[bytes], event: ChangeEvent, publish: Notice | None
+    ) -> list[Notice]:
         """Deliveries turning the held window into ``window`` (lock held); updates
         ``focus``."""
         topic, position, focus = event.topic, event.position, self.focus
         inside = set(window)
-        left: list[Delivery] = []
+        left: list[Notice] = []
         for key in [k for k in focus if k[1] not in inside]:
             last = focus.pop(key)
             if key[1] == event.sow_key:
@@ -238,7 +238,7 @@ class PaginatedSubscription(Subscription):
                 delivery = self._leave(key, last, False, position, last)
             if delivery is not None:
                 left.append(delivery)
-        entered: list[Delivery] = []
+        entered: list[Notice] = []
         for sow_key in window:
             held = focus.get((topic, sow_key))
             if publish is not None and sow_key == event.sow_key:
@@ -249,10 +249,10 @@ class PaginatedSubscription(Subscription):
                 envelope = self._members[sow_key][1]
             focus[(topic, sow_key)] = envelope
             if self._changed_for_subscriber(held, envelope):
-                entered.append(Delivery(ChangeKind.PUBLISH, topic, sow_key, envelope, position))
+                entered.append(Notice(ChangeKind.PUBLISH, topic, sow_key, envelope, position))
         return left + entered
 
-    def _leave_by(self, event: ChangeEvent, held: bytes) -> Delivery | None:
+    def _leave_by(self, event: ChangeEvent, held: bytes) -> Notice | None:
         """The changed record itself left the window: deleted, expired or updated."""
         key = (event.topic, event.sow_key)
         expired = event.reason is ChangeReason.EXPIRE
@@ -263,7 +263,7 @@ class PaginatedSubscription(Subscription):
         with self._ready:
             self._configure(request, order)
 
-    def _rebased(self, rows: list[Row], gone: set[tuple[str, bytes]]) -> list[Delivery]:
+    def _rebased(self, rows: list[Row], gone: set[tuple[str, bytes]]) -> list[Notice]:
         """Replace: the new filter's records and window against the held window."""
         self._load((key, envelope) for _, key, envelope, _ in rows)
         positions: dict[bytes, ChangelogPosition] = {key: p for _, key, _, p in rows}
@@ -284,6 +284,6 @@ class PaginatedSubscription(Subscription):
             focus[(topic, sow_key)] = envelope
             if self._changed_for_subscriber(held, envelope):
                 entered.append(
-                    Delivery(ChangeKind.PUBLISH, topic, sow_key, envelope, positions[sow_key])
+                    Notice(ChangeKind.PUBLISH, topic, sow_key, envelope, positions[sow_key])
                 )
         return [d for d in left if d is not None] + entered

@@ -51,6 +51,7 @@ from processor.topology.model import (
     KeyGeneratorSpec,
     PlainTopic,
     SowTopic,
+    Topic,
     Topology,
 )
 from processor.topology.quantities import (
@@ -464,7 +465,7 @@ def parse_amps_config(
     sections = [(s, w) for s, w in _children(root, root.tag) if s.tag in SOW_SECTIONS]
     if not sections:
         reader.fail("no <SOW> (or <TopicMetaData>) section, so no SOW topics are defined", root.tag)
-    entries = []
+    entries: list[tuple[Topic, str, str]] = []
     for section, section_where in sections:
         allowed = TOPIC_ELEMENTS + SOW_NOT_IMPLEMENTED
         for child, where in _children(section, section_where, numbered=TOPIC_ELEMENTS):

@@ -14,13 +14,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from processor.errors import TopologyError
-from processor.topology.model import KAFKA_TOPIC_NAME, PlainTopic, SowTopic, Topology
+from processor.topology.model import KAFKA_TOPIC_NAME, PlainTopic, SowTopic, Topic, Topology
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
 MAX_KAFKA_TOPIC_LENGTH = 249 - len(".sow-repartition")
 
 #: One loaded topic, with the file and the field path that defined it (for messages).
-Entry = tuple[SowTopic, str, str]
+Entry = tuple[Topic, str, str]
 
 
 def read_text(path: str | Path) -> str:
@@ -65,7 +65,7 @@ def assemble(entries: Sequence[Entry], sources: tuple[str, ...]) -> Topology:
             )
         by_name[topic.name] = (topic, source, where)
         derived: tuple[tuple[str, str], ...] = (("input", topic.kafka_topic),)
-        if not isinstance(topic, PlainTopic):
+        if isinstance(topic, SowTopic):
             derived += (
                 ("changelog", topic.changelog_topic),
                 ("repartition", topic.repartition_topic),
@@ -85,19 +85,40 @@ def assemble(entries: Sequence[Entry], sources: tuple[str, ...]) -> Topology:
     topics: dict[str, SowTopic] = {}
     plain: dict[str, PlainTopic] = {}
     for name, (topic, _, _) in by_name.items():
-        if isinstance(topic, PlainTopic):
-            plain[name] = topic
-        else:
+        if isinstance(topic, SowTopic):
             topics[name] = topic
+        elif isinstance(topic, PlainTopic):
+            plain[name] = topic
     return Topology(topics, sources, plain)
 
 
-def check_topic(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str] | None:
+def check_topic(topic: Topic, name_of: Callable[[str], str]) -> tuple[str, str] | None:
     """The first rule ``topic`` breaks, as ``(model field, message)``, or None.
 
     ``name_of`` maps a model field name (``keys``, ``key_generator``...) to the name the
     format uses for it, so messages speak the user's language.
     """
+    if isinstance(topic, SowTopic):
+        broken = _check_sow(topic, name_of)
+        if broken is not None:
+            return broken
+    name = topic.kafka_topic
+    if (
+        not KAFKA_TOPIC_NAME.match(name)
+        or name in (".", "..")
+        or len(name) > MAX_KAFKA_TOPIC_LENGTH
+    ):
+        origin = " (taken from the topic name)" if name == topic.name else ""
+        return "kafka_topic", (
+            f"Kafka topic {name!r}{origin} is not a legal Kafka topic name; allowed: letters, "
+            f"digits, '.', '_' and '-', 1 to {MAX_KAFKA_TOPIC_LENGTH} characters; set "
+            f"{name_of('kafka_topic')} to a legal name"
+        )
+    return None
+
+
+def _check_sow(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str] | None:
+    """The first rule of a SOW topic's own fields that ``topic`` breaks, or None."""
     keys, generator = name_of("keys"), name_of("key_generator")
     if topic.keys and topic.key_generator is not None:
         return "key_generator", (
@@ -130,17 +151,5 @@ def check_topic(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, st
         return "expiration_s", (
             f"{name_of('expiration_s')} must be disabled when {name_of('history')} is set "
             "(as in AMPS): history keeps every version of a record for its Window"
-        )
-    name = topic.kafka_topic
-    if (
-        not KAFKA_TOPIC_NAME.match(name)
-        or name in (".", "..")
-        or len(name) > MAX_KAFKA_TOPIC_LENGTH
-    ):
-        origin = " (taken from the topic name)" if name == topic.name else ""
-        return "kafka_topic", (
-            f"Kafka topic {name!r}{origin} is not a legal Kafka topic name; allowed: letters, "
-            f"digits, '.', '_' and '-', 1 to {MAX_KAFKA_TOPIC_LENGTH} characters; set "
-            f"{name_of('kafka_topic')} to a legal name"
         )
     return None

@@ -99,25 +99,36 @@ class HashIndexSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class SowTopic:
-    """One SOW topic.
-
-    ``keys`` are the Key paths (``/a/b``); empty means publishers provide the SowKey,
-    unless ``key_generator`` is set. ``key_domain`` defaults to the topic name.
-    ``kafka_topic`` is the input topic (the transaction log) the topic is read from.
-    """
+class Topic:
+    """What every topic has: a name, a message type (with its Avro ``schema`` path for
+    avro), and the input Kafka topic it is read from (``kafka_topic``, default the name)
+    with its partition count."""
 
     name: str
     message_type: str = "json"
+    kafka_topic: str = ""
+    partitions: int = 1
+    #: Path of the Avro schema (.avsc) for ``message_type == "avro"``.
+    schema: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.kafka_topic:
+            object.__setattr__(self, "kafka_topic", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class SowTopic(Topic):
+    """One SOW topic: the processor keeps the latest record per SowKey.
+
+    ``keys`` are the Key paths (``/a/b``); empty means publishers provide the SowKey,
+    unless ``key_generator`` is set. ``key_domain`` defaults to the topic name.
+    """
+
     keys: tuple[str, ...] = ()
     key_domain: str | None = None
     key_generator: KeyGeneratorSpec | None = None
     durability: Durability = Durability.PERSISTENT
     recovery_point: RecoveryPoint = field(default_factory=RecoveryPoint)
-    kafka_topic: str = ""
-    partitions: int = 1
-    #: Path of the Avro schema (.avsc) for ``message_type == "avro"``.
-    schema: str | None = None
     #: Default lifetime of a record in seconds; None means expiration is disabled,
     #: 0 means enabled for per-message expiration only.
     expiration_s: float | None = None
@@ -125,10 +136,6 @@ class SowTopic:
     indexes: tuple[str, ...] = ()
     #: Historical versions kept for historical queries (None: no history).
     history: History | None = None
-
-    def __post_init__(self) -> None:
-        if not self.kafka_topic:
-            object.__setattr__(self, "kafka_topic", self.name)
 
     @property
     def domain(self) -> str:
@@ -152,16 +159,11 @@ class SowTopic:
 
 
 @dataclass(frozen=True, slots=True)
-class PlainTopic(SowTopic):
+class PlainTopic(Topic):
     """A topic without a SOW (AMPS: a topic with no SOW entry): publishers publish to its
-    input Kafka topic, subscribers receive each message live, and nothing is stored.
-
-    It is described with :class:`SowTopic`'s fields so the message codecs and the publish
-    path take it as they are; only ``name``, ``message_type``, ``schema``,
-    ``kafka_topic`` and ``partitions`` mean anything (the loaders leave the other fields
-    at their defaults). It has no changelog and no repartition topic, and the processor
-    never reads it: it lives in :attr:`Topology.plain_topics`, never in
-    :attr:`Topology.topics`.
+    input Kafka topic, subscribers receive each message live, and nothing is stored. It
+    has no keys, no changelog and no repartition topic, and the processor never reads it:
+    it lives in :attr:`Topology.plain_topics`, never in :attr:`Topology.topics`.
     """
 
 
@@ -181,7 +183,7 @@ class Topology:
         """The SOW topic called ``name``; raises KeyError when there is none."""
         return self.topics[name]
 
-    def every_topic(self) -> list[SowTopic]:
+    def every_topic(self) -> list[Topic]:
         """SOW topics then plain topics, each in configuration order."""
         return [*self.topics.values(), *self.plain_topics.values()]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from processor.errors import InvalidRequestError, UnknownTopicError
 from processor.expr.regex import compile_regex
-from processor.topology.model import SowTopic, Topology
+from processor.topology.model import SowTopic, Topic, Topology
 
 #: Characters that make a topic name a regular expression (spec 1.18, section 9 item 24).
 REGEX_CHARACTERS = frozenset(".^$*+?()[]{}|\\")
@@ -71,13 +71,13 @@ def resolve_topics(topology: Topology, name: str) -> list[SowTopic]:
     return matched
 
 
-def resolve_publish_topic(topology: Topology, name: str) -> SowTopic:
+def resolve_publish_topic(topology: Topology, name: str) -> Topic:
     """The topic a publish names (literal): a SOW topic or a plain topic."""
     plain = topology.plain_topics.get(name)
     return plain if plain is not None else resolve_topic(topology, name)
 
 
-def resolve_subscribed_topics(topology: Topology, name: str) -> list[SowTopic]:
+def resolve_subscribed_topics(topology: Topology, name: str) -> list[Topic]:
     """The topics a subscription names: the literal topic (SOW or plain), or every topic
     the pattern matches, SOW topics first, each kind in configuration order. Raises
     UnknownTopicError when nothing matches."""

@@ -40,6 +40,7 @@ from processor.topology.model import (
     PlainTopic,
     RecoveryPoint,
     SowTopic,
+    Topic,
     Topology,
 )
 from processor.topology.quantities import (
@@ -352,7 +353,7 @@ def _defaults(raw: object, source: str) -> dict[str, Any]:
     return parsed
 
 
-def _topic(raw: object, index: int, defaults: dict[str, Any], source: str, base: Path) -> SowTopic:
+def _topic(raw: object, index: int, defaults: dict[str, Any], source: str, base: Path) -> Topic:
     where = f"topics[{index}]"
     if not isinstance(raw, dict):
         raise TopologyError(

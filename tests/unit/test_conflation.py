@@ -16,7 +16,7 @@ from processor.query.sow import QueryEngine
 from processor.replica.replica import Replica
 from processor.subscriptions.conflation import parse_interval
 from processor.subscriptions.hub import SubscriptionHub
-from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Notice, OofReason, SubscribeRequest
 from processor.subscriptions.subscription import Subscription
 from tests.unit.test_subscriptions import TOPOLOGY, Feed
 
@@ -31,13 +31,13 @@ def hub() -> Iterator[tuple[SubscriptionHub, Feed]]:
         hub.close()
 
 
-def _data(delivery: Delivery) -> Any:
+def _data(delivery: Notice) -> Any:
     return orjson.loads(changelog.data_of(delivery.envelope))
 
 
-def _collect(subscription: Subscription, seconds: float) -> list[tuple[float, Delivery]]:
+def _collect(subscription: Subscription, seconds: float) -> list[tuple[float, Notice]]:
     """(time taken, delivery) for ``seconds``."""
-    taken: list[tuple[float, Delivery]] = []
+    taken: list[tuple[float, Notice]] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         for delivery in subscription.take(1000, 0.01):
@@ -138,7 +138,7 @@ def test_a_fast_stream_gives_at_most_one_update_per_key_per_interval_each_the_la
     interval = 0.2
     subscription = subscriptions.subscribe(SubscribeRequest("QUOTES", conflation="200ms"))
     latest: dict[str, int] = {}
-    taken: list[tuple[float, Delivery]] = []
+    taken: list[tuple[float, Notice]] = []
     reader = threading.Thread(
         target=lambda: taken.extend(_collect(subscription, 1.5 + 2 * interval + 0.3))
     )

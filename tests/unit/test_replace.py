@@ -18,7 +18,7 @@ from processor.errors import InvalidRequestError
 from processor.query.sow import QueryEngine, SowQuery
 from processor.replica.replica import Replica
 from processor.subscriptions.hub import SubscriptionHub
-from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Notice, OofReason, SubscribeRequest
 from processor.subscriptions.subscription import Subscription
 from tests.unit.test_subscriptions import TOPOLOGY, Feed
 
@@ -34,9 +34,9 @@ def hub() -> Iterator[tuple[SubscriptionHub, Feed, QueryEngine]]:
         hub.close()
 
 
-def _settle(subscription: Subscription, quiet_s: float = 1.0) -> list[Delivery]:
+def _settle(subscription: Subscription, quiet_s: float = 1.0) -> list[Notice]:
     """Deliveries until none came for ``quiet_s``."""
-    taken: list[Delivery] = []
+    taken: list[Notice] = []
     while True:
         more = subscription.take(10_000, quiet_s)
         if not more:
@@ -52,7 +52,7 @@ def _quiesce(hub: SubscriptionHub) -> None:
         time.sleep(0.2)
 
 
-def _summary(deliveries: list[Delivery]) -> list[tuple[str, int, str | None]]:
+def _summary(deliveries: list[Notice]) -> list[tuple[str, int, str | None]]:
     return [
         (
             d.kind.value,

@@ -21,7 +21,7 @@ from processor.query.sow import QueryEngine
 from processor.replica.replica import Replica
 from processor.subscriptions.fanout import TopicIndex
 from processor.subscriptions.hub import SubscriptionHub
-from processor.subscriptions.model import ChangeKind, Delivery, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Notice, SubscribeRequest
 from processor.subscriptions.subscription import Offer, Subscription
 from processor.topology.model import SowTopic, Topology
 from tests.unit.log_records import LogRecord
@@ -57,15 +57,15 @@ def hub(request: pytest.FixtureRequest) -> Iterator[tuple[SubscriptionHub, Feed]
         hub.close()
 
 
-def _all(subscription: Subscription, count: int, timeout_s: float = 5.0) -> list[Delivery]:
-    taken: list[Delivery] = []
+def _all(subscription: Subscription, count: int, timeout_s: float = 5.0) -> list[Notice]:
+    taken: list[Notice] = []
     deadline = time.monotonic() + timeout_s
     while len(taken) < count and time.monotonic() < deadline:
         taken += subscription.take(1000, 0.05)
     return taken
 
 
-def _data(delivery: Delivery) -> Any:
+def _data(delivery: Notice) -> Any:
     return orjson.loads(changelog.data_of(delivery.envelope))
 
 
@@ -231,7 +231,7 @@ def test_a_range_family_matches_exactly_what_each_filter_matches(op: str) -> Non
         assert {g.text for g in matched} == expected, (value, op)
 
 
-def _apply_deliveries(state: dict[bytes, bytes], deliveries: list[Delivery]) -> None:
+def _apply_deliveries(state: dict[bytes, bytes], deliveries: list[Notice]) -> None:
     """A subscriber's copy of the records it holds, after these deliveries."""
     for delivery in deliveries:
         if delivery.kind is ChangeKind.PUBLISH:

@@ -56,8 +56,10 @@ topics:
     ticks, quotes = topology.plain_topics.values()
     assert isinstance(ticks, PlainTopic)
     assert (ticks.kafka_topic, ticks.partitions, ticks.message_type) == ("ticks.in", 3, "json")
-    # Defaults that concern a SOW do not reach a plain topic.
-    assert (ticks.expiration_s, ticks.durability) == (None, SowTopic("X").durability)
+    # A plain topic is not a kind of SOW topic: nothing that concerns a SOW reaches it.
+    assert not isinstance(ticks, SowTopic)
+    assert not hasattr(ticks, "expiration_s")
+    assert not hasattr(ticks, "changelog_topic")
     assert (quotes.message_type, quotes.partitions) == ("avro", 1)
     assert quotes.schema == str(tmp_path / "ticks.avsc")
     assert [t.name for t in topology.every_topic()] == ["ORDERS", "KEPT", "TICKS", "QUOTES"]

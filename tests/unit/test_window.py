@@ -17,7 +17,7 @@ from processor.errors import InvalidRequestError
 from processor.query.sow import QueryEngine, SowQuery
 from processor.replica.replica import Replica
 from processor.subscriptions.hub import SubscriptionHub
-from processor.subscriptions.model import ChangeKind, Delivery, OofReason, SubscribeRequest
+from processor.subscriptions.model import ChangeKind, Notice, OofReason, SubscribeRequest
 from processor.subscriptions.subscription import Subscription
 from tests.unit.test_subscriptions import TOPOLOGY, Feed
 
@@ -55,8 +55,8 @@ def test_seed_003_example(hub: tuple[SubscriptionHub, Feed, QueryEngine]) -> Non
     ]
 
 
-def _wait(subscription: Subscription, count: int) -> list[Delivery]:
-    taken: list[Delivery] = []
+def _wait(subscription: Subscription, count: int) -> list[Notice]:
+    taken: list[Notice] = []
     deadline = time.monotonic() + 5
     while len(taken) < count and time.monotonic() < deadline:
         taken += subscription.take(1000, 0.05)
