@@ -33,7 +33,7 @@ from processor.errors import (
 )
 from processor.log.kafka.writer import KafkaLogWriter
 from processor.publish.gateway import DEFAULT_TIMEOUT_S, Gateway, PendingPublishes
-from processor.publish.model import PublishColumns, Published
+from processor.publish.requests import PublishColumns, Published
 from processor.topology.model import Topology
 
 #: What a publish gives back: where it landed, or why it was refused.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from processor.errors import ExpressionError
-from processor.expr import ast, parser
+from processor.expr import ast, clauses
 from processor.expr.aggregates import AGGREGATES, Aggregate
 from processor.expr.codegen import Code, build
 from processor.expr.compiler import Compiler
@@ -207,8 +207,8 @@ def compile_aggregation(projection: str, grouping: str) -> Aggregation:
         raise ExpressionError(
             "an aggregated query needs a grouping (grouping=[...])", text=grouping
         )
-    fields = parser.parse_projection(projection)
-    groups = parser.parse_grouping(grouping)
+    fields = clauses.parse_projection(projection)
+    groups = clauses.parse_grouping(grouping)
     if not fields:
         raise ExpressionError("the projection lists no field", text=projection)
     if not groups:

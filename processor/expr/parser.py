@@ -43,7 +43,6 @@ _RESERVED = frozenset(
     {"AND", "OR", "NOT", "IS", "IN", "LIKE", "BETWEEN", "BEGINS", "ENDS", "WITH", "MOD"}
     | {"AS", "HINT", "OF", "NULL", "NAN", "TRUE", "FALSE"}
 )
-_HINTS = ("OPTIONAL", "SET_CURRENT")
 _T = TypeVar("_T")
 
 
@@ -67,7 +66,7 @@ class _Operand:
     predicate: bool = False
 
 
-class _Parser:
+class Parser:
     """One parse of ``text[start:end]``; positions in nodes and errors refer to ``text``."""
 
     def __init__(self, text: str, start: int, end: int) -> None:
@@ -338,39 +337,12 @@ def parse(text: str) -> ast.Node:
     expression"`` for empty or blank text, otherwise a message naming what was expected
     and what was found at ``position``. Pure and thread-safe.
     """
-    return _run(text, "expression", _expression, wrapper=False)
+    return run(text, "expression", _expression, wrapper=False)
 
 
-def parse_projection(text: str) -> tuple[ast.Field, ...]:
-    """Parse a projection: ``expr AS /target [HINT OPTIONAL|SET_CURRENT[, ...]], ...``.
-
-    A bare identifier (no AS) copies to its own path: ``Field(pos, ident, ident, ())``
-    (qualifiers and OF CURRENT/PREVIOUS are dropped from such a target); any other
-    expression without AS is an error. The list may be wrapped in ``[...]`` (the AMPS
-    option form ``projection=[...]``). Raises ParseError, and nothing else, on bad text.
-    """
-    return _run(text, "projection", _projection, wrapper=True)
-
-
-def parse_grouping(text: str) -> tuple[ast.Identifier, ...]:
-    """Parse a grouping: comma-separated identifiers, optionally wrapped in ``[...]``.
-
-    Qualified identifiers are allowed; OF CURRENT/PREVIOUS is not. Raises ParseError,
-    and nothing else, on bad text.
-    """
-    return _run(text, "grouping", _grouping, wrapper=True)
-
-
-def parse_order_by(text: str) -> tuple[ast.OrderKey, ...]:
-    """Parse an OrderBy: comma-separated ``identifier [ASC|DESC] [TEXT]`` (any case).
-
-    ``TEXT`` may also precede the direction; each appears at most once per key. Raises
-    ParseError, and nothing else, on bad text.
-    """
-    return _run(text, "OrderBy", _order_by, wrapper=False)
-
-
-def _run(text: str, what: str, body: Callable[[_Parser], _T], *, wrapper: bool) -> _T:
+def run(text: str, what: str, body: Callable[[Parser], _T], *, wrapper: bool) -> _T:
+    """Parse ``text`` as one ``what`` with ``body`` (``wrapper``: it may be wrapped in
+    ``[...]``); every failure is a ParseError."""
     if len(text) > MAX_LENGTH:
         message = (
             f"{what} too long: {len(text):,} characters, above {MAX_LENGTH:,}; shorten it "
@@ -389,7 +361,7 @@ def _run(text: str, what: str, body: Callable[[_Parser], _T], *, wrapper: bool) 
         raise ParseError(message, text=text, position=0) from exc
 
 
-def _unwrapped(text: str, lo: int, hi: int, what: str, body: Callable[[_Parser], _T]) -> _T:
+def _unwrapped(text: str, lo: int, hi: int, what: str, body: Callable[[Parser], _T]) -> _T:
     """Read ``[...]`` as a wrapped list; failing that, as a list starting with a bracketed
     identifier (``[/a b], /c`` or ``[ORDERS].[/x]``). One ``[/...]`` spanning the text
     whose name holds ',' or '/' is a mistyped list, never a field name."""
@@ -400,16 +372,16 @@ def _unwrapped(text: str, lo: int, hi: int, what: str, body: Callable[[_Parser],
         if single and any(ch in text[lo + 2 : hi - 1] for ch in ",/"):
             raise
         try:
-            return body(_Parser(text, lo, hi))
+            return body(Parser(text, lo, hi))
         except ParseError:
             raise inner from None
 
 
-def _body(text: str, lo: int, hi: int, what: str, body: Callable[[_Parser], _T]) -> _T:
+def _body(text: str, lo: int, hi: int, what: str, body: Callable[[Parser], _T]) -> _T:
     lo, hi = _trim(text, lo, hi)
     if lo == hi:
         raise ParseError(f"empty {what}", text=text, position=hi, expected=what)
-    return body(_Parser(text, lo, hi))
+    return body(Parser(text, lo, hi))
 
 
 def _trim(text: str, lo: int, hi: int) -> tuple[int, int]:
@@ -420,92 +392,9 @@ def _trim(text: str, lo: int, hi: int) -> tuple[int, int]:
     return lo, hi
 
 
-def _expression(p: _Parser) -> ast.Node:
+def _expression(p: Parser) -> ast.Node:
     node = p.expr().node
     token = p.lex.peek()
     if token.kind is not Kind.EOF:
         raise p.error(token, "an operator or end of expression", _NOTES.get(token.word, ""))
     return node
-
-
-def _projection(p: _Parser) -> tuple[ast.Field, ...]:
-    fields: list[ast.Field] = []
-    while True:
-        fields.append(_field(p))
-        if not p.separator("HINT, ',' or end of projection"):
-            return tuple(fields)
-
-
-def _field(p: _Parser) -> ast.Field:
-    expr = p.expr().node
-    token = p.lex.peek()
-    if token.word == "AS":
-        p.lex.next()
-        target = p.ident_token("an identifier such as /target after AS")
-        if target.qualifiers:
-            message = "the target of AS is a path in the output and cannot be qualified"
-            raise ParseError(message, text=p.text, position=target.pos, expected="/target")
-        if p.lex.peek().word == "OF":
-            note = " (OF CURRENT/PREVIOUS is not allowed on the target of AS)"
-            raise p.error(p.lex.peek(), "HINT, ',' or end of projection", note)
-        hints = _hints(p)
-        return ast.Field(
-            expr.pos, expr, ast.Identifier(target.pos, target.path, target.steps), hints
-        )
-    if token.kind is not Kind.EOF and not token.is_punct(","):
-        raise p.error(token, "an operator, AS, ',' or end of projection")
-    if isinstance(expr, ast.Identifier):
-        plain = ast.Identifier(expr.pos, expr.path, expr.steps)
-        return ast.Field(expr.pos, expr, expr if expr == plain else plain, ())
-    message = f"a projection field needs AS /target: expected AS, found {token.describe()}"
-    raise ParseError(message, text=p.text, position=token.pos, expected="AS /target")
-
-
-def _hints(p: _Parser) -> tuple[str, ...]:
-    if p.lex.peek().word != "HINT":
-        return ()
-    p.lex.next()
-    hints: list[str] = []
-    while True:
-        token = p.lex.next()
-        if token.word not in _HINTS or token.word in hints:
-            raise p.error(token, "a hint (OPTIONAL or SET_CURRENT), each at most once")
-        hints.append(token.word)
-        # A comma continues the hint list only before another hint; otherwise it
-        # separates projection fields.
-        following = p.lex.peek(1)
-        if not (
-            p.lex.peek().is_punct(",")
-            and following.word in _HINTS
-            and not p.lex.peek(2).is_punct("(")
-        ):
-            return tuple(hints)
-        p.lex.next()
-
-
-def _grouping(p: _Parser) -> tuple[ast.Identifier, ...]:
-    found: list[ast.Identifier] = []
-    while True:
-        found.append(p.identifier(p.ident_token(), allow_state=False))
-        if not p.separator("',' or end of grouping"):
-            return tuple(found)
-
-
-def _order_by(p: _Parser) -> tuple[ast.OrderKey, ...]:
-    keys: list[ast.OrderKey] = []
-    while True:
-        field = p.identifier(p.ident_token(), allow_state=False)
-        direction: str | None = None
-        text = False
-        while True:
-            word = p.lex.peek().word
-            if word in ("ASC", "DESC") and direction is None:
-                direction = word
-            elif word == "TEXT" and not text:
-                text = True
-            else:
-                break
-            p.lex.next()
-        keys.append(ast.OrderKey(field.pos, field, direction == "DESC", text))
-        if not p.separator("ASC, DESC, TEXT, ',' or end of OrderBy"):
-            return tuple(keys)

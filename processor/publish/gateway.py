@@ -49,7 +49,7 @@ from processor.expr import compile as compile_expression
 from processor.keys import key_function, partition_for, validate_user_key
 from processor.log import Delivery, Headers, LogPosition, LogRecord, LogWriter
 from processor.messages import Codec, codec_for
-from processor.publish.model import (
+from processor.publish.requests import (
     Deleted,
     PublishColumns,
     PublishCommand,

@@ -38,8 +38,8 @@ from processor.expr import (
 )
 from processor.expr import compile as compile_expression
 from processor.expr.ast import OrderKey
+from processor.expr.clauses import parse_order_by
 from processor.expr.operators import in_list
-from processor.expr.parser import parse_order_by
 from processor.keys import checksum_key
 from processor.log import LogPosition
 from processor.query.planner import Plan, needs_scan, plan

@@ -18,7 +18,7 @@ import grpc
 from processor import errors
 from processor.log import LogPosition
 from processor.publish.gateway import Gateway, PendingPublishes
-from processor.publish.model import Deleted, PublishColumns, Published
+from processor.publish.requests import Deleted, PublishColumns, Published
 from processor.query.historical import point_of, run_historical
 from processor.query.sow import QueryEngine, SowQuery
 from processor.server import convert

@@ -41,7 +41,7 @@ from typing import Any
 from processor import changelog
 from processor.errors import DecodeError, EnvelopeError, InvalidRequestError, ParseError
 from processor.expr import field_getter
-from processor.expr.parser import parse_grouping
+from processor.expr.clauses import parse_grouping
 from processor.messages import Codec
 from processor.subscriptions.model import ChangeKind, Notice, SubscribeRequest
 

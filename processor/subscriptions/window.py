@@ -32,7 +32,7 @@ from processor.changelog.events import ChangeEvent, ChangelogPosition, ChangeRea
 from processor.errors import DecodeError, EnvelopeError, InvalidRequestError
 from processor.expr import Expression, field_getter, order_key
 from processor.expr.ast import OrderKey
-from processor.expr.parser import parse_order_by
+from processor.expr.clauses import parse_order_by
 from processor.messages import Codec
 from processor.subscriptions.model import ChangeKind, Notice, SubscribeRequest
 from processor.subscriptions.subscription import (

@@ -10,7 +10,7 @@ import pytest
 
 from processor.errors import ParseError
 from processor.expr import ast
-from processor.expr.parser import parse_grouping, parse_order_by, parse_projection
+from processor.expr.clauses import parse_grouping, parse_order_by, parse_projection
 from tests.unit.expr_helpers import A, B, X, binary, call, idf, lit, strip
 
 

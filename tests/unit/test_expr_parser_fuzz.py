@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from processor.errors import ParseError
 from processor.expr import ast
-from processor.expr.parser import parse, parse_grouping, parse_order_by, parse_projection
+from processor.expr.clauses import parse_grouping, parse_order_by, parse_projection
+from processor.expr.parser import parse
 from tests.unit.expr_helpers import strip
 
 

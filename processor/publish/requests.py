@@ -1,4 +1,4 @@
-"""What a publisher sends the gateway and what it gets back."""
+"""What a publisher sends the gateway (commands, columns) and what it gets back."""
 
 from __future__ import annotations
 
