@@ -42,19 +42,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from processor.changelog import (
     CONTROL_PREFIX,
-    POSITION_HEADER,
     PROGRESS_KEY,
-    REASON_HEADER,
     RESET_KEY,
     decode_progress,
-    parse_position,
 )
 from processor.changelog.events import (
     ChangeEvent,
@@ -64,7 +60,6 @@ from processor.changelog.events import (
     Listeners,
 )
 from processor.expr import FieldInput
-from processor.keys import partition_for
 from processor.log import (
     ChangelogReader,
     ChangelogTail,
@@ -77,6 +72,7 @@ from processor.messages import codec_for
 from processor.progress import progress
 from processor.replica import snapshot
 from processor.replica.catchup import CatchUp
+from processor.replica.deletes import RecentDeletes
 from processor.replica.history import HistoryIndex
 from processor.replica.table import SowTable
 from processor.replica.units import Unit, UnitCutter
@@ -84,8 +80,6 @@ from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
 
-#: How many recent delete commands the replica remembers (to count a SowDelete's effect).
-RECENT_DELETES = 100_000
 #: Most records one read of the changelogs returns.
 BATCH = 10_000
 #: How long the applier blocks for a record when none is there.
@@ -138,7 +132,7 @@ class Replica:
         self._last_record: dict[TopicPartitionKey, snapshot.RecordMark] = {}
         self._check = snapshot.LogCheck({})
         #: Delete command position -> how many records it removed.
-        self._deleted: OrderedDict[LogPosition, int] = OrderedDict()
+        self._deletes = RecentDeletes()
         self._listeners = Listeners()
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -312,7 +306,7 @@ class Replica:
                 deletes += 1
                 old = envelopes.get(key)
                 if table.delete(key):
-                    reason = self._remember_delete(record)
+                    reason = self._deletes.note(record)
                     if events is not None:
                         position = (changelog, partition, record.offset())
                         events.append(ChangeEvent(topic.name, key, old, None, position, reason))
@@ -344,29 +338,7 @@ class Replica:
     ) -> None:
         """Drop every record of one partition of a table."""
         self._dirty = True
-        if events is None:
-            table.reset_partition(partition)
-            return
-        count = table.topic.partitions
-        for sow_key in [k for k in table.envelopes if partition_for(k, count) == partition]:
-            old = table.envelopes[sow_key]
-            table.delete(sow_key)
-            events.append(
-                ChangeEvent(table.topic.name, sow_key, old, None, position, ChangeReason.DELETE)
-            )
-
-    def _remember_delete(self, record: Record) -> ChangeReason:
-        reason = None
-        for name, raw in record.headers() or ():
-            if name == REASON_HEADER:
-                reason = raw
-            elif name == POSITION_HEADER:
-                position = parse_position(raw)
-                deleted = self._deleted
-                deleted[position] = deleted.get(position, 0) + 1
-                if len(deleted) > RECENT_DELETES:
-                    deleted.popitem(last=False)
-        return ChangeReason.of_tombstone(reason)
+        table.reset_partition(partition, position, events)
 
     # -- catching up and staleness -----------------------------------------------------
 
@@ -431,19 +403,6 @@ class Replica:
         with self._changed:
             return self._listeners.register(listener)
 
-    def read_and_listen(
-        self,
-        topics: Sequence[SowTopic],
-        reader: Callable[[list[SowTable]], T],
-        listener: Listener,
-    ) -> tuple[T, list[LogPosition], ListenerHandle]:
-        """``read`` and ``listen`` at one position: the listener gets exactly the units
-        applied after the state ``reader`` saw (a subscription's snapshot and its live
-        changes meet with no gap and no duplicate)."""
-        with self._changed:
-            result, vector = self.read(topics, reader)
-            return result, vector, self._listeners.register(listener)
-
     # -- reads -------------------------------------------------------------------------
 
     def reached(self, positions: Iterable[LogPosition]) -> bool:
@@ -466,7 +425,7 @@ class Replica:
     def deleted(self, positions: Iterable[LogPosition]) -> int:
         """How many records these delete commands removed (recent deletes only)."""
         with self._changed:
-            return sum(self._deleted.get(position, 0) for position in positions)
+            return self._deletes.count(positions)
 
     def build_memo_indexes(self, topic: SowTopic, fields: Sequence[FieldInput]) -> None:
         """Create the topic's missing memo indexes for ``fields`` while holding the lock
@@ -509,16 +468,7 @@ class Replica:
         if loaded is None:
             return
         with self._changed:
-            try:
-                for name, state in loaded.tables.items():
-                    self._tables[name].restore(state)
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning(
-                    "the replica snapshot in %s does not fit this release's tables (%r); "
-                    "ignoring it and replaying the changelogs from offset 0",
-                    self._snapshot_dir,
-                    exc,
-                )
+            if not snapshot.restore_tables(loaded, self._tables, self._snapshot_dir):
                 self._tables = {
                     t.name: SowTable(t, codec_for(t)) for t in self.topology.topics.values()
                 }

@@ -38,6 +38,7 @@ from typing import Any
 
 from processor.errors import SnapshotUnusableError
 from processor.log import Record, TailState, lost_log_level
+from processor.replica.table import SowTable
 from processor.topology.model import Topology
 
 log = logging.getLogger(__name__)
@@ -337,3 +338,20 @@ class LogCheck:
                 tp[1],
             )
         return kept, mismatched
+
+
+def restore_tables(loaded: Snapshot, tables: Mapping[str, SowTable], where: Path) -> bool:
+    """Put a loaded snapshot's content into ``tables``; False (with a warning) when it
+    does not fit them (a snapshot of another release): the caller starts empty."""
+    try:
+        for name, state in loaded.tables.items():
+            tables[name].restore(state)
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning(
+            "the replica snapshot in %s does not fit this release's tables (%r); "
+            "ignoring it and replaying the changelogs from offset 0",
+            where,
+            exc,
+        )
+        return False
+    return True

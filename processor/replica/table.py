@@ -28,11 +28,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from processor import changelog
+from processor.changelog.events import ChangeEvent, ChangeReason
 from processor.errors import EnvelopeError, MessageError
 from processor.expr import FieldInput, MessageContext, field_getter
 from processor.expr.ast import Step, Value
 from processor.expr.values import to_number
 from processor.keys import parse_path, partition_for
+from processor.log import LogPosition
 from processor.messages import Codec
 from processor.topology.model import SowTopic
 
@@ -232,11 +234,20 @@ class SowTable:
         for path in self.topic.indexes:
             self.memo_index(parse_path(path), path)
 
-    def reset_partition(self, partition: int) -> None:
-        """Drop every record of one partition (a transient topic restarting empty)."""
+    def reset_partition(
+        self, partition: int, position: LogPosition, events: list[ChangeEvent] | None = None
+    ) -> None:
+        """Drop every record of one partition (a transient topic restarting empty, a lost
+        log) at the changelog ``position`` where that was seen; each removal is a DELETE
+        event in ``events`` when given."""
         partitions = self.topic.partitions
         for sow_key in [k for k in self.envelopes if partition_for(k, partitions) == partition]:
+            old = self.envelopes[sow_key]
             self.delete(sow_key)
+            if events is not None:
+                events.append(
+                    ChangeEvent(self.topic.name, sow_key, old, None, position, ChangeReason.DELETE)
+                )
 
     def memo_index(self, steps: tuple[Step, ...], path: str) -> MemoIndex:
         """The memo index of a field (``path`` is its spelling, for messages), built over

@@ -11,7 +11,7 @@ import pytest
 
 from processor import changelog, errors
 from processor.changelog import RESET_KEY
-from processor.changelog.events import ChangeEvent, ChangeReason
+from processor.changelog.events import ChangeEvent, ChangeReason, ListenerHandle
 from processor.errors import CatchingUpError, InvalidRequestError
 from processor.keys import partition_for
 from processor.messages import codec_for
@@ -81,14 +81,17 @@ def test_events_carry_old_and_new_values_and_the_reason(feed: Feed) -> None:
     assert new.sow_key == "a"
 
 
-def test_read_and_listen_meet_with_no_gap_and_no_duplicate(feed: Feed) -> None:
+def test_a_listener_registered_under_a_read_meets_it_with_no_gap_and_no_duplicate(
+    feed: Feed,
+) -> None:
+    """What the subscription hub does: register under the lock the read holds."""
     feed.apply(feed.record("a", {"id": 1}))
     received: list[Sequence[ChangeEvent]] = []
 
-    def keys(tables: list[SowTable]) -> list[bytes]:
-        return list(tables[0].envelopes)
+    def keys_and_listen(tables: list[SowTable]) -> tuple[list[bytes], ListenerHandle]:
+        return list(tables[0].envelopes), feed.replica.listen(received.append)
 
-    seen, vector, handle = feed.replica.read_and_listen([ITEMS], keys, received.append)
+    (seen, handle), vector = feed.replica.read([ITEMS], keys_and_listen)
     assert seen == [b"a"]
     assert sum(offset for _, _, offset in vector) == 1
     feed.apply(feed.record("b", {"id": 2}))
