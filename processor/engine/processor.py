@@ -5,18 +5,11 @@ instance that takes every partition. It owns the store partitions of the input p
 it is given (input topic partition p and repartition topic partition p belong to store
 partition p of the SOW topic; the range assignor keeps them together).
 
-Rebalances come as the group protocol makes them (:class:`processor.log.kafka.KafkaInputLog`):
-the classic, eager protocol revokes every partition and then assigns a whole new set; the
-consumer protocol (KIP-848) revokes and assigns only the partitions that change owner, the
-rest being fetched and applied throughout. The callbacks handle both the same way, one
-log partition at a time: a store partition opens with the first of its two log
-partitions assigned and closes once neither is, so the two may also arrive or leave in
-separate callbacks.
-
-Recovery runs in the poll loop, as in Kafka Streams and Quix Streams: a newly assigned
-persistent partition's input is held back (not fetched) while its store replays its
-changelog (and republishes a lost one), one step between polls, so a long restore never
-holds up the consumer's poll and the other partitions keep being processed.
+Rebalances (eager or KIP-848's incremental ones) open and close store partitions through
+the pipeline's :class:`~processor.engine.assignment.Assignment`; recovery runs in the poll
+loop, as in Kafka Streams and Quix Streams: a newly assigned persistent partition's input
+is held back while its store replays its changelog, one step between polls, so a long
+restore never holds up the consumer's poll and the other partitions keep being processed.
 
 Expiration (:mod:`processor.engine.expiry`) runs in the same loop: every transaction
 also deletes the records due by then (bounded per transaction), and an idle processor
@@ -42,41 +35,28 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from processor.engine.apply import Applier, Route
+from processor.engine.apply import Applier
+from processor.engine.assignment import Assignment, StoreOpener
 from processor.engine.commit import CrashHook, commit
 from processor.engine.expiry import DueIndex, Expirer, expiring_states
-from processor.engine.partition import PartitionState, make_writers
-from processor.engine.recovery import (
-    Restored,
-    restore_steps,
-    transient_start_offset,
-    write_reset,
-)
-from processor.engine.republish import republish_pending, republish_steps
 from processor.engine.standby import Standby
 from processor.engine.transaction import ChangeListener, Listeners, Transaction
-from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopReport, StallJudge
+from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopState, Watchdog
 from processor.errors import BrokerError, FencedError, StaleGroupError, StalledError
-from processor.keys import key_function
 from processor.log import (
     ChangelogTail,
     EndOffsets,
     InputLog,
     PartitionReader,
     Record,
-    TopicPartitionKey,
     TransactionalLog,
 )
-from processor.messages import codec_for
-from processor.state import Store
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
-
-StoreOpener = Callable[[SowTopic, int], Store]
 
 #: Records per transaction at most. A batch is whatever the consumer has fetched when the
 #: previous transaction ends (``Processor._next_batch``), so the cap only binds on a
@@ -88,30 +68,15 @@ GC_YOUNG_THRESHOLD = 20_000
 
 
 def batch_friendly_gc() -> None:
-    """Collect garbage less often while batches run (a process-wide setting).
-
-    A batch allocates tens of thousands of short-lived objects (the consumer's messages,
-    decoded values, keys), none of them cyclic. At the default threshold each batch
-    triggers dozens of young collections and, through them, full collections of every
-    object the process holds. Only ever raises the threshold. (Nothing is frozen out of
-    collections: a process that runs several processors, as the tests do, would keep
-    the garbage of the earlier ones, and their Kafka clients with it, for good.)
-    """
+    """Collect garbage less often while batches run (a process-wide setting): a batch
+    allocates tens of thousands of short-lived objects, none cyclic, and at the default
+    threshold triggers dozens of young collections and, through them, full collections
+    of everything the process holds. Only ever raises the threshold. (Nothing is frozen:
+    a process running several processors, as the tests do, would keep the garbage of
+    the earlier ones, and their Kafka clients with it, for good.)"""
     young, middle, old = gc.get_threshold()
     if young and young < GC_YOUNG_THRESHOLD:
         gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
-
-
-@dataclass(slots=True)
-class Recovery:
-    """A store partition being recovered: its steps and the input partitions held for it
-    (with the committed offset each was assigned at)."""
-
-    state: PartitionState
-    steps: Generator[object, None, Restored]
-    held: dict[TopicPartitionKey, int]
-    #: Changelog records replayed so far (counted into ``restored_records`` as it goes).
-    replayed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +133,8 @@ class Processor:
         self._standby_tail = standby_tail
         self._standby: Standby | None = None
         self._standby_records_before = 0
-        self._recoveries: dict[tuple[str, int], Recovery] = {}
-        #: Input offsets found applied past the committed ones (see _start_after_recovery),
-        #: to commit before the next batch so the group's offsets tell the truth.
-        self._offsets_behind: dict[TopicPartitionKey, int] = {}
+        #: The store partitions the current pipeline owns (None between pipelines).
+        self._assignment: Assignment | None = None
         self._input: InputLog | None = None
         self._stop = threading.Event()
         self._clock = clock
@@ -180,7 +143,6 @@ class Processor:
         for topic in topology.topics.values():
             self._by_log_topic[topic.kafka_topic] = (topic, True)
             self._by_log_topic[topic.repartition_topic] = (topic, False)
-        self._states: dict[tuple[str, int], PartitionState] = {}
         due_index = DueIndex()
         self._listeners: dict[str, tuple[ChangeListener, ...]] = {
             name: (
@@ -193,14 +155,11 @@ class Processor:
         self._expirer: Expirer | None = None
         #: Records deleted as expired by earlier pipelines (the current one counts its own).
         self._expired_before = 0
-        self._reader: PartitionReader | None = None
-        self._producer: TransactionalLog | None = None
         #: Committed transactions and the records they held (monitoring, benchmarks).
         self.transactions = 0
         self.records = 0
-        #: Changelog records replayed by recoveries since start (a failover to a warm
-        #: standby replays only the changelog's tail).
-        self.restored_records = 0
+        #: Changelog records replayed by the recoveries of earlier pipelines.
+        self._restored_before = 0
         #: ``time.perf_counter()`` when the first batch arrived (None before).
         self.first_batch_at: float | None = None
         #: Set once the processor has its partitions and every store is recovered.
@@ -210,16 +169,13 @@ class Processor:
         self._stalled: str | None = None
         #: Set by the watchdog: the loop restarts its pipeline at its next turn.
         self._restart = threading.Event()
-        #: ``time.monotonic()`` of the poll loop's last turn, and what it did then.
-        self._beat = time.monotonic()
-        self._phase = "starting"
-        #: Counts pipelines started (the watchdog starts over with each new consumer).
-        self._pipelines = 0
+        #: What the poll loop says of itself, for the watchdog.
+        self._loop = LoopState(
+            group_state=lambda: "" if self._input is None else self._input.group_state(),
+            applied=lambda: self.records,
+        )
         #: Times the watchdog found the processor stuck (monitoring, tests).
         self.stalls = 0
-        #: Next input offset to apply per fetching partition (where it resumed, then
-        #: after each batch); written by the loop, read by the watchdog.
-        self._positions: dict[TopicPartitionKey, int] = {}
         #: Transactions in a row whose offsets the group refused (see _read_again).
         self._stale_group = 0
 
@@ -264,7 +220,15 @@ class Processor:
     def recovering(self) -> int:
         """Store partitions still replaying their changelog (their input held back);
         thread-safe. With :attr:`restored_records`, a recovery's progress."""
-        return len(self._recoveries)
+        assignment = self._assignment
+        return 0 if assignment is None else len(assignment.recoveries)
+
+    @property
+    def restored_records(self) -> int:
+        """Changelog records replayed by recoveries since start (a failover to a warm
+        standby replays only the changelog's tail)."""
+        assignment = self._assignment
+        return self._restored_before + (0 if assignment is None else assignment.restored)
 
     @property
     def standby_records(self) -> int:
@@ -276,7 +240,7 @@ class Processor:
     def owned_partitions(self) -> list[tuple[str, int]]:
         """The store partitions (SOW topic, partition) this processor owns now. Same
         thread rule as ``standby_partitions``."""
-        return sorted(self._states)
+        return [] if self._assignment is None else sorted(self._assignment.states)
 
     @property
     def standby_partitions(self) -> list[tuple[str, int]]:
@@ -347,43 +311,15 @@ class Processor:
                 backoff = min(backoff * 2, 10.0)
 
     def _watch(self, make_end_offsets: Callable[[], EndOffsets]) -> None:
-        """The watchdog thread: judge the loop about once a second (module docstring)."""
-        judge = StallJudge(self._stall_after_s)
-        end_offsets = make_end_offsets()
-        pipeline = self._pipelines
-        applied_at_stall = 0
-        try:
-            while not self._stop.wait(1.0):
-                consumer = self._input
-                if self._pipelines != pipeline:
-                    pipeline = self._pipelines
-                    judge.reset()
-                positions = dict(self._positions)
-                asked_at = time.monotonic()
-                ends = end_offsets.ends(sorted(positions), timeout_s=1.0)
-                report = LoopReport(
-                    beat=self._beat,
-                    phase=self._phase,
-                    positions=positions,
-                    ends=ends,
-                    group_state="" if consumer is None else consumer.group_state(),
-                    asked_at=asked_at,
-                )
-                verdict = judge.judge(report, time.monotonic())
-                log.debug("watchdog: %s -> %s", report, verdict)
-                if verdict is not None and self._stalled is None:
-                    applied_at_stall = self.records
-                    self._stuck(verdict)
-                elif verdict is None and self._stalled is not None:
-                    # Working again once it applies something, or has nothing to apply.
-                    caught_up = ends is not None and all(
-                        ends.get(tp, 0) - position <= 1 for tp, position in positions.items()
-                    )
-                    if self.records > applied_at_stall or (positions and caught_up):
-                        log.info("processor resumed: it applies its input again")
-                        self._stalled = None
-        finally:
-            end_offsets.close()
+        """The watchdog thread (:class:`~processor.engine.watchdog.Watchdog`)."""
+        watchdog = Watchdog(
+            self._loop, make_end_offsets(), self._stall_after_s, self._stuck, self._resumed
+        )
+        watchdog.run(self._stop)
+
+    def _resumed(self) -> None:
+        log.info("processor resumed: it applies its input again")
+        self._stalled = None
 
     def _stuck(self, verdict: str) -> None:
         """Say once that the processor is stuck; ask a loop that still turns to restart
@@ -401,14 +337,13 @@ class Processor:
             self._restart.set()
 
     def _run_pipeline(self) -> None:
-        self._positions = {}
+        self._loop.positions = {}
         self._stale_group = 0
-        self._pipelines += 1
+        self._loop.pipelines += 1
         self._restart.clear()
-        self._offsets_behind = {}
-        producer = self._producer = self._connections.transactional_log()
+        producer = self._connections.transactional_log()
         consumer = self._input = self._connections.input_log()
-        self._reader = self._connections.reader()
+        reader = self._connections.reader()
         applier = self._applier = Applier(
             producer.raw_produce, self._dead_letter_topic, producer.drain, producer.produce_error
         )
@@ -420,36 +355,52 @@ class Processor:
         standby = self._standby = None
         if self._standby_tail is not None:
             standby = self._standby = Standby(self.topology, self._open_store, self._standby_tail)
+        assignment = self._assignment = Assignment(
+            self._by_log_topic,
+            self._open_store,
+            applier,
+            reader,
+            producer,
+            standby,
+            self._loop.positions,
+            self.ready,
+            started_ms=self._started_ms,
+            crash=self._crash,
+            republish_chunk=self._republish_chunk,
+        )
+        assignment.input = consumer
         try:
             if standby is not None:
                 standby.follow(set())  # warm while the group join runs
             log.info(
                 "processor taking its partitions of %s", ", ".join(sorted(self.topology.topics))
             )
-            self._phase = "joining the group"
-            self._beat = time.monotonic()
-            consumer.subscribe(sorted(self._by_log_topic), self._on_assign, self._on_revoke)
+            self._loop.phase = "joining the group"
+            self._loop.beat = time.monotonic()
+            consumer.subscribe(
+                sorted(self._by_log_topic), assignment.on_assign, assignment.on_revoke
+            )
             while not self._stop.is_set():
-                self._beat = time.monotonic()
+                self._loop.beat = time.monotonic()
                 if self._restart.is_set():
                     raise StalledError(self._stalled or "stuck")
-                self._phase = "fetching"
-                if self._offsets_behind:
-                    self._commit_offsets_behind(producer, consumer)
-                if self._recoveries:
-                    self._recover_step()
+                self._loop.phase = "fetching"
+                if assignment.offsets_behind:
+                    self._commit_offsets_behind(producer, consumer, assignment)
+                if assignment.recoveries:
+                    assignment.recover_step()
                     records = consumer.consume(self._max_batch, 0)
                 elif standby is not None and standby.step():
                     records = consumer.consume(self._max_batch, 0)
                 else:
                     records = self._next_batch(consumer)
                 now_ms = int(self._clock() * 1000)
-                expiring = expiring_states(self._states, self._recoveries)
+                expiring = expiring_states(assignment.states, assignment.recoveries)
                 if not records and not (expiring and expirer.due(expiring, now_ms)):
                     continue
                 if records and self.first_batch_at is None:
                     self.first_batch_at = time.perf_counter()
-                self._phase = "applying and committing a batch"
+                self._loop.phase = "applying and committing a batch"
                 # A failure anywhere below raises out of the pipeline, which drops every
                 # partition's pending state and restarts from the committed offsets; but
                 # offsets refused by a group that moved on abort the batch alone.
@@ -467,21 +418,23 @@ class Processor:
                     else:
                         producer.abort()
                 except StaleGroupError as exc:
-                    self._read_again(records, producer, consumer, exc)
+                    self._read_again(records, producer, assignment, exc)
                     applier.restore_counters(counted)
                     continue
-                self._positions.update(offsets)
+                self._loop.positions.update(offsets)
                 self._stale_group = 0
                 self.transactions += 1
                 self.records += len(records)
         finally:
-            self._close_states(list(self._states))
+            assignment.close_states(list(assignment.states))
+            self._restored_before += assignment.restored
+            self._assignment = None
             if standby is not None:
                 standby.close()
             self._input = None
             consumer.close()
             producer.close()
-            self._reader.close()
+            reader.close()
 
     def _next_batch(self, consumer: InputLog) -> Sequence[Record]:
         """The next batch: whatever is already fetched (up to ``max_batch``) without
@@ -498,62 +451,18 @@ class Processor:
         rest = consumer.consume(self._max_batch - 1, 0)
         return [*first, *rest] if rest else first
 
-    def _on_assign(
-        self,
-        partitions: Sequence[TopicPartitionKey],
-        committed: Mapping[TopicPartitionKey, int],
-    ) -> Mapping[TopicPartitionKey, int | None]:
-        """Open the stores of newly assigned partitions; hold the input of those that
-        must recover (None) until :meth:`_recover_step` finishes them."""
-        assert self._applier is not None
-        assert self._reader is not None
-        starts: dict[TopicPartitionKey, int | None] = {}
-        for log_topic, partition in sorted(partitions):
-            topic, from_input = self._by_log_topic[log_topic]
-            key = (topic.name, partition)
-            state = self._states.get(key)
-            if state is None:
-                state = self._open(topic, partition)
-                self._states[key] = state
-            self._applier.routes[(log_topic, partition)] = Route(state, log_topic, from_input)
-            tp = (log_topic, partition)
-            if state.transient:
-                starts[tp] = transient_start_offset(
-                    topic, log_topic, partition, self._reader, self._started_ms
-                )
-            elif key in self._recoveries:
-                self._recoveries[key].held[tp] = committed.get(tp, -1)
-                starts[tp] = None
-            else:
-                start = self._start_after_recovery(state, tp, committed.get(tp, -1))
-                if start is not None:
-                    starts[tp] = start
-        for tp in partitions:
-            if tp in starts and starts[tp] is None:
-                continue  # held for its store's recovery: placed when resumed
-            self._place(tp, starts.get(tp), committed.get(tp, -1))
-        if self._standby is not None:
-            self._standby.follow(set(self._states))
-        # Nothing given: a member left without partitions, or (incremental protocol) the
-        # callback that follows a revocation.
-        names = ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
-        if self._recoveries:
-            log.info("given %s; recovering %d store partitions first", names, len(self._recoveries))
-        else:
-            log.info("assigned %s", names)
-            self.ready.set()
-        return starts
-
-    def _commit_offsets_behind(self, producer: TransactionalLog, consumer: InputLog) -> None:
+    def _commit_offsets_behind(
+        self, producer: TransactionalLog, consumer: InputLog, assignment: Assignment
+    ) -> None:
         """Commit input offsets that recovery found already applied (a transaction with
         offsets only): otherwise they would stay behind until new input arrives."""
-        offsets, self._offsets_behind = self._offsets_behind, {}
+        offsets, assignment.offsets_behind = assignment.offsets_behind, {}
         producer.begin()
         try:
             producer.send_offsets(offsets, consumer.group_metadata())
         except StaleGroupError as exc:
             self._stale(producer, exc)
-            self._offsets_behind = {**offsets, **self._offsets_behind}  # tried again
+            assignment.offsets_behind = {**offsets, **assignment.offsets_behind}  # tried again
             return
         producer.commit()
         self._stale_group = 0
@@ -576,171 +485,14 @@ class Processor:
         self,
         records: Sequence[Record],
         producer: TransactionalLog,
-        consumer: InputLog,
+        assignment: Assignment,
         exc: StaleGroupError,
     ) -> None:
         """The group refused the batch's offsets: it moved to a new generation or member
         epoch while the transaction was open (KIP-848 hands out a new epoch as it gives
-        this member partitions, between two polls). Abort the transaction, drop what it
-        changed in the store partitions, and fetch its records again: the next consume
-        runs the pending rebalance callback first, and the batch is applied again under
-        the group's new metadata. Nothing of it was committed or written to a store."""
+        this member partitions, between two polls). Abort the transaction and apply its
+        records again (:meth:`Assignment.read_again`): the next consume runs the pending
+        rebalance callback first, and the batch is applied again under the group's new
+        metadata. Nothing of it was committed or written to a store."""
         self._stale(producer, exc)
-        for key, state in self._states.items():
-            if key not in self._recoveries:
-                state.discard()
-        starts: dict[TopicPartitionKey, int] = {}
-        for record in records:
-            if record.error() is None:
-                tp = (record.topic(), record.partition())
-                offset = record.offset()
-                if tp not in starts or offset < starts[tp]:
-                    starts[tp] = offset
-        consumer.rewind(starts)
-
-    def _start_after_recovery(
-        self, state: PartitionState, tp: TopicPartitionKey, committed: int
-    ) -> int | None:
-        """Where a recovered partition's input resumes: None for its committed offset,
-        or the changelog's position when that is later."""
-        applied = state.log_next.get(tp[0])
-        resume = max(committed, 0)  # <0: none committed
-        if applied is None or applied <= resume:
-            return None
-        log.warning(
-            "%s[%d]: the changelog shows input applied up to offset %d, past the committed "
-            "offset %d (the broker kept a transaction a crash left open); resuming there so "
-            "nothing is applied twice",
-            tp[0],
-            tp[1],
-            applied,
-            resume,
-        )
-        self._offsets_behind[tp] = applied
-        return applied
-
-    def _open(self, topic: SowTopic, partition: int) -> PartitionState:
-        assert self._reader is not None
-        assert self._producer is not None
-        taken = None
-        if self._standby is not None:
-            taken = self._standby.take((topic.name, partition))
-        store, warm_log_next = taken if taken is not None else (None, {})
-        if store is None:
-            store = self._open_store(topic, partition)
-        state = PartitionState(
-            topic=topic,
-            partition=partition,
-            store=store,
-            codec=codec_for(topic),
-            key_function=key_function(topic),
-            writers=make_writers(topic, partition),
-        )
-        if state.transient:
-            write_reset(state, self._producer)
-        else:
-            steps = self._recover(state, warm_log_next)
-            self._recoveries[(topic.name, partition)] = Recovery(state, steps, {})
-        return state
-
-    def _recover(
-        self, state: PartitionState, warm_log_next: Mapping[str, int]
-    ) -> Generator[object, None, Restored]:
-        """The steps of one store partition's recovery: replay, then republish if the
-        log was lost (or a republish was cut short). ``warm_log_next`` is what a standby
-        store's replay showed applied before the handover (its changelog was read there)."""
-        assert self._reader is not None
-        assert self._producer is not None
-        restored = yield from restore_steps(state.store, state.topic, state.partition, self._reader)
-        for log_topic, nxt in warm_log_next.items():
-            restored.log_next[log_topic] = max(restored.log_next.get(log_topic, 0), nxt)
-        if republish_pending(state.store):
-            yield from republish_steps(
-                state, self._producer, self._republish_chunk, crash=self._crash
-            )
-        return restored
-
-    def _recover_step(self) -> None:
-        """Run one step of the first unfinished recovery; on its end, resume its input."""
-        key, recovery = next(iter(self._recoveries.items()))
-        try:
-            step = next(recovery.steps)
-            if isinstance(step, int):  # a replay step: records replayed so far
-                self.restored_records += step - recovery.replayed
-                recovery.replayed = step
-            return
-        except StopIteration as done:
-            restored: Restored = done.value
-        del self._recoveries[key]
-        self.restored_records += restored.applied - recovery.replayed
-        state = recovery.state
-        state.log_next = restored.log_next
-        state.publishers.load()
-        starts = {
-            tp: self._start_after_recovery(state, tp, committed)
-            for tp, committed in recovery.held.items()
-        }
-        assert self._input is not None
-        self._input.resume(starts)
-        for tp, committed in recovery.held.items():
-            self._place(tp, starts[tp], committed)
-        log.info(
-            "recovered %s[%d]; resuming %s",
-            state.topic.name,
-            state.partition,
-            ", ".join(f"{t}[{p}]" for t, p in sorted(starts)),
-        )
-        if not self._recoveries:
-            assert self._applier is not None
-            routes = sorted(self._applier.routes)
-            log.info("assigned %s", ", ".join(f"{t}[{p}]" for t, p in routes))
-            self.ready.set()
-
-    def _place(self, tp: TopicPartitionKey, start: int | None, committed: int) -> None:
-        """Note where a partition's input resumes, when known (with no offset given or
-        committed it is read from the start, ``auto.offset.reset``): for the watchdog,
-        and as applied so far in the store partition's PROGRESS records, which thus name
-        this input from the first transaction on."""
-        begin = max(committed, 0) if start is None else start
-        if begin >= 0:
-            self._positions[tp] = begin
-            assert self._applier is not None
-            route = self._applier.routes.get(tp)
-            if route is not None:
-                applied = route.state.applied
-                applied[tp[0]] = max(applied.get(tp[0], 0), begin)
-
-    def _on_revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
-        """Drop revoked log partitions (every one under the eager protocol, only those
-        moving to another member under KIP-848's)."""
-        assert self._applier is not None
-        revoked: set[tuple[str, int]] = set()
-        for log_topic, partition in partitions:
-            tp = (log_topic, partition)
-            self._positions.pop(tp, None)
-            self._applier.routes.pop(tp, None)
-            self._offsets_behind.pop(tp, None)
-            topic, _ = self._by_log_topic[log_topic]
-            revoked.add((topic.name, partition))
-            recovery = self._recoveries.get((topic.name, partition))
-            if recovery is not None:  # its other log partition may stay: not to resume
-                recovery.held.pop(tp, None)
-        # A store partition closes once neither of its log topics is assigned.
-        still = {(r.state.topic.name, r.state.partition) for r in self._applier.routes.values()}
-        self._close_states([k for k in revoked if k not in still], warm=True)
-        log.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)))
-
-    def _close_states(self, keys: list[tuple[str, int]], warm: bool = False) -> None:
-        """Drop store partitions; with ``warm``, their stores become standbys (when this
-        processor keeps standbys) instead of closing."""
-        for key in keys:
-            recovery = self._recoveries.pop(key, None)
-            if recovery is not None:
-                recovery.steps.close()  # releases its reader and store iterators first
-            state = self._states.pop(key, None)
-            if state is None:
-                continue
-            if warm and self._standby is not None:
-                self._standby.give(state.topic, state.partition, state.store)
-            else:
-                state.store.close()
+        assignment.read_again(records)

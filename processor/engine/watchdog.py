@@ -22,10 +22,15 @@ restarted consumer starts from a clean slate (:meth:`StallJudge.reset`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from processor.log import TopicPartitionKey
+from processor.log import EndOffsets, TopicPartitionKey
+
+log = logging.getLogger(__name__)
 
 #: How long a processor may show one of the signs before it is called stuck.
 DEFAULT_STALL_AFTER_S = 5.0
@@ -145,3 +150,80 @@ class StallJudge:
             f"{topic}[{partition}] has records up to offset {seen.end - 1} but its position "
             f"has stayed at {seen.position} for {waited:.0f}s"
         )
+
+
+@dataclass(slots=True)
+class LoopState:
+    """What the processor's poll loop says of itself: written by the loop, read by the
+    watchdog thread (each field is replaced whole, so a read sees a consistent value)."""
+
+    #: ``time.monotonic()`` of the loop's last turn, and what it was doing then.
+    beat: float = field(default_factory=time.monotonic)
+    phase: str = "starting"
+    #: Next input offset to apply per fetching partition (where it resumed, then after
+    #: each batch).
+    positions: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    #: Pipelines started so far (the judge starts over with each new consumer).
+    pipelines: int = 0
+    #: The consumer's group state ("" when steady or groupless).
+    group_state: Callable[[], str] = lambda: ""
+    #: Records applied so far.
+    applied: Callable[[], int] = lambda: 0
+
+
+class Watchdog:
+    """The processor's watchdog thread (:meth:`run`): samples ``loop`` about once a
+    second, asks the broker where the partitions end, and tells ``on_stuck`` (once) what
+    :class:`StallJudge` finds stuck, and ``on_resumed`` when the processor applies its
+    input again (it applied something, or has nothing left to apply)."""
+
+    def __init__(
+        self,
+        loop: LoopState,
+        end_offsets: EndOffsets,
+        stall_after_s: float,
+        on_stuck: Callable[[str], None],
+        on_resumed: Callable[[], None],
+    ) -> None:
+        self._loop = loop
+        self._end_offsets = end_offsets
+        self._judge = StallJudge(stall_after_s)
+        self._on_stuck = on_stuck
+        self._on_resumed = on_resumed
+
+    def run(self, stop: threading.Event) -> None:
+        """Judge until ``stop`` is set."""
+        loop, judge = self._loop, self._judge
+        pipeline = loop.pipelines
+        stuck = False
+        applied_at_stall = 0
+        try:
+            while not stop.wait(1.0):
+                if loop.pipelines != pipeline:
+                    pipeline = loop.pipelines
+                    judge.reset()
+                positions = dict(loop.positions)
+                asked_at = time.monotonic()
+                ends = self._end_offsets.ends(sorted(positions), timeout_s=1.0)
+                report = LoopReport(
+                    beat=loop.beat,
+                    phase=loop.phase,
+                    positions=positions,
+                    ends=ends,
+                    group_state=loop.group_state(),
+                    asked_at=asked_at,
+                )
+                verdict = judge.judge(report, time.monotonic())
+                log.debug("watchdog: %s -> %s", report, verdict)
+                if verdict is not None and not stuck:
+                    stuck, applied_at_stall = True, loop.applied()
+                    self._on_stuck(verdict)
+                elif verdict is None and stuck:
+                    caught_up = ends is not None and all(
+                        ends.get(tp, 0) - position <= 1 for tp, position in positions.items()
+                    )
+                    if loop.applied() > applied_at_stall or (positions and caught_up):
+                        stuck = False
+                        self._on_resumed()
+        finally:
+            self._end_offsets.close()
