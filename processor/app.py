@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from processor.config import Settings
-from processor.engine.commit import crash_hook_from_env
+from processor.engine.commit import CrashHook, crash_hook_from_env
 from processor.engine.processor import Processor, ProcessorConnections
 from processor.errors import (
     ComponentFailedError,
@@ -160,14 +160,8 @@ class KafkaBackend:
             reader=lambda: KafkaPartitionReader(bootstrap),
             end_offsets=lambda: KafkaEndOffsets(bootstrap),
         )
-        return Processor(
-            topology,
-            connections,
-            store_opener(settings.state_dir),
-            settings.dead_letter_topic,
-            max_batch=settings.max_batch,
-            crash_hook=crash_hook_from_env(),
-            standby_tail=standby_tail,
+        return processor_over(
+            settings, topology, connections, crash_hook_from_env(), standby_tail=standby_tail
         )
 
     def changelog_tail(self) -> ChangelogTail:
@@ -182,6 +176,26 @@ class KafkaBackend:
     def stop(self) -> None:
         if self.broker is not None:
             self.broker.stop()
+
+
+def processor_over(
+    settings: Settings,
+    topology: Topology,
+    connections: ProcessorConnections,
+    crash_hook: CrashHook | None,
+    **options: Any,
+) -> Processor:
+    """A processor of ``topology`` over a log's ``connections``, with RocksDB stores
+    under the settings' state directory; ``options`` go to :class:`Processor`."""
+    return Processor(
+        topology,
+        connections,
+        store_opener(settings.state_dir),
+        settings.dead_letter_topic,
+        max_batch=settings.max_batch,
+        crash_hook=crash_hook,
+        **options,
+    )
 
 
 def build_processor(settings: Settings, bootstrap: str, topology: Topology) -> Processor:

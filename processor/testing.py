@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from processor.app import Application, LogBackend, start, store_opener
+from processor.app import Application, LogBackend, processor_over, start
 from processor.config import Settings
 from processor.engine.commit import STEPS, CrashHook
 from processor.engine.processor import Processor, ProcessorConnections
@@ -91,15 +91,7 @@ class MemoryBackend:
             reader=lambda: MemoryReader(log),
             end_offsets=lambda: MemoryEndOffsets(log),
         )
-        return Processor(
-            topology,
-            connections,
-            store_opener(settings.state_dir),
-            settings.dead_letter_topic,
-            max_batch=settings.max_batch,
-            crash_hook=self._crash,
-            clock=self.clock,
-        )
+        return processor_over(settings, topology, connections, self._crash, clock=self.clock)
 
     def changelog_tail(self) -> ChangelogTail:
         return MemoryChangelogTail(self.log)

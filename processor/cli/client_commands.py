@@ -64,32 +64,21 @@ def _direct_replies(
     from processor.client.publishing import LogPosition, PublishResult
 
     server = _address(args) if args.ack == "processed" else None
+    options: dict[str, Any] = {
+        "text_form": True,
+        "expiration": args.expiration,
+        "correlation_id": args.correlation_id,
+        "delta": args.delta,
+        "timeout": args.timeout,
+        "ack": args.ack,
+    }
     with DirectPublisher(bootstrap, topology, server=server) as publisher:
+        results: Iterable[Any]
         if args.data is not None:
-            results: Iterable[Any] = [
-                publisher.publish(
-                    args.topic,
-                    args.data.encode(),
-                    sow_key=args.sow_key,
-                    text_form=True,
-                    expiration=args.expiration,
-                    correlation_id=args.correlation_id,
-                    delta=args.delta,
-                    timeout=args.timeout,
-                    ack=args.ack,
-                )
-            ]
+            data = args.data.encode()
+            results = [publisher.publish(args.topic, data, sow_key=args.sow_key, **options)]
         else:
-            results = publisher.publish_stream(
-                args.topic,
-                lines,
-                text_form=True,
-                expiration=args.expiration,
-                correlation_id=args.correlation_id,
-                delta=args.delta,
-                timeout=args.timeout,
-                ack=args.ack,
-            )
+            results = publisher.publish_stream(args.topic, lines, **options)
         for result in results:
             if isinstance(result, SowError):
                 yield PublishResult("", None, type(result).__name__, str(result))

@@ -30,15 +30,10 @@ class Compiler(Protocol):
 
     def global_(self, value: Any, prefix: str = "_k") -> str: ...
 
-    def make(
-        self,
-        src: str,
-        kind: str,
-        *parts: Code,
-        deterministic: bool = True,
-        nulls: frozenset[int] = frozenset(),
-        strict: frozenset[int] = frozenset(),
-    ) -> Code: ...
+    @property
+    def make(self) -> Callable[..., Code]:
+        """``make(src, kind, *parts, deterministic=, nulls=, strict=)``: see the compiler."""
+        ...
 
 
 def between(c: Compiler, node: ast.Between) -> Code:

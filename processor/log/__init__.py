@@ -31,6 +31,10 @@ def lost_log_level() -> int:
 
 
 Headers = list[tuple[str, bytes]]
+#: Record headers, or none.
+MaybeHeaders = Headers | None
+#: A record's key or value (None: a tombstone, or no key).
+Payload = bytes | None
 TopicPartitionKey = tuple[str, int]
 #: A record's place in the log: (topic, partition, offset).
 LogPosition = tuple[str, int, int]
@@ -155,12 +159,7 @@ class TransactionalLog(Protocol):
     def begin(self) -> None: ...
 
     def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int,
-        headers: Headers | None = None,
+        self, topic: str, value: Payload, key: Payload, partition: int, headers: MaybeHeaders = None
     ) -> None: ...
 
     def produce_tracked(self, topic: str, value: bytes | None, key: bytes, partition: int) -> None:

@@ -20,6 +20,10 @@ FORMAT_VERSION = b"format-version"
 STORE_FORMAT = b"1"
 
 
+#: Keys to put (a value) or delete (None), written in one atomic batch.
+Changes = Mapping[bytes, bytes | None]
+
+
 class Store(Protocol):
     """A key-value store of one SOW topic partition."""
 
@@ -52,12 +56,7 @@ class Store(Protocol):
         the deleted ones instead of stepping over them); ``b""`` means no hint."""
         ...
 
-    def write(
-        self,
-        records: Mapping[bytes, bytes | None],
-        meta: Mapping[bytes, bytes | None],
-        due: Mapping[bytes, bytes | None] | None = None,
-    ) -> None:
+    def write(self, records: Changes, meta: Changes, due: Changes | None = None) -> None:
         """Atomically put/delete (None) records, meta values and due index keys (whose
         values are put as given, and are not read back)."""
         ...

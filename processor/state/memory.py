@@ -5,6 +5,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Mapping
 
+from processor.state import Changes
+
 
 class MemoryStore:
     """A dict-backed :class:`~processor.state.Store`. Not thread-safe; callers lock.
@@ -49,12 +51,7 @@ class MemoryStore:
             heapq.heappush(heap, key)
         return found
 
-    def write(
-        self,
-        records: Mapping[bytes, bytes | None],
-        meta: Mapping[bytes, bytes | None],
-        due: Mapping[bytes, bytes | None] | None = None,
-    ) -> None:
+    def write(self, records: Changes, meta: Changes, due: Changes | None = None) -> None:
         target = self._records
         for key, value in records.items():
             if value is None:

@@ -30,7 +30,7 @@ from typing import cast
 from rocksdict import MemtableFactory, Options, Rdict, WriteBatch, WriteOptions
 
 from processor.errors import StoreCorruptedError, StoreError
-from processor.state import FORMAT_VERSION, STORE_FORMAT
+from processor.state import FORMAT_VERSION, STORE_FORMAT, Changes
 
 log = logging.getLogger(__name__)
 
@@ -158,12 +158,7 @@ class RocksDBStore:
                 break
         return found
 
-    def write(
-        self,
-        records: Mapping[bytes, bytes | None],
-        meta: Mapping[bytes, bytes | None],
-        due: Mapping[bytes, bytes | None] | None = None,
-    ) -> None:
+    def write(self, records: Changes, meta: Changes, due: Changes | None = None) -> None:
         if self._mode is _Mode.FLUSHING:
             self._settle()
         batch = WriteBatch(raw_mode=True)

@@ -36,7 +36,7 @@ import collections
 import dataclasses
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -232,23 +232,27 @@ class Subscription:
             if len(queue) != before:
                 self._wake(before == 0)
             return False
+        return self._queue_all(self._decided(start, offers))
+
+    def _decided(self, start: dict[tuple[str, int], int], offers: list[Offer]) -> Iterator[Notice]:
+        """What the offered changes past ``start`` mean for the subscriber (lock held)."""
+        for event, publish in self._past_start(start, offers):
+            delivery = self._decide(event, publish)
+            if delivery is not None:
+                yield delivery
+
+    def _past_start(
+        self, start: dict[tuple[str, int], int], offers: list[Offer]
+    ) -> Iterator[Offer]:
+        """The offers at or past the start of their partition (lock held)."""
         unreached = self._unreached
-        for event, publish in offers:
+        for offer in offers:
             if unreached:
-                changelog_topic, partition, offset = event.position
+                changelog_topic, partition, offset = offer[0].position
                 if offset < start.get((changelog_topic, partition), 0):
                     continue
                 unreached.discard((changelog_topic, partition))
-            delivery = self._decide(event, publish)
-            if delivery is None:
-                continue
-            if len(queue) >= self.max_backlog:
-                self._overflow(len(queue) + 1)
-                return True
-            queue.append(delivery)
-        if len(queue) != before:
-            self._wake(before == 0)
-        return False
+            yield offer
 
     def _overflow(self, behind: int) -> None:
         """Close as a slow consumer ``behind`` messages behind (lock held); the caller

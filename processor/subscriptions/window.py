@@ -191,14 +191,8 @@ class PaginatedSubscription(Subscription):
     def _accept(self, start: dict[tuple[str, int], int], offers: list[Offer]) -> bool:
         if self.closed is not None:
             return False
-        unreached = self._unreached
         deliveries: list[Notice] = []
-        for event, publish in offers:
-            if unreached:
-                changelog_topic, partition, offset = event.position
-                if offset < start.get((changelog_topic, partition), 0):
-                    continue
-                unreached.discard((changelog_topic, partition))
+        for event, publish in self._past_start(start, offers):
             if event.topic == self.request.topic:
                 deliveries += self._move(event, publish)
         return self._queue_all(deliveries)

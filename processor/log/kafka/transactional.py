@@ -26,7 +26,8 @@ from processor.errors import (
     TransactionTimedOutError,
 )
 from processor.log import (
-    Headers,
+    MaybeHeaders,
+    Payload,
     TopicPartitionKey,
 )
 from processor.log.kafka.settings import (
@@ -206,12 +207,7 @@ class KafkaTransactionalLog:
             self._raise_for(exc, "cannot begin a transaction")
 
     def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int,
-        headers: Headers | None = None,
+        self, topic: str, value: Payload, key: Payload, partition: int, headers: MaybeHeaders = None
     ) -> None:
         self._produce(topic, value, key, partition, headers, None)
 
@@ -227,10 +223,10 @@ class KafkaTransactionalLog:
     def _produce(
         self,
         topic: str,
-        value: bytes | None,
-        key: bytes | None,
+        value: Payload,
+        key: Payload,
         partition: int,
-        headers: Headers | None,
+        headers: MaybeHeaders,
         callback: Any,
     ) -> None:
         while True:

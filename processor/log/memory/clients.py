@@ -12,11 +12,12 @@ from processor.errors import (
     SowError,
 )
 from processor.log import (
-    Headers,
     LogPosition,
     LogRecord,
+    MaybeHeaders,
     OnAssign,
     OnRevoke,
+    Payload,
     TailState,
     TopicPartitionKey,
 )
@@ -134,12 +135,7 @@ class MemoryTransactionalLog:
         self._tracked = {}
 
     def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int,
-        headers: Headers | None = None,
+        self, topic: str, value: Payload, key: Payload, partition: int, headers: MaybeHeaders = None
     ) -> None:
         self._log.produce_in(self._id, self._epoch, topic, partition, key, value, headers)
 
