@@ -184,7 +184,7 @@ def main() -> int:
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    logging.getLogger("processor.engine.processor").setLevel(logging.INFO)  # rebalances
+    logging.getLogger("processor.engine.assignment").setLevel(logging.INFO)  # rebalances
     broker = start_broker()
     print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     try:

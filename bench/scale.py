@@ -122,7 +122,7 @@ def assignment_times(logs: list[Path]) -> list[float]:
     times = []
     for path in logs:
         for line in path.read_text().splitlines():
-            if "processor.engine.processor: assigned" in line:
+            if "processor.engine.assignment: assigned" in line:
                 stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
                 times.append(stamp.timestamp())
     return times

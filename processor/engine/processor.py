@@ -133,6 +133,8 @@ class Processor:
         self._standby_tail = standby_tail
         self._standby: Standby | None = None
         self._standby_records_before = 0
+        #: The current pipeline's transactional producer (None before the first).
+        self._producer: TransactionalLog | None = None
         #: The store partitions the current pipeline owns (None between pipelines).
         self._assignment: Assignment | None = None
         self._input: InputLog | None = None
@@ -215,6 +217,12 @@ class Processor:
                 if known is not None:
                     lag[known[0].name] += behind
         return lag
+
+    @property
+    def pipelines(self) -> int:
+        """Pipelines started so far: one, plus one per restart from the committed offsets
+        (a broker failure, a stall); monitoring and tests."""
+        return self._loop.pipelines
 
     @property
     def recovering(self) -> int:
@@ -341,7 +349,7 @@ class Processor:
         self._stale_group = 0
         self._loop.pipelines += 1
         self._restart.clear()
-        producer = self._connections.transactional_log()
+        producer = self._producer = self._connections.transactional_log()
         consumer = self._input = self._connections.input_log()
         reader = self._connections.reader()
         applier = self._applier = Applier(

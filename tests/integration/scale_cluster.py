@@ -28,8 +28,8 @@ RESTARTING = "restarting from committed offsets"
 #: ``revoked T[p], ...``: the eager (classic) protocol revokes everything before each
 #: rebalance and then assigns a whole new set; KIP-848's (consumer) revokes and assigns
 #: only the partitions that move.
-_ASSIGNED = re.compile(r"processor\.engine\.processor: assigned ?(.*)$")
-_REVOKED = re.compile(r"processor\.engine\.processor: revoked ?(.*)$")
+_ASSIGNED = re.compile(r"processor\.engine\.assignment: assigned ?(.*)$")
+_REVOKED = re.compile(r"processor\.engine\.assignment: revoked ?(.*)$")
 _PARTITION = re.compile(r"([^\s,\[]+)\[(\d+)\]")
 
 

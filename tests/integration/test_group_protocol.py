@@ -90,7 +90,7 @@ def test_offsets_a_moved_on_group_refuses_abort_only_their_batch(
                 publisher.join(60)
             matches_the_model(app, client, model, bootstrap, topic)
             client.close()
-            assert processor._pipelines == 1  # no restart: the batches alone were redone
+            assert processor.pipelines == 1  # no restart: the batches alone were redone
         finally:
             app.stop()
     again = [r for r in caplog.records if "reading its batch again" in r.getMessage()]

@@ -211,7 +211,7 @@ def test_static_member_keeps_its_partitions_across_a_quick_restart(
     times out, and the range assignor, which orders static members by instance id, gives
     them back)."""
     revocations = Revocations("member-b")
-    logger = logging.getLogger("processor.engine.processor")
+    logger = logging.getLogger("processor.engine.assignment")
     logger.addHandler(revocations)
     level = logger.level
     logger.setLevel(logging.INFO)
