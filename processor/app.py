@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from processor.config import Settings
 from processor.engine.commit import CrashHook, crash_hook_from_env
-from processor.engine.processor import Processor, ProcessorConnections
+from processor.engine.processor import Processor
 from processor.errors import (
     ComponentFailedError,
     ConfigurationError,
@@ -19,7 +19,14 @@ from processor.errors import (
     StartCancelledError,
     StoreCorruptedError,
 )
-from processor.log import ChangelogReader, ChangelogTail, LogWriter, TopicSpec, expect_new_logs
+from processor.log import (
+    ChangelogReader,
+    ChangelogTail,
+    LogWriter,
+    ProcessorConnections,
+    TopicSpec,
+    expect_new_logs,
+)
 from processor.log.broker import Broker, start_broker
 from processor.log.broker.common import CLASSIC_GROUP_PROTOCOL
 from processor.log.kafka.input import KafkaEndOffsets, KafkaInputLog

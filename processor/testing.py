@@ -30,9 +30,9 @@ from typing import Any
 from processor.app import Application, LogBackend, processor_over, start
 from processor.config import Settings
 from processor.engine.commit import STEPS, CrashHook
-from processor.engine.processor import Processor, ProcessorConnections
+from processor.engine.processor import Processor
 from processor.errors import ConfigurationError, SimulatedCrashError
-from processor.log import ChangelogReader, ChangelogTail, LogWriter, TopicSpec
+from processor.log import ChangelogReader, ChangelogTail, LogWriter, ProcessorConnections, TopicSpec
 from processor.log.memory.broker import MemoryLog
 from processor.log.memory.clients import (
     MemoryChangelogTail,

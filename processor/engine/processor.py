@@ -36,7 +36,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from processor.engine.apply import Applier
 from processor.engine.assignment import Assignment, StoreOpener
@@ -50,7 +49,7 @@ from processor.log import (
     ChangelogTail,
     EndOffsets,
     InputLog,
-    PartitionReader,
+    ProcessorConnections,
     Record,
     TransactionalLog,
 )
@@ -77,17 +76,6 @@ def batch_friendly_gc() -> None:
     young, middle, old = gc.get_threshold()
     if young and young < GC_YOUNG_THRESHOLD:
         gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessorConnections:
-    """Factories for the processor's log clients (built by :mod:`processor.app`)."""
-
-    input_log: Callable[[], InputLog]
-    transactional_log: Callable[[], TransactionalLog]
-    reader: Callable[[], PartitionReader]
-    #: Where the input partitions end, for the watchdog (None: no watchdog).
-    end_offsets: Callable[[], EndOffsets] | None = None
 
 
 class Processor:
@@ -133,8 +121,7 @@ class Processor:
         self._standby_tail = standby_tail
         self._standby: Standby | None = None
         self._standby_records_before = 0
-        #: The current pipeline's transactional producer (None before the first).
-        self._producer: TransactionalLog | None = None
+        self._producer: TransactionalLog | None = None  # the current pipeline's
         #: The store partitions the current pipeline owns (None between pipelines).
         self._assignment: Assignment | None = None
         self._input: InputLog | None = None
@@ -220,8 +207,7 @@ class Processor:
 
     @property
     def pipelines(self) -> int:
-        """Pipelines started so far: one, plus one per restart from the committed offsets
-        (a broker failure, a stall); monitoring and tests."""
+        """Pipelines started so far: one, and one per restart (monitoring, tests)."""
         return self._loop.pipelines
 
     @property

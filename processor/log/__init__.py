@@ -290,6 +290,17 @@ def read_ready(tail: ChangelogTail, most: int, wait_s: float) -> Sequence[Record
     return records
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessorConnections:
+    """Factories for the processor's log clients (built by a log backend, processor.app)."""
+
+    input_log: Callable[[], InputLog]
+    transactional_log: Callable[[], TransactionalLog]
+    reader: Callable[[], PartitionReader]
+    #: Where the input partitions end, for the watchdog (None: no watchdog).
+    end_offsets: Callable[[], EndOffsets] | None = None
+
+
 LogRecord = tuple[str, bytes | None, bytes | None, int, Headers | None]
 """A record to write: (topic, key, value, partition, headers)."""
 
