@@ -34,8 +34,9 @@ def hub() -> Iterator[tuple[SubscriptionHub, Feed, QueryEngine]]:
         hub.close()
 
 
-def _settle(subscription: Subscription, quiet_s: float = 1.0) -> list[Notice]:
-    """Deliveries until none came for ``quiet_s``."""
+def _settle(subscription: Subscription, quiet_s: float = 0.3) -> list[Notice]:
+    """Notices until none came for ``quiet_s`` (the dispatcher, in process, hands a change
+    over within a millisecond)."""
     taken: list[Notice] = []
     while True:
         more = subscription.take(10_000, quiet_s)
