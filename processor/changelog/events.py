@@ -69,13 +69,8 @@ class ChangeEvent:
         reason: ChangeReason,
         expiration_ms: int | object | None = _UNREAD,
     ) -> None:
-        self.topic = topic
-        self.sow_key = sow_key
-        self.old = old
-        self.new = new
-        self.position = position
-        self.reason = reason
-        self._expiration = expiration_ms
+        self.topic, self.sow_key, self.old, self.new = topic, sow_key, old, new
+        self.position, self.reason, self._expiration = position, reason, expiration_ms
 
     def _fields(self) -> tuple[object, ...]:
         return (self.topic, self.sow_key, self.old, self.new, self.position, self.reason)

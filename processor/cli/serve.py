@@ -25,21 +25,25 @@ if TYPE_CHECKING:
     from processor.app import Application
 
 
+#: The settings ``sow serve`` and ``sow process`` take as flags (over the environment).
+FLAGS = (
+    "topology",
+    "bootstrap_servers",
+    "state_dir",
+    "grpc_address",
+    "metrics_address",
+    "group_id",
+    "instance_id",
+    "max_batch",
+    "standby",
+    "membership",
+    "embedded_broker",
+    "group_protocol",
+)
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(
-        topology=getattr(args, "topology", None),
-        bootstrap_servers=getattr(args, "bootstrap_servers", None),
-        state_dir=getattr(args, "state_dir", None),
-        grpc_address=getattr(args, "grpc_address", None),
-        metrics_address=getattr(args, "metrics_address", None),
-        group_id=getattr(args, "group_id", None),
-        instance_id=getattr(args, "instance_id", None),
-        max_batch=getattr(args, "max_batch", None),
-        standby=getattr(args, "standby", None),
-        membership=getattr(args, "membership", None),
-        embedded_broker=getattr(args, "embedded_broker", None),
-        group_protocol=getattr(args, "group_protocol", None),
-    )
+    return Settings.from_env(**{name: getattr(args, name, None) for name in FLAGS})
 
 
 def _say(text: str) -> None:

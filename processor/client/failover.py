@@ -157,11 +157,8 @@ class BookmarkSubscription:
     def __init__(
         self, owner: FailoverClient, topic: str, sub_id: str, bookmark: str, options: dict[str, Any]
     ) -> None:
-        self._owner = owner
-        self.topic = topic
-        self.sub_id = sub_id
-        self._bookmark = bookmark
-        self._options = options
+        self._owner, self.topic, self.sub_id = owner, topic, sub_id
+        self._bookmark, self._options = bookmark, options
         self._stream: SubscriptionStream | None = None
         self._cancelled = False
         #: Whether the store says where this subscription got to. Until it does (nothing

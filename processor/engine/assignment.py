@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook
@@ -53,6 +53,7 @@ class Recovery:
     replayed: int = 0
 
 
+@dataclass(eq=False)
 class Assignment:
     """What one pipeline of the processor owns (see the module doc). Not thread-safe:
     the processor's loop (and the consumer calls it makes) owns it.
@@ -62,41 +63,25 @@ class Assignment:
     has recovered; ``restored`` counts the changelog records replayed.
     """
 
-    def __init__(
-        self,
-        by_log_topic: Mapping[str, tuple[SowTopic, bool]],
-        open_store: StoreOpener,
-        applier: Applier,
-        reader: PartitionReader,
-        producer: TransactionalLog,
-        standby: Standby | None,
-        positions: dict[TopicPartitionKey, int],
-        ready: threading.Event,
-        *,
-        started_ms: int,
-        crash: CrashHook | None,
-        republish_chunk: int,
-    ) -> None:
-        self._by_log_topic = by_log_topic
-        self._open_store = open_store
-        self._applier = applier
-        self._reader = reader
-        self._producer = producer
-        self._standby = standby
-        self._positions = positions
-        self._ready = ready
-        self._started_ms = started_ms
-        self._crash = crash
-        self._republish_chunk = republish_chunk
-        self.states: dict[tuple[str, int], PartitionState] = {}
-        self.recoveries: dict[tuple[str, int], Recovery] = {}
-        #: Input offsets found applied past the committed ones (see
-        #: _start_after_recovery), to commit before the next batch so the group's
-        #: offsets tell the truth.
-        self.offsets_behind: dict[TopicPartitionKey, int] = {}
-        #: The consumer, for resuming held partitions (set once it exists).
-        self.input: InputLog | None = None
-        self.restored = 0
+    by_log_topic: Mapping[str, tuple[SowTopic, bool]]
+    open_store: StoreOpener
+    applier: Applier
+    reader: PartitionReader
+    producer: TransactionalLog
+    standby: Standby | None
+    positions: dict[TopicPartitionKey, int]
+    ready: threading.Event
+    started_ms: int = field(kw_only=True)
+    crash: CrashHook | None = field(kw_only=True)
+    republish_chunk: int = field(kw_only=True)
+    states: dict[tuple[str, int], PartitionState] = field(default_factory=dict, init=False)
+    recoveries: dict[tuple[str, int], Recovery] = field(default_factory=dict, init=False)
+    #: Input offsets found applied past the committed ones (see _start_after_recovery),
+    #: to commit before the next batch so the group's offsets tell the truth.
+    offsets_behind: dict[TopicPartitionKey, int] = field(default_factory=dict, init=False)
+    #: The consumer, for resuming held partitions (set once it exists).
+    input: InputLog | None = field(default=None, init=False)
+    restored: int = field(default=0, init=False)
 
     def on_assign(
         self,
@@ -107,17 +92,17 @@ class Assignment:
         must recover (None) until :meth:`_recover_step` finishes them."""
         starts: dict[TopicPartitionKey, int | None] = {}
         for log_topic, partition in sorted(partitions):
-            topic, from_input = self._by_log_topic[log_topic]
+            topic, from_input = self.by_log_topic[log_topic]
             key = (topic.name, partition)
             state = self.states.get(key)
             if state is None:
                 state = self._open(topic, partition)
                 self.states[key] = state
-            self._applier.routes[(log_topic, partition)] = Route(state, log_topic, from_input)
+            self.applier.routes[(log_topic, partition)] = Route(state, log_topic, from_input)
             tp = (log_topic, partition)
             if state.transient:
                 starts[tp] = transient_start_offset(
-                    topic, log_topic, partition, self._reader, self._started_ms
+                    topic, log_topic, partition, self.reader, self.started_ms
                 )
             elif key in self.recoveries:
                 self.recoveries[key].held[tp] = committed.get(tp, -1)
@@ -130,8 +115,8 @@ class Assignment:
             if tp in starts and starts[tp] is None:
                 continue  # held for its store's recovery: placed when resumed
             self._place(tp, starts.get(tp), committed.get(tp, -1))
-        if self._standby is not None:
-            self._standby.follow(set(self.states))
+        if self.standby is not None:
+            self.standby.follow(set(self.states))
         # Nothing given: a member left without partitions, or (incremental protocol) the
         # callback that follows a revocation.
         names = ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
@@ -139,7 +124,7 @@ class Assignment:
             log.info("given %s; recovering %d store partitions first", names, len(self.recoveries))
         else:
             log.info("assigned %s", names)
-            self._ready.set()
+            self.ready.set()
         return starts
 
     def _start_after_recovery(
@@ -165,11 +150,11 @@ class Assignment:
 
     def _open(self, topic: SowTopic, partition: int) -> PartitionState:
         taken = None
-        if self._standby is not None:
-            taken = self._standby.take((topic.name, partition))
+        if self.standby is not None:
+            taken = self.standby.take((topic.name, partition))
         store, warm_log_next = taken if taken is not None else (None, {})
         if store is None:
-            store = self._open_store(topic, partition)
+            store = self.open_store(topic, partition)
         state = PartitionState(
             topic=topic,
             partition=partition,
@@ -179,7 +164,7 @@ class Assignment:
             writers=make_writers(topic, partition),
         )
         if state.transient:
-            write_reset(state, self._producer)
+            write_reset(state, self.producer)
         else:
             steps = self._recover(state, warm_log_next)
             self.recoveries[(topic.name, partition)] = Recovery(state, steps, {})
@@ -191,13 +176,11 @@ class Assignment:
         """The steps of one store partition's recovery: replay, then republish if the
         log was lost (or a republish was cut short). ``warm_log_next`` is what a standby
         store's replay showed applied before the handover (its changelog was read there)."""
-        restored = yield from restore_steps(state.store, state.topic, state.partition, self._reader)
+        restored = yield from restore_steps(state.store, state.topic, state.partition, self.reader)
         for log_topic, nxt in warm_log_next.items():
             restored.log_next[log_topic] = max(restored.log_next.get(log_topic, 0), nxt)
         if republish_pending(state.store):
-            yield from republish_steps(
-                state, self._producer, self._republish_chunk, crash=self._crash
-            )
+            yield from republish_steps(state, self.producer, self.republish_chunk, crash=self.crash)
         return restored
 
     def recover_step(self) -> None:
@@ -231,9 +214,9 @@ class Assignment:
             ", ".join(f"{t}[{p}]" for t, p in sorted(starts)),
         )
         if not self.recoveries:
-            routes = sorted(self._applier.routes)
+            routes = sorted(self.applier.routes)
             log.info("assigned %s", ", ".join(f"{t}[{p}]" for t, p in routes))
-            self._ready.set()
+            self.ready.set()
 
     def _place(self, tp: TopicPartitionKey, start: int | None, committed: int) -> None:
         """Note where a partition's input resumes, when known (with no offset given or
@@ -242,8 +225,8 @@ class Assignment:
         this input from the first transaction on."""
         begin = max(committed, 0) if start is None else start
         if begin >= 0:
-            self._positions[tp] = begin
-            route = self._applier.routes.get(tp)
+            self.positions[tp] = begin
+            route = self.applier.routes.get(tp)
             if route is not None:
                 applied = route.state.applied
                 applied[tp[0]] = max(applied.get(tp[0], 0), begin)
@@ -254,16 +237,16 @@ class Assignment:
         revoked: set[tuple[str, int]] = set()
         for log_topic, partition in partitions:
             tp = (log_topic, partition)
-            self._positions.pop(tp, None)
-            self._applier.routes.pop(tp, None)
+            self.positions.pop(tp, None)
+            self.applier.routes.pop(tp, None)
             self.offsets_behind.pop(tp, None)
-            topic, _ = self._by_log_topic[log_topic]
+            topic, _ = self.by_log_topic[log_topic]
             revoked.add((topic.name, partition))
             recovery = self.recoveries.get((topic.name, partition))
             if recovery is not None:  # its other log partition may stay: not to resume
                 recovery.held.pop(tp, None)
         # A store partition closes once neither of its log topics is assigned.
-        still = {(r.state.topic.name, r.state.partition) for r in self._applier.routes.values()}
+        still = {(r.state.topic.name, r.state.partition) for r in self.applier.routes.values()}
         self.close_states([k for k in revoked if k not in still], warm=True)
         log.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)))
 
@@ -277,8 +260,8 @@ class Assignment:
             state = self.states.pop(key, None)
             if state is None:
                 continue
-            if warm and self._standby is not None:
-                self._standby.give(state.topic, state.partition, state.store)
+            if warm and self.standby is not None:
+                self.standby.give(state.topic, state.partition, state.store)
             else:
                 state.store.close()
 

@@ -111,13 +111,9 @@ class Processor:
         ``listeners``: more change listeners per SOW topic name, fed every change the
         processor makes to its records (expiry's due index is always one for a topic
         with expiration)."""
-        self.topology = topology
-        self._connections = connections
-        self._open_store = open_store
-        self._dead_letter_topic = dead_letter_topic
-        self._max_batch = max_batch
-        self._crash = crash_hook
-        self._republish_chunk = republish_chunk
+        self.topology, self._connections, self._open_store = topology, connections, open_store
+        self._dead_letter_topic, self._max_batch = dead_letter_topic, max_batch
+        self._crash, self._republish_chunk = crash_hook, republish_chunk
         self._standby_tail = standby_tail
         self._standby: Standby | None = None
         self._standby_records_before = 0

@@ -457,13 +457,18 @@ def _shared_headers(batch: PublishColumns, route: _PublishRoute, count: int) -> 
             f"topic {route.topic.name} takes publisher-provided SowKeys: give one per message "
             f"(got {len(batch.sow_keys)} for {count} messages)"
         )
-    headers: Headers = []
-    if batch.expiration:
-        headers.append((EXPIRATION_HEADER, str(max(batch.expiration, 0)).encode()))
-    if batch.correlation_id:
-        headers.append((CORRELATION_HEADER, batch.correlation_id.encode()))
     if batch.publisher or batch.first_sequence:
         _sequence_headers(batch.publisher, batch.first_sequence)  # validates both
+    return _option_headers(batch.expiration, batch.correlation_id)
+
+
+def _option_headers(expiration: float, correlation_id: str) -> Headers:
+    """The expiration and correlation id headers, for the options given."""
+    headers: Headers = []
+    if expiration:
+        headers.append((EXPIRATION_HEADER, str(max(expiration, 0)).encode()))
+    if correlation_id:
+        headers.append((CORRELATION_HEADER, correlation_id.encode()))
     return headers
 
 
@@ -476,11 +481,7 @@ def _generated_keys(route: _PublishRoute) -> InvalidRequestError:
 
 def _headers(command: PublishFields) -> Headers:
     """The option headers of a publish."""
-    headers: Headers = []
-    if command.expiration:
-        headers.append((EXPIRATION_HEADER, str(max(command.expiration, 0)).encode()))
-    if command.correlation_id:
-        headers.append((CORRELATION_HEADER, command.correlation_id.encode()))
+    headers = _option_headers(command.expiration, command.correlation_id)
     if command.sequence or command.publisher:
         headers += _sequence_headers(command.publisher, command.sequence)
     return headers

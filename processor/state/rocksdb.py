@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from rocksdict import MemtableFactory, Options, Rdict, WriteBatch, WriteOptions
 
@@ -172,19 +172,9 @@ class RocksDBStore:
                     put(key, value)
         else:  # the common case (restores, upserts): puts driven from C
             deque(map(batch.put, records.keys(), records.values()), maxlen=0)
-        meta_handle = self._meta
-        for key, value in meta.items():
-            if value is None:
-                batch.delete(key, meta_handle)
-            else:
-                batch.put(key, value, meta_handle)
+        _stage(batch, meta, self._meta)
         if due:
-            due_handle = self._due
-            for key, value in due.items():
-                if value is None:
-                    batch.delete(key, due_handle)
-                else:
-                    batch.put(key, value, due_handle)
+            _stage(batch, due, self._due)
         try:
             self._db.write(batch, self._write_with)
         except Exception as exc:  # rocksdict raises plain Exception for RocksDB statuses
@@ -283,3 +273,13 @@ def quarantine(path: Path) -> Path | None:
     shutil.move(str(path), str(target))
     log.warning("moved the damaged store %s aside to %s; rebuilding it", path, target)
     return target
+
+
+def _stage(batch: Any, changes: Changes, handle: Any) -> None:
+    """Put (a value) or delete (None) each of ``changes`` in one column family's part of
+    a write batch."""
+    for key, value in changes.items():
+        if value is None:
+            batch.delete(key, handle)
+        else:
+            batch.put(key, value, handle)

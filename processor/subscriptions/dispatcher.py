@@ -29,6 +29,7 @@ from processor.expr import Expression, MessageContext
 from processor.messages import Codec
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
 from processor.subscriptions.model import ChangeKind, Notice
+from processor.subscriptions.plan import SubscriptionPlan
 from processor.subscriptions.replacing import ReplaceMarker
 from processor.subscriptions.subscription import Offer, Subscription
 from processor.topology.model import Topic
@@ -132,28 +133,16 @@ class Dispatcher:
         _ = expression.source
         return expression
 
-    def register(
-        self,
-        subscription: Subscription,
-        topics: list[Topic],
-        text: str,
-        expression: Expression | None,
-    ) -> None:
-        """File a subscription under its topics' filter groups."""
+    def register(self, subscription: Subscription, plan: SubscriptionPlan) -> None:
+        """File a subscription under the filter groups of its plan's topics."""
         with self.lock:
-            self.file(subscription, topics, text, expression)
+            self.file(subscription, plan)
 
-    def file(
-        self,
-        subscription: Subscription,
-        topics: list[Topic],
-        text: str,
-        expression: Expression | None,
-    ) -> None:
+    def file(self, subscription: Subscription, plan: SubscriptionPlan) -> None:
         """:meth:`register` with the lock held."""
-        key = text.strip()
+        key, expression = plan.request.filter.strip(), plan.expression
         entries = []
-        for topic in topics:
+        for topic in plan.topics:
             index = self._indexes.setdefault(topic.name, TopicIndex())
             group = index.group(key, lambda: expression)
             index.subscribe(group, subscription)

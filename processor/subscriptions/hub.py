@@ -120,10 +120,7 @@ class SubscriptionHub:
         inline: bool = False,
         plain: PlainTail | None = None,
     ) -> None:
-        self.topology = topology
-        self.replica = replica
-        self.plain = plain
-        self.engine = engine
+        self.topology, self.replica, self.plain, self.engine = topology, replica, plain, engine
         self.max_subscriptions = max_subscriptions
         self._codecs: dict[str, Codec] = {t.name: codec_for(t) for t in topology.every_topic()}
         self._clock = ConflationClock()
@@ -294,9 +291,7 @@ class SubscriptionHub:
         return subscription, QueryPhase(vector, [], stats)
 
     def _register(self, subscription: Subscription, plan: SubscriptionPlan) -> None:
-        self._dispatcher.register(
-            subscription, list(plan.topics), plan.request.filter, plan.expression
-        )
+        self._dispatcher.register(subscription, plan)
 
     def _build_memo_indexes(self, prepared: PreparedQuery) -> None:
         fields = memo_fields(prepared)
@@ -423,7 +418,7 @@ class SubscriptionHub:
                 subscription.rebase(marker.vector, marker.rows, marker.gone)
             subscription.reset(plan.request, plan.unheld)
             subscription.shape = plan.shape
-            dispatcher.file(subscription, list(plan.topics), plan.request.filter, plan.expression)
+            dispatcher.file(subscription, plan)
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """Close a subscription and forget it (idempotent)."""

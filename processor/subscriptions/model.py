@@ -77,22 +77,21 @@ class OofReason(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """One change for one subscription: a publish, delete or OOF notice.
-
-    ``envelope`` is the record as the subscriber should see it: the new state for a
-    publish and an OOF ``match``, the last state it received for a delete or any other
-    OOF (``oof_last_received``: for every OOF, the new state then going in ``current``).
-    ``position`` is the changelog record of the change. ``previous`` is the state last
-    decided for the record before this change (None: the subscriber did not hold it): a
-    delta is computed against it (:mod:`processor.subscriptions.shape`), and conflation
-    tells from it what the subscriber received.
-    """
+    """One change for one subscription: a publish, delete or OOF notice."""
 
     kind: ChangeKind
+    #: The record's topic and SowKey.
     topic: str
     sow_key: bytes
+    #: The record as the subscriber should see it: the new state for a publish and an
+    #: OOF ``match``, the last state it received for a delete or any other OOF
+    #: (``oof_last_received``: for every OOF, the new state then going in ``current``).
     envelope: bytes
+    #: The changelog record of the change.
     position: ChangelogPosition
     oof_reason: OofReason | None = None
     current: bytes | None = None
+    #: The state last decided for the record before this change (None: the subscriber
+    #: did not hold it): a delta is computed against it (processor.subscriptions.shape),
+    #: and conflation tells from it what the subscriber received.
     previous: bytes | None = None

@@ -22,6 +22,7 @@ are immutable and thread-safe.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from processor.errors import InvalidRequestError
@@ -32,24 +33,16 @@ from processor.messages.select import SelectList, parse_select
 from processor.topology.model import SowTopic, Topic
 
 
+@dataclass(frozen=True, slots=True)
 class MessageShape:
-    """Select list and delta rules of one subscription or query (see the module doc)."""
+    """Select list and delta rules of one subscription or query (see the module doc):
+    ``codecs`` of the topics it shapes, and their Key paths (``keys``)."""
 
-    __slots__ = ("_codecs", "_keys", "delta", "no_empties", "select")
-
-    def __init__(
-        self,
-        codecs: Mapping[str, Codec],
-        key_paths: Mapping[str, tuple[tuple[str, ...], ...]],
-        select: SelectList | None,
-        delta: bool,
-        no_empties: bool,
-    ) -> None:
-        self._codecs = codecs
-        self._keys = key_paths
-        self.select = select
-        self.delta = delta
-        self.no_empties = no_empties
+    codecs: Mapping[str, Codec]
+    keys: Mapping[str, tuple[tuple[str, ...], ...]]
+    select: SelectList | None
+    delta: bool
+    no_empties: bool
 
     @classmethod
     def for_request(
@@ -96,12 +89,12 @@ class MessageShape:
 
     def shapes(self, topic: str) -> bool:
         """Whether records of ``topic`` are shaped (else they go as they are)."""
-        return topic in self._codecs
+        return topic in self.codecs
 
     def full(self, topic: str, data: bytes) -> bytes:
         """A whole record as the subscriber sees it: its selected fields, as JSON text
         (the text form) when the topic is shaped."""
-        codec = self._codecs[topic]
+        codec = self.codecs[topic]
         message = codec.decode(data)
         if self.select is not None:
             message = self.select.project(message)
@@ -111,7 +104,7 @@ class MessageShape:
         """A delta subscription's update of a held record as JSON text, and whether it is
         a delta: the changed (selected) fields and the Key fields, or the whole (selected)
         record when a field was removed; None when ``no_empties`` suppresses it."""
-        codec = self._codecs[topic]
+        codec = self.codecs[topic]
         new = codec.decode(data)
         old = codec.decode(held)
         select = self.select
@@ -125,7 +118,7 @@ class MessageShape:
         if self.no_empties and not delta:
             return None
         keyed: dict[str, Any] = {}
-        for path in self._keys.get(topic, ()):
+        for path in self.keys.get(topic, ()):
             key = pick(new, path)
             if key is not None:
                 keyed = overlay(keyed, key)
