@@ -126,8 +126,16 @@ class PartitionBatch:
     offset per log topic the batch read. Reads and writes check the transaction is open.
     """
 
-    __slots__ = ("_events", "_listeners", "_needs_old", "_transaction")
-    __slots__ += ("due", "progress", "state", "writes")
+    __slots__ = (
+        "_events",
+        "_listeners",
+        "_needs_old",
+        "_transaction",
+        "due",
+        "progress",
+        "state",
+        "writes",
+    )
 
     def __init__(self, transaction: Transaction, state: PartitionState) -> None:
         self._transaction = transaction

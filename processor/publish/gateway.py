@@ -2,21 +2,20 @@
 
 The gRPC service and the CLI use it; the rules (validation, SowKey computation, size
 limits, duplicate-detection headers, waiting for the effect of a delete) live here once.
-Nothing here writes state: the processor applies the commands in log order (see
-:mod:`processor.changelog.commands`). A plain topic (no SOW) takes publishes too: the message is
-checked with its codec, the record key is the publisher's SowKey or empty (records
-without a key are spread over the partitions in turn), and subscribers receive it live.
+Nothing here writes state: the processor applies the commands in log order
+(:mod:`processor.changelog.commands`). A plain topic takes publishes too: the message is
+checked with its codec, the record key is the publisher's SowKey or empty (spread over
+the partitions in turn), and subscribers receive it live.
 
 Publishes never wait for a flush: records join the log writer's batches and each caller
 waits only for its own acknowledgement, so concurrent publishes share produce requests.
 A publish the broker has not confirmed by the caller's deadline fails with
 UnconfirmedWriteError: it may still be written, which is why publishers name themselves
-and number their messages (the processor applies each (publisher, sequence) once).
+and number their messages (each (publisher, sequence) is applied once).
 
-A delta_publish (``delta``) goes to the log as it was given, with header ``sow.delta``;
-its SowKey is computed from its own fields, so it must give the Key fields. On an avro
-topic a delta in text form stays JSON text on the log (a partial record has no Avro
-encoding); the processor merges it. On a plain topic a delta is published as it is.
+A delta_publish goes to the log as given, with header ``sow.delta``; its SowKey comes
+from its own fields, so it must give the Key fields. On avro topics a delta in text form
+stays JSON on the log (the processor merges it); on a plain topic it is published as is.
 """
 
 from __future__ import annotations

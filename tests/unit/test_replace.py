@@ -168,11 +168,13 @@ def test_a_change_applied_while_a_replace_refiles_the_subscription_is_delivered(
     request = SubscribeRequest("QUOTES", filter="/price < 25", sub_id="a")
     subscription, _ = subscriptions.sow_and_subscribe(request)
     dispatcher = subscriptions._dispatcher
-    topics = [TOPOLOGY.topics["QUOTES"]]
+    plan = subscriptions.plan(
+        SubscribeRequest("QUOTES", filter="/price < 30", sub_id="a"), with_query=True
+    )
     with dispatcher.lock:  # no dispatch until the subscription is filed again
         dispatcher.unfile(subscription)
         feed.put("k1", {"id": 1, "price": 10})
-        dispatcher.file(subscription, topics, "/price < 30", None)
+        dispatcher.file(subscription, plan)
     assert _summary(_settle(subscription)) == [("publish", 1, None)]
 
 
