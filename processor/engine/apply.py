@@ -239,14 +239,9 @@ class Applier:
                 ):
                     self._repartition(record, route.state, sow_key)
                     continue
+                stamp = record.timestamp()[1]
                 envelope = route.writer.encode(
-                    offset,
-                    sow_key,
-                    value,
-                    record.timestamp()[1],
-                    now_ms,
-                    expiration_ms,
-                    correlation_id,
+                    offset, sow_key, value, stamp, now_ms, expiration_ms, correlation_id
                 )
                 try:
                     produce(route.changelog, envelope, sow_key, partition)
@@ -349,14 +344,9 @@ class Applier:
             return
         if delta is not None:
             value, correlation_id = merge_delta(batch, sow_key, value, delta, correlation_id)
+        offset, stamp = record.offset(), record.timestamp()[1]
         envelope = route.writer.encode(
-            record.offset(),
-            sow_key,
-            value,
-            record.timestamp()[1],
-            now_ms,
-            expiration_ms,
-            correlation_id,
+            offset, sow_key, value, stamp, now_ms, expiration_ms, correlation_id
         )
         self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
         batch.write(sow_key, envelope, _PUBLISH, record.topic(), record.offset(), expiration_ms)

@@ -25,6 +25,7 @@ import orjson
 
 from processor.errors import ConfigurationError, DecodeError
 from processor.messages.fields import merge, prune
+from processor.messages.json import json_object
 
 
 class AvroCodec:
@@ -88,13 +89,7 @@ class AvroCodec:
     def decode_delta(self, data: bytes, text_form: bool) -> Any:
         if not text_form:
             return self.decode(data)
-        try:
-            value = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise DecodeError(f"the delta text is not valid JSON: {exc}") from exc
-        if not isinstance(value, dict):
-            raise DecodeError(f"an avro delta must be a JSON object, got a {type(value).__name__}")
-        return value
+        return json_object(data, "the delta text", "an avro delta")
 
     def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
         """See the module doc for which fields a delta gives."""

@@ -10,19 +10,25 @@ from processor.errors import DecodeError
 from processor.messages.fields import merge
 
 
+def json_object(data: bytes, what: str, kind: str) -> dict[str, Any]:
+    """``data`` as a JSON object; DecodeError naming ``what`` (the payload, the delta
+    text) when it is not JSON, or ``kind`` when it is JSON but not an object."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise DecodeError(f"{kind} must be a JSON object, got a {type(value).__name__}")
+    return value
+
+
 class JsonCodec:
     """JSON objects. A payload that is not a JSON object is a DecodeError."""
 
     name = "json"
 
     def decode(self, data: bytes) -> Any:
-        try:
-            value = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise DecodeError(f"the payload is not valid JSON: {exc}") from exc
-        if not isinstance(value, dict):
-            raise DecodeError(f"a json message must be a JSON object, got a {type(value).__name__}")
-        return value
+        return json_object(data, "the payload", "a json message")
 
     def encode_json(self, value: Any) -> bytes:
         if not isinstance(value, dict):

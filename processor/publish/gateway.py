@@ -72,18 +72,6 @@ class _PublishRoute:
     """What publishing to one topic needs, worked out once: codec, key generator,
     partition count and the size limit of a message."""
 
-    __slots__ = (
-        "codec",
-        "kafka_topic",
-        "key_function",
-        "keys",
-        "limit",
-        "partitions",
-        "plain",
-        "spread",
-        "topic",
-    )
-
     def __init__(self, topic: Topic, max_record_bytes: int) -> None:
         self.topic = topic
         self.codec = codec_for(topic)

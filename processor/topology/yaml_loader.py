@@ -30,28 +30,9 @@ from typing import Any
 import yaml
 
 from processor.errors import TopologyError, ValueFormatError
+from processor.topology import model, quantities
 from processor.topology.assemble import assemble, check_topic, read_text
-from processor.topology.model import (
-    MESSAGE_TYPES,
-    Durability,
-    HashIndexSpec,
-    History,
-    KeyGeneratorSpec,
-    PlainTopic,
-    RecoveryPoint,
-    SowTopic,
-    Topic,
-    Topology,
-)
-from processor.topology.quantities import (
-    check_factory_path,
-    check_key_path,
-    parse_choice,
-    parse_expiration,
-    parse_interval,
-    parse_recovery_point,
-    unknown_name,
-)
+from processor.topology.model import PlainTopic, SowTopic, Topic, Topology
 
 TOP_LEVEL_KEYS = ("defaults", "topics")
 TOPIC_FIELDS = (
@@ -107,18 +88,24 @@ def _text(value: object, expected: str) -> str:
 
 
 def _message_type(value: object) -> str:
-    return parse_choice(_text(value, "a message type"), MESSAGE_TYPES, "message_type")
+    return quantities.parse_choice(
+        _text(value, "a message type"), model.MESSAGE_TYPES, "message_type"
+    )
 
 
-def _durability(value: object) -> Durability:
-    allowed = [d.value for d in Durability]
-    return Durability(parse_choice(_text(value, "persistent or transient"), allowed, "durability"))
+def _durability(value: object) -> model.Durability:
+    allowed = [d.value for d in model.Durability]
+    return model.Durability(
+        quantities.parse_choice(_text(value, "persistent or transient"), allowed, "durability")
+    )
 
 
-def _recovery_point(value: object) -> RecoveryPoint:
+def _recovery_point(value: object) -> model.RecoveryPoint:
     if isinstance(value, datetime):
-        return parse_recovery_point(value)
-    return parse_recovery_point(_text(value, "epoch, now or a timestamp (20240131T100000Z)"))
+        return quantities.parse_recovery_point(value)
+    return quantities.parse_recovery_point(
+        _text(value, "epoch, now or a timestamp (20240131T100000Z)")
+    )
 
 
 def _partitions(value: object) -> int:
@@ -129,31 +116,38 @@ def _partitions(value: object) -> int:
 
 def _expiration(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return parse_interval(str(value))  # raises: a unit is required
-    return parse_expiration(_text(value, "an interval such as 30s, or enabled or disabled"))
+        return quantities.parse_interval(str(value))  # raises: a unit is required
+    return quantities.parse_expiration(
+        _text(value, "an interval such as 30s, or enabled or disabled")
+    )
 
 
-def _history(value: object) -> History:
+def _history(value: object) -> model.History:
     if not isinstance(value, dict) or set(value) != {"window", "granularity"}:
         raise ValueFormatError(
             "history is a mapping with exactly 'window' and 'granularity', both intervals "
             f"(e.g. {{window: 7d, granularity: 15m}}), got {_describe(value)}"
         )
-    window = parse_interval(_text(value["window"], "an interval such as 7d"))
-    granularity = parse_interval(_text(value["granularity"], "an interval such as 15m or 0s"))
-    return History(window, granularity)
+    window = quantities.parse_interval(_text(value["window"], "an interval such as 7d"))
+    granularity = quantities.parse_interval(
+        _text(value["granularity"], "an interval such as 15m or 0s")
+    )
+    return model.History(window, granularity)
 
 
 def _paths(value: object) -> tuple[str, ...]:
     expected = "a field path such as /orderId, or a list of them"
     if isinstance(value, str):
-        return (check_key_path(_text(value, expected)),)
+        return (quantities.check_key_path(_text(value, expected)),)
     if isinstance(value, list):
-        return tuple(check_key_path(_text(item, "a field path such as /orderId")) for item in value)
+        return tuple(
+            quantities.check_key_path(_text(item, "a field path such as /orderId"))
+            for item in value
+        )
     raise ValueFormatError(f"expected {expected}, got {_describe(value)}")
 
 
-def _hash_indexes(value: object) -> tuple[HashIndexSpec, ...]:
+def _hash_indexes(value: object) -> tuple[model.HashIndexSpec, ...]:
     expected = "a list of hash indexes, each a field path or a list of field paths"
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list):
@@ -163,7 +157,7 @@ def _hash_indexes(value: object) -> tuple[HashIndexSpec, ...]:
         keys = _paths(item)
         if not keys:
             raise ValueFormatError("a hash index needs at least one field path; got an empty list")
-        specs.append(HashIndexSpec(keys))
+        specs.append(model.HashIndexSpec(keys))
     return tuple(specs)
 
 
@@ -171,9 +165,9 @@ def _name(value: object) -> str:
     return _text(value, "a non-empty name")
 
 
-def _key_generator(value: object) -> KeyGeneratorSpec:
+def _key_generator(value: object) -> model.KeyGeneratorSpec:
     if isinstance(value, str):
-        return KeyGeneratorSpec(check_factory_path(value))
+        return model.KeyGeneratorSpec(quantities.check_factory_path(value))
     if not isinstance(value, dict):
         raise ValueFormatError(
             f"expected {{factory: 'package.module:factory', options: {{...}}}} or a dotted "
@@ -181,16 +175,16 @@ def _key_generator(value: object) -> KeyGeneratorSpec:
         )
     for key in value:
         if key not in KEY_GENERATOR_FIELDS:
-            raise ValueFormatError(unknown_name("key", str(key), KEY_GENERATOR_FIELDS))
+            raise ValueFormatError(quantities.unknown_name("key", str(key), KEY_GENERATOR_FIELDS))
     if "factory" not in value:
         raise ValueFormatError("'factory' is required: the dotted path 'package.module:factory'")
-    factory = check_factory_path(_text(value["factory"], "a dotted path"))
+    factory = quantities.check_factory_path(_text(value["factory"], "a dotted path"))
     options = value.get("options", {})
     if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
         raise ValueFormatError(
             f"'options' must be a mapping with string keys, got {_describe(options)}"
         )
-    return KeyGeneratorSpec(factory, MappingProxyType(dict(options)))
+    return model.KeyGeneratorSpec(factory, MappingProxyType(dict(options)))
 
 
 #: Field parsers; each raises ValueError with a message that says what is allowed.
@@ -314,7 +308,9 @@ def _parse_yaml(text: str, source: str) -> Topology:
     for key in document:
         if key not in TOP_LEVEL_KEYS:
             raise TopologyError(
-                unknown_name("key", str(key), TOP_LEVEL_KEYS), source=source, where=str(key)
+                quantities.unknown_name("key", str(key), TOP_LEVEL_KEYS),
+                source=source,
+                where=str(key),
             )
     defaults = _defaults(document.get("defaults", {}), source)
     topics = document.get("topics")
@@ -347,7 +343,7 @@ def _defaults(raw: object, source: str) -> dict[str, Any]:
     parsed: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in DEFAULT_FIELDS:
-            message = unknown_name("default", str(key), DEFAULT_FIELDS)
+            message = quantities.unknown_name("default", str(key), DEFAULT_FIELDS)
             raise TopologyError(message, source=source, where=f"defaults.{key}")
         parsed[key] = _field(source, f"defaults.{key}", key, value)
     return parsed
@@ -370,7 +366,9 @@ def _topic(raw: object, index: int, defaults: dict[str, Any], source: str, base:
     where = f"topics[{name}]"
     for key in raw:
         if key not in TOPIC_FIELDS:
-            message = unknown_name("field", str(key), TOPIC_FIELDS, parent=f"topic {name!r}")
+            message = quantities.unknown_name(
+                "field", str(key), TOPIC_FIELDS, parent=f"topic {name!r}"
+            )
             raise TopologyError(message, source=source, where=f"{where}.{key}")
     plain = _plain(raw, name, source, where)
     fields: dict[str, Any] = {k: v for k, v in defaults.items() if not plain or k in PLAIN_FIELDS}

@@ -36,6 +36,7 @@ from processor.log.kafka.settings import (
     CONSUMER,
     client_settings,
     consumer_settings,
+    seek,
 )
 
 log = logging.getLogger(__name__)
@@ -229,12 +230,7 @@ class KafkaInputLog:
 
     def rewind(self, starts: Mapping[TopicPartitionKey, int]) -> None:
         for (topic, partition), offset in sorted(starts.items()):
-            try:
-                self._consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:
-                raise BrokerError(
-                    f"cannot read {topic}[{partition}] again from offset {offset}: {exc}"
-                ) from exc
+            seek(self._consumer, topic, partition, offset, "again from offset")
 
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()

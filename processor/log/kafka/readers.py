@@ -27,7 +27,7 @@ from processor.log import (
     TopicPartitionKey,
     lost_log_level,
 )
-from processor.log.kafka.settings import consumer_settings
+from processor.log.kafka.settings import consumer_settings, seek
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +39,9 @@ class KafkaPartitionReader:
     BATCH = 20000
 
     def __init__(self, bootstrap: str, **extra: Any) -> None:
-        self._consumer = Consumer(
-            consumer_settings(
-                bootstrap,
-                **{
-                    "group.id": "sow-reader-unused",
-                    "enable.partition.eof": True,
-                    # Restores read whole partitions: fewer, bigger fetches.
-                    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                    "fetch.min.bytes": 1,
-                    **extra,
-                },
-            )
-        )
+        # Restores read whole partitions: fewer, bigger fetches.
+        fetch = {"max.partition.fetch.bytes": 16 * 1024 * 1024, "fetch.min.bytes": 1}
+        self._consumer = _groupless(bootstrap, "sow-reader-unused", {**fetch, **extra})
         self.last_end_offset = -1
 
     def read_to_end(self, topic: str, partition: int, start: int) -> Iterator[Sequence[Record]]:
@@ -172,22 +162,15 @@ class KafkaChangelogTail:
     FETCH_WAIT_MS = 10
 
     def __init__(self, bootstrap: str, **extra: Any) -> None:
-        self._consumer = Consumer(
-            consumer_settings(
-                bootstrap,
-                **{
-                    "group.id": "sow-replica-unused",
-                    "enable.partition.eof": True,
-                    # Some brokers (Tansu) answer a fetch only when its wait is over: the
-                    # wait bounds how long a committed change waits to be fetched
-                    # (measured: ~14 ms median at 50, ~3-4 ms at 10, for little CPU).
-                    "fetch.wait.max.ms": self.FETCH_WAIT_MS,
-                    "statistics.interval.ms": self.STATS_INTERVAL_MS,
-                    "stats_cb": self._on_stats,
-                    **extra,
-                },
-            )
-        )
+        # Some brokers (Tansu) answer a fetch only when its wait is over: the wait bounds
+        # how long a committed change waits to be fetched (measured: ~14 ms median at
+        # 50, ~3-4 ms at 10, for little CPU).
+        settings = {
+            "fetch.wait.max.ms": self.FETCH_WAIT_MS,
+            "statistics.interval.ms": self.STATS_INTERVAL_MS,
+            "stats_cb": self._on_stats,
+        }
+        self._consumer = _groupless(bootstrap, "sow-replica-unused", {**settings, **extra})
         self._position: dict[TopicPartitionKey, int] = {}
         self._end: dict[TopicPartitionKey, int] = {}
         self._at_end: dict[TopicPartitionKey, bool] = {}
@@ -244,12 +227,7 @@ class KafkaChangelogTail:
         self._at_end[key] = False
         self._past_end.discard(key)
         self._rewind.discard(key)
-        try:
-            self._consumer.seek(TopicPartition(topic, partition, offset))
-        except KafkaException as exc:
-            raise BrokerError(
-                f"cannot read changelog {topic}[{partition}] from {offset}: {exc}"
-            ) from exc
+        seek(self._consumer, topic, partition, offset, "from offset")
 
     def _read_again(self) -> None:
         for topic, partition in list(self._rewind):
@@ -316,3 +294,13 @@ class KafkaChangelogTail:
 
 
 #: librdkafka counts a record's framing against ``message.max.bytes`` too.
+
+
+def _groupless(bootstrap: str, group: str, settings: dict[str, Any]) -> Consumer:
+    """A read_committed consumer that joins no group (``group`` only names it) and
+    reports partition ends, with ``settings`` on top."""
+    return Consumer(
+        consumer_settings(
+            bootstrap, **{"group.id": group, "enable.partition.eof": True, **settings}
+        )
+    )

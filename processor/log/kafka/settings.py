@@ -9,9 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from confluent_kafka import (
+    Consumer,
     KafkaError,
     KafkaException,
     Producer,
+    TopicPartition,
 )
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
@@ -193,3 +195,12 @@ def _raise_for(exc: KafkaException, what: str) -> NoReturn:
     if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or error.fatal():
         raise FencedError(f"{what}: {error}; another processor took over") from exc
     raise BrokerError(f"{what}: {error}") from exc
+
+
+def seek(consumer: Consumer, topic: str, partition: int, offset: int, how: str) -> None:
+    """Fetch an assigned partition ``how`` (e.g. "from offset") ``offset``; a refusal is
+    a BrokerError saying what was asked."""
+    try:
+        consumer.seek(TopicPartition(topic, partition, offset))
+    except KafkaException as exc:
+        raise BrokerError(f"cannot read {topic}[{partition}] {how} {offset}: {exc}") from exc
