@@ -13,8 +13,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -206,25 +207,35 @@ def wait_until_committed(
     raise AssertionError(f"the processor did not commit up to {ends} in {timeout_s}s")
 
 
-def assert_changelog_exactly_once(bootstrap: str, topic: SowTopic, model: Model) -> None:
+def changelog_sow(records: Iterable[Any]) -> dict[bytes, bytes]:
+    """The SOW a changelog's records hold, checking that no update is in it twice (each
+    record names the input position it applied)."""
     seen: set[tuple[str, int, int]] = set()
     final: dict[bytes, bytes] = {}
-    for p in range(topic.partitions):
-        for record in read_topic_partition(bootstrap, topic.changelog_topic, p):
-            key = record.key()
-            if key.startswith(changelog.CONTROL_PREFIX):
-                continue
-            value = record.value()
-            if value is None:
-                position = changelog.parse_position(dict(record.headers())["sow.position"])
-                final.pop(key, None)
-            else:
-                envelope = changelog.decode(value)
-                position = (envelope.log_topic, envelope.log_partition, envelope.log_offset)
-                final[key] = envelope.data
-            assert position not in seen, f"update {position} is in the changelog twice"
-            seen.add(position)
-    assert final == model.state
+    for record in records:
+        key = record.key()
+        if key.startswith(changelog.CONTROL_PREFIX):
+            continue
+        value = record.value()
+        if value is None:
+            position = changelog.parse_position(dict(record.headers())["sow.position"])
+            final.pop(key, None)
+        else:
+            envelope = changelog.decode(value)
+            position = (envelope.log_topic, envelope.log_partition, envelope.log_offset)
+            final[key] = envelope.data
+        assert position not in seen, f"update {position} is in the changelog twice"
+        seen.add(position)
+    return final
+
+
+def assert_changelog_exactly_once(bootstrap: str, topic: SowTopic, model: Model) -> None:
+    records = [
+        record
+        for p in range(topic.partitions)
+        for record in read_topic_partition(bootstrap, topic.changelog_topic, p)
+    ]
+    assert changelog_sow(records) == model.state
 
 
 def write_topology(path: Path, topic: SowTopic) -> Path:

@@ -13,7 +13,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from processor import changelog
 from processor.app import Application
 from processor.errors import SimulatedCrashError
 from processor.keys import FieldKeyGenerator, partition_for
@@ -21,6 +20,7 @@ from processor.log.memory.broker import MemoryLog
 from processor.testing import MemoryBackend, start_memory
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import store_contents
+from tests.integration.test_crash_recovery import changelog_sow
 
 ORDERS = SowTopic("ORDERS", keys=("/orderId",), partitions=2)
 TOPOLOGY = Topology({"ORDERS": ORDERS})
@@ -60,26 +60,11 @@ def _wait_applied(app: Application, log: MemoryLog, timeout_s: float = 20.0) -> 
 
 def _changelog_exactly_once(log: MemoryLog) -> dict[bytes, bytes]:
     """The SOW the committed changelog holds, checking no update is in it twice."""
-    seen: set[tuple[str, int, int]] = set()
-    final: dict[bytes, bytes] = {}
+    records = []
     for p in range(ORDERS.partitions):
         end = log.stable_end(ORDERS.changelog_topic, p)
-        for record in log.read(ORDERS.changelog_topic, p, 0, end, end + 1):
-            key = record.key()
-            assert key is not None
-            if key.startswith(changelog.CONTROL_PREFIX):
-                continue
-            value = record.value()
-            if value is None:
-                position = changelog.parse_position(dict(record.headers() or [])["sow.position"])
-                final.pop(key, None)
-            else:
-                envelope = changelog.decode(value)
-                position = (envelope.log_topic, envelope.log_partition, envelope.log_offset)
-                final[key] = envelope.data
-            assert position not in seen, f"update {position} is in the changelog twice"
-            seen.add(position)
-    return final
+        records += log.read(ORDERS.changelog_topic, p, 0, end, end + 1)
+    return changelog_sow(records)
 
 
 @pytest.mark.parametrize("nth", [1, 3])
