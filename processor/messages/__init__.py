@@ -61,11 +61,15 @@ def codec_for(topic: Topic) -> Codec:
         if topic.schema is None:
             raise ConfigurationError(f"topic {topic.name} is avro but names no schema file")
         return AvroCodec.from_file(topic.schema)
+    if topic.message_type in ("fix", "nvfix"):
+        from processor.messages.fix import TagValueCodec
+
+        return TagValueCodec(topic.message_type)
     if topic.message_type == "binary":
         from processor.messages.binary import BinaryCodec
 
         return BinaryCodec()
     raise ConfigurationError(
         f"topic {topic.name} has message type {topic.message_type!r}; "
-        "supported types are json, avro and binary"
+        "supported types are json, avro, fix, nvfix and binary"
     )

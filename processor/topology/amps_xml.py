@@ -207,7 +207,7 @@ class _Reader:
                 )
             names = ", ".join(sorted(self.message_types)) or "none"
             try:
-                return parse_choice(value, ("json", "binary"), "MessageType"), None
+                return parse_choice(value, ("json", "fix", "nvfix", "binary"), "MessageType"), None
             except ValueError as exc:
                 self.fail(
                     f"{exc}, or a MessageType declared in AMPSConfig/MessageTypes "
@@ -218,7 +218,7 @@ class _Reader:
         module_el, schema_el = element.find("Module"), element.find("Schema")
         if module_el is None:
             self.fail(
-                "the MessageType declaration has no <Module>; allowed: json, avro, binary",
+                "the MessageType declaration has no <Module>; allowed: " + ", ".join(MESSAGE_TYPES),
                 decl_where,
             )
         module = self.value(

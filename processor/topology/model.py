@@ -17,7 +17,7 @@ from typing import Any
 
 from processor.errors import ValueFormatError
 
-MESSAGE_TYPES = ("json", "avro", "binary")
+MESSAGE_TYPES = ("json", "avro", "fix", "nvfix", "binary")
 
 #: Kafka topic names: legal characters and length (Kafka's own rule).
 KAFKA_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")

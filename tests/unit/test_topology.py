@@ -216,7 +216,7 @@ def test_parse_yaml_from_text() -> None:
         ),
         (
             "topics:\n  - {name: A, message_type: xml}\n",
-            ["topics[A].message_type", "'xml'", "allowed: json, avro, binary"],
+            ["topics[A].message_type", "'xml'", "allowed: json, avro, fix, nvfix, binary"],
         ),
         (
             "topics:\n  - {name: A, durability: durable}\n",
@@ -487,7 +487,7 @@ def sow(*topics: str, extra: str = "") -> str:
         ),
         (
             sow("<Name>A</Name><MessageType>xml</MessageType>"),
-            ["Topic[1]/MessageType", "'xml'", "allowed: json, binary", "MessageTypes"],
+            ["Topic[1]/MessageType", "'xml'", "allowed: json, fix, nvfix, binary", "MessageTypes"],
         ),
         (
             sow("<Name>A</Name><MessageType>avro</MessageType>"),
@@ -499,7 +499,11 @@ def sow(*topics: str, extra: str = "") -> str:
                 extra="<MessageTypes><MessageType><Name>pb</Name><Module>protobuf</Module>"
                 "</MessageType></MessageTypes>",
             ),
-            ["MessageTypes/MessageType/Module", "'protobuf'", "allowed: json, avro, binary"],
+            [
+                "MessageTypes/MessageType/Module",
+                "'protobuf'",
+                "allowed: json, avro, fix, nvfix, binary",
+            ],
         ),
         (
             sow(

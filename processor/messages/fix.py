@@ -1,0 +1,120 @@
+"""The fix and nvfix message types: ``tag=value`` fields, each ended by a separator.
+
+A FIX message's fields are named by numeric tags (``35=D``), an NVFIX message's by names
+(``Symbol=IBM``); both are flat (spec 1.x: a FIX or NVFIX message is a root-less flat
+fragment, so ``/55`` and ``/Symbol`` name fields). The field separator is SOH (``\\x01``)
+as AMPS uses by default. Values are typed as AMPS's parser types them: an integer
+(``24``), a float (``24.0``, ``1e3``), else a string; an empty value is NULL. A tag
+given more than once is a repeated field: its value is the list of its values, in order
+(a filter on it is existential, as on an array).
+
+Building a message (projection, select lists, delta merge) writes each field once, in
+the order given, and a list as the tag repeated; nested values have no FIX form and are
+refused. A delta_publish's fields replace the stored ones, the others stay.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from processor.errors import DecodeError
+from processor.messages.fields import merge
+
+#: AMPS's default field separator.
+SOH = b"\x01"
+_INTEGER = re.compile(rb"[+-]?\d+")
+_FLOAT = re.compile(rb"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)")
+
+
+def _typed(raw: bytes) -> Any:
+    """A field's value as AMPS types it (empty: NULL)."""
+    if not raw:
+        return None
+    if _INTEGER.fullmatch(raw):
+        return int(raw)
+    if _FLOAT.fullmatch(raw):
+        return float(raw)
+    return raw.decode("utf-8", errors="replace")
+
+
+def _text(value: Any, name: str) -> bytes:
+    """A value as field text; DecodeError for what FIX cannot carry."""
+    if value is None:
+        return b""
+    if value is True or value is False:
+        return b"true" if value else b"false"
+    if isinstance(value, int | float | str):
+        text = repr(value) if isinstance(value, float) else str(value)
+        return text.encode()
+    raise DecodeError(
+        f"field {name!r} holds a {type(value).__name__}, which a tag=value message cannot "
+        "carry: FIX and NVFIX fields are flat (numbers and strings)"
+    )
+
+
+class TagValueCodec:
+    """FIX (numeric tags) or NVFIX (named fields); see the module doc. Thread-safe."""
+
+    def __init__(self, name: str, separator: bytes = SOH) -> None:
+        self.name = name
+        self.separator = separator
+        self._numeric_tags = name == "fix"
+
+    def decode(self, data: bytes) -> Any:
+        fields: dict[str, Any] = {}
+        for number, field in enumerate(data.split(self.separator), start=1):
+            if not field:
+                continue  # the separator that ends the last field
+            tag, equals, raw = field.partition(b"=")
+            if not equals or not tag:
+                raise DecodeError(
+                    f"field {number} of the {self.name} message, {field[:40]!r}, is not "
+                    "tag=value; fields are tag=value, each ended by the separator \\x01"
+                )
+            if self._numeric_tags and not tag.isdigit():
+                raise DecodeError(
+                    f"field {number} of the fix message has tag {tag[:20]!r}: FIX tags are "
+                    "numbers (use nvfix for named fields)"
+                )
+            name = tag.decode("utf-8", errors="replace")
+            value = _typed(raw)
+            if name in fields:
+                held = fields[name]
+                fields[name] = [*held, value] if isinstance(held, list) else [held, value]
+            else:
+                fields[name] = value
+        return fields
+
+    def encode_json(self, value: Any) -> bytes:
+        if not isinstance(value, dict):
+            raise DecodeError(
+                f"a {self.name} message is a set of fields, not a {type(value).__name__}"
+            )
+        parts: list[bytes] = []
+        for name, field in value.items():
+            tag = str(name).encode()
+            for item in field if isinstance(field, list) else [field]:
+                parts.append(tag + b"=" + _text(item, str(name)) + self.separator)
+        return b"".join(parts)
+
+    def from_text(self, text: bytes) -> bytes:
+        self.decode(text)
+        return text
+
+    def to_text(self, data: bytes) -> bytes:
+        return data
+
+    def decode_delta(self, data: bytes, text_form: bool) -> Any:
+        return self.decode(data)
+
+    def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
+        given = self.decode(delta)
+        if stored is None:
+            return delta
+        return self.encode_json(merge(self.decode(stored), given))
+
+    def text_of(self, value: Any) -> bytes:
+        return orjson.dumps(value)
