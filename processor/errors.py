@@ -83,6 +83,13 @@ class InvalidSequenceError(MessageError):
     reason_code = "invalid-sequence"
 
 
+class EnrichmentError(MessageError):
+    """A topic's Preprocessing or Enrichment field failed on a message (a value that
+    cannot be written where the field puts it, a function that raised)."""
+
+    reason_code = "enrichment-failed"
+
+
 class ProcessingError(MessageError):
     """Applying one record failed in an unexpected way (a bug or an unforeseen input);
     the record is dead-lettered with the exception and the processor goes on."""

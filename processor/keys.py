@@ -46,6 +46,8 @@ from processor.errors import (
     MissingKeyError,
     ValueFormatError,
 )
+from processor.expr.construction import compile_construction
+from processor.expr.inputs import MessageContext
 from processor.topology.model import SowTopic
 
 KEY_TAG = b"sowkey1\x00"
@@ -227,8 +229,28 @@ def _checked_custom(function: Callable[[Any], Any], dotted: str) -> KeyFunction:
     return generate
 
 
-def key_function(topic: SowTopic) -> KeyFunction | None:
-    """The SowKey function for a topic, or None for publisher-provided keys."""
+def key_function(topic: SowTopic, *, preprocessed: bool = False) -> KeyFunction | None:
+    """The SowKey function for a topic, or None for publisher-provided keys.
+
+    A topic with Preprocessing computes the key of the preprocessed message (AMPS:
+    preprocessing -> key); ``preprocessed=True`` gives the function for a message that is
+    already preprocessed (the processor, which keeps the preprocessed message).
+    """
+    generate = _generator(topic)
+    if generate is None or preprocessed or not topic.preprocessing:
+        return generate
+    preprocess = compile_construction(topic.preprocessing, enrichment=False)
+    context = MessageContext(topic=topic.name)
+
+    def preprocess_then_key(message: Any) -> str:
+        if not isinstance(message, dict):
+            raise MissingKeyError(f"a {topic.message_type} message has no fields to preprocess")
+        return generate(preprocess.apply(message, None, context))
+
+    return preprocess_then_key
+
+
+def _generator(topic: SowTopic) -> KeyFunction | None:
     if topic.key_generator is not None:
         spec = topic.key_generator
         factory = load_factory(spec.factory)

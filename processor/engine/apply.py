@@ -57,7 +57,7 @@ from processor.errors import (
     ProcessingError,
     RecordTooLargeError,
 )
-from processor.expr import Expression
+from processor.expr import Expression, MessageContext
 from processor.expr import compile as compile_expression
 from processor.keys import partition_for, validate_user_key
 from processor.log import Headers, Record, TopicPartitionKey
@@ -82,6 +82,7 @@ class Route:
         "partitions",
         "placed",
         "plain",
+        "shaping",
         "state",
         "writer",
     )
@@ -96,7 +97,9 @@ class Route:
         self.partitions = state.topic.partitions
         self.writer = state.writers[log_topic]
         self.decode = state.codec.decode
-        self.key_function = state.key_function
+        self.shaping = state.shaping
+        #: None sends every publish down the slow path (user keys; reshaped messages).
+        self.key_function = state.key_function if state.shaping is None else None
         #: No topic expiration: a publish without headers needs no header parsing.
         self.plain = state.topic.expiration_s is None
         #: SowKeys seen on this partition whose CRC placement was already checked.
@@ -305,8 +308,9 @@ class Applier:
         key: bytes | None,
         now_ms: int,
     ) -> None:
-        """Deletes, delta publishes, and publishes to topics whose publishers provide the
-        SowKey.
+        """Deletes, delta publishes, publishes to topics whose publishers provide the
+        SowKey, and publishes to topics with Preprocessing or Enrichment
+        (:mod:`processor.engine.shaping`).
 
         Raises MessageError (and anything unexpected) for the caller to dead-letter.
         """
@@ -320,14 +324,20 @@ class Applier:
             sequence = sequenced(record.headers()) if route.from_input else None
         else:
             delta = delta_form(record.headers())
-            if delta is None:
+            expiration_ms, correlation_id, sequence = publish_options(
+                record.headers(), state, now_ms
+            )
+            if route.shaping is not None:
+                context = MessageContext(
+                    topic=state.topic.name, correlation_id=correlation_id, message_size=len(value)
+                )
+                message = route.shaping.preprocessed(value, delta, context)
+                sow_key = route.shaping.sow_key(message, key, delta)
+            elif delta is None:
                 route.decode(value)
                 sow_key = validate_user_key(key).encode()
             else:
                 sow_key = delta_key(state, value, key, delta)
-            expiration_ms, correlation_id, sequence = publish_options(
-                record.headers(), state, now_ms
-            )
         if sequence is not None and self._duplicate(record, route, sequence):
             return
         partition = record.partition()
@@ -342,6 +352,14 @@ class Applier:
             self._produce_after_drain(route.changelog, None, sow_key, partition, headers)
             batch.write(sow_key, None, _DELETE, record.topic(), record.offset())
             return
+        if route.shaping is not None:
+            context = MessageContext(
+                sow_key=sow_key.decode(),
+                topic=state.topic.name,
+                correlation_id=correlation_id,
+                message_size=len(value),
+            )
+            value, delta = route.shaping.enriched(batch.lookup, sow_key, message, context, delta)
         if delta is not None:
             value, correlation_id = merge_delta(batch, sow_key, value, delta, correlation_id)
         offset, stamp = record.offset(), record.timestamp()[1]

@@ -29,6 +29,7 @@ from processor.engine.recovery import (
     write_reset,
 )
 from processor.engine.republish import republish_pending, republish_steps
+from processor.engine.shaping import Shaping
 from processor.engine.standby import Standby
 from processor.keys import key_function
 from processor.log import InputLog, PartitionReader, Record, TopicPartitionKey, TransactionalLog
@@ -155,13 +156,15 @@ class Assignment:
         store, warm_log_next = taken if taken is not None else (None, {})
         if store is None:
             store = self.open_store(topic, partition)
+        codec = codec_for(topic)
         state = PartitionState(
             topic=topic,
             partition=partition,
             store=store,
-            codec=codec_for(topic),
+            codec=codec,
             key_function=key_function(topic),
             writers=make_writers(topic, partition),
+            shaping=Shaping.of(topic, codec),
         )
         if state.transient:
             write_reset(state, self.producer)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from processor.changelog import EnvelopeWriter
 from processor.engine.publishers import PublisherSequences
+from processor.engine.shaping import Shaping
 from processor.keys import KeyFunction
 from processor.messages import Codec
 from processor.state import Store
@@ -40,6 +41,8 @@ class PartitionState:
     codec: Codec
     key_function: KeyFunction | None
     writers: dict[str, EnvelopeWriter]
+    #: The topic's Preprocessing and Enrichment (None: it has neither).
+    shaping: Shaping | None = None
     applied: dict[str, int] = field(default_factory=dict)
     due_floor: bytes = b""
     #: Next input offset per log topic that recovery found applied in the changelog.

@@ -23,11 +23,10 @@ when repeated), what was wrong and what is allowed.
   ``KafkaTopic``, ``Partitions``); one that names a SOW topic is that topic's log and
   adds nothing. A ``Name`` that is a regular expression (AMPS logs every matching topic)
   is ignored with a warning: kafka-sow needs each plain topic by name.
-* Topic options of AMPS that kafka-sow does not implement yet (:data:`NOT_IMPLEMENTED`) and
-  the other SOW entries (views, queues, conflated topics) are validated where they have a
-  value syntax, and logged as warnings "accepted but not implemented yet". Any other element
-  inside SOW or Topic is an error. Top-level sections other than SOW, MessageTypes and
-  Modules and TransactionLog (Transports, Logging, ...) are not read.
+* Topic options kafka-sow does not implement yet (:data:`NOT_IMPLEMENTED`) and the other SOW
+  entries (views, queues, conflated topics) are validated, and logged as warnings "accepted
+  but not implemented yet". Any other element inside SOW or Topic is an error. Top-level
+  sections other than SOW, MessageTypes, Modules and TransactionLog are not read.
 """
 
 from __future__ import annotations
@@ -80,12 +79,12 @@ SOW_NOT_IMPLEMENTED = (
 IMPLEMENTED = (
     "Name", "Topic", "MessageType", "Key", "KeyDomain", "KeyGenerator", "Durability",
     "Duration", "RecoveryPoint", "Expiration", "HashIndex", "Index", "KafkaTopic", "Partitions",
-    "History",
+    "History", "Preprocessing", "Enrichment",
 )
 #: AMPS Topic options accepted (and validated) but not implemented yet.
 NOT_IMPLEMENTED = (
     "FileName", "SlabSize", "InitialSlabCount", "RecordSize", "InitialSize", "IncrementSize",
-    "ExpectedKeyCountHint", "Preprocessing", "Enrichment", "Pattern",
+    "ExpectedKeyCountHint", "Pattern",
 )
 #: Elements of a TransactionLog Topic (a plain topic when it names no SOW topic).
 PLAIN_ELEMENTS = ("Name", "MessageType", "KafkaTopic", "Partitions")
@@ -103,6 +102,8 @@ _XML_NAME = {
     "message_type": "MessageType",
     "history": "History",
     "expiration_s": "Expiration",
+    "preprocessing": "Preprocessing",
+    "enrichment": "Enrichment",
 }
 _VARIABLE = re.compile(r"\$\{([^}]*)\}")
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -288,6 +289,13 @@ class _Reader:
         except ValueError as exc:
             self.fail(str(exc), where)
 
+    def fields(self, element: ET.Element, where: str) -> tuple[str, ...]:
+        """``<Preprocessing>`` or ``<Enrichment>``: the texts of its ``<Field>`` elements."""
+        fields = self.group(element, where, ("Field",)).get("Field", [])
+        if not fields:
+            self.fail(f"<{element.tag}> needs <Field>s, each 'expression AS /target'", where)
+        return tuple(self.text(*field) for field in fields)
+
     def accept_unimplemented(self, tag: str, items: list[Child]) -> None:
         """Validate a not-yet-implemented Topic option, then warn that it has no effect."""
         element, where = items[0]
@@ -301,14 +309,7 @@ class _Reader:
             "IncrementSize": lambda v: parse_positive_int(v, "IncrementSize"),
             "ExpectedKeyCountHint": lambda v: parse_positive_int(v, "ExpectedKeyCountHint"),
         }
-        if tag in simple:
-            self.value(element, where, simple[tag])
-        else:  # Preprocessing, Enrichment
-            fields = self.group(element, where, ("Field",)).get("Field", [])
-            if not fields:
-                self.fail(f"<{tag}> needs one or more <Field> elements", where)
-            for field in fields:
-                self.text(*field)
+        self.value(element, where, simple[tag])
         _log.warning(
             "%s: %s: <%s> is accepted but not implemented yet; it has no effect",
             self.source,
@@ -367,6 +368,9 @@ class _Reader:
                 fields[attribute] = self.value(*groups[tag][0], parse)
         if "History" in groups:
             fields["history"] = self.history(*groups["History"][0])
+        for tag in ("Preprocessing", "Enrichment"):
+            if tag in groups:
+                fields[tag.lower()] = self.fields(*groups[tag][0])
         if "KeyGenerator" in groups:
             fields["key_generator"] = self.key_generator(*groups["KeyGenerator"][0])
         for tag in NOT_IMPLEMENTED:

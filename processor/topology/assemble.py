@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from processor.errors import TopologyError
+from processor.errors import ExpressionError, ParseError, TopologyError
+from processor.expr.construction import compile_construction
 from processor.topology.model import KAFKA_TOPIC_NAME, PlainTopic, SowTopic, Topic, Topology
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
@@ -147,6 +148,19 @@ def _check_sow(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str
             f"{name_of('key_domain')} seeds keys generated from {keys} fields, and this topic "
             f"has no {keys}; remove {name_of('key_domain')} or add {keys} fields"
         )
+    for field in ("preprocessing", "enrichment"):
+        texts = getattr(topic, field)
+        if not texts:
+            continue
+        if topic.message_type == "binary":
+            return field, (
+                f"binary messages are not parsed, so a binary topic cannot have "
+                f"{name_of(field)}; remove it or use a parsed message type"
+            )
+        try:
+            compile_construction(texts, enrichment=field == "enrichment")
+        except (ParseError, ExpressionError) as exc:
+            return field, f"{name_of(field)} field is not valid: {exc}"
     if topic.history is not None and topic.expiration_s is not None:
         return "expiration_s", (
             f"{name_of('expiration_s')} must be disabled when {name_of('history')} is set "

@@ -136,6 +136,10 @@ class SowTopic(Topic):
     indexes: tuple[str, ...] = ()
     #: Historical versions kept for historical queries (None: no history).
     history: History | None = None
+    #: Preprocessing fields (``expr AS /target``), applied before the SowKey is computed.
+    preprocessing: tuple[str, ...] = ()
+    #: Enrichment fields, applied after the SowKey is computed (``OF PREVIOUS`` allowed).
+    enrichment: tuple[str, ...] = ()
 
     @property
     def domain(self) -> str:

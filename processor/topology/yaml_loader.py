@@ -50,6 +50,8 @@ TOPIC_FIELDS = (
     "hash_indexes",
     "indexes",
     "history",
+    "preprocessing",
+    "enrichment",
     "sow",
 )
 #: The fields of a plain topic (``sow: false``).
@@ -161,6 +163,15 @@ def _hash_indexes(value: object) -> tuple[model.HashIndexSpec, ...]:
     return tuple(specs)
 
 
+def _fields(value: object) -> tuple[str, ...]:
+    """Preprocessing or enrichment: a list of ``expression AS /target`` texts."""
+    expected = "a list of fields, each 'expression AS /target'"
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise ValueFormatError(f"expected {expected}, got {_describe(value)}")
+    return tuple(_text(item, expected) for item in items)
+
+
 def _name(value: object) -> str:
     return _text(value, "a non-empty name")
 
@@ -201,6 +212,8 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "hash_indexes": _hash_indexes,
     "indexes": _paths,
     "history": _history,
+    "preprocessing": _fields,
+    "enrichment": _fields,
 }
 
 

@@ -445,8 +445,10 @@ def test_xml_not_implemented_options_warn(caplog: pytest.LogCaptureFixture) -> N
         topology = parse_amps_config(text, "cfg.xml")
     assert topology.topic("ORDERS").keys == ("/invoice",)
     warned = caplog.text
-    for tag in ("FileName", "SlabSize", "InitialSlabCount", "Enrichment", "View"):
+    for tag in ("FileName", "SlabSize", "InitialSlabCount", "View"):
         assert f"<{tag}> is accepted but not implemented yet" in warned
+    assert "<Enrichment>" not in warned
+    assert topology.topic("ORDERS").enrichment == ("CONCAT(/a, /b) AS /c",)
     assert topology.topic("ORDERS").history == History(7 * 86400, 15 * 60)
     assert "AMPSConfig/SOW/Topic[1]/SlabSize" in warned
     assert "AMPSConfig/SOW/Queue" in warned

@@ -12,6 +12,7 @@ from processor.errors import (
     FencedError,
     RecordTooLargeError,
 )
+from processor.keys import partition_for
 from processor.log import (
     Headers,
     TopicPartitionKey,
@@ -191,6 +192,11 @@ class MemoryLog:
                 f"the {size:,}-byte record for {topic}[{partition}] is over the log's limit "
                 f"of {self.max_record_bytes:,} bytes"
             )
+        if partition < 0:  # Kafka's "any partition": the default partitioner's choice
+            count = self._counts.get(topic)
+            if count is None:
+                raise BrokerError(f"topic {topic} does not exist; create it first")
+            partition = partition_for(key, count) if key else 0
         records = self._records(topic, partition)
         record = MemoryRecord(
             topic, partition, len(records), key, value, headers, int(self.clock() * 1000)
@@ -246,7 +252,7 @@ class MemoryLog:
             transaction = self._open.setdefault(transactional_id, _Transaction(epoch))
             record = self._append(topic, partition, key, value, headers)
             record.owner = (transactional_id, epoch)
-            transaction.first.setdefault((topic, partition), record.offset())
+            transaction.first.setdefault((topic, record.partition()), record.offset())
             return record.offset()
 
     def add_offsets(
