@@ -17,7 +17,7 @@ from typing import Any
 
 from processor.errors import ValueFormatError
 
-MESSAGE_TYPES = ("json", "avro", "fix", "nvfix", "binary")
+MESSAGE_TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "binary")
 
 #: Kafka topic names: legal characters and length (Kafka's own rule).
 KAFKA_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -110,6 +110,8 @@ class Topic:
     partitions: int = 1
     #: Path of the Avro schema (.avsc) for ``message_type == "avro"``.
     schema: str | None = None
+    #: The byte that ends each field of a fix or nvfix message (AMPS FieldSeparator).
+    field_separator: bytes = b"\x01"
 
     def __post_init__(self) -> None:
         if not self.kafka_topic:
