@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"publish"},
     {"engine"},
     {"replica"},
-    {"query", "spark"},
+    {"query", "spark", "faust"},
     {"subscriptions"},
     {"observability"},
     {"server", "client"},
@@ -152,6 +152,7 @@ def test_the_cycle_finder_finds_a_circle() -> None:
         ("confluent_kafka", {"log"}),
         ("rocksdict", {"state"}),
         ("grpc", {"server", "client", "observability", "wire"}),
+        ("faust", {"faust"}),
     ],
 )
 def test_foreign_clients_stay_in_their_adapters(banned: str, allowed: set[str]) -> None:
