@@ -87,9 +87,14 @@ def _direct_replies(
 
 
 def _record_json(record: Any) -> dict[str, Any]:
-    """A record as printed: ``data`` in text form (JSON; Base64 text for binary)."""
+    """A record as printed: ``data`` in text form: JSON for json, avro and bson (and an
+    aggregated row); the message text, as a string, for fix, nvfix and xml; Base64 text
+    for binary."""
+    text_types = ("binary", "fix", "nvfix", "xml")
     data: Any = (
-        record.data.decode() if record.message_type == "binary" else orjson.loads(record.data)
+        record.data.decode(errors="replace")
+        if record.message_type in text_types and record.position.topic
+        else orjson.loads(record.data)
     )
     out: dict[str, Any] = {"sow_key": record.sow_key, "data": data}
     if record.position.topic:  # aggregated rows come from no single message

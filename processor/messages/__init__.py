@@ -64,12 +64,20 @@ def codec_for(topic: Topic) -> Codec:
     if topic.message_type in ("fix", "nvfix"):
         from processor.messages.fix import TagValueCodec
 
-        return TagValueCodec(topic.message_type)
+        return TagValueCodec(topic.message_type, topic.field_separator)
+    if topic.message_type == "xml":
+        from processor.messages.xml import XmlCodec
+
+        return XmlCodec()
+    if topic.message_type == "bson":
+        from processor.messages.bson import BsonCodec
+
+        return BsonCodec()
     if topic.message_type == "binary":
         from processor.messages.binary import BinaryCodec
 
         return BinaryCodec()
     raise ConfigurationError(
         f"topic {topic.name} has message type {topic.message_type!r}; "
-        "supported types are json, avro, fix, nvfix and binary"
+        "supported types are json, avro, fix, nvfix, xml, bson and binary"
     )

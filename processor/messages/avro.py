@@ -24,6 +24,7 @@ import fastavro
 import orjson
 
 from processor.errors import ConfigurationError, DecodeError
+from processor.messages.base import jsonable
 from processor.messages.fields import merge, prune
 from processor.messages.json import json_object
 
@@ -84,7 +85,7 @@ class AvroCodec:
         return self.encode_json(value)
 
     def to_text(self, data: bytes) -> bytes:
-        return orjson.dumps(self.decode(data), default=_jsonable)
+        return orjson.dumps(self.decode(data), default=jsonable)
 
     def decode_delta(self, data: bytes, text_form: bool) -> Any:
         if not text_form:
@@ -111,17 +112,8 @@ class AvroCodec:
         return buffer.getvalue()
 
     def text_of(self, value: Any) -> bytes:
-        return orjson.dumps(value, default=_jsonable)
+        return orjson.dumps(value, default=jsonable)
 
 
 def _not_null(value: Any) -> bool:
     return value is not None
-
-
-def _jsonable(value: Any) -> Any:
-    """JSON for the Avro values JSON lacks: bytes as Base64, the rest as text."""
-    if isinstance(value, bytes):
-        import base64
-
-        return base64.b64encode(value).decode()
-    return str(value)

@@ -15,29 +15,13 @@ refused. A delta_publish's fields replace the stored ones, the others stay.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-import orjson
-
 from processor.errors import DecodeError
-from processor.messages.fields import merge
+from processor.messages.base import FieldsCodec, typed_text
 
 #: AMPS's default field separator.
 SOH = b"\x01"
-_INTEGER = re.compile(rb"[+-]?\d+")
-_FLOAT = re.compile(rb"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)")
-
-
-def _typed(raw: bytes) -> Any:
-    """A field's value as AMPS types it (empty: NULL)."""
-    if not raw:
-        return None
-    if _INTEGER.fullmatch(raw):
-        return int(raw)
-    if _FLOAT.fullmatch(raw):
-        return float(raw)
-    return raw.decode("utf-8", errors="replace")
 
 
 def _text(value: Any, name: str) -> bytes:
@@ -55,7 +39,7 @@ def _text(value: Any, name: str) -> bytes:
     )
 
 
-class TagValueCodec:
+class TagValueCodec(FieldsCodec):
     """FIX (numeric tags) or NVFIX (named fields); see the module doc. Thread-safe."""
 
     def __init__(self, name: str, separator: bytes = SOH) -> None:
@@ -80,7 +64,7 @@ class TagValueCodec:
                     "numbers (use nvfix for named fields)"
                 )
             name = tag.decode("utf-8", errors="replace")
-            value = _typed(raw)
+            value = typed_text(raw.decode("utf-8", errors="replace"))
             if name in fields:
                 held = fields[name]
                 fields[name] = [*held, value] if isinstance(held, list) else [held, value]
@@ -99,22 +83,3 @@ class TagValueCodec:
             for item in field if isinstance(field, list) else [field]:
                 parts.append(tag + b"=" + _text(item, str(name)) + self.separator)
         return b"".join(parts)
-
-    def from_text(self, text: bytes) -> bytes:
-        self.decode(text)
-        return text
-
-    def to_text(self, data: bytes) -> bytes:
-        return data
-
-    def decode_delta(self, data: bytes, text_form: bool) -> Any:
-        return self.decode(data)
-
-    def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
-        given = self.decode(delta)
-        if stored is None:
-            return delta
-        return self.encode_json(merge(self.decode(stored), given))
-
-    def text_of(self, value: Any) -> bytes:
-        return orjson.dumps(value)

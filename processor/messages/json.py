@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from processor.errors import DecodeError
-from processor.messages.fields import merge
+from processor.messages.base import FieldsCodec
 
 
 def json_object(data: bytes, what: str, kind: str) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def json_object(data: bytes, what: str, kind: str) -> dict[str, Any]:
     return value
 
 
-class JsonCodec:
+class JsonCodec(FieldsCodec):
     """JSON objects. A payload that is not a JSON object is a DecodeError."""
 
     name = "json"
@@ -33,24 +33,4 @@ class JsonCodec:
     def encode_json(self, value: Any) -> bytes:
         if not isinstance(value, dict):
             raise DecodeError("a json message must be a JSON object")
-        return orjson.dumps(value)
-
-    def from_text(self, text: bytes) -> bytes:
-        self.decode(text)
-        return text
-
-    def to_text(self, data: bytes) -> bytes:
-        return data
-
-    def decode_delta(self, data: bytes, text_form: bool) -> Any:
-        return self.decode(data)
-
-    def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
-        """Every field of the JSON delta is given (a null too: it sets the field to null)."""
-        given = self.decode(delta)
-        if stored is None:
-            return delta
-        return orjson.dumps(merge(self.decode(stored), given))
-
-    def text_of(self, value: Any) -> bytes:
         return orjson.dumps(value)

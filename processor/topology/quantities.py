@@ -210,17 +210,21 @@ def parse_choice(text: str, allowed: Sequence[str], what: str) -> str:
     raise ValueFormatError(f"{what} {text.strip()!r} is not allowed; allowed: {', '.join(allowed)}")
 
 
-def parse_positive_int(text: str, what: str, maximum: int | None = None) -> int:
-    """A decimal integer >= 1 (and <= ``maximum`` when given)."""
+def parse_positive_int(
+    text: str, what: str, maximum: int | None = None, *, minimum: int = 1
+) -> int:
+    """A decimal integer >= ``minimum`` (1 unless given; and <= ``maximum`` when given)."""
     stripped = text.strip()
     if not re.fullmatch(r"[+]?\d+", stripped):
         raise ValueFormatError(
-            f"{what} {stripped!r} is not a whole number; expected an integer >= 1"
+            f"{what} {stripped!r} is not a whole number; expected an integer >= {minimum}"
         )
     value = int(stripped)
-    if value < 1 or (maximum is not None and value > maximum):
+    if value < minimum or (maximum is not None and value > maximum):
         upper = f" and <= {maximum}" if maximum is not None else ""
-        raise ValueFormatError(f"{what} {value} is out of range; expected an integer >= 1{upper}")
+        raise ValueFormatError(
+            f"{what} {value} is out of range; expected an integer >= {minimum}{upper}"
+        )
     return value
 
 
@@ -268,3 +272,26 @@ def unknown_name(kind: str, name: str, allowed: Iterable[str], parent: str = "")
     hint = f" (did you mean {suggestion!r}?)" if suggestion is not None else ""
     inside = f" in {parent}" if parent else ""
     return f"unknown {kind} {name!r}{inside}{hint}; allowed: {', '.join(choices)}"
+
+
+def parse_separator(text: str) -> bytes:
+    """A fix/nvfix FieldSeparator: one character (``|``), or its ASCII code in decimal
+    (``1``: SOH, AMPS's default) or hex (``0x1``). It cannot be ``=`` or a character of
+    field names and values people type (letters, digits)."""
+    stripped = text.strip()
+    if len(text) == 1 and not text.isalnum():
+        code = ord(text)
+    else:
+        try:
+            code = int(stripped, 16) if stripped.lower().startswith("0x") else int(stripped)
+        except ValueError:
+            raise ValueFormatError(
+                f"FieldSeparator {text!r} is not one character or an ASCII code (1 for SOH, "
+                "0x1, or a character such as |)"
+            ) from None
+    if not 0 < code < 128 or chr(code) == "=" or chr(code).isalnum():
+        raise ValueFormatError(
+            f"FieldSeparator {text!r} must be an ASCII character other than '=', letters "
+            "and digits (code 1 to 127)"
+        )
+    return bytes([code])

@@ -32,7 +32,10 @@ PRICES = SowTopic(
     "PRICES",
     message_type="nvfix",
     keys=("/id",),
-    preprocessing=("UPPER(/sym) AS /sym HINT SET_CURRENT", "CONCAT(UPPER(/venue), ':', /sym) AS /id"),
+    preprocessing=(
+        "UPPER(/sym) AS /sym HINT SET_CURRENT",
+        "CONCAT(UPPER(/venue), ':', /sym) AS /id",
+    ),
     enrichment=("/px * /qty AS /notional",),
 )
 

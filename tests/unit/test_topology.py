@@ -215,8 +215,12 @@ def test_parse_yaml_from_text() -> None:
             ["topics[A].schema", "only for message_type avro", "json"],
         ),
         (
-            "topics:\n  - {name: A, message_type: xml}\n",
-            ["topics[A].message_type", "'xml'", "allowed: json, avro, fix, nvfix, binary"],
+            "topics:\n  - {name: A, message_type: msgpack}\n",
+            [
+                "topics[A].message_type",
+                "'msgpack'",
+                "allowed: json, avro, fix, nvfix, xml, bson, binary",
+            ],
         ),
         (
             "topics:\n  - {name: A, durability: durable}\n",
@@ -488,8 +492,13 @@ def sow(*topics: str, extra: str = "") -> str:
             ["Topic[1]/Key", "binary", "KeyGenerator"],
         ),
         (
-            sow("<Name>A</Name><MessageType>xml</MessageType>"),
-            ["Topic[1]/MessageType", "'xml'", "allowed: json, fix, nvfix, binary", "MessageTypes"],
+            sow("<Name>A</Name><MessageType>msgpack</MessageType>"),
+            [
+                "Topic[1]/MessageType",
+                "'msgpack'",
+                "allowed: json, fix, nvfix, xml, bson, binary",
+                "MessageTypes",
+            ],
         ),
         (
             sow("<Name>A</Name><MessageType>avro</MessageType>"),
@@ -504,7 +513,7 @@ def sow(*topics: str, extra: str = "") -> str:
             [
                 "MessageTypes/MessageType/Module",
                 "'protobuf'",
-                "allowed: json, avro, fix, nvfix, binary",
+                "allowed: json, avro, fix, nvfix, xml, bson, binary",
             ],
         ),
         (

@@ -1,0 +1,80 @@
+"""What the message types whose payloads decode to a tree of fields share.
+
+:class:`FieldsCodec` is the codec interface's behaviour for a type whose message text is
+the payload itself (json, fix, nvfix, xml): the text form is the payload, a delta is a
+message of the type, and a delta_publish merges field by field
+(:func:`processor.messages.fields.merge`). Subclasses give ``name``, :meth:`decode` and
+:meth:`encode_json`; a type whose text form is not its payload (bson) overrides the text
+methods too.
+
+:func:`typed_text` types a value given as text the way AMPS's parsers for text formats
+do (spec 1.5): an integer, a float, else the string; empty text is NULL.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from processor.messages.fields import merge
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)")
+
+
+def typed_text(raw: str) -> Any:
+    """A text value as AMPS types it: ``24`` an integer, ``24.0`` or ``1e3`` a float,
+    anything else the string itself; empty text is NULL (None)."""
+    if not raw:
+        return None
+    first = raw[0]
+    if first.isdigit() or first in "+-.":
+        if _INTEGER.fullmatch(raw):
+            return int(raw)
+        if _FLOAT.fullmatch(raw):
+            return float(raw)
+    return raw
+
+
+def jsonable(value: Any) -> Any:
+    """JSON for the values JSON lacks (Avro and BSON types): bytes as Base64, the rest
+    as their text."""
+    if isinstance(value, bytes):
+        import base64
+
+        return base64.b64encode(value).decode()
+    return str(value)
+
+
+class FieldsCodec:
+    """Base of the codecs whose text form is the payload (see the module doc)."""
+
+    name: str
+
+    def decode(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def encode_json(self, value: Any) -> bytes:
+        raise NotImplementedError
+
+    def from_text(self, text: bytes) -> bytes:
+        self.decode(text)
+        return text
+
+    def to_text(self, data: bytes) -> bytes:
+        return data
+
+    def decode_delta(self, data: bytes, text_form: bool) -> Any:
+        return self.decode(data)
+
+    def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
+        """Every field of the delta is given (a null too: it sets the field to null)."""
+        given = self.decode_delta(delta, text_form)
+        if stored is None:
+            return delta if not text_form else self.encode_json(given)
+        return self.encode_json(merge(self.decode(stored), given))
+
+    def text_of(self, value: Any) -> bytes:
+        return orjson.dumps(value, default=jsonable)

@@ -1,0 +1,151 @@
+"""The xml message type (lxml): one root element, its children and attributes as fields.
+
+A message decodes to ``{root_tag: content}``, so paths start at the root element as in
+AMPS (``/Order/Symbol``, ``/alert/id``):
+
+* an element with neither children nor attributes is a value, typed from its text as
+  AMPS types XML text (``<b>24</b>`` an integer, ``24.0`` a float, else a string; an
+  empty element ``<a/>`` is NULL), surrounding whitespace ignored;
+* an element with children or attributes is an object: each child element by its tag,
+  each attribute as ``@name`` (``/Order/@update``); its own text, if any, under
+  ``#text``;
+* a tag that repeats among siblings is a repeated field: its value is the list of the
+  elements' values, in order (a filter on it is existential, as on an array);
+* namespace prefixes are dropped (``{urn:x}Order`` is ``Order``); comments and
+  processing instructions are ignored.
+
+Building a message (projection, delta merge, enrichment) writes a JSON-like value with
+exactly one top-level field, the root: objects become elements (``@name`` keys
+attributes, ``#text`` the text), lists repeated elements, NULL an empty element,
+booleans ``true``/``false``. XML has no arrays, so a one-element list is read back as a
+value. Parsing refuses DTDs' external entities and never touches the network.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from lxml import etree
+
+from processor.errors import DecodeError
+from processor.messages.base import FieldsCodec, typed_text
+
+#: Characters of an XML name (a conservative subset: ASCII letters, digits, _ - .).
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+_TEXT = "#text"
+_local = threading.local()
+
+
+def _parser() -> Any:
+    """This thread's parser (lxml parsers must not be shared between threads)."""
+    parser = getattr(_local, "parser", None)
+    if parser is None:
+        parser = _local.parser = etree.XMLParser(
+            resolve_entities=False, no_network=True, remove_comments=True, remove_pis=True
+        )
+    return parser
+
+
+def _tag(element: Any) -> str:
+    tag: str = element.tag
+    return tag.rpartition("}")[2] if tag[0] == "{" else tag
+
+
+def _value(element: Any) -> Any:
+    attributes = element.attrib
+    children = sum(1 for child in element if isinstance(child.tag, str))
+    text = element.text
+    if not children and not attributes:
+        return typed_text(text.strip()) if text else None
+    fields: dict[str, Any] = {}
+    for name, raw in attributes.items():
+        fields["@" + (name.rpartition("}")[2] if name[0] == "{" else name)] = typed_text(raw)
+    if text is not None and text.strip():
+        fields[_TEXT] = typed_text(text.strip())
+    for child in element:
+        if not isinstance(child.tag, str):
+            continue  # an unresolved entity reference: external entities are never read
+        tag = _tag(child)
+        value = _value(child)
+        if tag in fields:
+            held = fields[tag]
+            if isinstance(held, list):  # values are never lists but for repetition
+                held.append(value)
+            else:
+                fields[tag] = [held, value]
+        else:
+            fields[tag] = value
+    return fields
+
+
+def _text(value: Any, name: str) -> str:
+    """A leaf value as element or attribute text."""
+    if value is None:
+        return ""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int | str):
+        return str(value)
+    raise DecodeError(f"field {name!r} holds a {type(value).__name__}, which XML cannot carry")
+
+
+def _element(name: str, value: Any, out: list[str]) -> None:
+    if not _NAME.fullmatch(name):
+        raise DecodeError(
+            f"{name!r} is not an XML element name (letters, digits, '_', '-', '.'; not "
+            "starting with a digit)"
+        )
+    if isinstance(value, list):
+        for item in value:
+            _element(name, item, out)
+        return
+    if not isinstance(value, dict):
+        text = _text(value, name)
+        out.append(f"<{name}>{escape(text)}</{name}>" if text else f"<{name}/>")
+        return
+    attributes = "".join(
+        f" {key[1:]}={quoteattr(_text(item, key))}"
+        for key, item in value.items()
+        if key.startswith("@")
+    )
+    out.append(f"<{name}{attributes}>")
+    if _TEXT in value:
+        out.append(escape(_text(value[_TEXT], _TEXT)))
+    for key, item in value.items():
+        if not key.startswith("@") and key != _TEXT:
+            _element(key, item, out)
+    out.append(f"</{name}>")
+
+
+class XmlCodec(FieldsCodec):
+    """XML documents; see the module doc. Thread-safe."""
+
+    name = "xml"
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            root = etree.fromstring(data, _parser())
+        except etree.XMLSyntaxError as exc:
+            raise DecodeError(f"the payload is not well-formed XML: {exc}") from exc
+        except ValueError as exc:  # lxml: a str with an encoding declaration, empty input
+            raise DecodeError(f"the payload is not an XML document: {exc}") from exc
+        return {_tag(root): _value(root)}
+
+    def encode_json(self, value: Any) -> bytes:
+        if not isinstance(value, dict) or len(value) != 1:
+            count = len(value) if isinstance(value, dict) else 0
+            raise DecodeError(
+                "an xml message has one root element: give exactly one top-level field "
+                f"(got {count if isinstance(value, dict) else type(value).__name__})"
+            )
+        ((name, content),) = value.items()
+        if isinstance(content, list):
+            raise DecodeError(f"the root element {name!r} cannot repeat")
+        out: list[str] = []
+        _element(str(name), content, out)
+        return "".join(out).encode()
