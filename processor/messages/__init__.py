@@ -69,6 +69,10 @@ def codec_for(topic: Topic) -> Codec:
         from processor.messages.xml import XmlCodec
 
         return XmlCodec()
+    if topic.message_type == "bflat":
+        from processor.messages.bflat import BflatCodec
+
+        return BflatCodec()
     if topic.message_type == "bson":
         from processor.messages.bson import BsonCodec
 
@@ -79,5 +83,5 @@ def codec_for(topic: Topic) -> Codec:
         return BinaryCodec()
     raise ConfigurationError(
         f"topic {topic.name} has message type {topic.message_type!r}; "
-        "supported types are json, avro, fix, nvfix, xml, bson and binary"
+        "supported types are json, avro, fix, nvfix, xml, bson, bflat and binary"
     )
