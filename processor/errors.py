@@ -30,6 +30,11 @@ class TopologyError(ConfigurationError):
         super().__init__(location + message)
 
 
+class UnservedEntryError(ConfigurationError):
+    """A topology holds entries kafka-sow parses but does not serve yet (views, conflated
+    topics, queues): ``sow serve`` refuses it rather than answer NOT_FOUND for them."""
+
+
 class ValueFormatError(SowError, ValueError):
     """A value in text form (a duration, a size, a timestamp, a field path, a setting) is
     not in the form expected; the message says what arrived and what is allowed. Callers

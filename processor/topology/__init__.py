@@ -12,6 +12,7 @@ from processor.topology.model import (
     SowTopic,
     Topology,
 )
+from processor.topology.unserved import refuse_unserved
 
 __all__ = [
     "MESSAGE_TYPES",
@@ -24,4 +25,5 @@ __all__ = [
     "SowTopic",
     "Topology",
     "load_topology",
+    "refuse_unserved",
 ]

@@ -3,7 +3,9 @@
 Across one file or many, topic names are unique (a SOW topic and a plain topic may not
 share one), and so are all Kafka topics the topology derives (each topic's input
 ``kafka_topic``; for a SOW topic also ``<kafka_topic>.sow-changelog`` and
-``<kafka_topic>.sow-repartition``). Every problem raises
+``<kafka_topic>.sow-repartition``). The names of views, conflated topics and queues differ
+from each other and from every topic's, except that a queue may bear the name of the
+plain topic it reads (AMPS's default UnderlyingTopic is the queue's Name). Every problem raises
 :class:`~processor.errors.TopologyError` naming the file, the field or element, what is
 wrong and what is allowed. The format loaders call :func:`check_topic` and :func:`assemble`.
 """
@@ -15,13 +17,23 @@ from pathlib import Path
 
 from processor.errors import ExpressionError, ParseError, TopologyError
 from processor.expr.construction import compile_construction
-from processor.topology.model import KAFKA_TOPIC_NAME, PlainTopic, SowTopic, Topic, Topology
+from processor.topology.model import (
+    KAFKA_TOPIC_NAME,
+    ConflatedTopicSpec,
+    Entry,
+    PlainTopic,
+    QueueSpec,
+    SowTopic,
+    Topic,
+    Topology,
+    ViewSpec,
+)
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
 MAX_KAFKA_TOPIC_LENGTH = 249 - len(".sow-repartition")
 
 #: One loaded topic, with the file and the field path that defined it (for messages).
-Entry = tuple[Topic, str, str]
+Loaded = tuple[Topic, str, str]
 
 
 def read_text(path: str | Path) -> str:
@@ -34,7 +46,8 @@ def read_text(path: str | Path) -> str:
 
 def merge_topologies(parts: Sequence[Topology]) -> Topology:
     """One topology holding every topic of ``parts``; a topic name defined twice is an error."""
-    entries: list[Entry] = []
+    entries: list[Loaded] = []
+    others: list[Entry] = []
     sources: list[str] = []
     for part in parts:
         source = part.sources[0] if part.sources else "<topology>"
@@ -43,17 +56,21 @@ def merge_topologies(parts: Sequence[Topology]) -> Topology:
             (topic, source, f"topic {name!r}")
             for name, topic in [*part.topics.items(), *part.plain_topics.items()]
         )
-    return assemble(entries, tuple(sources))
+        others.extend(part.entries())
+    return assemble(entries, tuple(sources), others)
 
 
 def _at(source: str, where: str, current: str) -> str:
     return where if source == current else f"{source}: {where}"
 
 
-def assemble(entries: Sequence[Entry], sources: tuple[str, ...]) -> Topology:
-    """A :class:`Topology` of ``entries`` (SOW and plain topics, in order); names and
-    derived Kafka topics must be unique."""
-    by_name: dict[str, Entry] = {}
+def assemble(
+    entries: Sequence[Loaded], sources: tuple[str, ...], others: Sequence[Entry] = ()
+) -> Topology:
+    """A :class:`Topology` of ``entries`` (SOW and plain topics, in order) and ``others``
+    (views, conflated topics and queues, in order); names and derived Kafka topics must
+    be unique."""
+    by_name: dict[str, Loaded] = {}
     kafka: dict[str, tuple[str, str, str, str]] = {}
     for topic, source, where in entries:
         if topic.name in by_name:
@@ -90,7 +107,42 @@ def assemble(entries: Sequence[Entry], sources: tuple[str, ...]) -> Topology:
             topics[name] = topic
         elif isinstance(topic, PlainTopic):
             plain[name] = topic
-    return Topology(topics, sources, plain)
+    views: dict[str, ViewSpec] = {}
+    conflated: dict[str, ConflatedTopicSpec] = {}
+    queues: dict[str, QueueSpec] = {}
+    for entry in others:
+        _check_entry_name(entry, by_name, {**views, **conflated, **queues})
+        if isinstance(entry, ViewSpec):
+            views[entry.name] = entry
+        elif isinstance(entry, ConflatedTopicSpec):
+            conflated[entry.name] = entry
+        else:
+            queues[entry.name] = entry
+    return Topology(topics, sources, plain, views, conflated, queues)
+
+
+def _check_entry_name(entry: Entry, topics: dict[str, Loaded], earlier: dict[str, Entry]) -> None:
+    """A view, conflated topic or queue must not take a name already in use."""
+    other = earlier.get(entry.name)
+    if other is not None:
+        first = _at(other.source, other.where, entry.source)
+    elif entry.name in topics:
+        topic, source, where = topics[entry.name]
+        if (
+            isinstance(entry, QueueSpec)
+            and isinstance(topic, PlainTopic)
+            and entry.underlying == entry.name
+        ):
+            return  # the queue reads the plain topic of its name, as AMPS's default does
+        first = f"a topic, at {_at(source, where, entry.source)}"
+    else:
+        return
+    raise TopologyError(
+        f"{entry.name!r} is defined twice (first: {first}); views, conflated topics, queues "
+        "and topics need names of their own",
+        source=entry.source,
+        where=entry.where,
+    )
 
 
 def check_topic(topic: Topic, name_of: Callable[[str], str]) -> tuple[str, str] | None:

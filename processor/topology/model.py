@@ -1,8 +1,10 @@
-"""The topology model: frozen descriptions of SOW topics and plain topics, shared by
+"""The topology model: frozen descriptions of SOW topics and plain topics, and of the
+other entries of an AMPS ``<SOW>`` section (views, conflated topics, queues), shared by
 every loader.
 
 A :class:`Topology` is what the YAML loader and the AMPS-configuration loader both
-produce; nothing downstream knows which format it came from.
+produce; nothing downstream knows which format it came from. Views, conflated topics and
+queues are parsed and validated, but not served yet (issues 21 and 22).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from processor.errors import ValueFormatError
 
@@ -99,6 +101,16 @@ class HashIndexSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class UnusedOption:
+    """An AMPS option that was validated but has no effect in kafka-sow, and why
+    (``FileName``, the growth and sizing options, ``Pattern`` until it is implemented)."""
+
+    element: str
+    value: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Topic:
     """What every topic has: a name, a message type (with its Avro ``schema`` path for
     avro), and the input Kafka topic it is read from (``kafka_topic``, default the name)
@@ -142,6 +154,8 @@ class SowTopic(Topic):
     preprocessing: tuple[str, ...] = ()
     #: Enrichment fields, applied after the SowKey is computed (``OF PREVIOUS`` allowed).
     enrichment: tuple[str, ...] = ()
+    #: Options accepted without effect (AMPS XML ``FileName``, ``SlabSize``...), and why.
+    unused_options: tuple[UnusedOption, ...] = ()
 
     @property
     def domain(self) -> str:
@@ -174,16 +188,193 @@ class PlainTopic(Topic):
 
 
 @dataclass(frozen=True, slots=True)
+class TopicRef:
+    """A topic an entry reads, by name; ``message_type`` when the configuration qualified
+    it (``[json].[ORDERS]``)."""
+
+    name: str
+    message_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSpec:
+    """One view ``Join``: ``[left]./field = [right]./field``. AMPS compares the two values
+    as strings; the left-hand topic of the first Join is the preserved side."""
+
+    text: str
+    left: TopicRef
+    left_field: str
+    right: TopicRef
+    right_field: str
+
+
+class ViewConflation(Enum):
+    """A view's ``Conflation``: every update processed in order, or pending ones replaced."""
+
+    NONE = "none"
+    INLINE = "inline"
+
+
+@dataclass(frozen=True, slots=True)
+class ViewSpec:
+    """An AMPS ``<View>``: an aggregation over one topic or a join of several (issue 21).
+
+    ``underlying`` is the one topic read, or every topic the ``joins`` name (first seen
+    first); ``projection`` and ``grouping`` are the ``Field`` texts (compiled when the
+    file was loaded); ``filter`` only without joins. ``source``/``where``: the file and
+    element that defined it.
+    """
+
+    name: str
+    message_type: str
+    underlying: tuple[TopicRef, ...]
+    projection: tuple[str, ...]
+    grouping: tuple[str, ...]
+    joins: tuple[JoinSpec, ...] = ()
+    schema: str | None = None
+    key_domain: str | None = None
+    conflation: ViewConflation = ViewConflation.NONE
+    filter: str | None = None
+    hash_indexes: tuple[HashIndexSpec, ...] = ()
+    join_null_equivalency: bool = False
+    unused_options: tuple[UnusedOption, ...] = ()
+    source: str = ""
+    where: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConflatedTopicSpec:
+    """An AMPS ``<ConflatedTopic>``: the underlying topic's current values republished at
+    most once per ``interval_s`` per SowKey (issue 21). ``topic_format`` (``%n-C``) names
+    the copies when the underlying topic is a ``Pattern`` topic."""
+
+    name: str
+    underlying: str
+    message_type: str
+    interval_s: float = 5.0
+    schema: str | None = None
+    filter: str | None = None
+    hash_indexes: tuple[HashIndexSpec, ...] = ()
+    topic_format: str | None = None
+    enrichment: tuple[str, ...] = ()
+    source: str = ""
+    where: str = ""
+
+
+class QueueKind(Enum):
+    """Which element declared a queue: distributed, this instance only, or a group's."""
+
+    QUEUE = "Queue"
+    LOCAL = "LocalQueue"
+    GROUP_LOCAL = "GroupLocalQueue"
+
+
+class QueueSemantics(Enum):
+    """``Semantics``: leased until acknowledged, or removed when sent."""
+
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
+
+
+class FairnessModel(Enum):
+    """``FairnessModel``: how a message picks among the subscriptions that can take it."""
+
+    FAST = "fast"
+    ROUND_ROBIN = "round-robin"
+    PROPORTIONAL = "proportional"
+
+
+class Leasing(Enum):
+    """``Leasing``: who may acknowledge a leased message (``strict``: its lease holder)."""
+
+    STRICT = "strict"
+    SUBLET = "sublet"
+
+
+class ExpirationModel(Enum):
+    """``ExpirationModel``: which expiration wins, the queue's or the message's."""
+
+    DEFAULT = "default"
+    QUEUE = "queue"
+    LATEST = "latest"
+    EARLIEST = "earliest"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecoveryPoint:
+    """A queue's ``RecoveryPoint``: ``epoch``, ``now``, ``creation``, an AMPS bookmark
+    (``bookmark``) or a timestamp (``timestamp``, UTC)."""
+
+    kind: Literal["epoch", "now", "creation", "bookmark", "timestamp"] = "epoch"
+    timestamp: datetime | None = None
+    bookmark: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """An AMPS ``<Queue>``, ``<LocalQueue>`` or ``<GroupLocalQueue>`` (issue 22): every
+    message published to the underlying topics, delivered to one subscriber at a time.
+
+    ``underlying`` is a topic name or, when ``underlying_pattern``, a regular expression
+    over topic names (``underlying_topics``: the topics of the file it names);
+    ``default_publish_target`` takes publishes addressed to the queue. None for a limit
+    means unlimited; ``max_deliveries``/``max_cancels`` 0 means no maximum.
+    """
+
+    name: str
+    message_type: str
+    underlying: str
+    default_publish_target: str
+    underlying_topics: tuple[str, ...] = ()
+    underlying_pattern: bool = False
+    kind: QueueKind = QueueKind.QUEUE
+    schema: str | None = None
+    lease_period_s: float | None = None
+    semantics: QueueSemantics = QueueSemantics.AT_LEAST_ONCE
+    max_backlog: int | None = None
+    max_per_subscription_backlog: int = 1
+    target_queue_depth: int | None = None
+    expiration_s: float | None = None
+    expiration_model: ExpirationModel = ExpirationModel.DEFAULT
+    filter: str | None = None
+    recovery_point: QueueRecoveryPoint = field(default_factory=QueueRecoveryPoint)
+    fairness_model: FairnessModel = FairnessModel.PROPORTIONAL
+    leasing: Leasing = Leasing.SUBLET
+    max_deliveries: int = 0
+    max_cancels: int = 0
+    priority: str | None = None
+    barrier_expression: str | None = None
+    deferred_ack_expiration_s: float = 86400.0
+    file_backed_metadata: bool = False
+    initial_owner: str | None = None
+    group_local_queue_domain: str | None = None
+    source: str = ""
+    where: str = ""
+
+
+#: Every SOW entry kafka-sow parses but does not serve yet.
+Entry = ViewSpec | ConflatedTopicSpec | QueueSpec
+
+
+@dataclass(frozen=True, slots=True)
 class Topology:
     """Every topic the product serves, by name, plus where it was loaded from.
 
     ``topics`` are the SOW topics (the processor keeps their state); ``plain_topics``
     the topics without a SOW (live subscriptions only). A name is in one of them at most.
+    ``views``, ``conflated_topics`` and ``queues`` are the other entries of an AMPS
+    ``<SOW>`` section: validated, not served yet (``sow serve`` refuses them); their
+    names differ from every topic's, except a queue's own underlying plain topic.
     """
 
     topics: Mapping[str, SowTopic]
     sources: tuple[str, ...] = ()
     plain_topics: Mapping[str, PlainTopic] = field(default_factory=lambda: MappingProxyType({}))
+    views: Mapping[str, ViewSpec] = field(default_factory=lambda: MappingProxyType({}))
+    conflated_topics: Mapping[str, ConflatedTopicSpec] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    queues: Mapping[str, QueueSpec] = field(default_factory=lambda: MappingProxyType({}))
 
     def topic(self, name: str) -> SowTopic:
         """The SOW topic called ``name``; raises KeyError when there is none."""
@@ -192,6 +383,10 @@ class Topology:
     def every_topic(self) -> list[Topic]:
         """SOW topics then plain topics, each in configuration order."""
         return [*self.topics.values(), *self.plain_topics.values()]
+
+    def entries(self) -> list[Entry]:
+        """Views, conflated topics then queues, each in configuration order."""
+        return [*self.views.values(), *self.conflated_topics.values(), *self.queues.values()]
 
     def by_kafka_topic(self) -> dict[str, SowTopic]:
         """SOW topics indexed by their input Kafka topic."""

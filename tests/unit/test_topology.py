@@ -429,7 +429,7 @@ def test_xml_environment_expansion(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert topic.schema == str((tmp_path / "prices.avsc").resolve())
 
 
-def test_xml_not_implemented_options_warn(caplog: pytest.LogCaptureFixture) -> None:
+def test_xml_sizing_options_say_why_they_do_not_apply(caplog: pytest.LogCaptureFixture) -> None:
     text = """<AMPSConfig><SOW>
       <Topic>
         <Name>ORDERS</Name>
@@ -442,20 +442,29 @@ def test_xml_not_implemented_options_warn(caplog: pytest.LogCaptureFixture) -> N
         <History><Window>7d</Window><Granularity>15m</Granularity></History>
         <Enrichment><Field>CONCAT(/a, /b) AS /c</Field></Enrichment>
       </Topic>
-      <View><Name>V</Name><Anything/></View>
-      <Queue><Name>Q</Name></Queue>
+      <Topic><Name>ALL</Name><Pattern>orders.*</Pattern></Topic>
     </SOW></AMPSConfig>"""
-    with caplog.at_level(logging.WARNING, logger="processor.topology.amps_xml"):
+    with caplog.at_level(logging.INFO, logger="processor.topology.amps_xml"):
         topology = parse_amps_config(text, "cfg.xml")
-    assert topology.topic("ORDERS").keys == ("/invoice",)
-    warned = caplog.text
-    for tag in ("FileName", "SlabSize", "InitialSlabCount", "View"):
-        assert f"<{tag}> is accepted but not implemented yet" in warned
-    assert "<Enrichment>" not in warned
-    assert topology.topic("ORDERS").enrichment == ("CONCAT(/a, /b) AS /c",)
-    assert topology.topic("ORDERS").history == History(7 * 86400, 15 * 60)
-    assert "AMPSConfig/SOW/Topic[1]/SlabSize" in warned
-    assert "AMPSConfig/SOW/Queue" in warned
+    orders = topology.topic("ORDERS")
+    assert orders.keys == ("/invoice",)
+    logged = caplog.text
+    for tag in ("FileName", "SlabSize", "InitialSlabCount", "ExpectedKeyCountHint"):
+        assert f"<{tag}> does not apply in kafka-sow" in logged
+    assert "ORDERS.sow-changelog" in logged
+    assert "<Pattern> is accepted but not implemented yet" in logged
+    assert "<Enrichment>" not in logged
+    assert [o.element for o in orders.unused_options] == [
+        "FileName",
+        "SlabSize",
+        "InitialSlabCount",
+        "ExpectedKeyCountHint",
+    ]
+    assert orders.enrichment == ("CONCAT(/a, /b) AS /c",)
+    assert orders.history == History(7 * 86400, 15 * 60)
+    assert "AMPSConfig/SOW/Topic[1]/SlabSize" in logged
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(": ")[1] for r in warnings] == ["AMPSConfig/SOW/Topic[2]/Pattern"]
 
 
 def sow(*topics: str, extra: str = "") -> str:
