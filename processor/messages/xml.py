@@ -55,29 +55,33 @@ def _tag(element: Any) -> str:
 
 
 def _value(element: Any) -> Any:
-    attributes = element.attrib
-    children = sum(1 for child in element if isinstance(child.tag, str))
     text = element.text
-    if not children and not attributes:
+    attributes = element.attrib
+    if not len(element) and not attributes:
         return typed_text(text.strip()) if text else None
     fields: dict[str, Any] = {}
-    for name, raw in attributes.items():
-        fields["@" + (name.rpartition("}")[2] if name[0] == "{" else name)] = typed_text(raw)
+    if attributes:
+        for name, raw in attributes.items():
+            fields["@" + (name.rpartition("}")[2] if name[0] == "{" else name)] = typed_text(raw)
     if text is not None and text.strip():
         fields[_TEXT] = typed_text(text.strip())
     for child in element:
-        if not isinstance(child.tag, str):
+        tag = child.tag
+        if tag.__class__ is not str:
             continue  # an unresolved entity reference: external entities are never read
-        tag = _tag(child)
+        if tag[0] == "{":
+            tag = tag.rpartition("}")[2]
         value = _value(child)
         if tag in fields:
             held = fields[tag]
-            if isinstance(held, list):  # values are never lists but for repetition
+            if held.__class__ is list:  # values are never lists but for repetition
                 held.append(value)
             else:
                 fields[tag] = [held, value]
         else:
             fields[tag] = value
+    if not fields:  # only entity references: nothing readable
+        return None
     return fields
 
 
