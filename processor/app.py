@@ -43,7 +43,7 @@ from processor.state import Store
 from processor.state.memory import MemoryStore
 from processor.state.rocksdb import RocksDBStore, quarantine
 from processor.subscriptions.hub import SubscriptionHub
-from processor.topology import Topology
+from processor.topology import Topology, refuse_unserved
 from processor.topology.model import Durability, SowTopic
 from processor.worker import ProcessorChild
 
@@ -376,6 +376,7 @@ def start(
         from processor.topology.loader import load_topology
 
         topology = load_topology(settings.topology)
+    refuse_unserved(topology)  # views, conflated topics, queues: refused, never NOT_FOUND
     check()
     if backend is None:
         settings, backend = _kafka_backend(settings)

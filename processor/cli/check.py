@@ -1,9 +1,16 @@
-"""``sow check-config``: validate topology files without starting anything."""
+"""``sow check-config``: validate topology files without starting anything.
+
+One JSON line per topic (what the product does with it) and per view, conflated topic or
+queue (its parsed settings, and that ``sow serve`` refuses it until its issue lands).
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import orjson
@@ -11,7 +18,22 @@ import orjson
 from processor.keys import key_function
 from processor.messages import codec_for
 from processor.topology.loader import load_topology
-from processor.topology.model import SowTopic, Topic
+from processor.topology.model import (
+    ConflatedTopicSpec,
+    Entry,
+    HashIndexSpec,
+    JoinSpec,
+    QueueRecoveryPoint,
+    QueueSpec,
+    RecoveryKind,
+    SowTopic,
+    Topic,
+    TopicRef,
+    UnusedOption,
+    ViewSpec,
+)
+from processor.topology.quantities import format_interval
+from processor.topology.unserved import kind_of, refusal
 
 #: The delivery order a subscriber gets (docs/subscriptions.md, "Ordering"): AMPS delivers
 #: in publish order; a partitioned log orders per partition only.
@@ -50,25 +72,113 @@ def describe(topic: Topic) -> dict[str, Any]:
         if topic.expiration_s == 0
         else f"{topic.expiration_s:g}s"
     )
+    if topic.keys:
+        out["key_domain"] = topic.domain
+    point = topic.recovery_point
+    out["recovery_point"] = (
+        point.kind.value if point.kind is not RecoveryKind.TIMESTAMP else _plain(point.timestamp)
+    )
     if topic.indexes:
         out["indexes"] = list(topic.indexes)
     if topic.hash_indexes:
         out["hash_indexes"] = [list(index.keys) for index in topic.hash_indexes]
+    if topic.history is not None:
+        out["history"] = {
+            "window": format_interval(topic.history.window_s),
+            "granularity": format_interval(topic.history.granularity_s),
+        }
+    for name in ("preprocessing", "enrichment"):
+        if getattr(topic, name):
+            out[name] = list(getattr(topic, name))
+    if topic.unused_options:
+        out["not_applied"] = _plain(topic.unused_options)
+    return out
+
+
+def _does(entry: Entry) -> str:
+    """What an entry will do, in one sentence."""
+    if isinstance(entry, ViewSpec):
+        read = " JOIN ".join(_plain(ref) for ref in entry.underlying)
+        if entry.filter is not None:
+            read += f" where {entry.filter}"
+        return (
+            f"aggregates {read} grouped by {', '.join(entry.grouping)} into {entry.message_type} "
+            "messages, recomputed on every change"
+        )
+    if isinstance(entry, ConflatedTopicSpec):
+        return (
+            f"republishes the current value of each record of {entry.underlying} at most "
+            f"every {format_interval(entry.interval_s)}"
+        )
+    return (
+        f"delivers each message published to {entry.underlying} to one subscriber at a time "
+        f"({entry.semantics.value}); publishes to the queue go to {entry.default_publish_target}"
+    )
+
+
+def _plain(value: Any) -> Any:
+    """A model value as JSON: enums by value, intervals as text, specs as lists or text."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, TopicRef):
+        return (
+            value.name if value.message_type is None else f"[{value.message_type}].[{value.name}]"
+        )
+    if isinstance(value, JoinSpec):
+        return value.text
+    if isinstance(value, HashIndexSpec):
+        return list(value.keys)
+    if isinstance(value, QueueRecoveryPoint):
+        return value.bookmark or (_plain(value.timestamp) if value.timestamp else value.kind)
+    if isinstance(value, UnusedOption):
+        return {"element": value.element, "value": value.value, "reason": value.reason}
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def describe_entry(entry: Entry) -> dict[str, Any]:
+    """A view, conflated topic or queue: what it would do, that ``sow serve`` refuses it,
+    and every setting it was given (intervals as text)."""
+    kind = kind_of(entry)
+    key = {"View": "view", "ConflatedTopic": "conflated_topic"}.get(kind, "queue")
+    out: dict[str, Any] = {key: entry.name, "element": entry.where}
+    if isinstance(entry, QueueSpec):
+        out["kind"] = kind
+    out["served"] = refusal(entry)
+    out["does"] = _does(entry)
+    for item in dataclasses.fields(entry):
+        value = getattr(entry, item.name)
+        if item.name in ("name", "source", "where", "kind") or value in (None, (), False):
+            continue
+        name = item.name
+        if name.endswith("_s") and isinstance(value, float):
+            name, value = name[:-2], format_interval(value)
+        out[name] = _plain(value)
     return out
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Load each file (or directory), build every topic's codec and key function, and
-    print one JSON line per topic; the first problem fails the command."""
+    print one JSON line per topic, then per view, conflated topic and queue; the first
+    problem fails the command."""
     for path in args.paths:
         topology = load_topology(path)
+        lines: list[dict[str, Any]] = []
         for topic in topology.every_topic():
             codec_for(topic)  # reads and checks an Avro schema
             if isinstance(topic, SowTopic):
                 key_function(topic)  # imports a custom KeyGenerator
-            sys.stdout.write(orjson.dumps({"source": str(path), **describe(topic)}).decode() + "\n")
+            lines.append(describe(topic))
+        lines.extend(describe_entry(entry) for entry in topology.entries())
+        for line in lines:
+            sys.stdout.write(orjson.dumps({"source": str(path), **line}).decode() + "\n")
+        entries = topology.entries()
+        refused = f", {len(entries)} entries sow serve refuses for now" if entries else ""
         sys.stderr.write(
             f"{path}: OK ({len(topology.topics)} SOW topics, "
-            f"{len(topology.plain_topics)} plain topics)\n"
+            f"{len(topology.plain_topics)} plain topics{refused})\n"
         )
     return 0
