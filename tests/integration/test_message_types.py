@@ -3,12 +3,14 @@ query with a filter on its fields, delta_publish, and a malformed message refuse
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from processor.client.sow_client import SowClient
 from processor.errors import ServiceError
+from processor.messages import codec_for
 from processor.topology.model import SowTopic
 from tests.integration.harness import namespaced, running_sow
 
@@ -74,3 +76,67 @@ def test_xml_and_bson_topics_publish_query_and_merge(
             client.publish("ALERTS", b"<alert><id>3</alert>")
         with pytest.raises(ServiceError, match="not a BSON document"):
             client.publish("DOCS", b"\x05\x00\x00")
+
+
+def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """Foreign producers write straight to Kafka: a malformed fix, nvfix, xml, bson or
+    bflat message, and one whose Preprocessing fails, reach the dead-letter topic with the
+    reason; the good records after them apply."""
+    from confluent_kafka import Producer
+
+    from tests.integration.harness import read_topic
+
+    topics = [
+        SowTopic("FX", message_type="fix", keys=("/11",)),
+        SowTopic("NV", message_type="nvfix", keys=("/id",)),
+        SowTopic("XM", message_type="xml", keys=("/o/id",)),
+        SowTopic("BS", message_type="bson", keys=("/id",)),
+        SowTopic("BF", message_type="bflat", keys=("/id",)),
+        SowTopic("PP", keys=("/id",), preprocessing=("UPPER(/s) AS /name/first",)),
+    ]
+    bad_and_good = {
+        "FX": (b"35=D\x01not a field\x01", b"35=D\x0111=A\x01"),
+        "NV": (b"id=1\x01=oops\x01", b"id=1\x01x=2\x01"),
+        "XM": (b"<o><id>1</o>", b"<o><id>1</id></o>"),
+        "BS": (b"\x10\x00\x00\x00garbage", codec_for(topics[3]).encode_json({"id": 1})),
+        "BF": (b"\x19a", codec_for(topics[4]).encode_json({"id": 1})),
+        "PP": (b'{"id":1,"s":"x","name":"not an object"}', b'{"id":2,"s":"x"}'),
+    }
+    topology = namespaced(unique, *topics)
+    with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
+        producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+        for name, (bad, good) in bad_and_good.items():
+            kafka_topic = topology.topic(name).kafka_topic
+            producer.produce(kafka_topic, bad, partition=0)
+            producer.produce(kafka_topic, good, partition=0)
+        assert producer.flush(30) == 0
+        dead = read_topic(bootstrap, f"{unique}.dead-letter", expect=6, timeout_s=60)
+        reasons = {
+            dict(m.headers())["sow.source.topic"].decode().rsplit(".", 1)[1]: (  # type: ignore[attr-defined]
+                dict(m.headers())["sow.error.reason"].decode(),  # type: ignore[attr-defined]
+                dict(m.headers())["sow.error.message"].decode(),  # type: ignore[attr-defined]
+            )
+            for m in dead
+        }
+        assert {name: reason for name, (reason, _) in reasons.items()} == {
+            "FX": "undecodable",
+            "NV": "undecodable",
+            "XM": "undecodable",
+            "BS": "undecodable",
+            "BF": "undecodable",
+            "PP": "enrichment-failed",
+        }
+        assert "not tag=value" in reasons["FX"][1]
+        assert "not well-formed XML" in reasons["XM"][1]
+        assert "not a BSON document" in reasons["BS"][1]
+        assert "bflat" in reasons["BF"][1]
+        assert "writes below /name" in reasons["PP"][1]
+        deadline = time.monotonic() + 30
+        for name in bad_and_good:
+            while not client.query(name)[0]:
+                assert time.monotonic() < deadline, f"the good record of {name} was not applied"
+                time.sleep(0.1)
+        assert app.processor is not None
+        assert app.processor.dead_lettered == 6
