@@ -36,7 +36,7 @@ from processor.expr.construction import compile_construction
 from processor.expr.expression import compile_node
 from processor.topology.amps_reader import AmpsReader, Child
 from processor.topology.model import ConflatedTopicSpec, Entry, Topic, TopicRef
-from processor.topology.quantities import format_interval, parse_interval
+from processor.topology.quantities import parse_interval
 from processor.topology.topics import REGEX_CHARACTERS
 
 _log = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ def read_conflated_topic(
         fields["interval_s"] = reader.value(interval_el, interval_where, parse_interval)
         if fields["interval_s"] < MIN_INTERVAL_S:
             reader.fail(
-                f"Interval {format_interval(fields['interval_s'])} is below the minimum, 100ms",
+                f"Interval {reader.text(interval_el, interval_where)} is below the minimum, 100ms",
                 interval_where,
             )
     for tag in ("Filter", "HashIndex", "Enrichment"):

@@ -17,8 +17,9 @@ topology that has one.
   0; ``TargetQueueDepth`` is 1000 or more; ``MaxDeliveries``/``MaxCancels`` 0 or more.
 * ``Priority`` (a value expression), ``BarrierExpression`` and ``TargetQueueDepth``
   exclude each other; an ``at-most-once`` queue has the ``round-robin`` fairness model
-  only; ``InitialOwner`` (required) and ``GroupLocalQueueDomain`` are for a
-  ``GroupLocalQueue`` only.
+  only; ``InitialOwner`` and ``GroupLocalQueueDomain`` are for a ``GroupLocalQueue`` only.
+  AMPS requires ``InitialOwner`` there, but its own example omits it, and kafka-sow has no
+  instance for it to name: it is optional.
 """
 
 from __future__ import annotations
@@ -162,12 +163,10 @@ def read_queue(reader: AmpsReader, element: ET.Element, where: str, catalog: Cat
     message_type, schema, _ = typed
     for tag in _GROUP_ONLY:
         if tag in groups and kind is not QueueKind.GROUP_LOCAL:
-            reader.fail(f"<{tag}> is for a <GroupLocalQueue> only, not a <{element.tag}>", where)
-    if kind is QueueKind.GROUP_LOCAL and "InitialOwner" not in groups:
-        reader.fail(
-            "a <GroupLocalQueue> needs <InitialOwner>, the instance that owns a message first",
-            where,
-        )
+            reader.fail(
+                f"<{tag}> is for a <GroupLocalQueue> only, not a <{element.tag}>",
+                groups[tag][0][1],
+            )
     given = [tag for tag in _EXCLUSIVE if tag in groups]
     if len(given) > 1:
         reader.fail(
