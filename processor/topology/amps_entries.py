@@ -25,7 +25,6 @@ topology that has one (:mod:`processor.topology.unserved`).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -38,8 +37,6 @@ from processor.topology.amps_reader import AmpsReader, Child
 from processor.topology.model import ConflatedTopicSpec, Entry, Topic, TopicRef
 from processor.topology.quantities import parse_interval
 from processor.topology.topics import REGEX_CHARACTERS
-
-_log = logging.getLogger(__name__)
 
 #: Old element names, and the name each stands for.
 SYNONYMS = {
@@ -168,7 +165,7 @@ def resolve(
     message type the reference gives."""
     tag, where, order = item
     known = catalog.get(ref.name)
-    allowed = f"{' or '.join(_plural(kinds))} defined before it"
+    allowed = f"{_plural(kinds)} defined before it"
     if known is None:
         reader.fail(
             f"<{tag}> reads {ref.name!r}, which is not defined in this file; allowed: "
@@ -197,10 +194,11 @@ def resolve(
     return known
 
 
-def _plural(kinds: tuple[str, ...]) -> list[str]:
+def _plural(kinds: tuple[str, ...]) -> str:
     words = {"Topic": "SOW topics", "View": "views", "ConflatedTopic": "conflated topics"}
     named = [words[k] for k in kinds if k in words]
-    return named + (["queues"] if any(k in QUEUES for k in kinds) else [])
+    named += ["queues"] if any(k in QUEUES for k in kinds) else []
+    return ", ".join(named[:-1]) + " or " + named[-1] if len(named) > 1 else named[0]
 
 
 def topic_ref(text: str) -> TopicRef:

@@ -647,7 +647,11 @@ CA = "<UnderlyingTopic>A</UnderlyingTopic>"
             + "<Queue><Name>Q</Name><MessageType>json</MessageType>"
             + "<UnderlyingTopic>A</UnderlyingTopic></Queue>"
             + conflated("<UnderlyingTopic>Q</UnderlyingTopic>"),
-            ["UnderlyingTopic", "'Q' is a Queue", "SOW topics or views or conflated topics"],
+            [
+                "UnderlyingTopic",
+                "'Q' is a Queue",
+                "SOW topics, views or conflated topics defined before it",
+            ],
         ),
         (
             A + conflated(CA).replace("<Name>C</Name>", "<Name>A</Name>"),
