@@ -85,7 +85,7 @@ def _put_signed(value: int, out: bytearray) -> None:
 
 
 def _value(data: bytes, pos: int, kind: int) -> tuple[Any, int]:
-    if kind == STRING or kind == BINARY:
+    if kind in (STRING, BINARY):
         length, pos = _unsigned(data, pos)
         end = pos + length
         if end > len(data):
@@ -141,7 +141,7 @@ def _array_kind(items: list[Any], name: str) -> int:
 def _write(kind: int, value: Any, out: bytearray) -> None:
     if value is None and kind != NULL:
         raise DecodeError("a bflat array of values cannot hold NULL among them")
-    if kind == STRING or kind == BINARY:
+    if kind in (STRING, BINARY):
         raw = value.encode() if isinstance(value, str) else bytes(value)
         _put_unsigned(len(raw), out)
         out += raw

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from processor.errors import ValueFormatError
 
-MESSAGE_TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "binary")
+MESSAGE_TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "bflat", "binary")
 
 #: Kafka topic names: legal characters and length (Kafka's own rule).
 KAFKA_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")

@@ -219,7 +219,7 @@ def test_parse_yaml_from_text() -> None:
             [
                 "topics[A].message_type",
                 "'msgpack'",
-                "allowed: json, avro, fix, nvfix, xml, bson, binary",
+                "allowed: json, avro, fix, nvfix, xml, bson, bflat, binary",
             ],
         ),
         (
@@ -505,7 +505,7 @@ def sow(*topics: str, extra: str = "") -> str:
             [
                 "Topic[1]/MessageType",
                 "'msgpack'",
-                "allowed: json, fix, nvfix, xml, bson, binary",
+                "allowed: json, fix, nvfix, xml, bson, bflat, binary",
                 "MessageTypes",
             ],
         ),
@@ -522,7 +522,7 @@ def sow(*topics: str, extra: str = "") -> str:
             [
                 "MessageTypes/MessageType/Module",
                 "'protobuf'",
-                "allowed: json, avro, fix, nvfix, xml, bson, binary",
+                "allowed: json, avro, fix, nvfix, xml, bson, bflat, binary",
             ],
         ),
         (
