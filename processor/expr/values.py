@@ -25,8 +25,9 @@ from processor.expr.ast import Step, Value
 NAN = math.nan
 
 # AMPS numeric literal formats (spec 1.4, 1.5): integers, decimals, scientific notation,
-# optional sign. Nothing else (no whitespace, hex, 'nan' or 'inf') converts.
-_NUMBER = re.compile(r"[+-]?(?:\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\Z")
+# optional sign, ASCII digits. Nothing else (no whitespace, hex, 'nan', 'inf' or other
+# scripts' digits) converts.
+_NUMBER = re.compile(r"[+-]?(?:\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\Z", re.ASCII)
 _NUMBER_CACHE: dict[str, int | float | None] = {}
 _NUMBER_CACHE_LIMIT = 1 << 16
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)

@@ -20,13 +20,14 @@ import orjson
 
 from processor.messages.fields import merge
 
-_INTEGER = re.compile(r"[+-]?\d+")
-_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)")
+# ASCII digits only: AMPS reads bytes, so other scripts' digits are text, not numbers.
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)", re.ASCII)
 
 
 def typed_text(raw: str) -> Any:
-    """A text value as AMPS types it: ``24`` an integer, ``24.0`` or ``1e3`` a float,
-    anything else the string itself; empty text is NULL (None)."""
+    """A text value as AMPS types it: ``24`` an integer, ``24.0`` or ``1e3`` a float
+    (ASCII digits only), anything else the string itself; empty text is NULL (None)."""
     if not raw:
         return None
     first = raw[0]

@@ -10,7 +10,9 @@ given more than once is a repeated field: its value is the list of its values, i
 
 Building a message (projection, select lists, delta merge) writes each field once, in
 the order given, and a list as the tag repeated; nested values have no FIX form and are
-refused. A delta_publish's fields replace the stored ones, the others stay.
+refused, as are a tag that is not one (empty, holding ``=`` or the separator; for fix,
+not a number) and a value holding the separator, which would not read back. A
+delta_publish's fields replace the stored ones, the others stay.
 """
 
 from __future__ import annotations
@@ -80,6 +82,22 @@ class TagValueCodec(FieldsCodec):
         parts: list[bytes] = []
         for name, field in value.items():
             tag = str(name).encode()
+            if not tag or b"=" in tag or self.separator in tag:
+                raise DecodeError(
+                    f"{name!r} cannot be a {self.name} tag: a tag is not empty and has "
+                    f"neither '=' nor the field separator {self.separator!r}"
+                )
+            if self._numeric_tags and not tag.isdigit():
+                raise DecodeError(
+                    f"{name!r} cannot be a fix tag: FIX tags are numbers (use nvfix for "
+                    "named fields)"
+                )
             for item in field if isinstance(field, list) else [field]:
-                parts.append(tag + b"=" + _text(item, str(name)) + self.separator)
+                text = _text(item, str(name))
+                if self.separator in text:
+                    raise DecodeError(
+                        f"field {name!r} holds the field separator {self.separator!r}, "
+                        f"which a {self.name} value cannot contain"
+                    )
+                parts.append(tag + b"=" + text + self.separator)
         return b"".join(parts)

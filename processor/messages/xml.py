@@ -18,7 +18,8 @@ Building a message (projection, delta merge, enrichment) writes a JSON-like valu
 exactly one top-level field, the root: objects become elements (``@name`` keys
 attributes, ``#text`` the text), lists repeated elements, NULL an empty element,
 booleans ``true``/``false``. XML has no arrays, so a one-element list is read back as a
-value. Parsing refuses DTDs' external entities and never touches the network.
+value. Text XML 1.0 cannot carry (control characters but tab, line feed and carriage
+return) is refused. Parsing refuses DTDs' external entities and never touches the network.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from processor.messages.base import FieldsCodec, typed_text
 
 #: Characters of an XML name (a conservative subset: ASCII letters, digits, _ - .).
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+#: Characters XML 1.0 has no form for, not even as a character reference.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+#: Carriage returns are written as references: a parser reads a raw one as a line feed.
+_ENTITIES = {"\r": "&#13;"}
 _TEXT = "#text"
 _local = threading.local()
 
@@ -93,8 +98,17 @@ def _text(value: Any, name: str) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
-    if isinstance(value, int | str):
+    if isinstance(value, int):
         return str(value)
+    if isinstance(value, str):
+        bad = _NOT_XML.search(value)
+        if bad is not None:
+            raise DecodeError(
+                f"field {name!r} holds the character {bad.group()!r}, which XML 1.0 "
+                "cannot carry (control characters other than tab, line feed and carriage "
+                "return; unpaired surrogates)"
+            )
+        return value
     raise DecodeError(f"field {name!r} holds a {type(value).__name__}, which XML cannot carry")
 
 
@@ -110,7 +124,7 @@ def _element(name: str, value: Any, out: list[str]) -> None:
         return
     if not isinstance(value, dict):
         text = _text(value, name)
-        out.append(f"<{name}>{escape(text)}</{name}>" if text else f"<{name}/>")
+        out.append(f"<{name}>{escape(text, _ENTITIES)}</{name}>" if text else f"<{name}/>")
         return
     attributes = "".join(
         f" {key[1:]}={quoteattr(_text(item, key))}"
@@ -119,7 +133,7 @@ def _element(name: str, value: Any, out: list[str]) -> None:
     )
     out.append(f"<{name}{attributes}>")
     if _TEXT in value:
-        out.append(escape(_text(value[_TEXT], _TEXT)))
+        out.append(escape(_text(value[_TEXT], _TEXT), _ENTITIES))
     for key, item in value.items():
         if not key.startswith("@") and key != _TEXT:
             _element(key, item, out)
