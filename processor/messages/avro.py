@@ -72,7 +72,7 @@ class AvroCodec:
     def encode_json(self, value: Any) -> bytes:
         buffer = io.BytesIO()
         try:
-            fastavro.schemaless_writer(buffer, self._schema, value)
+            fastavro.schemaless_writer(buffer, self._schema, value, strict_allow_default=True)
         except Exception as exc:  # fastavro: ValueError, TypeError, KeyError...
             raise DecodeError(f"the value does not fit Avro schema {self.source}: {exc}") from exc
         return buffer.getvalue()
@@ -101,7 +101,7 @@ class AvroCodec:
             value = merge(self.decode(stored), fields, None if text_form else _not_null)
         buffer = io.BytesIO()
         try:
-            fastavro.schemaless_writer(buffer, self._schema, value)
+            fastavro.schemaless_writer(buffer, self._schema, value, strict_allow_default=True)
         except Exception as exc:  # fastavro: ValueError, TypeError, KeyError...
             where = "with no stored record, " if stored is None else ""
             raise DecodeError(

@@ -86,13 +86,20 @@ class Catalog:
 
     def __init__(self) -> None:
         self.by_name: dict[str, Known] = {}
+        self.by_type: dict[tuple[str, str], Known] = {}
 
     def add(self, known: Known) -> None:
-        """Record a definition; the first of a name wins (a name defined twice is an error
-        of :func:`~processor.topology.assemble.assemble`)."""
+        """Record a definition; the first of a name (of a name and message type) wins (a
+        name defined twice for one type is an error of
+        :func:`~processor.topology.assemble.assemble`)."""
         self.by_name.setdefault(known.name, known)
+        self.by_type.setdefault((known.name, known.message_type), known)
 
-    def get(self, name: str) -> Known | None:
+    def get(self, name: str, message_type: str | None = None) -> Known | None:
+        """The definition of ``name`` (of that message type when one is given: topics are
+        scoped by message type, as in AMPS)."""
+        if message_type is not None:
+            return self.by_type.get((name, message_type)) or self.by_name.get(name)
         return self.by_name.get(name)
 
     def names(self, kinds: tuple[str, ...], before: int | None = None) -> str:
@@ -164,7 +171,10 @@ def resolve(
     the reference, its position): of one of ``kinds``, defined before the entry, of the
     message type the reference gives."""
     tag, where, order = item
-    known = catalog.get(ref.name)
+    scope = None
+    if ref.message_type is not None:
+        scope = reader.message_type(ref.message_type, where)[0]
+    known = catalog.get(ref.name, scope)
     allowed = f"{_plural(kinds)} defined before it"
     if known is None:
         reader.fail(

@@ -12,6 +12,7 @@ wrong and what is allowed. The format loaders call :func:`check_topic` and :func
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def assemble(
     be unique."""
     by_name: dict[str, Loaded] = {}
     kafka: dict[str, tuple[str, str, str, str]] = {}
-    for topic, source, where in entries:
+    for topic, source, where in scoped_by_message_type(entries):
         if topic.name in by_name:
             _, first_source, first_where = by_name[topic.name]
             raise TopologyError(
@@ -121,12 +122,40 @@ def assemble(
     return Topology(topics, sources, plain, views, conflated, queues)
 
 
+def scoped_by_message_type(entries: Sequence[Loaded]) -> list[Loaded]:
+    """Topics are scoped by message type (AMPS: ``[json].[orders]`` is not
+    ``[nvfix].[orders]``): when topics of different message types share a name, each is
+    named ``[type].[name]``, and reads the Kafka topic ``name.type`` unless it names its
+    own. Topics of one type sharing a name are left for :func:`assemble` to refuse."""
+    types: dict[str, set[str]] = {}
+    for topic, _, _ in entries:
+        types.setdefault(topic.name, set()).add(topic.message_type)
+    out: list[Loaded] = []
+    for topic, source, where in entries:
+        scoped = topic
+        if len(types[topic.name]) > 1:
+            kafka_topic = topic.kafka_topic
+            if kafka_topic == topic.name:
+                kafka_topic = f"{topic.name}.{topic.message_type}"
+            scoped = dataclasses.replace(
+                topic, name=scoped_name(topic.message_type, topic.name), kafka_topic=kafka_topic
+            )
+        out.append((scoped, source, where))
+    return out
+
+
+def scoped_name(message_type: str, name: str) -> str:
+    """The name of a topic that shares its name with topics of other message types."""
+    return f"[{message_type}].[{name}]"
+
+
 def _check_entry_name(entry: Entry, topics: dict[str, Loaded], earlier: dict[str, Entry]) -> None:
-    """A view, conflated topic or queue must not take a name already in use."""
+    """A view, conflated topic or queue must not take a name already in use by one of
+    its message type (names are scoped by message type, as in AMPS)."""
     other = earlier.get(entry.name)
-    if other is not None:
+    if other is not None and other.message_type == entry.message_type:
         first = _at(other.source, other.where, entry.source)
-    elif entry.name in topics:
+    elif entry.name in topics and topics[entry.name][0].message_type == entry.message_type:
         topic, source, where = topics[entry.name]
         if (
             isinstance(entry, QueueSpec)

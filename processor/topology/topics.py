@@ -13,6 +13,8 @@ InvalidRequestError that says to subscribe instead.
 
 from __future__ import annotations
 
+import re
+
 from processor.errors import InvalidRequestError, UnknownTopicError
 from processor.expr.regex import compile_regex
 from processor.topology.model import SowTopic, Topic, Topology
@@ -21,9 +23,38 @@ from processor.topology.model import SowTopic, Topic, Topology
 REGEX_CHARACTERS = frozenset(".^$*+?()[]{}|\\")
 
 
+#: ``[type].[name]``: a topic named with its message type (spec 1.3; topics are scoped by
+#: message type, so ``[json].[orders]`` and ``[nvfix].[orders]`` are two topics).
+_SCOPED = re.compile(r"^\[([A-Za-z0-9_-]+)\]\.\[([^\[\]]+)\]$")
+
+
 def is_pattern(name: str) -> bool:
-    """True when a topic name contains regular-expression metacharacters."""
-    return any(c in REGEX_CHARACTERS for c in name)
+    """True when a topic name contains regular-expression metacharacters (a name scoped
+    by its message type, ``[type].[name]``, is not a pattern)."""
+    return _SCOPED.match(name) is None and any(c in REGEX_CHARACTERS for c in name)
+
+
+def _literal(topology: Topology, name: str) -> str:
+    """The topology's name for ``name``: itself, or for ``[type].[name]`` the name of the
+    topic of that name and type (``name`` when it is the only topic of its name).
+    Raises UnknownTopicError when a bare name is shared by topics of several types."""
+    if name in topology.topics or name in topology.plain_topics:
+        return name
+    scoped = _SCOPED.match(name)
+    if scoped is not None:
+        message_type, bare = scoped[1].lower(), scoped[2]
+        topic = topology.topics.get(bare) or topology.plain_topics.get(bare)
+        if topic is not None and topic.message_type == message_type:
+            return bare
+        return name
+    shared = [
+        key for key in (*topology.topics, *topology.plain_topics) if key.endswith(f"].[{name}]")
+    ]
+    if shared:
+        raise UnknownTopicError(
+            f"topic {name!r} is defined for several message types: name one of {', '.join(shared)}"
+        )
+    return name
 
 
 def _known(topology: Topology) -> str:
@@ -36,6 +67,7 @@ def _known(topology: Topology) -> str:
 def resolve_topic(topology: Topology, name: str) -> SowTopic:
     """The SOW topic called ``name`` (literal). A plain topic is an InvalidRequestError
     (it has no SOW); an unknown name an UnknownTopicError naming the topics there are."""
+    name = _literal(topology, name)
     try:
         return topology.topic(name)
     except KeyError:
@@ -53,7 +85,7 @@ def resolve_topics(topology: Topology, name: str) -> list[SowTopic]:
     """The SOW topics a command names: the literal topic, or every SOW topic the pattern
     matches, in configuration order. Raises UnknownTopicError when nothing matches (or
     InvalidRequestError when only plain topics do)."""
-    if name in topology.topics or name in topology.plain_topics or not is_pattern(name):
+    if not is_pattern(name) or name in topology.topics or name in topology.plain_topics:
         return [resolve_topic(topology, name)]
     # RE2 (linear time): a topic pattern from a request can never hang a thread.
     pattern = compile_regex(name, what="topic pattern")
@@ -73,6 +105,7 @@ def resolve_topics(topology: Topology, name: str) -> list[SowTopic]:
 
 def resolve_publish_topic(topology: Topology, name: str) -> Topic:
     """The topic a publish names (literal): a SOW topic or a plain topic."""
+    name = _literal(topology, name)
     plain = topology.plain_topics.get(name)
     return plain if plain is not None else resolve_topic(topology, name)
 
@@ -81,7 +114,7 @@ def resolve_subscribed_topics(topology: Topology, name: str) -> list[Topic]:
     """The topics a subscription names: the literal topic (SOW or plain), or every topic
     the pattern matches, SOW topics first, each kind in configuration order. Raises
     UnknownTopicError when nothing matches."""
-    if name in topology.topics or name in topology.plain_topics or not is_pattern(name):
+    if not is_pattern(name) or name in topology.topics or name in topology.plain_topics:
         return [resolve_publish_topic(topology, name)]
     pattern = compile_regex(name, what="topic pattern")
     matched = [t for t in topology.every_topic() if pattern.search(t.name)]

@@ -23,7 +23,7 @@ from tests.conftest import MEMORY
 
 def namespaced(unique: str, *topics: SowTopic) -> Topology:
     """A topology whose Kafka topics are unique to one test (the broker is shared)."""
-    return Topology({t.name: replace(t, kafka_topic=f"{unique}.{t.name}") for t in topics})
+    return Topology({t.name: replace(t, kafka_topic=f"{unique}.{t.kafka_topic}") for t in topics})
 
 
 #: The memory log of each test (by its unique name): a restart finds its log again.

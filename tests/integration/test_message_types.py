@@ -140,3 +140,25 @@ def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
                 time.sleep(0.1)
         assert app.processor is not None
         assert app.processor.dead_lettered == 6
+
+
+def test_topics_are_scoped_by_message_type(backend: str, tmp_path: Path, unique: str) -> None:
+    """[json].[orders] and [nvfix].[orders] are two topics (seed 000, spec 1.3): each is
+    published to and queried by its scoped name; the bare name is refused as ambiguous."""
+    from processor.topology.assemble import assemble
+
+    loaded = [
+        (SowTopic("orders", keys=("/id",)), "t", "1"),
+        (SowTopic("orders", message_type="nvfix", keys=("/id",)), "t", "2"),
+    ]
+    topology = namespaced(unique, *assemble(loaded, ("t",)).topics.values())
+    assert list(topology.topics) == ["[json].[orders]", "[nvfix].[orders]"]
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        client.publish("[json].[orders]", b'{"id":1,"venue":"json"}')
+        last = client.publish("[nvfix].[orders]", b"id=1\x01venue=nvfix\x01")
+        assert _records(client, "[nvfix].[orders]", min_position=[last.position]) == [
+            b"id=1\x01venue=nvfix\x01"
+        ]
+        assert _records(client, "[json].[orders]") == [b'{"id":1,"venue":"json"}']
+        with pytest.raises(ServiceError, match="several message types"):
+            client.query("orders")

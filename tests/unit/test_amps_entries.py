@@ -272,14 +272,19 @@ def test_seed_view_examples_parse_into_view_specs() -> None:
     }
 
 
-def test_a_view_named_like_a_topic_is_an_error() -> None:
-    text = SEED_VIEWS.replace("<Name>example-nvfix</Name>", "<Name>example</Name>")
-    error(
-        text,
-        "AMPSConfig/SOW/View[4]",
-        "'example' is defined twice",
-        "Topic[4]",
+def test_a_view_named_like_a_topic_of_its_type_is_an_error() -> None:
+    """Names are scoped by message type: seed 002's nvfix view 'example' of the json topic
+    'example' loads as printed; a json view of that name is defined twice."""
+    as_printed = SEED_VIEWS.replace("<Name>example-nvfix</Name>", "<Name>example</Name>")
+    topology = parse(as_printed)
+    assert topology.views["example"].message_type == "nvfix"
+    assert topology.topics["example"].message_type == "json"
+    same_type = as_printed.replace(
+        "<Name>example</Name>\n        <MessageType>nvfix</MessageType>",
+        "<Name>example</Name>\n        <MessageType>json</MessageType>",
     )
+    assert same_type != as_printed
+    error(same_type, "AMPSConfig/SOW/View[4]", "'example' is defined twice", "Topic[4]")
 
 
 @pytest.mark.parametrize(("message_type", "entry"), SEED_CONFLATED)
