@@ -77,6 +77,7 @@ class Route:
     __slots__ = (
         "changelog",
         "decode",
+        "decode_for_key",
         "from_input",
         "key_function",
         "partitions",
@@ -97,6 +98,10 @@ class Route:
         self.partitions = state.topic.partitions
         self.writer = state.writers[log_topic]
         self.decode = state.codec.decode
+        topic = state.topic
+        generated = topic.keys if topic.key_generator is None and not topic.preprocessing else ()
+        #: The decode of the fast path, which needs only the Key fields.
+        self.decode_for_key = state.codec.key_decoder(generated) if generated else self.decode
         self.shaping = state.shaping
         #: None sends every publish down the slow path (user keys; reshaped messages).
         self.key_function = state.key_function if state.shaping is None else None
@@ -226,7 +231,7 @@ class Applier:
                 if value is None or key_function is None or (headers and delta_form(headers)):
                     self._apply_slow(record, route, batch, value, key, now_ms)
                     continue
-                sow_key = key_function(route.decode(value)).encode()
+                sow_key = key_function(route.decode_for_key(value)).encode()
                 if headers is None and route.plain:
                     expiration_ms = correlation_id = None
                 else:

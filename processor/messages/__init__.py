@@ -6,6 +6,7 @@ on, and raises :class:`~processor.errors.DecodeError` with a precise reason when
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from processor.errors import ConfigurationError
@@ -46,6 +47,13 @@ class Codec(Protocol):
 
     def text_of(self, value: Any) -> bytes:
         """The JSON text of a decoded (possibly partial: selected or delta) message."""
+        ...
+
+    def key_decoder(self, paths: tuple[str, ...]) -> Callable[[bytes], Any]:
+        """A decode for computing a SowKey from the fields at ``paths``: it checks the
+        payload as :meth:`decode` does and gives a message whose fields at ``paths``
+        equal the decoded message's (it may leave the others out). The processor's hot
+        path uses it; :meth:`decode` is always a correct answer."""
         ...
 
 

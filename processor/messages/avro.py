@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,9 @@ class AvroCodec:
 
     def text_of(self, value: Any) -> bytes:
         return orjson.dumps(value, default=jsonable)
+
+    def key_decoder(self, paths: tuple[str, ...]) -> Callable[[bytes], Any]:
+        return self.decode
 
 
 def _not_null(value: Any) -> bool:

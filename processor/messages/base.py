@@ -14,6 +14,7 @@ do (spec 1.5): an integer, a float, else the string; empty text is NULL.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -37,6 +38,23 @@ def typed_text(raw: str) -> Any:
         if _FLOAT.fullmatch(raw):
             return float(raw)
     return raw
+
+
+_INTEGER_BYTES = re.compile(rb"[+-]?\d+")
+_FLOAT_BYTES = re.compile(rb"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)")
+_NUMBER_START = frozenset(b"0123456789+-.")
+
+
+def typed_bytes(raw: bytes) -> Any:
+    """:func:`typed_text` of UTF-8 bytes, without decoding a number first."""
+    if not raw:
+        return None
+    if raw[0] in _NUMBER_START:
+        if _INTEGER_BYTES.fullmatch(raw):
+            return int(raw)
+        if _FLOAT_BYTES.fullmatch(raw):
+            return float(raw)
+    return raw.decode("utf-8", errors="replace")
 
 
 def jsonable(value: Any) -> Any:
@@ -79,3 +97,6 @@ class FieldsCodec:
 
     def text_of(self, value: Any) -> bytes:
         return orjson.dumps(value, default=jsonable)
+
+    def key_decoder(self, paths: tuple[str, ...]) -> Callable[[bytes], Any]:
+        return self.decode

@@ -38,6 +38,9 @@ _FIXED = {
     DOUBLE: struct.Struct("<d"),
     DATETIME: struct.Struct("<q"),
 }
+#: Decoded tags by their bytes (a bounded cache: a dict is safe to share between threads).
+_TAGS: dict[bytes, str] = {}
+_INLINE = {kind: (fixed.unpack_from, fixed.size) for kind, fixed in _FIXED.items()}
 _INT_RANGES = ((INT8, 1 << 7), (INT16, 1 << 15), (INT32, 1 << 31), (INT64, 1 << 63))
 
 
@@ -170,7 +173,12 @@ class BflatCodec(FieldsCodec):
                         raise DecodeError(f"the bflat field at byte {pos} has an empty tag")
                 if pos + length > end:
                     raise IndexError
-                tag = data[pos : pos + length].decode("utf-8", errors="replace")
+                raw = data[pos : pos + length]
+                tag = _TAGS.get(raw)
+                if tag is None:
+                    tag = raw.decode("utf-8", errors="replace")
+                    if len(_TAGS) < 4096:  # tags repeat from message to message
+                        _TAGS[raw] = tag
                 pos += length
                 kind = (lead >> 3) & 0x0F
                 if lead & _ARRAY:
@@ -179,6 +187,16 @@ class BflatCodec(FieldsCodec):
                     for _ in range(count):
                         item, pos = _value(data, pos, kind)
                         value.append(item)
+                elif kind in _INLINE:  # the common scalars, without a call per value
+                    unpack, size = _INLINE[kind]
+                    value = unpack(data, pos)[0]
+                    pos += size
+                elif kind == STRING and data[pos] < 0x80:  # a string under 128 bytes
+                    end_of = pos + 1 + data[pos]
+                    if end_of > end:
+                        raise IndexError
+                    value = data[pos + 1 : end_of].decode("utf-8", errors="replace")
+                    pos = end_of
                 else:
                     value, pos = _value(data, pos, kind)
                 if tag in fields:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 from processor.errors import DecodeError
@@ -40,6 +41,9 @@ class BinaryCodec:
 
     def text_of(self, value: Any) -> bytes:
         raise _no_fields("they cannot be given as a select list or a delta")
+
+    def key_decoder(self, paths: tuple[str, ...]) -> Callable[[bytes], Any]:
+        return self.decode
 
 
 def _no_fields(consequence: str) -> DecodeError:

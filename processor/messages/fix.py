@@ -20,8 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from processor.errors import DecodeError
-from processor.messages.base import FieldsCodec, typed_text
+from processor.messages.base import FieldsCodec, typed_bytes
 
+#: Decoded tags by their bytes (a bounded cache: a dict is safe to share between threads).
+_TAGS: dict[bytes, str] = {}
 #: AMPS's default field separator.
 SOH = b"\x01"
 
@@ -65,8 +67,12 @@ class TagValueCodec(FieldsCodec):
                     f"field {number} of the fix message has tag {tag[:20]!r}: FIX tags are "
                     "numbers (use nvfix for named fields)"
                 )
-            name = tag.decode("utf-8", errors="replace")
-            value = typed_text(raw.decode("utf-8", errors="replace"))
+            name = _TAGS.get(tag)
+            if name is None:
+                name = tag.decode("utf-8", errors="replace")
+                if len(_TAGS) < 4096:  # tags repeat from message to message
+                    _TAGS[tag] = name
+            value = typed_bytes(raw)
             if name in fields:
                 held = fields[name]
                 fields[name] = [*held, value] if isinstance(held, list) else [held, value]

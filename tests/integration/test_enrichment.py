@@ -138,3 +138,24 @@ def test_a_foreign_record_rekeyed_through_the_repartition_topic_is_reshaped_once
             assert time.monotonic() < deadline, [r.data for r in records]
             time.sleep(0.1)
         assert orjson.loads(records[0].data) == {"id": "a", "n": 5, "seen": 5}
+
+
+def test_the_direct_publisher_path_is_reshaped_too(
+    backend: str, tmp_path: Path, unique: str
+) -> None:
+    if backend == MEMORY:
+        return  # the direct publisher writes to Kafka itself
+    from processor.client.direct import DirectPublisher
+
+    topology = namespaced(unique, PRICES)
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
+        publisher = DirectPublisher(backend, topology, server=app.grpc_address)
+        try:
+            done = publisher.publish(
+                "PRICES", b"venue=xlon\x01sym=vod\x01px=2\x01qty=5\x01", ack="processed"
+            )
+        finally:
+            publisher.close()
+        assert _query(client, "PRICES", done) == [
+            b"venue=xlon\x01sym=VOD\x01px=2\x01qty=5\x01id=XLON:VOD\x01notional=10\x01"
+        ]

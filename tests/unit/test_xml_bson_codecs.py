@@ -129,3 +129,35 @@ def test_a_declared_fix_type_sets_its_field_separator() -> None:
             "cfg.xml",
         )
     assert "MessageTypes/MessageType/FieldSeparator" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"<o><id>7</id><x>1</x></o>",
+        b"<o><x>1</x><id> 7 </id></o>",
+        b"<o><id>7</id><id>8</id></o>",  # repeated: a list, by the full decode
+        b"<o><id><a>1</a></id></o>",  # nested
+        b'<o><id n="1">7</id></o>',  # attributes
+        b"<o xmlns:q='urn:q'><q:id>7</q:id></o>",  # a namespace
+        b"<o><id/></o>",  # NULL
+        b"<o><x>1</x></o>",  # missing
+        b"<p><id>7</id></p>",  # another root
+    ],
+)
+def test_the_xml_key_decoder_gives_the_full_decodes_key(payload: bytes) -> None:
+    topic = SowTopic("ALERTS", message_type="xml", keys=("/o/id",))
+    function = key_function(topic)
+    assert function is not None
+    decoder = XML.key_decoder(topic.keys)
+    assert decoder is not XML.decode
+
+    def key(decode: object) -> object:
+        try:
+            return function(decode(payload))  # type: ignore[operator]
+        except Exception as exc:  # the same failure is the same answer
+            return type(exc)
+
+    assert key(decoder) == key(XML.decode)
+    with pytest.raises(DecodeError, match="not well-formed"):
+        decoder(b"<o><id>7</o>")
