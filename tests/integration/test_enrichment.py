@@ -156,6 +156,10 @@ def test_the_direct_publisher_path_is_reshaped_too(
             )
         finally:
             publisher.close()
-        assert _query(client, "PRICES", done) == [
+        topic, partition, offset = done.position
+        records, _, _ = client.query(
+            "PRICES", min_position=[{"topic": topic, "partition": partition, "offset": offset}]
+        )
+        assert [r.data for r in records] == [
             b"venue=xlon\x01sym=VOD\x01px=2\x01qty=5\x01id=XLON:VOD\x01notional=10\x01"
         ]
