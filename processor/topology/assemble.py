@@ -28,6 +28,7 @@ from processor.topology.model import (
     Topic,
     Topology,
     ViewSpec,
+    default_kafka_topic,
 )
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
@@ -135,8 +136,8 @@ def scoped_by_message_type(entries: Sequence[Loaded]) -> list[Loaded]:
         scoped = topic
         if len(types[topic.name]) > 1:
             kafka_topic = topic.kafka_topic
-            if kafka_topic == topic.name:
-                kafka_topic = f"{topic.name}.{topic.message_type}"
+            if kafka_topic == default_kafka_topic(topic.name):
+                kafka_topic = f"{kafka_topic}.{topic.message_type}"
             scoped = dataclasses.replace(
                 topic, name=scoped_name(topic.message_type, topic.name), kafka_topic=kafka_topic
             )
@@ -190,7 +191,7 @@ def check_topic(topic: Topic, name_of: Callable[[str], str]) -> tuple[str, str] 
         or name in (".", "..")
         or len(name) > MAX_KAFKA_TOPIC_LENGTH
     ):
-        origin = " (taken from the topic name)" if name == topic.name else ""
+        origin = " (taken from the topic name)" if name == default_kafka_topic(topic.name) else ""
         return "kafka_topic", (
             f"Kafka topic {name!r}{origin} is not a legal Kafka topic name; allowed: letters, "
             f"digits, '.', '_' and '-', 1 to {MAX_KAFKA_TOPIC_LENGTH} characters; set "

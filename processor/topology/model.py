@@ -25,6 +25,14 @@ MESSAGE_TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "bflat", "binary
 KAFKA_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
+def default_kafka_topic(name: str) -> str:
+    """The Kafka topic a topic reads unless it names one: its name, with AMPS's path-like
+    separators (``/ett/order``) turned into dots (``ett.order``), since Kafka topic names
+    have no ``/``. Other characters Kafka does not allow stay, and the topology refuses
+    them with a message saying to set the Kafka topic."""
+    return name.replace("/", ".").strip(".") if "/" in name else name
+
+
 class Durability(Enum):
     """Whether a SOW topic's state survives a restart of its processor."""
 
@@ -127,7 +135,7 @@ class Topic:
 
     def __post_init__(self) -> None:
         if not self.kafka_topic:
-            object.__setattr__(self, "kafka_topic", self.name)
+            object.__setattr__(self, "kafka_topic", default_kafka_topic(self.name))
 
 
 @dataclass(frozen=True, slots=True)

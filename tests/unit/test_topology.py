@@ -253,8 +253,8 @@ def test_parse_yaml_from_text() -> None:
             ["topics[A].key_domain", "has no key"],
         ),
         (
-            "topics:\n  - {name: 'a/b', key: /id}\n",
-            ["topics[a/b].name", "'a/b' (taken from the topic name)", "set kafka_topic"],
+            "topics:\n  - {name: 'a:b', key: /id}\n",
+            ["topics[a:b].name", "'a:b' (taken from the topic name)", "set kafka_topic"],
         ),
         ("topics:\n  - {name: A, kafka_topic: 'x y'}\n", ["topics[A].kafka_topic", "letters"]),
         ("topics:\n  - {key: /id}\n", ["topics[0]", "no 'name'"]),
@@ -566,7 +566,7 @@ def sow(*topics: str, extra: str = "") -> str:
         (sow("<Key>/a</Key>"), ["AMPSConfig/SOW/Topic[1]", "no <Name>"]),
         (sow("<Name>A</Name>", "<Name>A</Name>"), ["Topic[2]", "defined twice", "Topic[1]"]),
         (
-            sow("<Name>/ett/order</Name><Key>/a</Key>"),
+            sow("<Name>/ett order</Name><Key>/a</Key>"),
             ["Topic[1]/Name", "(taken from the topic name)", "set KafkaTopic"],
         ),
         (sow("<Name>${SOW_SURELY_UNSET}</Name>"), ["Topic[1]/Name", "'SOW_SURELY_UNSET'"]),
@@ -733,3 +733,9 @@ def test_example_amps_config_loads_without_warnings(caplog: pytest.LogCaptureFix
         topology = load_topology(EXAMPLES / "amps-config.xml")
     assert set(topology.topics) == {"ALERTS", "POSITIONS"}
     assert not caplog.records
+
+
+def test_a_path_like_topic_name_reads_a_dotted_kafka_topic() -> None:
+    """AMPS topic names are often paths (seed 002's /ett/order); Kafka's have no '/'."""
+    topology = parse_amps_config(sow("<Name>/ett/order</Name><Key>/a</Key>"), "cfg.xml")
+    assert topology.topic("/ett/order").kafka_topic == "ett.order"
