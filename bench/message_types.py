@@ -45,6 +45,7 @@ from processor.config import Settings
 from processor.keys import key_function, partition_for
 from processor.log.broker import start_broker
 from processor.log.kafka.settings import ensure_topics
+from processor.log.memory.broker import MemoryRecord
 from processor.messages import Codec, codec_for
 from processor.query.sow import QueryEngine, SowQuery
 from processor.replica.replica import Replica
@@ -157,40 +158,6 @@ def ingest(
     return {"applied_per_s": steady, "wall_s": wall, "dead_lettered": engine.dead_lettered}
 
 
-class _Record:
-    """A changelog record as the replica reads it."""
-
-    __slots__ = ("_key", "_offset", "_partition", "_topic", "_value")
-
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes, value: bytes):
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self._key, self._value = key, value
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return self._key
-
-    def value(self) -> bytes:
-        return self._value
-
-    def headers(self) -> None:
-        return None
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 0)
-
-    def error(self) -> None:
-        return None
-
-
 def scan(message_type: str, schema: Path, records: int) -> dict[str, Any]:
     """Fill a replica with ``records`` of the type, then time a cold and a warm scan."""
     topic = topic_for(message_type, "ORDERS", schema, partitions=2)
@@ -208,7 +175,9 @@ def scan(message_type: str, schema: Path, records: int) -> dict[str, Any]:
         partition = partition_for(sow_key, 2)
         envelope = writers[partition].encode(i, sow_key, value, 1, 1)
         batch.append(
-            _Record(topic.changelog_topic, partition, offsets[partition], sow_key, envelope)
+            MemoryRecord(
+                topic.changelog_topic, partition, offsets[partition], sow_key, envelope, None, 0
+            )
         )
         offsets[partition] += 1
         if len(batch) == 10_000:

@@ -35,6 +35,7 @@ from processor import changelog
 from processor.client.sow_client import SowClient
 from processor.keys import FieldKeyGenerator, partition_for
 from processor.log import LogWriter
+from processor.log.memory.broker import MemoryRecord
 from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine, SowQuery
 from processor.replica.replica import Replica
@@ -56,41 +57,6 @@ SCANS: list[tuple[str, Callable[[dict[str, Any]], bool]]] = [
     ("/region = 'EU' AND /qty > 990", lambda m: m["region"] == "EU" and m["qty"] > 990),
     ("/price * /qty > 998000", lambda m: m["price"] * m["qty"] > 998000),
 ]
-
-
-class Record:
-    """A changelog record as the replica reads it."""
-
-    __slots__ = ("_key", "_offset", "_partition", "_topic", "_value")
-
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes, value: bytes):
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self._key, self._value = key, value
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return self._key
-
-    def value(self) -> bytes:
-        return self._value
-
-    def headers(self) -> None:
-        return None
-
-    def timestamp(self) -> tuple[int, int]:
-        """(create time, 0 ms): the replica reads each record's time (history, staleness)."""
-        return (1, 0)
-
-    def error(self) -> None:
-        return None
 
 
 def order(i: int) -> dict[str, Any]:
@@ -124,7 +90,9 @@ def fill(records: int) -> tuple[Replica, list[bytes]]:
         partition = partition_for(sow_key, ORDERS.partitions)
         envelope = writers[partition].encode(i, sow_key, message, 1, 1)
         batch.append(
-            Record(ORDERS.changelog_topic, partition, offsets[partition], sow_key, envelope)
+            MemoryRecord(
+                ORDERS.changelog_topic, partition, offsets[partition], sow_key, envelope, None, 0
+            )
         )
         offsets[partition] += 1
         if len(batch) == 10_000:
