@@ -18,6 +18,7 @@ allowed.
 
 from __future__ import annotations
 
+import logging
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
@@ -36,6 +37,7 @@ from processor.topology.quantities import (
     unknown_name,
 )
 
+_log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: An element and its path.
@@ -209,7 +211,29 @@ class AmpsReader:
         return module, str(path), None
 
     def _separator(self, element: ET.Element, where: str, module: str) -> bytes | None:
-        """A declared fix/nvfix type's FieldSeparator (None when not given)."""
+        """A declared fix/nvfix type's FieldSeparator (None when not given). Its
+        HeaderSeparator and MessageSeparator are checked the same way and logged as not
+        applying: they frame AMPS's own protocol, and a kafka-sow payload is the message
+        alone (its header travels as gRPC fields and Kafka headers)."""
+        for tag in ("HeaderSeparator", "MessageSeparator"):
+            framing = element.find(tag)
+            if framing is None:
+                continue
+            framing_where = f"{where}/{tag}"
+            if module not in ("fix", "nvfix"):
+                self.fail(f"<{tag}> is allowed only with Module fix or nvfix", framing_where)
+            try:
+                parse_separator(framing.text or "")
+            except ValueError as exc:
+                self.fail(str(exc).replace("FieldSeparator", tag), framing_where)
+            _log.info(
+                "%s: %s: <%s> does not apply in kafka-sow: it frames AMPS's fix protocol, and "
+                "a kafka-sow payload is the message alone (headers travel as gRPC fields and "
+                "Kafka headers)",
+                self.source,
+                framing_where,
+                tag,
+            )
         separator_el = element.find("FieldSeparator")
         if separator_el is None:
             return None

@@ -4,6 +4,8 @@ building messages back, delta merge, the fix/nvfix separator, and malformed inpu
 
 from __future__ import annotations
 
+import logging
+
 import bson
 import pytest
 
@@ -161,3 +163,21 @@ def test_the_xml_key_decoder_gives_the_full_decodes_key(payload: bytes) -> None:
     assert key(decoder) == key(XML.decode)
     with pytest.raises(DecodeError, match="not well-formed"):
         decoder(b"<o><id>7</o>")
+
+
+def test_fix_framing_separators_are_checked_and_said_not_to_apply(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    text = (
+        "<AMPSConfig><MessageTypes><MessageType><Name>f</Name><Module>fix</Module>"
+        "<FieldSeparator>1</FieldSeparator><HeaderSeparator>2</HeaderSeparator>"
+        "<MessageSeparator>3</MessageSeparator></MessageType></MessageTypes><SOW><Topic>"
+        "<Name>P</Name><MessageType>f</MessageType><Key>/55</Key></Topic></SOW></AMPSConfig>"
+    )
+    with caplog.at_level(logging.INFO, logger="processor.topology.amps_reader"):
+        topic = parse_amps_config(text, "cfg.xml").topic("P")
+    assert topic.field_separator == b"\x01"
+    assert "MessageType/HeaderSeparator: <HeaderSeparator> does not apply" in caplog.text
+    assert "MessageType/MessageSeparator: <MessageSeparator> does not apply" in caplog.text
+    with pytest.raises(TopologyError, match="HeaderSeparator"):
+        parse_amps_config(text.replace("<HeaderSeparator>2", "<HeaderSeparator>=="), "cfg.xml")
