@@ -28,6 +28,8 @@ FILTER_HEADER = "sow.filter"
 PUBLISHER_HEADER = "sow.publisher"
 SEQUENCE_HEADER = "sow.sequence"
 DELTA_HEADER = "sow.delta"
+#: The topic a record of a Pattern topic was published to (its records' own topic).
+TOPIC_HEADER = "sow.topic"
 #: ``sow.delta`` values: the delta is in the topic's message type, or in JSON text.
 DELTA_NATIVE = b"1"
 DELTA_TEXT = b"json"

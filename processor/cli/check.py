@@ -87,6 +87,12 @@ def describe(topic: Topic) -> dict[str, Any]:
             "window": format_interval(topic.history.window_s),
             "granularity": format_interval(topic.history.granularity_s),
         }
+    if topic.pattern is not None:
+        out["pattern"] = topic.pattern
+        out["stores"] = (
+            f"every topic whose name matches {topic.pattern!r}, each with its own records "
+            f"(SowKeys keyed by the topic's name), in {topic.changelog_topic}"
+        )
     for name in ("preprocessing", "enrichment"):
         if getattr(topic, name):
             out[name] = list(getattr(topic, name))

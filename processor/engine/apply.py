@@ -46,6 +46,7 @@ from processor.engine.dead_letter import (
     no_translation,
 )
 from processor.engine.delta_merge import delta_key, merge_delta
+from processor.engine.families import PatternRecords
 from processor.engine.headers import Sequenced, delta_form, publish_options, sequenced
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import PartitionBatch, Transaction
@@ -78,6 +79,7 @@ class Route:
         "changelog",
         "decode",
         "decode_for_key",
+        "family",
         "from_input",
         "key_function",
         "partitions",
@@ -103,8 +105,13 @@ class Route:
         #: The decode of the fast path, which needs only the Key fields.
         self.decode_for_key = state.codec.key_decoder(generated) if generated else self.decode
         self.shaping = state.shaping
-        #: None sends every publish down the slow path (user keys; reshaped messages).
-        self.key_function = state.key_function if state.shaping is None else None
+        #: A Pattern topic's records name their own topics (engine/families.py).
+        self.family = PatternRecords(state.topic, state.partition) if state.topic.pattern else None
+        #: None sends every publish down the slow path (user keys; reshaped messages;
+        #: a Pattern topic's records).
+        self.key_function = (
+            state.key_function if state.shaping is None and self.family is None else None
+        )
         #: No topic expiration: a publish without headers needs no header parsing.
         self.plain = state.topic.expiration_s is None
         #: SowKeys seen on this partition whose CRC placement was already checked.
@@ -332,7 +339,11 @@ class Applier:
             expiration_ms, correlation_id, sequence = publish_options(
                 record.headers(), state, now_ms
             )
-            if route.shaping is not None:
+            if route.family is not None:
+                concrete = route.family.topic_of(record.headers())
+                writer = route.family.writer(concrete, record.topic())
+                sow_key = delta_key(state, value, key, delta, route.family.key_function(concrete))
+            elif route.shaping is not None:
                 context = MessageContext(
                     topic=state.topic.name, correlation_id=correlation_id, message_size=len(value)
                 )
@@ -368,7 +379,7 @@ class Applier:
         if delta is not None:
             value, correlation_id = merge_delta(batch, sow_key, value, delta, correlation_id)
         offset, stamp = record.offset(), record.timestamp()[1]
-        envelope = route.writer.encode(
+        envelope = (route.writer if route.family is None else writer).encode(
             offset, sow_key, value, stamp, now_ms, expiration_ms, correlation_id
         )
         self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)

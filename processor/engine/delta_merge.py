@@ -12,20 +12,30 @@ from processor import changelog
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import PartitionBatch
 from processor.errors import MissingKeyError
-from processor.keys import validate_user_key
+from processor.keys import KeyFunction, validate_user_key
 
 
-def delta_key(state: PartitionState, value: bytes, key: bytes | None, form: bytes) -> bytes:
-    """The SowKey of a delta: from its own fields (it must give the topic's Key fields),
-    or the publisher-provided Kafka key on topics without Key fields.
+def delta_key(
+    state: PartitionState,
+    value: bytes,
+    key: bytes | None,
+    form: bytes | None,
+    key_function: KeyFunction | None = None,
+) -> bytes:
+    """The SowKey of a publish (``form`` None) or a delta (from its own fields: it must
+    give the topic's Key fields), with ``key_function`` (default the topic's); the
+    publisher-provided Kafka key on topics without Key fields.
 
     Raises MessageError (MissingKeyError naming the field) when it cannot be computed.
     """
-    if state.key_function is None:
+    function = key_function or state.key_function
+    if function is None:
         return validate_user_key(key).encode()
+    if form is None:
+        return function(state.codec.decode(value)).encode()
     fields = state.codec.decode_delta(value, form == b"json")
     try:
-        return state.key_function(fields).encode()
+        return function(fields).encode()
     except MissingKeyError as exc:
         raise MissingKeyError(
             f"a delta_publish must give the record's Key fields (it is merged into the "

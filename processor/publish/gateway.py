@@ -26,15 +26,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
 from processor.changelog.commands import (
-    CORRELATION_HEADER,
     DELTA_HEADER,
     DELTA_NATIVE,
     DELTA_TEXT,
-    EXPIRATION_HEADER,
     FILTER_DELETE_KEY,
     FILTER_HEADER,
     PUBLISHER_HEADER,
     SEQUENCE_HEADER,
+    TOPIC_HEADER,
 )
 from processor.errors import (
     InvalidRequestError,
@@ -45,9 +44,10 @@ from processor.errors import (
     UnconfirmedWriteError,
 )
 from processor.expr import compile as compile_expression
-from processor.keys import key_function, partition_for, validate_user_key
+from processor.keys import FieldKeyGenerator, key_function, partition_for, validate_user_key
 from processor.log import Delivery, Headers, LogPosition, LogRecord, LogWriter
 from processor.messages import Codec, codec_for
+from processor.publish.headers import command_headers, option_headers, sequence_headers
 from processor.publish.requests import (
     Deleted,
     PublishColumns,
@@ -56,7 +56,14 @@ from processor.publish.requests import (
     PublishFields,
 )
 from processor.topology.model import SowTopic, Topic, Topology
-from processor.topology.topics import resolve_publish_topic, resolve_topic, resolve_topics
+from processor.topology.topics import (
+    pattern_topic,
+    resolve_publish_topic,
+    resolve_topic,
+    resolve_topics,
+    restricted,
+    topic_restriction,
+)
 
 DEFAULT_TIMEOUT_S = 30.0
 #: What a changelog envelope adds to a message besides the names and the SowKey
@@ -64,20 +71,24 @@ DEFAULT_TIMEOUT_S = 30.0
 ENVELOPE_FIXED_BYTES = 64
 #: Headers are measured exactly only for messages this close to the limit.
 HEADERS_ALLOWANCE = 4096
-#: Longest publisher name accepted (it travels in every record's headers).
-MAX_PUBLISHER_LENGTH = 256
 
 
 class _PublishRoute:
     """What publishing to one topic needs, worked out once: codec, key generator,
     partition count and the size limit of a message."""
 
-    def __init__(self, topic: Topic, max_record_bytes: int) -> None:
+    def __init__(self, topic: Topic, max_record_bytes: int, concrete: str | None = None) -> None:
         self.topic = topic
         self.codec = codec_for(topic)
         #: A plain topic: the SowKey is optional and the message is checked by decoding.
         self.plain = not isinstance(topic, SowTopic)
         self.key_function = key_function(topic) if isinstance(topic, SowTopic) else None
+        #: Headers every record carries: a Pattern topic's records name their own topic,
+        #: whose name is their SowKeys' domain.
+        self.extra_headers: Headers = []
+        if concrete is not None and isinstance(topic, SowTopic):
+            self.key_function = FieldKeyGenerator(concrete, topic.keys)
+            self.extra_headers = [(TOPIC_HEADER, concrete.encode())]
         self.keys = topic.keys if isinstance(topic, SowTopic) else ()
         #: The partitions records without a key go to, in turn (plain topics).
         self.spread = itertools.cycle(range(topic.partitions))
@@ -87,6 +98,8 @@ class _PublishRoute:
         if isinstance(topic, SowTopic):  # the processor writes it again, in an envelope
             names = len(topic.name) + len(topic.message_type) + len(topic.repartition_topic)
             self.limit -= names + ENVELOPE_FIXED_BYTES
+        if concrete is not None:
+            self.limit -= len(concrete) * 2 + len(TOPIC_HEADER)
 
 
 class PendingPublishes:
@@ -162,12 +175,22 @@ class Gateway:
         self.writer = writer
         self.replica = replica
         self._routes: dict[str, _PublishRoute] = {}
+        self._codecs: dict[str, Codec] = {}
 
     def _route(self, topic_name: str) -> _PublishRoute:
         route = self._routes.get(topic_name)
         if route is None:
             topic = resolve_publish_topic(self.topology, topic_name)
-            route = self._routes[topic_name] = _PublishRoute(topic, self.writer.max_record_bytes)
+            concrete = None
+            if isinstance(topic, SowTopic) and topic.pattern is not None:
+                concrete = topic_name
+                if pattern_topic(self.topology, topic_name) is None:
+                    raise InvalidRequestError(
+                        f"{topic_name} is a Pattern topic: publish to a topic its pattern "
+                        f"{topic.pattern!r} matches"
+                    )
+            route = _PublishRoute(topic, self.writer.max_record_bytes, concrete)
+            self._routes[topic_name] = route
         return route
 
     def keeps_sow(self, topic_name: str) -> bool:
@@ -177,7 +200,10 @@ class Gateway:
 
     def codec(self, topic: Topic) -> Codec:
         """The topic's codec (made once)."""
-        return self._route(topic.name).codec
+        codec = self._codecs.get(topic.name)
+        if codec is None:
+            codec = self._codecs[topic.name] = codec_for(topic)
+        return codec
 
     def sow_key_for(self, topic: SowTopic, data: bytes, sow_key: str = "") -> str:
         """The SowKey of a message: generated, or validated when publisher-provided."""
@@ -204,11 +230,13 @@ class Gateway:
             or command.publisher
             or delta
         ):
-            headers = _headers(command)
+            headers = command_headers(command)
             if delta:
                 headers.append((DELTA_HEADER, _delta_form(route, command.text_form)))
             if len(data) > limit - HEADERS_ALLOWANCE:
                 limit -= sum(len(name) + len(value) for name, value in headers)
+        if route.extra_headers:
+            headers = [*(headers or ()), *route.extra_headers]
         if len(data) > limit:
             raise _too_large(route, len(data), limit)
         return (route.kafka_topic, raw or None, data, _partition(route, raw), headers), key
@@ -249,6 +277,7 @@ class Gateway:
         delta = batch.delta and not route.plain
         if delta:
             shared = [*shared, (DELTA_HEADER, _delta_form(route, batch.text_form))]
+        shared = [*shared, *route.extra_headers]
         publisher = (PUBLISHER_HEADER, batch.publisher.encode()) if batch.publisher else None
         fixed = sum(len(name) + len(value) for name, value in shared)
         if publisher is not None:
@@ -336,6 +365,7 @@ class Gateway:
         # Build the evaluation code too, so everything the processor will do with the
         # filter is known to work before any command is written.
         _ = compile_expression(text).source
+        text = restricted(text, topic_restriction(self.topology, topic_name))
         headers: Headers = [(FILTER_HEADER, text.encode())]
         commands: list[LogRecord] = [
             (t.kafka_topic, FILTER_DELETE_KEY, None, p, headers)
@@ -354,9 +384,10 @@ class Gateway:
                 f"topic {topic.name} has publisher-provided SowKeys, so a message does not "
                 "say which record it would update; delete by SowKeys instead"
             )
+        route = self._route(topic_name)  # a Pattern topic's topic: keyed by its own name
         if text_form:
-            data = self.codec(topic).from_text(data)
-        return self.delete(topic.name, [self.sow_key_for(topic, data)], timeout_s)
+            data = route.codec.from_text(data)
+        return self.delete(topic.name, [_sow_key(route, data, "")], timeout_s)
 
     def _write_deletes(self, commands: list[LogRecord], timeout_s: float) -> Deleted:
         timeout = timeout_s or DEFAULT_TIMEOUT_S
@@ -445,18 +476,8 @@ def _shared_headers(batch: PublishColumns, route: _PublishRoute, count: int) -> 
             f"(got {len(batch.sow_keys)} for {count} messages)"
         )
     if batch.publisher or batch.first_sequence:
-        _sequence_headers(batch.publisher, batch.first_sequence)  # validates both
-    return _option_headers(batch.expiration, batch.correlation_id)
-
-
-def _option_headers(expiration: float, correlation_id: str) -> Headers:
-    """The expiration and correlation id headers, for the options given."""
-    headers: Headers = []
-    if expiration:
-        headers.append((EXPIRATION_HEADER, str(max(expiration, 0)).encode()))
-    if correlation_id:
-        headers.append((CORRELATION_HEADER, correlation_id.encode()))
-    return headers
+        sequence_headers(batch.publisher, batch.first_sequence)  # validates both
+    return option_headers(batch.expiration, batch.correlation_id)
 
 
 def _generated_keys(route: _PublishRoute) -> InvalidRequestError:
@@ -464,25 +485,3 @@ def _generated_keys(route: _PublishRoute) -> InvalidRequestError:
         f"topic {route.topic.name} generates its SowKeys "
         f"({', '.join(route.keys) or 'custom key generator'}); do not pass a SowKey"
     )
-
-
-def _headers(command: PublishFields) -> Headers:
-    """The option headers of a publish."""
-    headers = _option_headers(command.expiration, command.correlation_id)
-    if command.sequence or command.publisher:
-        headers += _sequence_headers(command.publisher, command.sequence)
-    return headers
-
-
-def _sequence_headers(publisher: str, sequence: int) -> Headers:
-    """The duplicate-detection headers of a publish (both or neither)."""
-    if not publisher or sequence <= 0:
-        raise InvalidRequestError(
-            "duplicate detection needs both a publisher name and a sequence number above 0 "
-            f"(got publisher={publisher!r}, sequence={sequence})"
-        )
-    if len(publisher) > MAX_PUBLISHER_LENGTH:
-        raise InvalidRequestError(
-            f"the publisher name is {len(publisher)} characters; use at most {MAX_PUBLISHER_LENGTH}"
-        )
-    return [(PUBLISHER_HEADER, publisher.encode()), (SEQUENCE_HEADER, str(sequence).encode())]

@@ -132,8 +132,9 @@ def plan(table: SowTable, node: ast.Node | None, sow_keys: Sequence[bytes] = ())
         return Plan("memo-scan", None)
     membership = None if None in tests else tuple(t for t in tests if t is not None)
     topic = table.topic
-    if topic.keys and topic.key_generator is None:
-        # A generated SowKey is the checksum of the Key values' text (keys.key_text).
+    if topic.keys and topic.key_generator is None and topic.pattern is None:
+        # A generated SowKey is the checksum of the Key values' text (keys.key_text); a
+        # Pattern topic's records are keyed by their own topics' names, so it has none.
         fixed = exact_matches(node, key_text)
         combos = _combinations(fixed, [tuple(parse_path(p)) for p in topic.keys])
         if combos is not None:

@@ -46,7 +46,12 @@ from processor.query.planner import Plan, needs_scan, plan
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable
 from processor.topology.model import SowTopic, Topology
-from processor.topology.topics import is_pattern, resolve_topics
+from processor.topology.topics import (
+    is_pattern,
+    resolve_topics,
+    restricted,
+    topic_restriction,
+)
 
 MAX_BATCH_SIZE = 10000
 DEFAULT_BATCH_SIZE = 10
@@ -171,6 +176,9 @@ class QueryEngine:
                 "top_n=n, skip_n=n*(k-1)"
             )
         expression = compile_expression(query.filter) if query.filter.strip() else None
+        restriction = topic_restriction(self.topology, query.topic)
+        if restriction is not None:  # a Pattern topic stores the topic with others
+            expression = compile_expression(restricted(query.filter, restriction))
         order = parse_order_by(query.order_by) if query.order_by.strip() else ()
         aggregation = None
         if query.projection.strip() or query.grouping.strip():

@@ -27,7 +27,7 @@ from processor.server.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsSe
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.shape import MessageShape
 from processor.topology.model import PlainTopic
-from processor.topology.topics import resolve_topics
+from processor.topology.topics import resolve_topic, resolve_topics
 from processor.wire import sow_pb2, sow_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -334,12 +334,12 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                     if shape.shapes(record.topic):
                         record.data = shape.full(record.topic, record.data)
                     elif text_form:
-                        codec = self._gateway.codec(topology.topic(record.topic))
+                        codec = self._gateway.codec(resolve_topic(topology, record.topic))
                         record.data = codec.to_text(record.data)
             elif text_form:
                 # A pattern can match topics of different message types.
                 for record in records:
-                    codec = self._gateway.codec(topology.topic(record.topic))
+                    codec = self._gateway.codec(resolve_topic(topology, record.topic))
                     record.data = codec.to_text(record.data)
             yield sow_pb2.SowQueryReply(batch=sow_pb2.Batch(records=records))
         stats = result.stats

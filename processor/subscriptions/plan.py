@@ -26,7 +26,12 @@ from processor.subscriptions.model import DEFAULT_MAX_BACKLOG, MAX_MAX_BACKLOG, 
 from processor.subscriptions.shape import MessageShape
 from processor.subscriptions.window import check_pagination, check_window_filter, is_paginated
 from processor.topology.model import PlainTopic, SowTopic, Topic, Topology
-from processor.topology.topics import is_pattern, resolve_subscribed_topics
+from processor.topology.topics import (
+    is_pattern,
+    resolve_subscribed_topics,
+    restricted,
+    topic_restriction,
+)
 
 #: Compiles a filter for the topics it runs on (the dispatcher shares equal filters).
 Compile = Callable[[list[Topic], str], "Expression | None"]
@@ -102,7 +107,10 @@ def plan_subscription(
             f"max_backlog {request.max_backlog} is out of range: use 1 to "
             f"{MAX_MAX_BACKLOG} (0 means the default, {DEFAULT_MAX_BACKLOG})"
         )
-    expression = compile_filter(topics, request.filter)
+    restriction = topic_restriction(topology, request.topic)
+    if restriction is not None:  # check the subscriber's filter alone first
+        compile_filter(topics, request.filter)
+    expression = compile_filter(topics, restricted(request.filter, restriction))
     unheld = frozenset(t.name for t in topics if isinstance(t, PlainTopic))
     paginated = is_paginated(request)
     if paginated:

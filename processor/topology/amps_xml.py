@@ -15,8 +15,9 @@ declared message types and modules).
 * Kafka extensions inside a Topic: ``KafkaTopic`` and ``Partitions``.
 * Topic options that do not apply to kafka-sow (:data:`NOT_APPLICABLE`: ``FileName`` and
   the growth and sizing options) are validated, logged once with the reason, and kept in
-  :attr:`SowTopic.unused_options`; so is ``Pattern`` (:data:`NOT_IMPLEMENTED`), logged as a
-  warning, whose restrictions are enforced (no History, Preprocessing or Enrichment).
+  :attr:`SowTopic.unused_options`.
+* ``Pattern`` makes a regular-expression topic (:attr:`SowTopic.pattern`); with History,
+  Preprocessing or Enrichment it is an error citing that element (as in AMPS).
 * Views, conflated topics and queues (:data:`ENTRY_ELEMENTS`) are parsed and checked by
   :mod:`processor.topology.amps_entries` and :mod:`processor.topology.amps_queues`, after
   every topic of the file is known.
@@ -56,6 +57,7 @@ from processor.topology.model import (
 )
 from processor.topology.quantities import (
     check_key_path,
+    check_topic_pattern,
     parse_choice,
     parse_expiration,
     parse_positive_int,
@@ -77,7 +79,7 @@ ENTRY_ELEMENTS = VIEW_ELEMENTS + CONFLATED_ELEMENTS + QUEUE_ELEMENTS
 IMPLEMENTED = (
     "Name", "Topic", "MessageType", "Key", "KeyDomain", "KeyGenerator", "Durability",
     "Duration", "RecoveryPoint", "Expiration", "HashIndex", "Index", "KafkaTopic", "Partitions",
-    "History", "Preprocessing", "Enrichment",
+    "History", "Preprocessing", "Enrichment", "Pattern",
 )
 # fmt: on
 _ROCKSDB = "kafka-sow stores records in RocksDB, which allocates and grows its files by itself"
@@ -101,12 +103,8 @@ NOT_APPLICABLE: dict[str, str] = {
         "for a number of keys"
     ),
 }
-#: AMPS Topic options accepted (and validated) but not implemented yet.
-NOT_IMPLEMENTED = ("Pattern",)
-_NOT_IMPLEMENTED_REASON = "accepted but not implemented yet; it has no effect"
 _OPTION_VALUES: dict[str, Callable[[str], object]] = {
     "FileName": str,
-    "Pattern": str,
     "SlabSize": parse_size,
     "RecordSize": parse_size,
     "InitialSlabCount": lambda v: parse_positive_int(v, "InitialSlabCount", 1024),
@@ -130,6 +128,7 @@ _XML_NAME = {
     "history": "History",
     "expiration_s": "Expiration",
     "preprocessing": "Preprocessing",
+    "pattern": "Pattern",
     "enrichment": "Enrichment",
 }
 
@@ -142,15 +141,9 @@ class _Reader(AmpsReader):
         element, where = item
         value = self.text(element, where)
         self.value(element, where, _OPTION_VALUES[tag])
-        if tag in NOT_APPLICABLE:
-            changelog = SowTopic(name=kafka_topic).changelog_topic
-            reason = NOT_APPLICABLE[tag].format(changelog=changelog)
-            _log.info(
-                "%s: %s: <%s> does not apply in kafka-sow: %s", self.source, where, tag, reason
-            )
-        else:
-            reason = _NOT_IMPLEMENTED_REASON
-            _log.warning("%s: %s: <%s> is %s", self.source, where, tag, reason)
+        changelog = SowTopic(name=kafka_topic).changelog_topic
+        reason = NOT_APPLICABLE[tag].format(changelog=changelog)
+        _log.info("%s: %s: <%s> does not apply in kafka-sow: %s", self.source, where, tag, reason)
         return UnusedOption(tag, value, reason)
 
     def typed(self, item: Child, fields: dict[str, Any]) -> str:
@@ -161,9 +154,7 @@ class _Reader(AmpsReader):
         return message_type
 
     def topic(self, element: ET.Element, where: str) -> SowTopic:
-        groups = self.group(
-            element, where, IMPLEMENTED + tuple(NOT_APPLICABLE) + NOT_IMPLEMENTED, _REPEATABLE
-        )
+        groups = self.group(element, where, IMPLEMENTED + tuple(NOT_APPLICABLE), _REPEATABLE)
         named = self.synonym(groups, "Name", "Topic")
         durability = self.synonym(groups, "Durability", "Duration")
         if named is None:
@@ -210,6 +201,7 @@ class _Reader(AmpsReader):
                 groups["Expiration"][0][1],
             )
         if "Pattern" in groups:
+            fields["pattern"] = self.value(*groups["Pattern"][0], check_topic_pattern)
             for tag in ("History", "Preprocessing", "Enrichment"):
                 if tag in groups:
                     self.fail(
@@ -217,7 +209,7 @@ class _Reader(AmpsReader):
                     )
         fields["unused_options"] = tuple(
             self.unused_option(tag, groups[tag][0], fields.get("kafka_topic") or name)
-            for tag in (*NOT_APPLICABLE, *NOT_IMPLEMENTED)
+            for tag in NOT_APPLICABLE
             if tag in groups
         )
         topic = SowTopic(name=name, message_type=message_type, **fields)
@@ -309,7 +301,7 @@ def parse_amps_config(
             if child.tag in TOPIC_ELEMENTS:
                 topic = reader.topic(child, where)
                 topics.append((topic, source, where))
-                pattern = any(o.element == "Pattern" for o in topic.unused_options)
+                pattern = isinstance(topic, SowTopic) and topic.pattern is not None
                 catalog.add(Known.of(topic, "Topic", where, order, pattern=pattern))
             elif child.tag in ENTRY_ELEMENTS:
                 pending.append((order, child, where))

@@ -243,6 +243,21 @@ def _check_sow(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str
             compile_construction(texts, enrichment=field == "enrichment")
         except (ParseError, ExpressionError) as exc:
             return field, f"{name_of(field)} field is not valid: {exc}"
+    if topic.pattern is not None:
+        pattern = name_of("pattern")
+        for field in ("history", "preprocessing", "enrichment"):
+            if getattr(topic, field):
+                return field, f"a {pattern} topic cannot have {name_of(field)} (as in AMPS)"
+        if not topic.keys:
+            return "pattern", (
+                f"a {pattern} topic needs {keys} fields: its records' SowKeys are made from "
+                f"them and each topic's name, so the topics it stores never share one"
+            )
+        if topic.key_domain is not None:
+            return "key_domain", (
+                f"a {pattern} topic keys each topic's records with that topic's name; "
+                f"{name_of('key_domain')} cannot be set"
+            )
     if topic.history is not None and topic.expiration_s is not None:
         return "expiration_s", (
             f"{name_of('expiration_s')} must be disabled when {name_of('history')} is set "

@@ -162,6 +162,10 @@ class SowTopic(Topic):
     preprocessing: tuple[str, ...] = ()
     #: Enrichment fields, applied after the SowKey is computed (``OF PREVIOUS`` allowed).
     enrichment: tuple[str, ...] = ()
+    #: A regular expression (AMPS ``Pattern``): the topic stores every topic whose name the
+    #: pattern matches (searched, as AMPS matches topic patterns), each as its own set of
+    #: records in this topic's store and changelog (see docs/topology.md "Pattern topics").
+    pattern: str | None = None
     #: Options accepted without effect (AMPS XML ``FileName``, ``SlabSize``...), and why.
     unused_options: tuple[UnusedOption, ...] = ()
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal, localcontext
 
-from processor.errors import ValueFormatError
+from processor.errors import ExpressionError, ValueFormatError
 from processor.topology.model import RecoveryKind, RecoveryPoint
 
 #: Seconds per interval unit (exact decimals).
@@ -295,3 +295,18 @@ def parse_separator(text: str) -> bytes:
             "and digits (code 1 to 127)"
         )
     return bytes([code])
+
+
+def check_topic_pattern(text: str) -> str:
+    """A Pattern topic's regular expression (RE2 syntax, searched in topic names)."""
+    from processor.expr.regex import compile_regex
+
+    if not text.strip():
+        raise ValueFormatError("a Pattern needs a regular expression, such as ^orders\\.")
+    try:
+        compile_regex(text, what="Pattern")
+    except ExpressionError as exc:
+        raise ValueFormatError(
+            f"Pattern {text!r} is not a valid regular expression: {exc}"
+        ) from None
+    return text

@@ -64,13 +64,54 @@ def _known(topology: Topology) -> str:
     return text
 
 
+def pattern_topic(topology: Topology, name: str) -> SowTopic | None:
+    """The Pattern topic that stores the topic ``name`` (the first, in configuration
+    order, whose pattern matches it), or None. A configured topic is never a Pattern
+    topic's, except a Pattern topic's own name when its pattern matches it."""
+    known = topology.topics.get(name)
+    if (known is not None and known.pattern is None) or name in topology.plain_topics:
+        return None
+    for topic in topology.topics.values():
+        if topic.pattern is not None and compile_regex(topic.pattern, what="Pattern").search(name):
+            return topic
+    return None
+
+
+def topic_restriction(topology: Topology, name: str) -> str | None:
+    """The filter that keeps a command on ``name`` to its own records where a Pattern topic
+    stores them with other topics' (``TOPIC_NAME() = 'name'``; for a regular expression
+    that reads Pattern topics, ``TOPIC_NAME() LIKE 'name'``), else None. A Pattern topic's
+    own name reads every topic it stores."""
+    if name in topology.topics or name in topology.plain_topics or _SCOPED.match(name):
+        return None
+    if not is_pattern(name):
+        if pattern_topic(topology, name) is None:
+            return None
+        quoted = name.replace("\\", "\\\\").replace("'", "\\'")
+        return f"TOPIC_NAME() = '{quoted}'"
+    if not any(t.pattern is not None for t in topology.topics.values()):
+        return None
+    return f"TOPIC_NAME() LIKE '{name.replace(chr(39), chr(92) + chr(39))}'"
+
+
+def restricted(filter_text: str, restriction: str | None) -> str:
+    """A filter with a topic restriction added (``filter AND restriction``)."""
+    if restriction is None:
+        return filter_text
+    return f"({filter_text}) AND {restriction}" if filter_text.strip() else restriction
+
+
 def resolve_topic(topology: Topology, name: str) -> SowTopic:
-    """The SOW topic called ``name`` (literal). A plain topic is an InvalidRequestError
-    (it has no SOW); an unknown name an UnknownTopicError naming the topics there are."""
+    """The SOW topic called ``name`` (literal; for a topic a Pattern topic stores, that
+    Pattern topic). A plain topic is an InvalidRequestError (it has no SOW); an unknown
+    name an UnknownTopicError naming the topics there are."""
     name = _literal(topology, name)
     try:
         return topology.topic(name)
     except KeyError:
+        family = pattern_topic(topology, name)
+        if family is not None:
+            return family
         if name in topology.plain_topics:
             raise InvalidRequestError(
                 f"topic {name} has no SOW: subscribe to it instead (it is a plain topic: "
@@ -89,7 +130,7 @@ def resolve_topics(topology: Topology, name: str) -> list[SowTopic]:
         return [resolve_topic(topology, name)]
     # RE2 (linear time): a topic pattern from a request can never hang a thread.
     pattern = compile_regex(name, what="topic pattern")
-    matched = [t for t in topology.topics.values() if pattern.search(t.name)]
+    matched = [t for t in topology.topics.values() if pattern.search(t.name) or t.pattern]
     if not matched:
         plain = [t for t in topology.plain_topics if pattern.search(t)]
         if plain:
@@ -117,7 +158,11 @@ def resolve_subscribed_topics(topology: Topology, name: str) -> list[Topic]:
     if not is_pattern(name) or name in topology.topics or name in topology.plain_topics:
         return [resolve_publish_topic(topology, name)]
     pattern = compile_regex(name, what="topic pattern")
-    matched = [t for t in topology.every_topic() if pattern.search(t.name)]
+    matched = [
+        t
+        for t in topology.every_topic()
+        if pattern.search(t.name) or (isinstance(t, SowTopic) and t.pattern)
+    ]
     if not matched:
         raise UnknownTopicError(
             f"no topic matches the pattern {name!r}; topics here: {_known(topology)}"

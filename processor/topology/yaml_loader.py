@@ -52,6 +52,7 @@ TOPIC_FIELDS = (
     "history",
     "preprocessing",
     "enrichment",
+    "pattern",
     "sow",
 )
 #: The fields of a plain topic (``sow: false``).
@@ -214,6 +215,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "history": _history,
     "preprocessing": _fields,
     "enrichment": _fields,
+    "pattern": lambda value: quantities.check_topic_pattern(_text(value, "a regular expression")),
 }
 
 

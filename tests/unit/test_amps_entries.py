@@ -307,7 +307,7 @@ def test_seed_conflated_topic_examples_parse(message_type: str, entry: str) -> N
 def test_a_conflated_pattern_topic_needs_a_topic_format() -> None:
     # Seed 002's third example is cut short; its topic is a Pattern topic, for which
     # AMPS requires TopicFormat. (bflat in the seed; json here, any type will do.)
-    regex = "<Topic><Name>TheRegexTopic</Name><Pattern>regex.*</Pattern></Topic>"
+    regex = "<Topic><Name>TheRegexTopic</Name><Pattern>regex.*</Pattern><Key>/id</Key></Topic>"
     entry = """<ConflatedTopic>
        <Topic>ConflateUnderlyingRegex</Topic>
        <MessageType>json</MessageType>
@@ -454,7 +454,7 @@ def test_a_view_may_read_views_conflated_topics_and_queues_defined_before_it() -
 
 A = "<Topic><Name>A</Name><Key>/id</Key></Topic>"
 BIN = "<Topic><Name>BIN</Name><MessageType>binary</MessageType></Topic>"
-PAT = "<Topic><Name>P</Name><Pattern>p.*</Pattern></Topic>"
+PAT = "<Topic><Name>P</Name><Pattern>p.*</Pattern><Key>/id</Key></Topic>"
 
 
 def view(*inner: str, name: str = "V") -> str:
@@ -794,7 +794,7 @@ def test_a_pattern_topic_keeps_its_restrictions() -> None:
             "Enrichment": "<Enrichment><Field>1 AS /x</Field></Enrichment>",
         }[tag]
         error(
-            config(f"<Topic><Name>P</Name><Pattern>p.*</Pattern>{inner}</Topic>"),
+            config(f"<Topic><Name>P</Name><Pattern>p.*</Pattern><Key>/id</Key>{inner}</Topic>"),
             f"AMPSConfig/SOW/Topic[1]/{tag}",
             f"a <Pattern> topic cannot have <{tag}>",
         )
