@@ -66,6 +66,17 @@ def test_a_pattern_topic_keeps_each_matching_topic_apart(
         finally:
             collector.stop()
 
+        snapshot = Collector(client.sow_and_subscribe("orders.eu", filter="/id < 3"))
+        try:
+            assert snapshot.wait_for(lambda c: c.group_end() is not None)
+            assert sorted(orjson.loads(r.data)["v"] for r in snapshot.query_records()) == [
+                "eu1",
+                "eu2",
+            ]
+            assert {r.topic for r in snapshot.query_records()} == {"orders.eu"}
+        finally:
+            snapshot.stop()
+
         deleted = client.delete("orders.eu", filter="1=1")
         after = _records(client, "ORDERS", min_position=list(deleted.positions))
         assert after == [("orders.us", "us1b"), ("orders.us", "us2")]
