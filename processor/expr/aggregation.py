@@ -168,6 +168,15 @@ class Accumulator:
             state.add(value)
         self._last = values
 
+    def remove(self, values: Sequence[Any], last: Sequence[Any] | None) -> None:
+        """Retract a record added before (its same values of :attr:`Aggregation.inputs`);
+        ``last`` is now the latest record still in the group, which supplies the
+        non-aggregated fields (None when the group is empty)."""
+        arguments = self._aggregation._args(*values)
+        for state, value in zip(self._states, arguments, strict=True):
+            state.remove(value)
+        self._last = last
+
     def result(self) -> dict[str, Any]:
         """The group's output message: nested objects built from the target paths
         (``/a/b`` -> ``{"a": {"b": v}}``). A NULL value is written as None, or left out

@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
     {"log", "state"},
     {"publish"},
     {"engine"},
+    {"views"},
     {"replica"},
     {"query", "spark", "faust"},
     {"subscriptions"},
