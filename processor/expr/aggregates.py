@@ -38,16 +38,25 @@ class Aggregate(ABC):
 
 
 class _Numeric(Aggregate, ABC):
-    """Running integer and float sums, value count and count of non-numeric values."""
+    """Running integer and float sums, value count and count of non-numeric values.
 
-    __slots__ = ("floats", "ints", "n", "n_float", "n_nan")
+    ``exact`` (views): the float sum is kept as exact partial sums (Shewchuk's, as
+    ``math.fsum`` keeps them), so a value added and removed again leaves no trace and the
+    result is the correctly rounded sum of the values present, whatever came and went.
+    Without it (queries, which never remove) it is a plain running sum.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("floats", "infinities", "ints", "n", "n_float", "n_nan", "partials")
+
+    def __init__(self, exact: bool = False) -> None:
         self.n = 0
         self.ints = 0
         self.floats = 0.0
         self.n_float = 0
         self.n_nan = 0
+        self.partials: list[float] | None = [] if exact else None
+        #: exact: how many +inf and -inf values are present (kept out of the partials).
+        self.infinities = [0, 0]
 
     def _update(self, value: Value, sign: int) -> None:
         value = first(value)
@@ -60,7 +69,12 @@ class _Numeric(Aggregate, ABC):
         elif number.__class__ is int:
             self.ints += sign * number
         else:
-            self.floats += sign * number
+            if self.partials is None:
+                self.floats += sign * number
+            elif math.isinf(number):
+                self.infinities[number < 0] += sign
+            else:
+                _grow(self.partials, sign * float(number))
             self.n_float += sign
 
     def add(self, value: Value) -> None:
@@ -69,12 +83,37 @@ class _Numeric(Aggregate, ABC):
     def remove(self, value: Value) -> None:
         self._update(value, -1)
 
+    def float_sum(self) -> float:
+        if self.partials is None:
+            return self.floats
+        positive, negative = self.infinities
+        if positive or negative:
+            return math.nan if positive and negative else (math.inf if positive else -math.inf)
+        return math.fsum(self.partials)
+
     def total(self) -> Value:
         if self.n_nan:
             return NAN
         if self.n_float:
-            return self.ints + self.floats
+            return self.ints + self.float_sum()
         return self.ints
+
+
+def _grow(partials: list[float], x: float) -> None:
+    """Add a finite ``x`` to exact partial sums (non-overlapping floats whose sum is
+    exact)."""
+    i = 0
+    for partial in partials:
+        y = partial
+        if abs(x) < abs(y):
+            x, y = y, x
+        high = x + y
+        low = y - (high - x)
+        if low:
+            partials[i] = low
+            i += 1
+        x = high
+    partials[i:] = [x]
 
 
 class Sum(_Numeric):
@@ -223,16 +262,20 @@ class CountDistinct(Aggregate):
 
 class _Deviation(Aggregate):
     """Shifted sums (the first value as the shift), which keep the variance accurate for
-    values far from zero and allow removal."""
+    values far from zero and allow removal. ``exact`` (views): unshifted sums of the
+    values and their squares kept as exact partial sums, so the result depends only on
+    the values present (a shift would depend on the first value ever added)."""
 
-    __slots__ = ("n", "n_nan", "shift", "sum1", "sum2")
+    __slots__ = ("n", "n_nan", "parts1", "parts2", "shift", "sum1", "sum2")
 
-    def __init__(self) -> None:
+    def __init__(self, exact: bool = False) -> None:
         self.n = 0
         self.n_nan = 0
-        self.shift: float | None = None
+        self.shift: float | None = 0.0 if exact else None
         self.sum1 = 0.0
         self.sum2 = 0.0
+        self.parts1: list[float] | None = [] if exact else None
+        self.parts2: list[float] | None = [] if exact else None
 
     def _update(self, value: Value, sign: int) -> None:
         value = first(value)
@@ -246,6 +289,10 @@ class _Deviation(Aggregate):
         if self.shift is None:
             self.shift = float(number)
         delta = number - self.shift
+        if self.parts1 is not None and self.parts2 is not None:
+            _grow(self.parts1, sign * float(delta))
+            _grow(self.parts2, sign * float(delta) * float(delta))
+            return
         self.sum1 += sign * delta
         self.sum2 += sign * delta * delta
 
@@ -260,7 +307,10 @@ class _Deviation(Aggregate):
             return None
         if self.n_nan:
             return NAN
-        variance = (self.sum2 - self.sum1 * self.sum1 / self.n) / (self.n - ddof)
+        sum1, sum2 = self.sum1, self.sum2
+        if self.parts1 is not None and self.parts2 is not None:
+            sum1, sum2 = math.fsum(self.parts1), math.fsum(self.parts2)
+        variance = (sum2 - sum1 * sum1 / self.n) / (self.n - ddof)
         return math.sqrt(max(variance, 0.0))
 
 
@@ -341,6 +391,9 @@ class GroupConcat(Aggregate):
 
 
 #: name -> (factory taking the constant extra arguments, minimum, maximum argument count).
+#: The aggregates that take ``exact=True`` (the others are exact already).
+EXACT_CAPABLE = frozenset({"SUM", "AVG", "STDDEV_POP", "STDDEV_SAMP"})
+
 AGGREGATES: dict[str, tuple[Callable[..., Aggregate], int, int]] = {
     "SUM": (Sum, 1, 1),
     "COUNT": (Count, 1, 1),

@@ -14,7 +14,7 @@ from typing import Any
 
 from processor.errors import ExpressionError
 from processor.expr import ast, clauses
-from processor.expr.aggregates import AGGREGATES, Aggregate
+from processor.expr.aggregates import AGGREGATES, EXACT_CAPABLE, Aggregate
 from processor.expr.codegen import Code, build
 from processor.expr.compiler import Compiler
 from processor.expr.inputs import FieldInput, Input
@@ -145,9 +145,11 @@ class Aggregation:
         its grouping values (NULL is its own group)."""
         return tuple(text_of(values[i]) for i in self._group_positions)
 
-    def accumulator(self) -> Accumulator:
-        """A new, empty accumulator for one group."""
-        return Accumulator(self)
+    def accumulator(self, exact: bool = False) -> Accumulator:
+        """A new, empty accumulator for one group; ``exact`` (views, which retract
+        records): float sums kept exact, so the result depends only on the records
+        present (:mod:`processor.expr.aggregates`)."""
+        return Accumulator(self, exact)
 
 
 class Accumulator:
@@ -155,9 +157,14 @@ class Accumulator:
 
     __slots__ = ("_aggregation", "_last", "_states")
 
-    def __init__(self, aggregation: Aggregation) -> None:
+    def __init__(self, aggregation: Aggregation, exact: bool = False) -> None:
         self._aggregation = aggregation
-        self._states = [slot.factory(*slot.extra) for slot in aggregation._slots]
+        self._states = [
+            slot.factory(*slot.extra, exact=True)
+            if exact and slot.name in EXACT_CAPABLE
+            else slot.factory(*slot.extra)
+            for slot in aggregation._slots
+        ]
         self._last: Sequence[Any] | None = None
 
     def add(self, values: Sequence[Any]) -> None:

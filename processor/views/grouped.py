@@ -76,7 +76,7 @@ class GroupedView:
             group_key = self._aggregation.group_key(values)
             joined = self._groups.get(group_key)
             if joined is None:
-                joined = self._groups[group_key] = _Group(self._aggregation.accumulator())
+                joined = self._groups[group_key] = _Group(self._aggregation.accumulator(exact=True))
             joined.members[key] = values
             joined.accumulator.add(values)
             self._of_record[key] = group_key
