@@ -244,6 +244,11 @@ def run_scenario(
     for service in cluster.services:
         service.wait_ready(90)
         addresses.append(service.grpc_address)
+        # The banner comes as the service starts serving; its replica may still be reading
+        # the changelogs' ends (a query then answers UNAVAILABLE, catching up). The reader
+        # measures availability through the rebalances, from a caught-up start.
+        with SowClient(service.grpc_address, publisher="") as client:
+            client.query("SCALE", wait_for_catch_up=True, timeout=60)
     publisher = Publisher(bootstrap, topic)
     reader = Reader("SCALE", addresses)
     publisher.start()
