@@ -69,6 +69,8 @@ DEFAULT_TIMEOUT_S = 30.0
 #: What a changelog envelope adds to a message besides the names and the SowKey
 #: (version, partition, offset, lengths, two times, expiration; see processor.changelog).
 ENVELOPE_FIXED_BYTES = 64
+#: Publish routes kept at most (one per topic name a publish used).
+MAX_ROUTES = 4096
 #: Headers are measured exactly only for messages this close to the limit.
 HEADERS_ALLOWANCE = 4096
 
@@ -190,6 +192,10 @@ class Gateway:
                         f"{topic.pattern!r} matches"
                     )
             route = _PublishRoute(topic, self.writer.max_record_bytes, concrete)
+            if concrete is not None and len(self._routes) >= MAX_ROUTES:
+                # Publishers name a Pattern topic's topics freely: the routes made for
+                # them are remade on demand rather than kept without bound.
+                self._routes = {}
             self._routes[topic_name] = route
         return route
 

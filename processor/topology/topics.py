@@ -13,10 +13,11 @@ InvalidRequestError that says to subscribe instead.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from processor.errors import InvalidRequestError, UnknownTopicError
-from processor.expr.regex import compile_regex
+from processor.expr.regex import Regex, compile_regex
 from processor.topology.model import SowTopic, Topic, Topology
 
 #: Characters that make a topic name a regular expression (spec 1.18, section 9 item 24).
@@ -64,6 +65,13 @@ def _known(topology: Topology) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=256)
+def _pattern_regex(pattern: str) -> Regex:
+    """A Pattern topic's compiled regular expression (compiled once: it is matched on
+    every command that names a topic the topology does not list)."""
+    return compile_regex(pattern, what="Pattern")
+
+
 def pattern_topic(topology: Topology, name: str) -> SowTopic | None:
     """The Pattern topic that stores the topic ``name`` (the first, in configuration
     order, whose pattern matches it), or None. A configured topic is never a Pattern
@@ -72,7 +80,7 @@ def pattern_topic(topology: Topology, name: str) -> SowTopic | None:
     if (known is not None and known.pattern is None) or name in topology.plain_topics:
         return None
     for topic in topology.topics.values():
-        if topic.pattern is not None and compile_regex(topic.pattern, what="Pattern").search(name):
+        if topic.pattern is not None and _pattern_regex(topic.pattern).search(name):
             return topic
     return None
 
