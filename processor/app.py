@@ -45,6 +45,7 @@ from processor.state.rocksdb import RocksDBStore, quarantine
 from processor.subscriptions.hub import SubscriptionHub
 from processor.topology import Topology, refuse_unserved
 from processor.topology.model import Durability, SowTopic
+from processor.views import view_wiring
 from processor.worker import ProcessorChild
 
 if TYPE_CHECKING:
@@ -55,8 +56,7 @@ log = logging.getLogger(__name__)
 
 
 def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
-    """Every Kafka topic the topology needs: input, repartition, changelog, dead letter;
-    a plain topic needs only its input topic."""
+    """Every Kafka topic the topology needs (a plain topic needs only its input topic)."""
     specs = [TopicSpec(dead_letter_topic, 1, {})]
     for plain in topology.plain_topics.values():
         specs.append(TopicSpec(plain.kafka_topic, plain.partitions, {}))
@@ -192,8 +192,9 @@ def processor_over(
     crash_hook: CrashHook | None,
     **options: Any,
 ) -> Processor:
-    """A processor of ``topology`` over a log's ``connections``, with RocksDB stores
-    under the settings' state directory; ``options`` go to :class:`Processor`."""
+    """A processor of ``topology`` over a log's ``connections``, with RocksDB stores under
+    the settings' state directory, and the topology's views; ``options`` go to Processor."""
+    options = {**view_wiring(topology), **options}
     return Processor(
         topology,
         connections,

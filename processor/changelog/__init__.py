@@ -17,8 +17,11 @@ Record kinds in a changelog topic partition (key, value, headers):
   partition's state restarts empty from here, written when a transient topic rebuilds) and
   ``PUBLISHER_PREFIX + name`` (value: the highest sequence applied for that publisher, in
   decimal; one per publisher whose sequence a transaction changed, before its PROGRESS
-  record; compaction keeps the latest per publisher). Readers must treat every key that
-  starts with ``CONTROL_PREFIX`` as control, including kinds they do not know.
+  record; compaction keeps the latest per publisher) and ``STATE_PREFIX + key`` (value:
+  opaque bytes, None to delete: the state a derived topic such as a view keeps beside its
+  records, e.g. a group's members, restored into the store's meta column under the same
+  key). Readers must treat every key that starts with ``CONTROL_PREFIX`` as control,
+  including kinds they do not know.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ CONTROL_PREFIX = b"\x00"
 PROGRESS_KEY = b"\x00sow:progress"
 RESET_KEY = b"\x00sow:reset"
 PUBLISHER_PREFIX = b"\x00sow:publisher:"
+STATE_PREFIX = b"\x00sow:state:"
 REASON_HEADER = "sow.reason"
 POSITION_HEADER = "sow.position"
 

@@ -29,6 +29,7 @@ from processor.topology.model import (
     SowTopic,
     Topic,
     TopicRef,
+    Topology,
     UnusedOption,
     ViewSpec,
 )
@@ -145,15 +146,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def describe_entry(entry: Entry) -> dict[str, Any]:
-    """A view, conflated topic or queue: what it would do, that ``sow serve`` refuses it,
+def describe_entry(entry: Entry, topology: Topology | None = None) -> dict[str, Any]:
+    """A view, conflated topic or queue: what it does, whether ``sow serve`` serves it,
     and every setting it was given (intervals as text)."""
     kind = kind_of(entry)
     key = {"View": "view", "ConflatedTopic": "conflated_topic"}.get(kind, "queue")
     out: dict[str, Any] = {key: entry.name, "element": entry.where}
     if isinstance(entry, QueueSpec):
         out["kind"] = kind
-    out["served"] = refusal(entry)
+    out["served"] = refusal(entry, topology)
     out["does"] = _does(entry)
     for item in dataclasses.fields(entry):
         value = getattr(entry, item.name)
@@ -178,7 +179,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             if isinstance(topic, SowTopic):
                 key_function(topic)  # imports a custom KeyGenerator
             lines.append(describe(topic))
-        lines.extend(describe_entry(entry) for entry in topology.entries())
+        lines.extend(describe_entry(entry, topology) for entry in topology.entries())
         for line in lines:
             sys.stdout.write(orjson.dumps({"source": str(path), **line}).decode() + "\n")
         entries = topology.entries()

@@ -46,9 +46,9 @@ from processor.engine.dead_letter import (
     no_translation,
 )
 from processor.engine.delta_merge import delta_key, merge_delta
-from processor.engine.families import PatternRecords
 from processor.engine.headers import Sequenced, delta_form, publish_options, sequenced
 from processor.engine.partition import PartitionState
+from processor.engine.route import Route
 from processor.engine.transaction import PartitionBatch, Transaction
 from processor.errors import (
     BrokerError,
@@ -70,67 +70,6 @@ __all__ = ["ERROR_HEADERS", "Applier", "Route"]
 DELETED = b"deleted"
 
 Produce = Callable[..., None]
-
-
-class Route:
-    """Where records of one (log topic, partition) go, with what applying them needs."""
-
-    __slots__ = (
-        "changelog",
-        "decode",
-        "decode_for_key",
-        "family",
-        "from_input",
-        "key_function",
-        "partitions",
-        "placed",
-        "plain",
-        "shaping",
-        "state",
-        "writer",
-    )
-
-    #: How many SowKeys a route remembers as verified to belong to its partition.
-    PLACED_SIZE = 1 << 16
-
-    def __init__(self, state: PartitionState, log_topic: str, from_input: bool) -> None:
-        self.state = state
-        self.from_input = from_input
-        self.changelog = state.topic.changelog_topic
-        self.partitions = state.topic.partitions
-        self.writer = state.writers[log_topic]
-        self.decode = state.codec.decode
-        topic = state.topic
-        generated = topic.keys if topic.key_generator is None and not topic.preprocessing else ()
-        #: The decode of the fast path, which needs only the Key fields.
-        self.decode_for_key = state.codec.key_decoder(generated) if generated else self.decode
-        self.shaping = state.shaping
-        #: A Pattern topic's records name their own topics (engine/families.py).
-        self.family = PatternRecords(state.topic, state.partition) if state.topic.pattern else None
-        #: None sends every publish down the slow path (user keys; reshaped messages;
-        #: a Pattern topic's records).
-        self.key_function = (
-            state.key_function if state.shaping is None and self.family is None else None
-        )
-        #: No topic expiration: a publish without headers needs no header parsing.
-        self.plain = state.topic.expiration_s is None
-        #: SowKeys seen on this partition whose CRC placement was already checked.
-        self.placed: set[bytes] = set()
-
-    def misplaced(self, key: bytes | None, sow_key: bytes, partition: int) -> bool:
-        """True when a record must be re-keyed: its Kafka key is not its SowKey, or the
-        SowKey belongs to another partition."""
-        if key != sow_key:
-            return True
-        placed = self.placed
-        if sow_key in placed or self.partitions == 1:
-            return False
-        if partition_for(sow_key, self.partitions) != partition:
-            return True
-        if len(placed) >= self.PLACED_SIZE:
-            placed.clear()
-        placed.add(sow_key)
-        return False
 
 
 _PUBLISH = ChangeReason.PUBLISH
@@ -208,6 +147,7 @@ class Applier:
         route: Route | None = None
         batch: PartitionBatch | None = None
         last = -1  # the offset of the run's latest record (noted when the run ends)
+        derived: list[Record] = []  # a derived topic's run, applied when the run ends
         for record in records:
             error = record.error()
             if error is not None:
@@ -219,6 +159,8 @@ class Applier:
             log_topic = record.topic()
             partition = record.partition()
             if run is None or run[0] != log_topic or run[1] != partition:
+                if derived:
+                    self._apply_derived(route, batch, derived)
                 if batch is not None and last >= 0:
                     _reached(offsets, run, batch, last)
                 run = (log_topic, partition)
@@ -226,6 +168,10 @@ class Applier:
                 last = -1
                 batch = None if route is None else transaction.batch(route.state)
             if route is None or batch is None:  # revoked during this batch's rebalance
+                continue
+            if route.derived is not None:
+                derived.append(record)
+                last = record.offset()
                 continue
             offset = last = record.offset()
             value = record.value()
@@ -261,14 +207,34 @@ class Applier:
                 try:
                     produce(route.changelog, envelope, sow_key, partition)
                 except BufferError:
-                    self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
+                    self.produce_after_drain(route.changelog, envelope, sow_key, partition, None)
             except Exception as exc:  # any failure of one record dead-letters it; the loop goes on
                 self._reject(record, route, exc)
                 continue
             batch.write(sow_key, envelope, _PUBLISH, log_topic, offset, expiration_ms)
+        if derived:
+            self._apply_derived(route, batch, derived)
         if batch is not None and last >= 0:
             _reached(offsets, run, batch, last)
         return offsets
+
+    def _apply_derived(
+        self, route: Route | None, batch: PartitionBatch | None, records: list[Record]
+    ) -> None:
+        """Hand a derived topic's run to its partition (and empty ``records``)."""
+        derived = None if route is None else route.derived
+        assert derived is not None
+        assert batch is not None
+        derived.apply(records, batch, self.reject)
+        records.clear()
+
+    def reject(self, record: Record, exc: Exception) -> None:
+        """Dead-letter a record of a derived topic that failed for its own reasons;
+        re-raise a failure of the broker or the store."""
+        error = self.dead_letters.failure(exc)
+        if error is None:
+            raise exc
+        self.dead_letters.send(record, error)
 
     def _reject(self, record: Record, route: Route, exc: Exception) -> None:
         """A record failed before its change was recorded: dead-letter it when the failure
@@ -365,7 +331,7 @@ class Applier:
                 return  # deleting what is not there changes nothing
             position = format_position(record.topic(), partition, record.offset())
             headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
-            self._produce_after_drain(route.changelog, None, sow_key, partition, headers)
+            self.produce_after_drain(route.changelog, None, sow_key, partition, headers)
             batch.write(sow_key, None, _DELETE, record.topic(), record.offset())
             return
         if route.shaping is not None:
@@ -382,7 +348,7 @@ class Applier:
         envelope = (route.writer if route.family is None else writer).encode(
             offset, sow_key, value, stamp, now_ms, expiration_ms, correlation_id
         )
-        self._produce_after_drain(route.changelog, envelope, sow_key, partition, None)
+        self.produce_after_drain(route.changelog, envelope, sow_key, partition, None)
         batch.write(sow_key, envelope, _PUBLISH, record.topic(), record.offset(), expiration_ms)
 
     def _delete_by_filter(self, record: Record, route: Route, batch: PartitionBatch) -> None:
@@ -417,7 +383,7 @@ class Applier:
         position = format_position(record.topic(), partition, record.offset())
         tombstone = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
         for sow_key in matched:
-            self._produce_after_drain(route.changelog, None, sow_key, partition, tombstone)
+            self.produce_after_drain(route.changelog, None, sow_key, partition, tombstone)
             batch.write(sow_key, None, _DELETE, record.topic(), record.offset())
         log.info(
             "filter delete at %s deleted %d records of %s[%d]",
@@ -427,13 +393,13 @@ class Applier:
             partition,
         )
 
-    def _produce_after_drain(
+    def produce_after_drain(
         self,
         topic: str,
         value: bytes | None,
         key: bytes | None,
         partition: int,
-        headers: Headers | None,
+        headers: Headers | None = None,
     ) -> None:
         """Produce, waiting for the producer's queue to drain while it is full."""
         while True:
@@ -454,7 +420,7 @@ class Applier:
 
     def _repartition(self, record: Record, state: PartitionState, sow_key: bytes) -> None:
         topic = state.topic
-        self._produce_after_drain(
+        self.produce_after_drain(
             topic.repartition_topic,
             record.value(),
             sow_key,

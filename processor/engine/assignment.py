@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook
+from processor.engine.derived import DerivedPartition, DerivedTopic
 from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
     Restored,
@@ -75,7 +76,11 @@ class Assignment:
     started_ms: int = field(kw_only=True)
     crash: CrashHook | None = field(kw_only=True)
     republish_chunk: int = field(kw_only=True)
+    #: The derived topics (views) by name: their partitions apply their own input.
+    derived: Mapping[str, DerivedTopic] = field(kw_only=True, default_factory=dict)
     states: dict[tuple[str, int], PartitionState] = field(default_factory=dict, init=False)
+    #: The derived partitions of the open store partitions of derived topics.
+    derivations: dict[tuple[str, int], DerivedPartition] = field(default_factory=dict, init=False)
     recoveries: dict[tuple[str, int], Recovery] = field(default_factory=dict, init=False)
     #: Input offsets found applied past the committed ones (see _start_after_recovery),
     #: to commit before the next batch so the group's offsets tell the truth.
@@ -99,7 +104,9 @@ class Assignment:
             if state is None:
                 state = self._open(topic, partition)
                 self.states[key] = state
-            self.applier.routes[(log_topic, partition)] = Route(state, log_topic, from_input)
+            self.applier.routes[(log_topic, partition)] = Route(
+                state, log_topic, from_input, self.derivations.get(key)
+            )
             tp = (log_topic, partition)
             if state.transient:
                 starts[tp] = transient_start_offset(
@@ -166,6 +173,9 @@ class Assignment:
             writers=make_writers(topic, partition),
             shaping=Shaping.of(topic, codec),
         )
+        deriver = self.derived.get(topic.name)
+        if deriver is not None:
+            self.derivations[(topic.name, partition)] = deriver.open(state)
         if state.transient:
             write_reset(state, self.producer)
         else:
@@ -260,6 +270,7 @@ class Assignment:
             recovery = self.recoveries.pop(key, None)
             if recovery is not None:
                 recovery.steps.close()  # releases its reader and store iterators first
+            self.derivations.pop(key, None)
             state = self.states.pop(key, None)
             if state is None:
                 continue
@@ -274,6 +285,9 @@ class Assignment:
         for key, state in self.states.items():
             if key not in self.recoveries:
                 state.discard()
+                derivation = self.derivations.get(key)
+                if derivation is not None:
+                    derivation.discard()
         starts: dict[TopicPartitionKey, int] = {}
         for record in records:
             if record.error() is None:

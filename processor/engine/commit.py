@@ -151,7 +151,7 @@ def commit(
         for batch in batches:
             state = batch.state
             end = ends[(state.topic.changelog_topic, state.partition)]
-            meta = state.publishers.changed_meta()
+            meta: dict[bytes, bytes | None] = {**state.publishers.changed_meta(), **batch.meta}
             meta[CHANGELOG_OFFSET] = offset_bytes(end + 1)
             state.store.write(batch.writes, meta, batch.due)
             state.applied.update(batch.progress)

@@ -35,11 +35,12 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from processor.engine.apply import Applier
 from processor.engine.assignment import Assignment, StoreOpener
 from processor.engine.commit import CrashHook, commit
+from processor.engine.derived import DerivedTopic
 from processor.engine.expiry import DueIndex, Expirer, expiring_states
 from processor.engine.standby import Standby
 from processor.engine.transaction import ChangeListener, Listeners, Transaction
@@ -102,6 +103,7 @@ class Processor:
         stall_after_s: float = DEFAULT_STALL_AFTER_S,
         clock: Callable[[], float] = time.time,
         listeners: Listeners | None = None,
+        derived: Mapping[str, DerivedTopic] | None = None,
     ) -> None:
         """``standby_tail`` makes changelog tails for standby stores (None: no standby
         stores); only a consumer-group member has partitions it does not own.
@@ -110,7 +112,9 @@ class Processor:
         ``clock``: the time in seconds that apply times and expirations are taken from.
         ``listeners``: more change listeners per SOW topic name, fed every change the
         processor makes to its records (expiry's due index is always one for a topic
-        with expiration)."""
+        with expiration). ``derived``: the derived topics (views) by name, whose records
+        their :class:`~processor.engine.derived.DerivedTopic` computes from their input
+        (:mod:`processor.views` makes both)."""
         self.topology, self._connections, self._open_store = topology, connections, open_store
         self._dead_letter_topic, self._max_batch = dead_letter_topic, max_batch
         self._crash, self._republish_chunk = crash_hook, republish_chunk
@@ -136,6 +140,7 @@ class Processor:
             )
             for name, topic in topology.topics.items()
         }
+        self._derived: Mapping[str, DerivedTopic] = derived or {}
         self._applier: Applier | None = None
         self._expirer: Expirer | None = None
         #: Records deleted as expired by earlier pipelines (the current one counts its own).
@@ -357,6 +362,7 @@ class Processor:
             started_ms=self._started_ms,
             crash=self._crash,
             republish_chunk=self._republish_chunk,
+            derived=self._derived,
         )
         assignment.input = consumer
         try:
@@ -394,7 +400,9 @@ class Processor:
                 # A failure anywhere below raises out of the pipeline, which drops every
                 # partition's pending state and restarts from the committed offsets; but
                 # offsets refused by a group that moved on abort the batch alone.
-                transaction = Transaction(self.transactions, now_ms, self._listeners)
+                transaction = Transaction(
+                    self.transactions, now_ms, self._listeners, applier.produce_after_drain
+                )
                 counted = applier.counters()
                 producer.begin()
                 offsets = applier.apply(transaction, records)

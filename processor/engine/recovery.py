@@ -22,6 +22,7 @@ from processor.changelog import (
     PROGRESS_KEY,
     PUBLISHER_PREFIX,
     RESET_KEY,
+    STATE_PREFIX,
     decode,
     decode_progress,
     decode_progress_publishers,
@@ -130,7 +131,8 @@ def restore_steps(
     older than its SOW (a warning says so), and the store is marked for
     republishing (:mod:`processor.engine.republish`) in the same write.
 
-    Publisher control records become the store's publisher meta entries, so a store
+    A derived topic's state records (``STATE_PREFIX``) become meta entries under the same
+    key. Publisher control records become the store's publisher meta entries, so a store
     rebuilt from the changelog discards the same repeated sequences as before. On a topic
     with expiration enabled, every replayed record that expires gets its due index entry
     in the same write (:func:`due_entries`), so a rebuilt store expires what the lost one
@@ -259,12 +261,18 @@ def replay_batch(
             updates.update(zip(keys[begin:i], values[begin:i], strict=True))  # type: ignore[arg-type]
             begin = i + 1
             key, value = keys[i] or b"", values[i]
-            if key.startswith(PUBLISHER_PREFIX):
+            if key.startswith(STATE_PREFIX):
+                meta[key] = value
+            elif key.startswith(PUBLISHER_PREFIX):
                 meta[meta_key_of_control(key)] = value
             elif key == RESET_KEY:
                 updates.clear()
                 meta.clear()
-                stale = [k for k, _ in store.meta_items(PUBLISHER_META_PREFIX)]
+                stale = [
+                    k
+                    for prefix in (PUBLISHER_META_PREFIX, STATE_PREFIX)
+                    for k, _ in store.meta_items(prefix)
+                ]
                 store.clear(dict.fromkeys(stale))
             elif key == PROGRESS_KEY and value is not None:
                 meta.update(restored.saw_progress(value))

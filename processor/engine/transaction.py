@@ -14,16 +14,20 @@ a :data:`~processor.changelog.events.Listener`, the interface the read replica's
 listeners implement too; the batch hands it its changes, in log order, as the commit
 begins (:meth:`Transaction.flush`). Expiry's due index is one
 (:class:`processor.engine.expiry.DueIndex`); views and queues plug in the same way, and
-may write to the batch they listen to, so what they derive commits exactly once with
-the change.
+may write to the batch they listen to, and produce to the log in the transaction
+(:meth:`PartitionBatch.produce`), so what they derive commits exactly once with the
+change. A derived topic (a view) also keeps state beside its records
+(:meth:`PartitionBatch.put_state`): changelog control records under ``STATE_PREFIX``,
+restored into the store's meta column, written there at commit with the batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import Enum
 from typing import Protocol
 
+from processor.changelog import STATE_PREFIX
 from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.partition import PartitionState
 from processor.errors import TransactionStateError
@@ -59,20 +63,36 @@ class ChangeListener(Protocol):
 #: The change listeners of each SOW topic, by topic name.
 Listeners = Mapping[str, Sequence[ChangeListener]]
 
+#: Produces one record in the transaction: ``produce(topic, value, key, partition,
+#: headers)``, waiting while the producer's queue is full.
+Produce = Callable[[str, bytes | None, bytes | None, int, "list[tuple[str, bytes]] | None"], None]
+
+
+def _no_log(*_: object) -> None:
+    raise TransactionStateError("this transaction has no log to produce to")
+
 
 class Transaction:
     """One batch: its status and, per store partition it touched, its cache.
 
     ``now_ms`` is the batch's apply time; ``listeners`` are fed the changes of each topic's
-    records. Not thread-safe: the processor's loop owns it.
+    records; ``produce`` writes to the log in the transaction. Not thread-safe: the
+    processor's loop owns it.
     """
 
-    __slots__ = ("_batches", "listeners", "now_ms", "number", "status")
+    __slots__ = ("_batches", "listeners", "now_ms", "number", "produce", "status")
 
-    def __init__(self, number: int, now_ms: int, listeners: Listeners | None = None) -> None:
+    def __init__(
+        self,
+        number: int,
+        now_ms: int,
+        listeners: Listeners | None = None,
+        produce: Produce = _no_log,
+    ) -> None:
         self.number = number
         self.now_ms = now_ms
         self.listeners: Listeners = listeners or {}
+        self.produce = produce
         self.status = _STARTED
         self._batches: dict[PartitionState, PartitionBatch] = {}
 
@@ -122,8 +142,10 @@ class PartitionBatch:
     """One store partition's part of a transaction.
 
     ``writes`` maps SowKey -> envelope (None: deleted) for records the batch changed;
-    ``due`` maps due-index key -> b"" (add) or None (drop); ``progress`` is the next input
-    offset per log topic the batch read. Reads and writes check the transaction is open.
+    ``due`` maps due-index key -> b"" (add) or None (drop); ``meta`` maps a derived
+    topic's state keys to their values (None: deleted), see :meth:`put_state`;
+    ``progress`` is the next input offset per log topic the batch read. Reads and writes
+    check the transaction is open.
     """
 
     __slots__ = (
@@ -132,6 +154,7 @@ class PartitionBatch:
         "_needs_old",
         "_transaction",
         "due",
+        "meta",
         "progress",
         "state",
         "writes",
@@ -142,6 +165,7 @@ class PartitionBatch:
         self.state = state
         self.writes: dict[bytes, bytes | None] = {}
         self.due: dict[bytes, bytes | None] = {}
+        self.meta: dict[bytes, bytes | None] = {}
         self.progress: dict[str, int] = {}
         listeners = transaction.listeners.get(state.topic.name, ())
         self._needs_old = any(listener.needs_old for listener in listeners)
@@ -152,6 +176,39 @@ class PartitionBatch:
     def now_ms(self) -> int:
         """The transaction's apply time."""
         return self._transaction.now_ms
+
+    @property
+    def number(self) -> int:
+        """The transaction's number (increasing from one transaction to the next)."""
+        return self._transaction.number
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Produce one record to the log in this batch's transaction."""
+        self._transaction.check_open()
+        self._transaction.produce(topic, value, key, partition, headers)
+
+    def put_state(self, key: bytes, value: bytes | None) -> None:
+        """Keep ``value`` (None: delete) under ``STATE_PREFIX + key`` for this partition:
+        a changelog control record now, the store's meta column at commit (recovery
+        restores it from the control record)."""
+        full = STATE_PREFIX + key
+        self.produce(self.state.topic.changelog_topic, value, full, self.state.partition)
+        self.meta[full] = value
+
+    def get_state(self, key: bytes) -> bytes | None:
+        """The value kept under ``STATE_PREFIX + key``, this batch's changes included."""
+        full = STATE_PREFIX + key
+        meta = self.meta
+        if full in meta:
+            return meta[full]
+        return self.state.store.get_meta(full)
 
     def write(
         self,

@@ -63,6 +63,7 @@ from processor.topology.topics import (
     resolve_topics,
     restricted,
     topic_restriction,
+    writable,
 )
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -183,6 +184,8 @@ class Gateway:
         route = self._routes.get(topic_name)
         if route is None:
             topic = resolve_publish_topic(self.topology, topic_name)
+            if isinstance(topic, SowTopic):
+                writable(topic)
             concrete = None
             if isinstance(topic, SowTopic) and topic.pattern is not None:
                 concrete = topic_name
@@ -342,7 +345,7 @@ class Gateway:
 
     def delete(self, topic_name: str, sow_keys: Sequence[str], timeout_s: float = 0.0) -> Deleted:
         """Delete records by SowKey."""
-        topic = resolve_topic(self.topology, topic_name)
+        topic = writable(resolve_topic(self.topology, topic_name))
         if not sow_keys:
             raise InvalidRequestError("sow_delete by keys needs at least one SowKey")
         keys = list(dict.fromkeys(sow_keys))
@@ -366,6 +369,9 @@ class Gateway:
         """Delete every record matching a filter (``1=1`` deletes all) in the topic, or in
         every topic a pattern matches. The filter is checked before anything is written."""
         topics = resolve_topics(self.topology, topic_name)
+        if len(topics) == 1:
+            writable(topics[0])
+        topics = [t for t in topics if t.view is None]  # a pattern's views stay as they are
         if not text.strip():
             raise InvalidRequestError("sow_delete by filter needs a filter; use 1=1 for all")
         # Build the evaluation code too, so everything the processor will do with the

@@ -30,6 +30,7 @@ from typing import Any
 from processor.errors import ExpressionError, ParseError
 from processor.expr import ast, clauses, parser
 from processor.expr.aggregation import Aggregation
+from processor.expr.qualified import map_identifiers, unqualify
 from processor.topology.amps_entries import (
     QUEUES,
     Catalog,
@@ -107,16 +108,8 @@ class _Qualifiers:
                         f"{known.message_type}",
                         self.where,
                     )
-            steps = (f"[{name}]", *node.steps) if self.joined else node.steps
-            return ast.Identifier(node.pos, node.path, steps, (), node.state)
-        changes: dict[str, Any] = {}
-        for item in dataclasses.fields(node):
-            value = getattr(node, item.name)
-            if isinstance(value, ast.Node):
-                changes[item.name] = self(value)
-            elif isinstance(value, tuple) and value and isinstance(value[0], ast.Node):
-                changes[item.name] = tuple(self(v) for v in value)
-        return dataclasses.replace(node, **changes) if changes else node
+            return unqualify(node, self.joined)
+        return map_identifiers(node, self)
 
 
 def _join(reader: AmpsReader, catalog: Catalog, item: Child, order: int) -> JoinSpec:

@@ -30,6 +30,7 @@ from processor.topology.model import (
     ViewSpec,
     default_kafka_topic,
 )
+from processor.topology.view_topics import view_topic
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
 MAX_KAFKA_TOPIC_LENGTH = 249 - len(".sow-repartition")
@@ -57,6 +58,7 @@ def merge_topologies(parts: Sequence[Topology]) -> Topology:
         entries.extend(
             (topic, source, f"topic {name!r}")
             for name, topic in [*part.topics.items(), *part.plain_topics.items()]
+            if not (isinstance(topic, SowTopic) and topic.view is not None)  # rebuilt below
         )
         others.extend(part.entries())
     return assemble(entries, tuple(sources), others)
@@ -74,7 +76,7 @@ def assemble(
     be unique."""
     by_name: dict[str, Loaded] = {}
     kafka: dict[str, tuple[str, str, str, str]] = {}
-    for topic, source, where in scoped_by_message_type(entries):
+    for topic, source, where in scoped_by_message_type([*entries, *_view_topics(entries, others)]):
         if topic.name in by_name:
             _, first_source, first_where = by_name[topic.name]
             raise TopologyError(
@@ -113,7 +115,9 @@ def assemble(
     conflated: dict[str, ConflatedTopicSpec] = {}
     queues: dict[str, QueueSpec] = {}
     for entry in others:
-        _check_entry_name(entry, by_name, {**views, **conflated, **queues})
+        # A view's name was checked with the topics: it is one (view_topics.py).
+        known = {} if isinstance(entry, ViewSpec) else by_name
+        _check_entry_name(entry, known, {**views, **conflated, **queues})
         if isinstance(entry, ViewSpec):
             views[entry.name] = entry
         elif isinstance(entry, ConflatedTopicSpec):
@@ -121,6 +125,18 @@ def assemble(
         else:
             queues[entry.name] = entry
     return Topology(topics, sources, plain, views, conflated, queues)
+
+
+def _view_topics(entries: Sequence[Loaded], others: Sequence[Entry]) -> list[Loaded]:
+    """The SOW topics of the views among ``others`` (:mod:`processor.topology.view_topics`)."""
+    defined: dict[str, Topic] = {topic.name: topic for topic, _, _ in entries}
+    out: list[Loaded] = []
+    for entry in others:
+        if isinstance(entry, ViewSpec):
+            topic = view_topic(entry, defined)
+            defined.setdefault(entry.name, topic)
+            out.append((topic, entry.source, entry.where))
+    return out
 
 
 def scoped_by_message_type(entries: Sequence[Loaded]) -> list[Loaded]:

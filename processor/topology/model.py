@@ -168,6 +168,11 @@ class SowTopic(Topic):
     pattern: str | None = None
     #: Options accepted without effect (AMPS XML ``FileName``, ``SlabSize``...), and why.
     unused_options: tuple[UnusedOption, ...] = ()
+    #: The view whose records this topic holds (None: a topic publishers write). A view's
+    #: records are derived by the processor from its underlying topics' changes
+    #: (:mod:`processor.views`); its ``kafka_topic`` carries those changes to it, and
+    #: nothing else may publish to it.
+    view: ViewSpec | None = None
 
     @property
     def domain(self) -> str:
@@ -252,6 +257,10 @@ class ViewSpec:
     unused_options: tuple[UnusedOption, ...] = ()
     source: str = ""
     where: str = ""
+    #: The view topic's Kafka topics and partitions (YAML; 0: as many as the underlying
+    #: topic with the most; "": the name's default Kafka topic).
+    partitions: int = 0
+    kafka_topic: str = ""
 
 
 @dataclass(frozen=True, slots=True)

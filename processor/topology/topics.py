@@ -176,3 +176,15 @@ def resolve_subscribed_topics(topology: Topology, name: str) -> list[Topic]:
             f"no topic matches the pattern {name!r}; topics here: {_known(topology)}"
         )
     return matched
+
+
+def writable(topic: SowTopic) -> SowTopic:
+    """``topic``, unless it is a view (InvalidRequestError): a view's records are
+    derived from its underlying topics, never published or deleted."""
+    if topic.view is not None:
+        underlying = ", ".join(ref.name for ref in topic.view.underlying)
+        raise InvalidRequestError(
+            f"{topic.name} is a view: its records are computed from {underlying}; publish "
+            "to or delete from those topics instead"
+        )
+    return topic

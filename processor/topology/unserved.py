@@ -1,15 +1,31 @@
 """The SOW entries kafka-sow loads but does not serve yet, and the refusal to start with them.
 
-Views and conflated topics come with issue 21, queues with issue 22. Until then a
-topology that has one is refused by :func:`refuse_unserved` (``sow serve``, ``app.start``)
-with one line naming each entry, its file and element, and the issue: a server that
-started without them would answer NOT_FOUND for every query on them.
+Views of one topic are served; views with a Join and conflated topics come with the rest
+of issue 21, queues with issue 22. Until then a topology that has one is refused by
+:func:`refuse_unserved` (``sow serve``, ``app.start``) with one line naming each entry,
+its file and element, and the issue: a server that started without them would answer
+NOT_FOUND for every query on them.
 """
 
 from __future__ import annotations
 
-from processor.errors import UnservedEntryError
+from processor.errors import TopologyError, UnservedEntryError
 from processor.topology.model import ConflatedTopicSpec, Entry, QueueSpec, Topology, ViewSpec
+from processor.topology.view_topics import underlying_topics
+
+
+def unserved(entry: Entry, topology: Topology | None = None) -> bool:
+    """Whether ``sow serve`` refuses the entry: a view of one SOW topic or view is served
+    (with ``topology`` None, a view of one topic of any kind is assumed to be)."""
+    if not isinstance(entry, ViewSpec) or entry.joins:
+        return True
+    if topology is None:
+        return False
+    try:
+        underlying_topics(entry, topology.topics)
+    except TopologyError:
+        return True  # it reads a conflated topic or a queue
+    return False
 
 
 def kind_of(entry: Entry) -> str:
@@ -21,23 +37,31 @@ def kind_of(entry: Entry) -> str:
     return entry.kind.value
 
 
+def _described(entry: Entry) -> str:
+    joined = isinstance(entry, ViewSpec) and entry.joins
+    return f"{kind_of(entry)} with a Join" if joined else kind_of(entry)
+
+
 def issue_of(entry: Entry) -> int:
     """The issue that implements the entry's kind."""
     return 22 if isinstance(entry, QueueSpec) else 21
 
 
-def refusal(entry: Entry) -> str:
+def refusal(entry: Entry, topology: Topology | None = None) -> str:
     """What ``sow check-config`` says ``sow serve`` does with the entry."""
+    if not unserved(entry, topology):
+        return "served: a SOW topic whose records the processor derives"
     return f"refused by sow serve until issue {issue_of(entry)} implements {kind_of(entry)}"
 
 
 def refuse_unserved(topology: Topology) -> None:
     """Raise UnservedEntryError when ``topology`` has views, conflated topics or queues."""
-    entries = topology.entries()
+    entries = [entry for entry in topology.entries() if unserved(entry, topology)]
     if not entries:
         return
     named = "; ".join(
-        f"{kind_of(e)} {e.name!r} at {e.source}: {e.where} (issue {issue_of(e)})" for e in entries
+        f"{_described(e)} {e.name!r} at {e.source}: {e.where} (issue {issue_of(e)})"
+        for e in entries
     )
     raise UnservedEntryError(
         f"kafka-sow does not serve these SOW entries yet: {named}; remove them to serve "

@@ -1,14 +1,15 @@
-"""A grouped view kept exact under every change: the aggregation of one topic's records,
-updated from its change events by retracting a record's old contribution and adding its
-new one (spec 2.7, seed 002 SOW/View).
+"""Groups of a view kept exact under every change: a record's old contribution is
+retracted and its new one added (spec 2.7, seed 002 SOW/View).
 
-:class:`GroupedView` holds, per group, the running aggregates (each retractable: sums and
-counts, value multisets for MIN/MAX and COUNT DISTINCT) and the group's records' input
-values in update order, whose latest supplies the non-aggregated projection fields (as an
-aggregated query over the same records in the same order does). Applying a change returns
-the groups it changed: their new output message, or None for a group that lost its last
-record (the view deletes that record). A record the view's filter rejects contributes to
-no group. Not thread-safe: the processor's loop owns it.
+A :class:`Group` holds its members' input values (the values of the aggregation's
+inputs, per record) in update order, and an exact accumulator over them (retractable:
+sums and counts, value multisets for MIN/MAX and COUNT DISTINCT); its latest member
+supplies the non-aggregated projection fields, as an aggregated query over the same
+records in the same order does.
+
+:class:`GroupedView` is the whole computation in memory (one topic's records, grouped
+and aggregated): the reference the processor's partitioned views
+(:mod:`processor.views.partition`) are built from and tested against. Not thread-safe.
 """
 
 from __future__ import annotations
@@ -16,31 +17,46 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from processor.expr import (
-    Accumulator,
-    Aggregation,
-    Expression,
-    FieldInput,
-    compile_aggregation,
-)
+from processor.expr import Accumulator, Aggregation, Expression, compile_aggregation
 from processor.expr import compile as compile_expression
-from processor.expr.values import extract
-
-#: A group: the text forms of its grouping values.
-GroupKey = tuple[Any, ...]
+from processor.views.contribution import GroupKey, Values, contribution
 
 
-class _Group:
-    __slots__ = ("accumulator", "members")
+class Group:
+    """One group's members and accumulator."""
 
-    def __init__(self, accumulator: Accumulator) -> None:
-        self.accumulator = accumulator
-        #: The group's records' input values by record key, in update order.
-        self.members: dict[bytes, tuple[Any, ...]] = {}
+    __slots__ = ("accumulator", "members", "output", "touched")
+
+    def __init__(self, aggregation: Aggregation) -> None:
+        self.accumulator: Accumulator = aggregation.accumulator(exact=True)
+        #: Each member's input values by member id, oldest update first.
+        self.members: dict[bytes, Values] = {}
+        #: The output message last written for the group (the processor's view).
+        self.output: bytes | None = None
+        #: The transaction that last changed the group (the processor's view).
+        self.touched = -1
+
+    def retract(self, member: bytes) -> bool:
+        """Take a member out; False when it was not in the group."""
+        values = self.members.pop(member, None)
+        if values is None:
+            return False
+        last = next(reversed(self.members.values()), None)
+        self.accumulator.remove(values, last)
+        return True
+
+    def upsert(self, member: bytes, values: Values) -> None:
+        """Put a member in (or replace it) as the group's latest update."""
+        self.retract(member)
+        self.members[member] = values
+        self.accumulator.add(values)
+
+    def result(self) -> dict[str, Any]:
+        return self.accumulator.result()
 
 
 class GroupedView:
-    """One view's groups (see the module doc)."""
+    """One view's groups over one topic's records, in memory (see the module doc)."""
 
     __slots__ = ("_aggregation", "_filter", "_groups", "_of_record")
 
@@ -49,7 +65,7 @@ class GroupedView:
         self._filter: Expression | None = (
             compile_expression(filter_text) if filter_text and filter_text.strip() else None
         )
-        self._groups: dict[GroupKey, _Group] = {}
+        self._groups: dict[GroupKey, Group] = {}
         #: Each record's group, for retracting it without its old message.
         self._of_record: dict[bytes, GroupKey] = {}
 
@@ -60,31 +76,25 @@ class GroupedView:
     def apply(self, key: bytes, new: Mapping[str, Any] | None) -> dict[GroupKey, Any]:
         """Apply one record's change (``new`` None: deleted); return each group it changed
         with the group's output message, or None when the group is now empty."""
-        changed: dict[GroupKey, Any] = {}
+        changed: dict[GroupKey, Group] = {}
         old_group = self._of_record.pop(key, None)
         if old_group is not None:
             group = self._groups[old_group]
-            values = group.members.pop(key)
-            last = next(reversed(group.members.values()), None)
-            group.accumulator.remove(values, last)
+            group.retract(key)
             changed[old_group] = group
-        if new is not None and (self._filter is None or self._filter.matches(new)):
-            values = tuple(
-                extract(new, item.steps) if isinstance(item, FieldInput) else None
-                for item in self._aggregation.inputs
-            )
-            group_key = self._aggregation.group_key(values)
+        found = None if new is None else contribution(self._aggregation, self._filter, new)
+        if found is not None:
+            group_key, values = found
             joined = self._groups.get(group_key)
             if joined is None:
-                joined = self._groups[group_key] = _Group(self._aggregation.accumulator(exact=True))
-            joined.members[key] = values
-            joined.accumulator.add(values)
+                joined = self._groups[group_key] = Group(self._aggregation)
+            joined.upsert(key, values)
             self._of_record[key] = group_key
             changed[group_key] = joined
         out: dict[GroupKey, Any] = {}
         for group_key, group in changed.items():
             if group.members:
-                out[group_key] = group.accumulator.result()
+                out[group_key] = group.result()
             else:
                 del self._groups[group_key]
                 out[group_key] = None
@@ -92,10 +102,9 @@ class GroupedView:
 
     def results(self) -> dict[GroupKey, Any]:
         """Every group's output message."""
-        return {key: group.accumulator.result() for key, group in self._groups.items()}
+        return {key: group.result() for key, group in self._groups.items()}
 
     def load(self, records: Iterable[tuple[bytes, Mapping[str, Any]]]) -> None:
-        """Build the groups from a topic's current records (a view defined after the data
-        exists, or rebuilt), in the order given."""
+        """Build the groups from a topic's current records, in the order given."""
         for key, message in records:
             self.apply(key, message)

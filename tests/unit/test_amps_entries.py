@@ -268,7 +268,15 @@ def test_seed_view_examples_parse_into_view_specs() -> None:
         "example",
         "ORDERS",
         "COMPANIES",
+        *topology.views,  # each view is a SOW topic whose records the processor derives
     }
+    view_topic = topology.topics["hash-sample-view"]
+    assert view_topic.view is hashed
+    assert view_topic.hash_indexes == (
+        HashIndexSpec(("/name",)),
+        HashIndexSpec(("/orderType",)),
+        HashIndexSpec(("/customerName",)),  # Grouping fields are indexed automatically
+    )
 
 
 def test_a_view_named_like_a_topic_of_its_type_is_an_error() -> None:
@@ -277,7 +285,8 @@ def test_a_view_named_like_a_topic_of_its_type_is_an_error() -> None:
     as_printed = SEED_VIEWS.replace("<Name>example-nvfix</Name>", "<Name>example</Name>")
     topology = parse(as_printed)
     assert topology.views["example"].message_type == "nvfix"
-    assert topology.topics["example"].message_type == "json"
+    assert topology.topics["[json].[example]"].message_type == "json"
+    assert topology.topics["[nvfix].[example]"].view is topology.views["example"]
     same_type = as_printed.replace(
         "<Name>example</Name>\n        <MessageType>nvfix</MessageType>",
         "<Name>example</Name>\n        <MessageType>json</MessageType>",
@@ -828,8 +837,10 @@ def test_sow_serve_refuses_entries_naming_each_its_file_and_issue(tmp_path: Path
         message
     )
     views = parse_amps_config(SEED_VIEWS, "views.xml", environ={})
-    with pytest.raises(UnservedEntryError, match=r"View 'TOTAL_VALUE' at views\.xml.*issue 21"):
+    with pytest.raises(UnservedEntryError) as caught:
         start_memory(views, tmp_path)
+    assert "View with a Join 'TOTAL_COMPANY_VOLUME' at views.xml" in str(caught.value)
+    assert "TOTAL_VALUE" not in str(caught.value)  # a view of one topic is served
     refuse_unserved(parse(config(A)))
 
 

@@ -1,0 +1,46 @@
+"""Derived topics: SOW topics whose records the processor computes from other topics'
+changes instead of reading them from publishers (views, :mod:`processor.views`).
+
+A derived topic's input is a Kafka topic that only the processor writes: listeners of
+the topics it derives from (:class:`~processor.engine.transaction.ChangeListener`)
+produce to it in the transactions of the changes. The engine reads that input like any
+other and hands each partition's records, in runs, to the topic's
+:class:`DerivedPartition`, which writes the derived records into the batch (and, through
+:meth:`~processor.engine.transaction.PartitionBatch.put_state`, the state it keeps beside
+them). What it writes commits with its input offsets, exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from processor.engine.partition import PartitionState
+from processor.engine.transaction import PartitionBatch
+from processor.log import Record
+
+#: Where a record that cannot be applied goes: the dead-letter topic, with the reason
+#: (it raises when the failure is the broker's or the store's, not the record's).
+Rejects = Callable[[Record, Exception], None]
+
+
+class DerivedPartition(Protocol):
+    """One partition of a derived topic in the processor; not thread-safe (the
+    processor's loop owns it)."""
+
+    def apply(self, records: Sequence[Record], batch: PartitionBatch, reject: Rejects) -> None:
+        """Apply a run of the partition's input records (offset order) into ``batch``."""
+        ...
+
+    def discard(self) -> None:
+        """Forget what an aborted transaction changed (its records will come again)."""
+        ...
+
+
+class DerivedTopic(Protocol):
+    """Makes the partitions of one derived topic."""
+
+    def open(self, state: PartitionState) -> DerivedPartition:
+        """The derived partition of a store partition, opened after its recovery began
+        (it reads the store lazily)."""
+        ...

@@ -1,0 +1,67 @@
+"""What one record contributes to a view: its group and its input values.
+
+The values are those of the aggregation's inputs (:attr:`Aggregation.inputs`): fields
+of the message, and message-context facts (``SOW_KEY()``, ``LAST_UPDATED()``...) read
+from the record's context. A record the view's filter rejects contributes nothing.
+
+Values travel from the underlying topic's partition to the view's partition and are
+kept in the view's state as JSON (:func:`encode_values`), which holds every value an
+expression produces: NULL, bool, int, float (NaN and the infinities included, as
+``NaN``/``Infinity``), str, arrays and objects; bytes are tagged (``{"$bytes": hex}``)
+and any other value (a BSON date, an ObjectId) travels as its text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from processor.expr import Aggregation, Expression, FieldInput, MessageContext
+from processor.expr.values import extract
+
+#: A group: the text forms of its grouping values.
+GroupKey = tuple[Any, ...]
+#: A record's values of the aggregation's inputs.
+Values = tuple[Any, ...]
+
+
+def contribution(
+    aggregation: Aggregation,
+    filter: Expression | None,
+    message: Mapping[str, Any],
+    context: MessageContext | None = None,
+) -> tuple[GroupKey, Values] | None:
+    """The group and input values of one record (None: the filter rejects it)."""
+    if filter is not None and not filter.matches(message, context):
+        return None
+    values = tuple(
+        extract(message, item.steps)
+        if isinstance(item, FieldInput)
+        else (None if context is None else context.value(item.name))
+        for item in aggregation.inputs
+    )
+    return aggregation.group_key(values), values
+
+
+def _tagged(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return {"$bytes": bytes(value).hex()}
+    return str(value)
+
+
+def _untag(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and "$bytes" in obj:
+        return bytes.fromhex(obj["$bytes"])
+    return obj
+
+
+def encode_values(sequence: int, values: Values) -> bytes:
+    """A member's update sequence and input values, as kept and sent."""
+    return json.dumps([sequence, *values], default=_tagged, separators=(",", ":")).encode()
+
+
+def decode_values(raw: bytes) -> tuple[int, Values]:
+    """The inverse of :func:`encode_values`."""
+    sequence, *values = json.loads(raw, object_hook=_untag)
+    return int(sequence), tuple(values)

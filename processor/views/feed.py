@@ -1,0 +1,68 @@
+"""The first half of a view: its underlying topics' changes, sent to the view's
+partitions inside the transactions that make them.
+
+A :class:`ViewFeed` listens to one underlying topic
+(:class:`~processor.engine.transaction.ChangeListener`). For each change of a record
+(old value, new value) it sends what changed in the record's contribution to the view's
+input topic (``kafka_topic`` of the view), keyed by the view record's SowKey, on that
+SowKey's partition: a *retract* (null value) to the group the record left, an *upsert*
+(the record's input values) to the group it is in now. Headers name the member (the
+underlying topic and the record's SowKey) and the definition that computed it. A record
+that moves between groups sends both; one that stays sends the upsert only (it
+replaces the member). Both go in the change's transaction, so the view's partitions
+see every change exactly once, in each record's order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from processor.changelog.events import ChangeEvent, Listener
+from processor.engine.transaction import PartitionBatch
+from processor.views.contribution import encode_values
+from processor.views.definition import ViewDefinition
+
+log = logging.getLogger(__name__)
+
+#: Headers of a view's input records.
+MEMBER_HEADER = "sow.view.member"
+DIGEST_HEADER = "sow.view.definition"
+
+
+def member_id(topic: str, sow_key: bytes) -> bytes:
+    """A view member: an underlying topic's record."""
+    return topic.encode() + b"\x00" + sow_key
+
+
+class ViewFeed:
+    """Sends one underlying topic's changes to one view (see the module doc)."""
+
+    needs_old = True
+
+    def __init__(self, definition: ViewDefinition, source: str) -> None:
+        self.definition = definition
+        self.source = source
+
+    def listen(self, batch: PartitionBatch) -> Listener:
+        definition, source = self.definition, self.source
+        target = definition.topic.kafka_topic
+        digest = definition.digest
+
+        def changed(events: Sequence[ChangeEvent]) -> None:
+            for event in events:
+                old = None if event.old is None else definition.of_envelope(source, event.old)
+                new = None if event.new is None else definition.of_envelope(source, event.new)
+                if old is None and new is None:
+                    continue
+                headers = [
+                    (MEMBER_HEADER, member_id(source, event.sow_key)),
+                    (DIGEST_HEADER, digest),
+                ]
+                if old is not None and (new is None or new[0] != old[0]):
+                    batch.produce(target, None, old[0], definition.partition_of(old[0]), headers)
+                if new is not None:
+                    value = encode_values(0, new[1])
+                    batch.produce(target, value, new[0], definition.partition_of(new[0]), headers)
+
+        return changed
