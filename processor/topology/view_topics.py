@@ -80,7 +80,7 @@ def underlying_topics(view: ViewSpec, topics: Mapping[str, SowTopic]) -> list[So
             topic
             for topic in topics.values()
             if topic.name.endswith(f".[{ref.name}]")
-            and topic.view is not view
+            and not _is_view(topic, view)
             and (ref.message_type is None or topic.message_type == ref.message_type)
         ]
         if len(scoped) != 1:
@@ -93,3 +93,11 @@ def underlying_topics(view: ViewSpec, topics: Mapping[str, SowTopic]) -> list[So
             )
         found.append(scoped[0])
     return found
+
+
+def _is_view(topic: SowTopic, view: ViewSpec) -> bool:
+    """Whether ``topic`` holds ``view``'s records (views are scoped like topics)."""
+    return topic.view is not None and (topic.view.name, topic.view.message_type) == (
+        view.name,
+        view.message_type,
+    )

@@ -17,13 +17,28 @@ from processor.client.sow_client import SowClient
 from processor.config import Settings
 from processor.state.rocksdb import RocksDBStore
 from processor.testing import MemoryBackend, MemoryLog, start_memory
-from processor.topology.model import SowTopic, Topology
+from processor.topology.model import SowTopic, Topology, ViewSpec
 from tests.conftest import MEMORY
 
 
 def namespaced(unique: str, *topics: SowTopic) -> Topology:
     """A topology whose Kafka topics are unique to one test (the broker is shared)."""
     return Topology({t.name: replace(t, kafka_topic=f"{unique}.{t.kafka_topic}") for t in topics})
+
+
+def namespaced_topology(unique: str, topology: Topology, partitions: int = 0) -> Topology:
+    """``topology`` with Kafka topics unique to one test, its views included, and with
+    ``partitions`` (0: as configured) for every SOW topic and view."""
+    topics: dict[str, SowTopic] = {}
+    views: dict[str, ViewSpec] = {}
+    for name, topic in topology.topics.items():
+        count = partitions or topic.partitions
+        kafka_topic = f"{unique}.{topic.kafka_topic}"
+        view = topic.view
+        if view is not None:
+            view = views[view.name] = replace(view, kafka_topic=kafka_topic, partitions=count)
+        topics[name] = replace(topic, kafka_topic=kafka_topic, partitions=count, view=view)
+    return replace(topology, topics=topics, views=views)
 
 
 #: The memory log of each test (by its unique name): a restart finds its log again.
