@@ -31,16 +31,9 @@ from typing import Any, Literal
 
 from processor.errors import ExpressionError, ValueFormatError
 from processor.expr.regex import compile_regex
-from processor.topology.amps_entries import (
-    LOGGED,
-    Catalog,
-    Known,
-    check_expression,
-    entry_groups,
-    entry_type,
-    refuse_binary,
-)
+from processor.topology.amps_entries import check_expression, entry_groups, entry_type
 from processor.topology.amps_reader import AmpsReader
+from processor.topology.entry_rules import LOGGED, Catalog, Known, refuse_binary
 from processor.topology.model import (
     ExpirationModel,
     FairnessModel,

@@ -78,6 +78,14 @@ class AmpsReader:
     def fail(self, message: str, where: str) -> NoReturn:
         raise TopologyError(message, source=self.source, where=where)
 
+    def label(self, element: str) -> str:
+        """An element as messages write it: ``<Join>``."""
+        return f"<{element}>"
+
+    def word(self, element: str) -> str:
+        """An element or kind named in prose: ``MessageType``."""
+        return element
+
     def _declared(self, root: ET.Element, section: str, item: str) -> dict[str, Child]:
         found: dict[str, Child] = {}
         for parent, parent_where in children(root, root.tag):

@@ -41,11 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from processor.errors import TopologyError
-from processor.topology.amps_entries import Catalog, Known, read_conflated_topic
+from processor.topology.amps_entries import SYNONYMS, read_conflated_topic
 from processor.topology.amps_queues import QUEUE_ELEMENTS, read_queue
 from processor.topology.amps_reader import AmpsReader, Child, children
 from processor.topology.amps_views import read_view
 from processor.topology.assemble import assemble, check_topic, read_text
+from processor.topology.entry_rules import Catalog, Known
 from processor.topology.model import (
     Durability,
     Entry,
@@ -330,5 +331,5 @@ def parse_amps_config(
         else:
             entry = read_queue(reader, element, where, catalog)
         entries.append(entry)
-        catalog.add(Known.of(entry, element.tag, where, position))
+        catalog.add(Known.of(entry, SYNONYMS.get(element.tag, element.tag), where, position))
     return assemble(topics, (source,), entries)

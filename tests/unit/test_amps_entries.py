@@ -519,7 +519,7 @@ PG = "<Projection><Field>/g</Field></Projection><Grouping><Field>/g</Field></Gro
         ),
         (
             A + view(MT, "<UnderlyingTopic><Join>/x = [A]./x</Join></UnderlyingTopic>", PG),
-            ["UnderlyingTopic/Join", "'/x' in <Join> names no topic"],
+            ["UnderlyingTopic/Join", "'/x' in the <Join> names no topic"],
         ),
         (
             A + view(MT, "<UnderlyingTopic><Join>[A]./x = [A]./y</Join></UnderlyingTopic>", PG),
