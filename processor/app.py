@@ -6,7 +6,6 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from processor.config import Settings
@@ -17,7 +16,6 @@ from processor.errors import (
     ConfigurationError,
     SowError,
     StartCancelledError,
-    StoreCorruptedError,
 )
 from processor.log import (
     ChangelogReader,
@@ -39,12 +37,9 @@ from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine
 from processor.replica.plain_tail import PlainTail
 from processor.replica.replica import Replica
-from processor.state import Store
-from processor.state.memory import MemoryStore
-from processor.state.rocksdb import RocksDBStore, quarantine
+from processor.state.opener import store_opener
 from processor.subscriptions.hub import SubscriptionHub
 from processor.topology import Topology, refuse_unserved
-from processor.topology.model import Durability, SowTopic
 from processor.views import view_wiring
 from processor.worker import ProcessorChild
 
@@ -71,29 +66,6 @@ def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
             changelog_config["min.compaction.lag.ms"] = str(lag_ms)
         specs.append(TopicSpec(topic.changelog_topic, topic.partitions, changelog_config))
     return specs
-
-
-def store_path(state_dir: Path, topic: SowTopic, partition: int) -> Path:
-    """Where a persistent store partition lives."""
-    return state_dir / topic.name / str(partition)
-
-
-def store_opener(state_dir: Path) -> Callable[[SowTopic, int], Store]:
-    """Opens stores: RocksDB for persistent topics (a damaged one is moved aside and
-    rebuilt from the changelog), memory for transient ones."""
-
-    def open_store(topic: SowTopic, partition: int) -> Store:
-        if topic.durability is Durability.TRANSIENT:
-            return MemoryStore()
-        path = store_path(state_dir, topic, partition)
-        try:
-            return RocksDBStore(path)
-        except StoreCorruptedError as exc:
-            log.warning("%s", exc)
-            quarantine(path)
-            return RocksDBStore(path)
-
-    return open_store
 
 
 class LogBackend(Protocol):

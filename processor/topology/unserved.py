@@ -1,10 +1,10 @@
 """The SOW entries kafka-sow loads but does not serve yet, and the refusal to start with them.
 
-Views of one topic are served; views with a Join and conflated topics come with the rest
-of issue 21, queues with issue 22. Until then a topology that has one is refused by
-:func:`refuse_unserved` (``sow serve``, ``app.start``) with one line naming each entry,
-its file and element, and the issue: a server that started without them would answer
-NOT_FOUND for every query on them.
+Views of one topic or of one Join are served; views of several Joins and conflated topics
+come with the rest of issue 21, queues with issue 22. Until then a topology that has one
+is refused by :func:`refuse_unserved` (``sow serve``, ``app.start``) with one line naming
+each entry, its file and element, and the issue: a server that started without them
+would answer NOT_FOUND for every query on them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from processor.topology.view_topics import underlying_topics
 
 
 def unserved(entry: Entry, topology: Topology | None = None) -> bool:
-    """Whether ``sow serve`` refuses the entry: a view of one SOW topic or view is served
+    """Whether ``sow serve`` refuses the entry: a view of one SOW topic or view, or of one
+    Join of two, is served
     (with ``topology`` None, a view of one topic of any kind is assumed to be)."""
-    if not isinstance(entry, ViewSpec) or entry.joins:
+    if not isinstance(entry, ViewSpec) or len(entry.joins) > 1:
         return True
     if topology is None:
         return False
@@ -38,8 +39,8 @@ def kind_of(entry: Entry) -> str:
 
 
 def _described(entry: Entry) -> str:
-    joined = isinstance(entry, ViewSpec) and entry.joins
-    return f"{kind_of(entry)} with a Join" if joined else kind_of(entry)
+    joined = isinstance(entry, ViewSpec) and len(entry.joins) > 1
+    return f"{kind_of(entry)} with several Joins" if joined else kind_of(entry)
 
 
 def issue_of(entry: Entry) -> int:

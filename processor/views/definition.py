@@ -17,13 +17,42 @@ from collections.abc import Mapping
 from typing import Any
 
 from processor import changelog
-from processor.expr import Aggregation, Expression, clauses, compile_node, parser
-from processor.expr.qualified import unqualify
+from processor.expr import Aggregation, Expression, FieldInput, clauses, compile_node, parser
+from processor.expr.qualified import joined_record_steps, unqualify
+from processor.expr.values import extract, text_of
 from processor.keys import checksum_key, partition_for
 from processor.messages import Codec, codec_for
 from processor.topology.model import SowTopic, ViewSpec
 from processor.topology.view_topics import underlying_topics
 from processor.views.contribution import GroupKey, Values, contribution
+
+#: A join value's text (None: NULL, missing or empty).
+JoinValue = str | None
+#: The join key of the records without a join value.
+NO_JOIN_VALUE = b"n"
+
+
+class JoinSide:
+    """One topic of a two-topic join: where its join field is, and which of the
+    aggregation's inputs its records supply (their places and paths in its messages)."""
+
+    __slots__ = ("field", "inputs", "topic")
+
+    def __init__(self, topic: str, field: str, aggregation: Aggregation) -> None:
+        self.topic = topic
+        self.field = tuple(step for step in field.strip("/").split("/") if step)
+        step = joined_record_steps(topic, ())[0]
+        self.inputs = tuple(
+            (index, item.steps[1:])
+            for index, item in enumerate(aggregation.inputs)
+            if isinstance(item, FieldInput) and item.steps[:1] == (step,)
+        )
+
+    def read(self, message: Any) -> tuple[JoinValue, Values]:
+        """A record's join value and its values of this side's inputs."""
+        return text_of(extract(message, self.field)) or None, tuple(
+            extract(message, steps) for _, steps in self.inputs
+        )
 
 
 def _aggregation(view: ViewSpec, joined: bool) -> Aggregation:
@@ -64,6 +93,8 @@ class ViewDefinition:
         "codec",
         "digest",
         "filter",
+        "null_equivalency",
+        "sides",
         "sources",
         "topic",
     )
@@ -84,6 +115,41 @@ class ViewDefinition:
             source.name: codec_for(source) for source in underlying_topics(view, topics)
         }
         self.digest = digest_of(view)
+        #: A join's two sides, the preserved (left) one first (empty: no join).
+        self.sides: tuple[JoinSide, ...] = ()
+        if view.joins:
+            (join,) = view.joins
+            self.sides = (
+                JoinSide(self._scoped(join.left.name), join.left_field, self.aggregation),
+                JoinSide(self._scoped(join.right.name), join.right_field, self.aggregation),
+            )
+        self.null_equivalency = view.join_null_equivalency
+
+    def _scoped(self, name: str) -> str:
+        """The topology's name of a topic the view reads (scoped names included)."""
+        if name in self.sources:
+            return name
+        (scoped,) = (source for source in self.sources if source.endswith(f".[{name}]"))
+        return scoped
+
+    def side(self, source: str) -> JoinSide:
+        """The join side of one of the topics read."""
+        return next(side for side in self.sides if side.topic == source)
+
+    def joined(self, left: Values, right: Values | None) -> Values:
+        """A joined row's values of the aggregation's inputs (right None: no match)."""
+        values: list[Any] = [None] * len(self.aggregation.inputs)
+        for side, found in zip(self.sides, (left, right), strict=True):
+            if found is not None:
+                for (index, _), value in zip(side.inputs, found, strict=True):
+                    values[index] = value
+        return tuple(values)
+
+    @staticmethod
+    def join_key(value: JoinValue) -> bytes:
+        """The key of a join value's records (``NO_JOIN_VALUE`` for NULL); its view
+        partition (:meth:`partition_of`) joins them."""
+        return NO_JOIN_VALUE if value is None else b"v" + value.encode()
 
     @property
     def name(self) -> str:
@@ -95,6 +161,15 @@ class ViewDefinition:
 
     def partition_of(self, view_key: bytes) -> int:
         return partition_for(view_key, self.topic.partitions)
+
+    def join_read(self, source: str, envelope: bytes) -> tuple[JoinValue, Values]:
+        """A join's record (its changelog envelope): its join value and side values."""
+        message: Any = self.sources[source].decode(changelog.decode(envelope).data)
+        return self.side(source).read(message)
+
+    def row_contribution(self, values: Values) -> tuple[bytes, Values]:
+        """A joined row's view SowKey and values."""
+        return self.view_key(self.aggregation.group_key(values)), values
 
     def of_envelope(self, source: str, envelope: bytes) -> tuple[bytes, Values] | None:
         """What an underlying record (its changelog envelope) contributes: its group's

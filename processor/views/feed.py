@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 #: Headers of a view's input records.
 MEMBER_HEADER = "sow.view.member"
 DIGEST_HEADER = "sow.view.definition"
+#: Which side of a join a record is (b"0": left, b"1": right).
+SIDE_HEADER = "sow.view.side"
 
 
 def member_id(topic: str, sow_key: bytes) -> bytes:
@@ -45,6 +47,8 @@ class ViewFeed:
         self.source = source
 
     def listen(self, batch: PartitionBatch) -> Listener:
+        if self.definition.sides:
+            return self._listen_joined(batch)
         definition, source = self.definition, self.source
         target = definition.topic.kafka_topic
         digest = definition.digest
@@ -64,5 +68,32 @@ class ViewFeed:
                 if new is not None:
                     value = encode_values(0, new[1])
                     batch.produce(target, value, new[0], definition.partition_of(new[0]), headers)
+
+        return changed
+
+    def _listen_joined(self, batch: PartitionBatch) -> Listener:
+        """A joined view's feed: each record goes to the view partition that joins its
+        join value (:mod:`processor.views.join`), through the view's repartition topic."""
+        definition, source = self.definition, self.source
+        target = definition.topic.repartition_topic
+        side = b"0" if definition.sides[0].topic == source else b"1"
+        digest = definition.digest
+
+        def changed(events: Sequence[ChangeEvent]) -> None:
+            for event in events:
+                old = None if event.old is None else definition.join_read(source, event.old)
+                new = None if event.new is None else definition.join_read(source, event.new)
+                headers = [
+                    (MEMBER_HEADER, member_id(source, event.sow_key)),
+                    (DIGEST_HEADER, digest),
+                    (SIDE_HEADER, side),
+                ]
+                if old is not None and (new is None or new[0] != old[0]):
+                    key = definition.join_key(old[0])
+                    batch.produce(target, None, key, definition.partition_of(key), headers)
+                if new is not None:
+                    key = definition.join_key(new[0])
+                    value = encode_values(0, new[1])
+                    batch.produce(target, value, key, definition.partition_of(key), headers)
 
         return changed

@@ -33,6 +33,7 @@ from processor.views.contribution import Values, decode_values, encode_values
 from processor.views.definition import ViewDefinition
 from processor.views.feed import DIGEST_HEADER, MEMBER_HEADER
 from processor.views.grouped import Group
+from processor.views.join import JoinStage
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,18 @@ class ViewPartition:
         self.state = state
         self._groups: dict[bytes, Group] = {}
         self._stale_digests: set[bytes] = set()
+        #: A joined view's join stage: it reads the view's repartition topic.
+        self._join = JoinStage(definition) if definition.sides else None
 
     def discard(self) -> None:
         self._groups.clear()
+        if self._join is not None:
+            self._join.discard()
 
     def apply(self, records: Sequence[Record], batch: PartitionBatch, reject: Rejects) -> None:
+        if self._join is not None and records[0].topic() == self.state.topic.repartition_topic:
+            self._join.apply(records, batch, reject)
+            return
         number = batch.number
         if len(self._groups) > MAX_GROUPS:
             self._groups = {k: g for k, g in self._groups.items() if g.touched == number}

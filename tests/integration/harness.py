@@ -15,6 +15,7 @@ from processor import changelog
 from processor.app import Application, start
 from processor.client.sow_client import SowClient
 from processor.config import Settings
+from processor.state.opener import store_path
 from processor.state.rocksdb import RocksDBStore
 from processor.testing import MemoryBackend, MemoryLog, start_memory
 from processor.topology.model import SowTopic, Topology, ViewSpec
@@ -127,7 +128,7 @@ def store_contents(state_dir: Path, topic: SowTopic) -> dict[bytes, bytes]:
     """The messages a processor's RocksDB stores hold for ``topic``, by SowKey."""
     contents: dict[bytes, bytes] = {}
     for p in range(topic.partitions):
-        store = RocksDBStore(state_dir / topic.name / str(p))
+        store = RocksDBStore(store_path(state_dir, topic, p))
         contents.update((k, changelog.decode(v).data) for k, v in store.items())
         store.close()
     return contents

@@ -22,8 +22,8 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from processor.app import store_path
 from processor.keys import key_function
+from processor.state.opener import store_path
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import KeyGeneratorSpec, SowTopic
 from tests.integration.harness import namespaced, read_topic, running_sow

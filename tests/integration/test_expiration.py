@@ -15,10 +15,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from processor.app import store_path
 from processor.changelog import REASON_HEADER
 from processor.changelog.commands import EXPIRATION_HEADER
 from processor.client.sow_client import SowClient
+from processor.state.opener import store_path
 from processor.topology.model import SowTopic, Topology
 from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, read_topic, running_sow

@@ -47,6 +47,7 @@ from processor.log import TopicSpec
 from processor.log.broker import Broker, TansuBroker
 from processor.log.kafka.settings import ensure_topics
 from processor.log.kafka.transactional import KafkaTransactionalLog
+from processor.state.opener import store_path
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
 from processor.wire import sow_pb2
@@ -251,7 +252,7 @@ def publisher_meta(state_dir: Path, topic: SowTopic) -> dict[int, dict[bytes, by
     """Each store partition's duplicate-detection entries (publisher -> sequence)."""
     found: dict[int, dict[bytes, bytes]] = {}
     for p in range(topic.partitions):
-        store = RocksDBStore(state_dir / topic.name / str(p))
+        store = RocksDBStore(store_path(state_dir, topic, p))
         found[p] = dict(store.meta_items(PUBLISHER_META_PREFIX))
         store.close()
     return found

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,6 @@ from tests.integration.harness import namespaced_topology, running_sow
 from tests.integration.subscription_helpers import Collector
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seeds" / "seed002_view_example.xml"
-#: The join view comes with the joins (next in issue 21).
-JOINED = "TOTAL_COMPANY_VOLUME"
 
 
 def _seed_topology(unique: str, partitions: int, tmp_path: Path) -> Topology:
@@ -37,10 +34,7 @@ def _seed_topology(unique: str, partitions: int, tmp_path: Path) -> Topology:
     text = SEED.read_text().replace("<Key>/orderId</Key>", "<Key>/11</Key>", 1)
     assert "<Key>/11</Key>" in text
     (tmp_path / "views.xml").write_text(text)
-    loaded = load_topology(tmp_path / "views.xml")
-    topics = {n: t for n, t in loaded.topics.items() if n != JOINED}
-    views = {n: v for n, v in loaded.views.items() if n != JOINED}
-    return namespaced_topology(unique, replace(loaded, topics=topics, views=views), partitions)
+    return namespaced_topology(unique, load_topology(tmp_path / "views.xml"), partitions)
 
 
 class Underlying:
@@ -54,6 +48,8 @@ class Underlying:
             "orders": {},
             "source-for-hash-sample": {},
             "[json].[example]": {},
+            "ORDERS": {},
+            "COMPANIES": {},
         }
 
     def message(self, topic: str, key: int) -> tuple[dict[str, Any], bytes]:
@@ -78,6 +74,16 @@ class Underlying:
                 f'{{"id":{key},"customerName":"{fields["customerName"]}",'
                 f'"orderType":"{fields["orderType"]}","qty":{fields["qty"]}}}'
             ).encode()
+        if topic == "ORDERS":
+            fields = {"Tick": f"T{self.random.randrange(5)}", "Shares": self.random.randint(1, 9)}
+            return (
+                fields,
+                f"OrderID={key}\x01Tick={fields['Tick']}\x01Shares={fields['Shares']}\x01".encode(),
+            )
+        if topic == "COMPANIES":  # one company per Tick: the joined rows' last one is known
+            fields = {"CompanyId": key, "Tick": f"T{key}", "Name": pick(["Acme", "Initech"])}
+            text = f"CompanyId={key}\x01Tick=T{key}\x01Name={fields['Name']}\x01"
+            return fields, text.encode()
         return {"id": key}, f'{{"id":{key}}}'.encode()
 
     def step(self, client: SowClient, operations: int) -> None:
@@ -114,12 +120,28 @@ class Underlying:
             )
             group["quantity"] += fields["qty"]
         example = {key: {"id": key} for key in self.records["[json].[example]"]}
+        companies = {f["Tick"]: f for _, f in self.records["COMPANIES"].values()}
+        volume: dict[str, int] = {}
+        for _, fields in self.records["ORDERS"].values():  # ORDERS is preserved (left join)
+            volume[fields["Tick"]] = volume.get(fields["Tick"], 0) + fields["Shares"]
+        joined: dict[Any, Any] = {}
+        for tick, shares in volume.items():
+            row: dict[str, Any] = {"TotalVolume": shares}
+            if tick in companies:
+                company = companies[tick]
+                row |= {"CompanyId": company["CompanyId"], "Tick": tick, "Name": company["Name"]}
+            joined[_canonical(row)] = joined.get(_canonical(row), 0) + 1
         return {
             "TOTAL_VALUE": total,
             "CompleteByRegion": complete,
             "hash-sample-view": hashed,
             "[nvfix].[example]": example,
+            "TOTAL_COMPANY_VOLUME": joined,
         }
+
+
+def _canonical(message: dict[str, Any]) -> str:
+    return repr(sorted(message.items()))
 
 
 GROUP_OF: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -134,7 +156,14 @@ def view_contents(client: SowClient, topology: Topology, view: str) -> dict[Any,
     """A view's records through a sow query, decoded, by group."""
     codec = codec_for(topology.topics[view])
     records, _, _ = client.query(view)
-    messages = [codec.decode(r.data) for r in records]
+    messages = [
+        {k: v for k, v in codec.decode(r.data).items() if v not in (None, "")} for r in records
+    ]
+    if view not in GROUP_OF:  # a group without a company has no Tick: count equal records
+        counted: dict[Any, Any] = {}
+        for message in messages:
+            counted[_canonical(message)] = counted.get(_canonical(message), 0) + 1
+        return counted
     by_group = {GROUP_OF[view](m): m for m in messages}
     assert len(by_group) == len(messages), messages
     return by_group

@@ -837,10 +837,15 @@ def test_sow_serve_refuses_entries_naming_each_its_file_and_issue(tmp_path: Path
         message
     )
     views = parse_amps_config(SEED_VIEWS, "views.xml", environ={})
+    refuse_unserved(views)  # views of one topic or of one Join are served
+    several = SEED_VIEWS.replace(
+        "<Join>[ORDERS]./Tick = [COMPANIES]./Tick</Join>",
+        "<Join>[ORDERS]./Tick = [COMPANIES]./Tick</Join>"
+        "<Join>[ORDERS]./Tick = [orders]./region</Join>",
+    )
     with pytest.raises(UnservedEntryError) as caught:
-        start_memory(views, tmp_path)
-    assert "View with a Join 'TOTAL_COMPANY_VOLUME' at views.xml" in str(caught.value)
-    assert "TOTAL_VALUE" not in str(caught.value)  # a view of one topic is served
+        start_memory(parse_amps_config(several, "views.xml", environ={}), tmp_path)
+    assert "View with several Joins 'TOTAL_COMPANY_VOLUME' at views.xml" in str(caught.value)
     refuse_unserved(parse(config(A)))
 
 
