@@ -92,7 +92,8 @@ class Qualifiers:
                 if not same_type(qualified, known):
                     self.d.fail(
                         f"[{node.qualifiers[0]}].[{name}]: {name!r} has "
-                        f"{self.d.word('MessageType')} {known.message_type}",
+                        f"{self.d.word('MessageType')} {known.message_type}, not "
+                        f"{node.qualifiers[0]}",
                         self.where,
                     )
             return unqualify(node, self.joined)

@@ -163,7 +163,10 @@ def test_parse_yaml_from_text() -> None:
 @pytest.mark.parametrize(
     ("text", "fragments"),
     [
-        ("topics: []\ncolour: red\n", ["colour", "allowed: defaults, topics"]),
+        (
+            "topics: []\ncolour: red\n",
+            ["colour", "allowed: conflated_topics, defaults, topics, views"],
+        ),
         (
             "topics:\n  - {name: ORDERS, partiton: 2}\n",
             ["topics[ORDERS].partiton", "did you mean 'partitions'?", "allowed:", "key_domain"],

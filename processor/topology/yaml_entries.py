@@ -1,0 +1,319 @@
+"""Views and conflated topics in the kafka-sow YAML topology format (``docs/topology.md``,
+"Views and conflated topics in YAML")::
+
+    views:
+      - name: CompleteByRegion
+        message_type: json
+        underlying: orders                  # or joins: ["[ORDERS]./Tick = [COMPANIES]./Tick"]
+        projection: ["COUNT(/orderId) AS /completedOrders", "/region AS /region"]
+        grouping: [/region]
+        filter: "/status = 'complete'"
+    conflated_topics:
+      - name: orders-C
+        underlying: orders
+        interval: 1s
+
+Contract: :func:`read_entries` returns the :class:`~processor.topology.model.ViewSpec` and
+:class:`~processor.topology.model.ConflatedTopicSpec` of a document, views first, each
+list in file order, equal to what the AMPS XML loader makes of the same definition: both
+formats check them with :mod:`processor.topology.view_rules` and
+:mod:`processor.topology.entry_rules`. A problem raises
+:class:`~processor.errors.TopologyError` naming the file and the field path
+(``views[CompleteByRegion].projection[1]``, or ``views[0]`` counting from 0 when the entry
+has no usable name), what is wrong and what is allowed.
+
+* A view reads one topic (``underlying``) or the topics of its ``joins``, not both; what it
+  reads is a SOW topic of this file or a view defined before it (a conflated topic comes
+  after every view, so a view cannot read one). ``message_type``, ``projection`` and
+  ``grouping`` are required.
+* A conflated topic reads a SOW topic, a view or a conflated topic defined before it.
+* Each entry's ``where`` is its index path (``views[0]``), as a topic's is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+from processor.errors import TopologyError
+from processor.topology import quantities
+from processor.topology.assemble import Loaded, check_topic
+from processor.topology.entry_rules import (
+    Catalog,
+    ConflatedItems,
+    Item,
+    Known,
+    conflated_topic,
+)
+from processor.topology.model import (
+    MESSAGE_TYPES,
+    ConflatedTopicSpec,
+    Entry,
+    SowTopic,
+    Topic,
+    ViewConflation,
+    ViewSpec,
+)
+from processor.topology.view_rules import ViewItems, view
+from processor.topology.yaml_fields import describe, named, parse_field, parse_text, schema_path
+
+# fmt: off
+VIEW_FIELDS = (
+    "name", "message_type", "schema", "underlying", "joins", "projection", "grouping", "filter",
+    "key_domain", "conflation", "hash_indexes", "join_null_equivalency", "partitions",
+    "kafka_topic",
+)
+CONFLATED_FIELDS = (
+    "name", "underlying", "message_type", "interval", "filter", "hash_indexes", "topic_format",
+    "enrichment",
+)
+# fmt: on
+#: What a view may read in YAML: SOW topics and views defined before it.
+VIEW_READS = ("Topic", "View")
+#: AMPS elements as YAML messages write them, and in prose where that differs.
+_LABELS = {
+    "View": "view",
+    "ConflatedTopic": "conflated topic",
+    "Join": "join",
+    "Filter": "filter",
+    "Field": "field",
+    "MessageType": "message_type",
+    "UnderlyingTopic": "underlying",
+    "Interval": "interval",
+    "TopicFormat": "topic_format",
+    "Enrichment": "enrichment",
+    "HashIndex": "hash index",
+}
+_WORDS = {
+    "UnderlyingTopic": "underlying topic",
+    "Topic": "SOW topic",
+    "TransactionLog Topic": "plain topic",
+}
+_FIELD_HINT = "a list of fields, each such as /region or SUM(/qty) AS /total"
+
+
+class _Dialect:
+    """How the YAML format reports a problem and says AMPS elements."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, message: str, where: str) -> NoReturn:
+        raise TopologyError(message, source=self.source, where=where)
+
+    def message_type(self, value: str, where: str) -> tuple[str, str | None]:
+        try:
+            return quantities.parse_choice(value, MESSAGE_TYPES, "message type"), None
+        except ValueError as exc:
+            self.fail(str(exc), where)
+
+    def label(self, element: str) -> str:
+        return _LABELS.get(element, element)
+
+    def word(self, element: str) -> str:
+        return _WORDS.get(element) or self.label(element)
+
+
+def _entries_list(document: dict[Any, Any], key: str, what: str, source: str) -> list[Any]:
+    raw = document.get(key, [])
+    if not isinstance(raw, list):
+        raise TopologyError(
+            f"expected a list of {what}, got {describe(raw)}", source=source, where=key
+        )
+    return raw
+
+
+def read_entries(
+    document: dict[Any, Any], topics: list[Loaded], source: str, base: Path
+) -> list[Entry]:
+    """The views, then the conflated topics, of a YAML ``document`` whose ``topics`` are
+    loaded (module doc)."""
+    d = _Dialect(source)
+    views = _entries_list(document, "views", "views", source)
+    conflated = _entries_list(document, "conflated_topics", "conflated topics", source)
+    catalog = Catalog()
+    for topic, _, where in topics:
+        if isinstance(topic, SowTopic):
+            catalog.add(Known.of(topic, "Topic", where, 0, pattern=topic.pattern is not None))
+        else:
+            catalog.add(Known.of(topic, "TransactionLog Topic", where, 0))
+    declared = [(raw, f"views[{i}]") for i, raw in enumerate(views)]
+    declared += [(raw, f"conflated_topics[{i}]") for i, raw in enumerate(conflated)]
+    entries: list[Entry] = []
+    for order, (raw, where) in enumerate(declared, start=1):
+        catalog.later = _later(declared[order:])
+        entry: Entry
+        if order <= len(views):
+            entry = _view(d, catalog, (raw, where, order), base)
+            catalog.add(Known.of(entry, "View", where, order))
+        else:
+            entry = _conflated(d, catalog, (raw, where, order))
+            catalog.add(Known.of(entry, "ConflatedTopic", where, order))
+        entries.append(entry)
+    return entries
+
+
+def _later(declared: list[tuple[Any, str]]) -> dict[str, str]:
+    """The names of the entries still to be read (those it can tell), and where."""
+    later: dict[str, str] = {}
+    for raw, where in declared:
+        if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+            later.setdefault(raw["name"].strip(), where)
+    return later
+
+
+def _text(d: _Dialect, raw: dict[Any, Any], key: str, where: str, expected: str) -> Item | None:
+    """The text of the field ``key``, if given, and its path."""
+    if key not in raw:
+        return None
+    path = f"{where}.{key}"
+    try:
+        return parse_text(raw[key], expected), path
+    except ValueError as exc:
+        d.fail(str(exc), path)
+
+
+def _texts(
+    d: _Dialect, raw: dict[Any, Any], key: str, where: str, expected: tuple[str, str]
+) -> list[Item]:
+    """The texts of the field ``key`` (one text, or a non-empty list of them), each with
+    its path; ``expected`` says what the list and an item are."""
+    if key not in raw:
+        return []
+    value = raw[key]
+    if isinstance(value, str):
+        item = _text(d, raw, key, where, expected[1])
+        return [] if item is None else [item]
+    path = f"{where}.{key}"
+    if not isinstance(value, list) or not value:
+        d.fail(f"expected {expected[0]}, got {describe(value)}", path)
+    items: list[Item] = []
+    for index, text in enumerate(value):
+        try:
+            items.append((parse_text(text, expected[1]), f"{path}[{index}]"))
+        except ValueError as exc:
+            d.fail(str(exc), f"{path}[{index}]")
+    return items
+
+
+def _view(d: _Dialect, catalog: Catalog, entry: tuple[object, str, int], base: Path) -> ViewSpec:
+    raw_entry, index_where, order = entry
+    raw, name, where = named(raw_entry, index_where, "view", VIEW_FIELDS, d.source)
+    if "message_type" not in raw:
+        d.fail(
+            "a view needs 'message_type', the type of the messages it produces: "
+            + ", ".join(t for t in MESSAGE_TYPES if t not in ("avro", "binary"))
+            + ", or avro with a 'schema'",
+            where,
+        )
+    message_type = parse_field(
+        d.source, f"{where}.message_type", "message_type", raw["message_type"]
+    )
+    schema = schema_path(raw, message_type, d.source, where, base)
+    if ("underlying" in raw) == ("joins" in raw):
+        d.fail(
+            "a view reads one topic ('underlying') or the topics of its joins ('joins'): "
+            + ("give only one of them" if "joins" in raw else "give one of them"),
+            where,
+        )
+    for required, hint in (
+        ("projection", _FIELD_HINT),
+        ("grouping", "a list of field paths such as /region"),
+    ):
+        if required not in raw:
+            d.fail(f"a view needs '{required}': {hint}", where)
+    items = ViewItems(
+        typed=(message_type, schema, f"{where}.message_type"),
+        underlying=_text(
+            d, raw, "underlying", where, 'a topic name: ORDERS, or "[json].[ORDERS]" (quoted)'
+        ),
+        joins=_texts(
+            d,
+            raw,
+            "joins",
+            where,
+            ("a list of joins", 'a join such as "[ORDERS]./Tick = [COMPANIES]./Tick" (quoted)'),
+        ),
+        projection=_texts(
+            d, raw, "projection", where, (_FIELD_HINT, "a field such as SUM(/qty) AS /total")
+        ),
+        grouping=_texts(
+            d,
+            raw,
+            "grouping",
+            where,
+            ("a list of field paths such as /region", "a field path such as /region"),
+        ),
+        filter=_text(d, raw, "filter", where, "a filter such as \"/status = 'complete'\""),
+    )
+    return view(
+        d, catalog, (name, index_where, order), items, VIEW_READS, **_options(d, raw, name, where)
+    )
+
+
+def _options(d: _Dialect, raw: dict[Any, Any], name: str, where: str) -> dict[str, Any]:
+    """A view's fields that its rules do not read."""
+    options: dict[str, Any] = {}
+    for key in ("key_domain", "hash_indexes", "partitions", "kafka_topic"):
+        if key in raw:
+            options[key] = parse_field(d.source, f"{where}.{key}", key, raw[key])
+    conflation = _text(d, raw, "conflation", where, "none or inline")
+    if conflation is not None:
+        try:
+            choice = quantities.parse_choice(conflation[0], ("none", "inline"), "conflation")
+        except ValueError as exc:
+            d.fail(str(exc), conflation[1])
+        options["conflation"] = ViewConflation(choice)
+    if "join_null_equivalency" in raw:
+        value = raw["join_null_equivalency"]
+        if not isinstance(value, bool):
+            d.fail(
+                "expected true (a NULL join field matches a NULL one) or false (the default: "
+                f"it matches nothing), got {describe(value)}",
+                f"{where}.join_null_equivalency",
+            )
+        options["join_null_equivalency"] = value
+    problem = check_topic(Topic(name=name, kafka_topic=options.get("kafka_topic", "")), str)
+    if problem is not None:
+        d.fail(problem[1], f"{where}.kafka_topic" if "kafka_topic" in raw else f"{where}.name")
+    return options
+
+
+def _conflated(d: _Dialect, catalog: Catalog, entry: tuple[object, str, int]) -> ConflatedTopicSpec:
+    raw_entry, index_where, order = entry
+    raw, name, where = named(raw_entry, index_where, "conflated topic", CONFLATED_FIELDS, d.source)
+    underlying = _text(d, raw, "underlying", where, "the exact name of a topic")
+    if underlying is None:
+        d.fail(
+            "a conflated topic needs 'underlying': the exact name of a SOW topic, view or "
+            "conflated topic defined before it",
+            where,
+        )
+    typed = None
+    if "message_type" in raw:
+        type_where = f"{where}.message_type"
+        typed = (
+            parse_field(d.source, type_where, "message_type", raw["message_type"]),
+            None,
+            type_where,
+        )
+    interval = raw.get("interval")
+    if isinstance(interval, int | float) and not isinstance(interval, bool):
+        raw = {**raw, "interval": str(interval)}  # a number: parse_interval says a unit is needed
+    hash_indexes = enrichment = None
+    if "hash_indexes" in raw:
+        path = f"{where}.hash_indexes"
+        hash_indexes = (parse_field(d.source, path, "hash_indexes", raw["hash_indexes"]), path)
+    if "enrichment" in raw:
+        path = f"{where}.enrichment"
+        enrichment = (parse_field(d.source, path, "enrichment", raw["enrichment"]), path)
+    items = ConflatedItems(
+        underlying=underlying,
+        typed=typed,
+        interval=_text(d, raw, "interval", where, "an interval of 100ms or more, such as 5s"),
+        filter=_text(d, raw, "filter", where, "a filter such as \"/region = 'A'\""),
+        hash_indexes=hash_indexes,
+        topic_format=_text(d, raw, "topic_format", where, "a name with %n, such as %n-C"),
+        enrichment=enrichment,
+    )
+    return conflated_topic(d, catalog, ("ConflatedTopic", name, index_where, order), items)

@@ -1,0 +1,242 @@
+"""The field values of the kafka-sow YAML topology format (``docs/topology.md``), shared by
+its topics (:mod:`processor.topology.yaml_loader`) and its views and conflated topics
+(:mod:`processor.topology.yaml_entries`).
+
+Each parser in :data:`PARSERS` takes one YAML value and returns the model's value, or
+raises :class:`ValueError` whose message says what was wrong and what is allowed;
+:func:`parse_field` wraps that into :class:`~processor.errors.TopologyError` with the file
+and the field path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from processor.errors import TopologyError, ValueFormatError
+from processor.topology import model, quantities
+
+KEY_GENERATOR_FIELDS = ("factory", "options")
+
+
+def describe(value: object) -> str:
+    """How a YAML value reads in a message: its kind and its text."""
+    kinds: list[tuple[type, str]] = [
+        (bool, "a boolean"),
+        (int, "a number"),
+        (float, "a number"),
+        (str, "the string"),
+        (list, "a list"),
+        (dict, "a mapping"),
+        (datetime, "a timestamp"),
+        (date, "a date"),
+    ]
+    if value is None:
+        return "nothing (null)"
+    kind = next((label for cls, label in kinds if isinstance(value, cls)), type(value).__name__)
+    return f"{kind} {value!r}"
+
+
+def parse_text(value: object, expected: str) -> str:
+    """``value`` as non-empty text, stripped; anything else is a ValueError."""
+    if not isinstance(value, str) or not value.strip():
+        quote = " (quote it to make it text)" if isinstance(value, int | float) else ""
+        raise ValueFormatError(f"expected {expected}, got {describe(value)}{quote}")
+    return value.strip()
+
+
+def _message_type(value: object) -> str:
+    return quantities.parse_choice(
+        parse_text(value, "a message type"), model.MESSAGE_TYPES, "message_type"
+    )
+
+
+def _durability(value: object) -> model.Durability:
+    allowed = [d.value for d in model.Durability]
+    return model.Durability(
+        quantities.parse_choice(parse_text(value, "persistent or transient"), allowed, "durability")
+    )
+
+
+def _recovery_point(value: object) -> model.RecoveryPoint:
+    if isinstance(value, datetime):
+        return quantities.parse_recovery_point(value)
+    return quantities.parse_recovery_point(
+        parse_text(value, "epoch, now or a timestamp (20240131T100000Z)")
+    )
+
+
+def _partitions(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueFormatError(f"expected a positive integer (1 or more), got {describe(value)}")
+    return value
+
+
+def _expiration(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return quantities.parse_interval(str(value))  # raises: a unit is required
+    return quantities.parse_expiration(
+        parse_text(value, "an interval such as 30s, or enabled or disabled")
+    )
+
+
+def _history(value: object) -> model.History:
+    if not isinstance(value, dict) or set(value) != {"window", "granularity"}:
+        raise ValueFormatError(
+            "history is a mapping with exactly 'window' and 'granularity', both intervals "
+            f"(e.g. {{window: 7d, granularity: 15m}}), got {describe(value)}"
+        )
+    window = quantities.parse_interval(parse_text(value["window"], "an interval such as 7d"))
+    granularity = quantities.parse_interval(
+        parse_text(value["granularity"], "an interval such as 15m or 0s")
+    )
+    return model.History(window, granularity)
+
+
+def _paths(value: object) -> tuple[str, ...]:
+    expected = "a field path such as /orderId, or a list of them"
+    if isinstance(value, str):
+        return (quantities.check_key_path(parse_text(value, expected)),)
+    if isinstance(value, list):
+        expected = "a field path such as /orderId"
+        return tuple(quantities.check_key_path(parse_text(item, expected)) for item in value)
+    raise ValueFormatError(f"expected {expected}, got {describe(value)}")
+
+
+def _hash_indexes(value: object) -> tuple[model.HashIndexSpec, ...]:
+    expected = "a list of hash indexes, each a field path or a list of field paths"
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise ValueFormatError(f"expected {expected}, got {describe(value)}")
+    specs = []
+    for item in items:
+        keys = _paths(item)
+        if not keys:
+            raise ValueFormatError("a hash index needs at least one field path; got an empty list")
+        specs.append(model.HashIndexSpec(keys))
+    return tuple(specs)
+
+
+def _fields(value: object) -> tuple[str, ...]:
+    """Preprocessing or enrichment: a list of ``expression AS /target`` texts."""
+    expected = "a list of fields, each 'expression AS /target'"
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise ValueFormatError(f"expected {expected}, got {describe(value)}")
+    return tuple(parse_text(item, expected) for item in items)
+
+
+def parse_name(value: object) -> str:
+    return parse_text(value, "a non-empty name")
+
+
+def _key_generator(value: object) -> model.KeyGeneratorSpec:
+    if isinstance(value, str):
+        return model.KeyGeneratorSpec(quantities.check_factory_path(value))
+    if not isinstance(value, dict):
+        raise ValueFormatError(
+            f"expected {{factory: 'package.module:factory', options: {{...}}}} or a dotted "
+            f"path, got {describe(value)}"
+        )
+    for key in value:
+        if key not in KEY_GENERATOR_FIELDS:
+            raise ValueFormatError(quantities.unknown_name("key", str(key), KEY_GENERATOR_FIELDS))
+    if "factory" not in value:
+        raise ValueFormatError("'factory' is required: the dotted path 'package.module:factory'")
+    factory = quantities.check_factory_path(parse_text(value["factory"], "a dotted path"))
+    options = value.get("options", {})
+    if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+        raise ValueFormatError(
+            f"'options' must be a mapping with string keys, got {describe(options)}"
+        )
+    return model.KeyGeneratorSpec(factory, MappingProxyType(dict(options)))
+
+
+#: Field parsers; each raises ValueError with a message that says what is allowed.
+PARSERS: dict[str, Callable[[object], Any]] = {
+    "name": parse_name,
+    "message_type": _message_type,
+    "key": _paths,
+    "key_domain": parse_name,
+    "key_generator": _key_generator,
+    "durability": _durability,
+    "recovery_point": _recovery_point,
+    "kafka_topic": parse_name,
+    "partitions": _partitions,
+    "expiration": _expiration,
+    "hash_indexes": _hash_indexes,
+    "indexes": _paths,
+    "history": _history,
+    "preprocessing": _fields,
+    "enrichment": _fields,
+    "pattern": lambda value: quantities.check_topic_pattern(
+        parse_text(value, "a regular expression")
+    ),
+}
+
+
+def named(
+    raw: object, where: str, what: str, allowed: tuple[str, ...], source: str
+) -> tuple[dict[Any, Any], str, str]:
+    """An item of a list of named mappings (a topic, a view...) at ``where``
+    (``topics[2]``): the mapping, its name, and its field path from now on
+    (``topics[ORDERS]``). It must have a ``name`` and only the fields ``allowed``."""
+    if not isinstance(raw, dict):
+        raise TopologyError(
+            f"a {what} is a mapping of fields, got {describe(raw)}", source=source, where=where
+        )
+    if "name" not in raw:
+        raise TopologyError(
+            f"the {what} has no 'name'; every {what} needs one", source=source, where=where
+        )
+    name = parse_field(source, f"{where}.name", "name", raw["name"])
+    where = f"{where[: where.index('[')]}[{name}]"
+    for key in raw:
+        if key not in allowed:
+            message = quantities.unknown_name("field", str(key), allowed, parent=f"{what} {name!r}")
+            raise TopologyError(message, source=source, where=f"{where}.{key}")
+    return raw, name, where
+
+
+def parse_field(source: str, where: str, name: str, value: object) -> Any:
+    try:
+        return PARSERS[name](value)
+    except ValueError as exc:
+        raise TopologyError(str(exc), source=source, where=where) from None
+
+
+def schema_path(
+    raw: dict[Any, Any], message_type: str, source: str, where: str, base: Path
+) -> str | None:
+    where = f"{where}.schema"
+    if "schema" not in raw:
+        if message_type == "avro":
+            raise TopologyError(
+                "message_type avro needs 'schema': the path of an Avro schema (.avsc) file, "
+                "relative to this file",
+                source=source,
+                where=where,
+            )
+        return None
+    if message_type != "avro":
+        raise TopologyError(
+            f"'schema' is allowed only for message_type avro; this topic is {message_type}",
+            source=source,
+            where=where,
+        )
+    try:
+        written = parse_text(raw["schema"], "the path of an Avro schema (.avsc) file")
+    except ValueError as exc:
+        raise TopologyError(str(exc), source=source, where=where) from None
+    path = (base / written).resolve()
+    if not path.is_file():
+        raise TopologyError(
+            f"schema file {str(path)!r} does not exist; give a path relative to the "
+            "directory of this file",
+            source=source,
+            where=where,
+        )
+    return str(path)
