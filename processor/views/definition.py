@@ -22,7 +22,7 @@ from processor.expr.qualified import joined_record_steps, unqualify
 from processor.expr.values import extract, text_of
 from processor.keys import checksum_key, partition_for
 from processor.messages import Codec, codec_for
-from processor.topology.model import SowTopic, ViewSpec
+from processor.topology.model import SowTopic, ViewConflation, ViewSpec
 from processor.topology.view_topics import underlying_topics
 from processor.views.contribution import GroupKey, Values, contribution
 
@@ -93,6 +93,7 @@ class ViewDefinition:
         "codec",
         "digest",
         "filter",
+        "inline",
         "null_equivalency",
         "sides",
         "sources",
@@ -124,6 +125,8 @@ class ViewDefinition:
                 JoinSide(self._scoped(join.right.name), join.right_field, self.aggregation),
             )
         self.null_equivalency = view.join_null_equivalency
+        #: Conflation inline: updates of one record, and of one group, may be conflated.
+        self.inline = view.conflation is ViewConflation.INLINE
 
     def _scoped(self, name: str) -> str:
         """The topology's name of a topic the view reads (scoped names included)."""

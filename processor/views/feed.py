@@ -10,7 +10,9 @@ SowKey's partition: a *retract* (null value) to the group the record left, an *u
 underlying topic and the record's SowKey) and the definition that computed it. A record
 that moves between groups sends both; one that stays sends the upsert only (it
 replaces the member). Both go in the change's transaction, so the view's partitions
-see every change exactly once, in each record's order.
+see every change exactly once, in each record's order. With ``Conflation`` inline, the
+changes one transaction makes to one record are conflated first (its first old value,
+its last new one).
 """
 
 from __future__ import annotations
@@ -37,6 +39,33 @@ def member_id(topic: str, sow_key: bytes) -> bytes:
     return topic.encode() + b"\x00" + sow_key
 
 
+def conflated(events: Sequence[ChangeEvent]) -> list[ChangeEvent]:
+    """One change per record: from its first old value to its last new one (a record
+    that came and went again is left out)."""
+    first: dict[bytes, ChangeEvent] = {}
+    last: dict[bytes, ChangeEvent] = {}
+    for event in events:
+        first.setdefault(event.sow_key, event)
+        last[event.sow_key] = event
+    out: list[ChangeEvent] = []
+    for sow_key, latest in last.items():
+        old = first[sow_key].old
+        if old is None and latest.new is None:
+            continue
+        if old is not latest.old:
+            latest = ChangeEvent(  # noqa: PLW2901 - the record's change, first old to last new
+                latest.topic,
+                sow_key,
+                old,
+                latest.new,
+                latest.position,
+                latest.reason,
+                latest.expiration_ms,
+            )
+        out.append(latest)
+    return out
+
+
 class ViewFeed:
     """Sends one underlying topic's changes to one view (see the module doc)."""
 
@@ -54,7 +83,7 @@ class ViewFeed:
         digest = definition.digest
 
         def changed(events: Sequence[ChangeEvent]) -> None:
-            for event in events:
+            for event in conflated(events) if definition.inline else events:
                 old = None if event.old is None else definition.of_envelope(source, event.old)
                 new = None if event.new is None else definition.of_envelope(source, event.new)
                 if old is None and new is None:
@@ -80,7 +109,7 @@ class ViewFeed:
         digest = definition.digest
 
         def changed(events: Sequence[ChangeEvent]) -> None:
-            for event in events:
+            for event in conflated(events) if definition.inline else events:
                 old = None if event.old is None else definition.join_read(source, event.old)
                 new = None if event.new is None else definition.join_read(source, event.new)
                 headers = [

@@ -88,9 +88,7 @@ class JoinStage:
             else:
                 group.sides[side][member] = values
                 batch.put_state(state_key, encode_values(0, values))
-            group.touched = number
-            if not group.sides[0] and not group.sides[1]:
-                del self._groups[join_key]
+            group.touched = number  # kept until the transaction ends, emptied or not
             self._send(before, self._rows(group, side, member, matches), batch)
 
     def _read(self, record: Record) -> tuple[bytes | None, int, bytes, Values | None]:

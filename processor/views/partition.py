@@ -6,11 +6,15 @@ records and the store's meta column, so recovery and standbys restore them with 
 records), under ``m<view SowKey>\\0<member>``: the member's input values and the input
 offset of its latest update (its place in the group's update order). A group is loaded
 from there the first time a transaction touches it and kept in memory (at most
-``MAX_GROUPS`` between transactions; an aborted transaction drops them all).
+``MAX_GROUPS`` between transactions; an aborted transaction drops them all). A group
+changed in the current transaction always stays in memory, emptied or not: the store
+holds only what was committed.
 
-Each run of input records updates its groups, then writes each changed group once: its
-output message (when it differs from the one written last) or, for a group that lost
-its last member, a delete of the view record. A record computed by another definition
+Each input record updates its group, which then writes its output message (when it
+differs from the one written last) or, for a group that lost its last member, a delete
+of the view record: with ``Conflation`` none after each record, so every update of the
+view reaches its changelog and subscribers in order; with ``inline`` once per run of
+records (the latest state of each group the run changed). A record computed by another definition
 of the view (its digest differs) is skipped: the view is rebuilt from its underlying
 topics when its definition changes.
 """
@@ -68,9 +72,10 @@ class ViewPartition:
             self._join.apply(records, batch, reject)
             return
         number = batch.number
-        if len(self._groups) > MAX_GROUPS:
+        if len(self._groups) > MAX_GROUPS:  # a group changed in this transaction stays
             self._groups = {k: g for k, g in self._groups.items() if g.touched == number}
         changed: dict[bytes, Record] = {}
+        inline = self.definition.inline
         for record in records:
             try:
                 view_key, member, values = self._read(record)
@@ -89,7 +94,10 @@ class ViewPartition:
                 group.upsert(member, values)
                 batch.put_state(state_key, encode_values(record.offset(), values))
             group.touched = number
-            changed[view_key] = record
+            if inline:
+                changed[view_key] = record
+            else:
+                self._write(view_key, record, batch)
         for view_key, record in changed.items():
             self._write(view_key, record, batch)
 
@@ -155,13 +163,15 @@ class ViewPartition:
         log_topic, partition, offset = record.topic(), state.partition, record.offset()
         changelog_topic = state.topic.changelog_topic
         if not group.members:
-            del self._groups[view_key]
+            # The empty group stays cached until the transaction ends: its members'
+            # deletes are not in the store before the commit.
             if group.output is None:
                 return  # never written
             position = format_position(log_topic, partition, offset)
             headers = [(REASON_HEADER, _DELETED), (POSITION_HEADER, position)]
             batch.produce(changelog_topic, None, view_key, partition, headers)
             batch.write(view_key, None, ChangeReason.DELETE, log_topic, offset)
+            group.output = None
             return
         data = self.definition.encode(group.result())
         if data == group.output:

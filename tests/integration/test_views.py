@@ -27,12 +27,15 @@ from tests.integration.subscription_helpers import Collector
 SEED = Path(__file__).resolve().parents[1] / "data" / "seeds" / "seed002_view_example.xml"
 
 
-def _seed_topology(unique: str, partitions: int, tmp_path: Path) -> Topology:
+def _seed_topology(
+    unique: str, partitions: int, tmp_path: Path, conflation: str = "none"
+) -> Topology:
     """Seed 002's views, with one change: the printed fix topic /ett/order keys by
     /orderId, a named tag, which a FIX message cannot carry (its tags are numbers); it
-    keys by tag 11 (ClOrdID) here."""
+    keys by tag 11 (ClOrdID) here. ``conflation``: every view's Conflation."""
     text = SEED.read_text().replace("<Key>/orderId</Key>", "<Key>/11</Key>", 1)
     assert "<Key>/11</Key>" in text
+    text = text.replace("</View>", f"<Conflation>{conflation}</Conflation></View>")
     (tmp_path / "views.xml").write_text(text)
     return namespaced_topology(unique, load_topology(tmp_path / "views.xml"), partitions)
 
@@ -185,10 +188,11 @@ def wait_until_exact(
         time.sleep(0.05)
 
 
+@pytest.mark.parametrize("conflation", ["none", "inline"])
 def test_seed_views_equal_their_recomputation_after_every_step(
-    backend: str, tmp_path: Path, unique: str
+    backend: str, tmp_path: Path, unique: str, conflation: str
 ) -> None:
-    topology = _seed_topology(unique, 3, tmp_path)
+    topology = _seed_topology(unique, 3, tmp_path, conflation)
     underlying = Underlying(seed=21)
     steps = 30 if backend == MEMORY else 12
     with running_sow(backend, topology, tmp_path, unique) as (_, client):
