@@ -173,6 +173,15 @@ def _text(d: _Dialect, raw: dict[Any, Any], key: str, where: str, expected: str)
         d.fail(str(exc), path)
 
 
+def _parsed(d: _Dialect, raw: dict[Any, Any], key: str, where: str) -> tuple[Any, str] | None:
+    """The value of the field ``key`` as its topic field parser reads it, if given, and its
+    path."""
+    if key not in raw:
+        return None
+    path = f"{where}.{key}"
+    return parse_field(d.source, path, key, raw[key]), path
+
+
 def _texts(
     d: _Dialect, raw: dict[Any, Any], key: str, where: str, expected: tuple[str, str]
 ) -> list[Item]:
@@ -255,8 +264,9 @@ def _options(d: _Dialect, raw: dict[Any, Any], name: str, where: str) -> dict[st
     """A view's fields that its rules do not read."""
     options: dict[str, Any] = {}
     for key in ("key_domain", "hash_indexes", "partitions", "kafka_topic"):
-        if key in raw:
-            options[key] = parse_field(d.source, f"{where}.{key}", key, raw[key])
+        parsed = _parsed(d, raw, key, where)
+        if parsed is not None:
+            options[key] = parsed[0]
     conflation = _text(d, raw, "conflation", where, "none or inline")
     if conflation is not None:
         try:
@@ -289,31 +299,17 @@ def _conflated(d: _Dialect, catalog: Catalog, entry: tuple[object, str, int]) ->
             "conflated topic defined before it",
             where,
         )
-    typed = None
-    if "message_type" in raw:
-        type_where = f"{where}.message_type"
-        typed = (
-            parse_field(d.source, type_where, "message_type", raw["message_type"]),
-            None,
-            type_where,
-        )
+    message_type = _parsed(d, raw, "message_type", where)
     interval = raw.get("interval")
     if isinstance(interval, int | float) and not isinstance(interval, bool):
         raw = {**raw, "interval": str(interval)}  # a number: parse_interval says a unit is needed
-    hash_indexes = enrichment = None
-    if "hash_indexes" in raw:
-        path = f"{where}.hash_indexes"
-        hash_indexes = (parse_field(d.source, path, "hash_indexes", raw["hash_indexes"]), path)
-    if "enrichment" in raw:
-        path = f"{where}.enrichment"
-        enrichment = (parse_field(d.source, path, "enrichment", raw["enrichment"]), path)
     items = ConflatedItems(
         underlying=underlying,
-        typed=typed,
+        typed=None if message_type is None else (message_type[0], None, message_type[1]),
         interval=_text(d, raw, "interval", where, "an interval of 100ms or more, such as 5s"),
         filter=_text(d, raw, "filter", where, "a filter such as \"/region = 'A'\""),
-        hash_indexes=hash_indexes,
+        hash_indexes=_parsed(d, raw, "hash_indexes", where),
         topic_format=_text(d, raw, "topic_format", where, "a name with %n, such as %n-C"),
-        enrichment=enrichment,
+        enrichment=_parsed(d, raw, "enrichment", where),
     )
     return conflated_topic(d, catalog, ("ConflatedTopic", name, index_where, order), items)
