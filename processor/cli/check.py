@@ -34,7 +34,7 @@ from processor.topology.model import (
     ViewSpec,
 )
 from processor.topology.quantities import format_interval
-from processor.topology.unserved import kind_of, refusal
+from processor.topology.unserved import kind_of, refusal, unserved
 
 #: The delivery order a subscriber gets (docs/subscriptions.md, "Ordering"): AMPS delivers
 #: in publish order; a partitioned log orders per partition only.
@@ -175,6 +175,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         topology = load_topology(path)
         lines: list[dict[str, Any]] = []
         for topic in topology.every_topic():
+            if isinstance(topic, SowTopic) and topic.view is not None:
+                continue  # described with its entry
             codec_for(topic)  # reads and checks an Avro schema
             if isinstance(topic, SowTopic):
                 key_function(topic)  # imports a custom KeyGenerator
@@ -182,10 +184,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         lines.extend(describe_entry(entry, topology) for entry in topology.entries())
         for line in lines:
             sys.stdout.write(orjson.dumps({"source": str(path), **line}).decode() + "\n")
-        entries = topology.entries()
+        entries = [entry for entry in topology.entries() if unserved(entry, topology)]
         refused = f", {len(entries)} entries sow serve refuses for now" if entries else ""
+        views = sum(1 for topic in topology.topics.values() if topic.view is not None)
         sys.stderr.write(
-            f"{path}: OK ({len(topology.topics)} SOW topics, "
+            f"{path}: OK ({len(topology.topics) - views} SOW topics, {views} views, "
             f"{len(topology.plain_topics)} plain topics{refused})\n"
         )
     return 0

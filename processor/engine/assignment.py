@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook
 from processor.engine.derived import DerivedPartition, DerivedTopic
+from processor.engine.feeding import Feeding, feed_steps, feeding_needed, reset_steps
 from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
     Restored,
@@ -78,6 +79,9 @@ class Assignment:
     republish_chunk: int = field(kw_only=True)
     #: The derived topics (views) by name: their partitions apply their own input.
     derived: Mapping[str, DerivedTopic] = field(kw_only=True, default_factory=dict)
+    #: The change listeners of each topic: those that must see every record are fed
+    #: the partition's current records in its recovery when they have not been yet.
+    listeners: Mapping[str, Sequence[object]] = field(kw_only=True, default_factory=dict)
     states: dict[tuple[str, int], PartitionState] = field(default_factory=dict, init=False)
     #: The derived partitions of the open store partitions of derived topics.
     derivations: dict[tuple[str, int], DerivedPartition] = field(default_factory=dict, init=False)
@@ -187,13 +191,23 @@ class Assignment:
         self, state: PartitionState, warm_log_next: Mapping[str, int]
     ) -> Generator[object, None, Restored]:
         """The steps of one store partition's recovery: replay, then republish if the
-        log was lost (or a republish was cut short). ``warm_log_next`` is what a standby
+        log was lost (or a republish was cut short), then catch derived state up
+        (:mod:`processor.engine.feeding`). ``warm_log_next`` is what a standby
         store's replay showed applied before the handover (its changelog was read there)."""
         restored = yield from restore_steps(state.store, state.topic, state.partition, self.reader)
         for log_topic, nxt in warm_log_next.items():
             restored.log_next[log_topic] = max(restored.log_next.get(log_topic, 0), nxt)
         if republish_pending(state.store):
             yield from republish_steps(state, self.producer, self.republish_chunk, crash=self.crash)
+        derivation = self.derivations.get((state.topic.name, state.partition))
+        if derivation is not None:
+            yield from reset_steps(state, *derivation.version, self.producer)
+        for listener in self.listeners.get(state.topic.name, ()):
+            if isinstance(listener, Feeding) and feeding_needed(state, listener):
+                produce = self.applier.produce_after_drain
+                yield from feed_steps(
+                    state, listener, self.producer, produce, self.republish_chunk, crash=self.crash
+                )
         return restored
 
     def recover_step(self) -> None:

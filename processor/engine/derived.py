@@ -28,6 +28,11 @@ class DerivedPartition(Protocol):
     """One partition of a derived topic in the processor; not thread-safe (the
     processor's loop owns it)."""
 
+    #: (state key, value): the version of the definition its state was computed by. A
+    #: partition whose state has another version starts afresh before it applies
+    #: anything (:func:`processor.engine.feeding.reset_steps`).
+    version: tuple[bytes, bytes]
+
     def apply(self, records: Sequence[Record], batch: PartitionBatch, reject: Rejects) -> None:
         """Apply a run of the partition's input records (offset order) into ``batch``."""
         ...

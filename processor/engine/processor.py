@@ -363,6 +363,7 @@ class Processor:
             crash=self._crash,
             republish_chunk=self._republish_chunk,
             derived=self._derived,
+            listeners=self._listeners,
         )
         assignment.input = consumer
         try:

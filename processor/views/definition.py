@@ -69,9 +69,15 @@ def _aggregation(view: ViewSpec, joined: bool) -> Aggregation:
     return Aggregation(fields, groups, projection, grouping)
 
 
-def digest_of(view: ViewSpec) -> bytes:
-    """What identifies a view's definition (everything its records depend on)."""
-    described = {
+def digest_of(view: ViewSpec, topics: Mapping[str, SowTopic]) -> bytes:
+    """What identifies a view's definition: everything its records depend on, the
+    definitions of the views it reads included."""
+    described: dict[str, Any] = {
+        "reads": [
+            digest_of(topic.view, topics).decode()
+            for topic in underlying_topics(view, topics)
+            if topic.view is not None
+        ],
         "type": view.message_type,
         "underlying": [[ref.name, ref.message_type] for ref in view.underlying],
         "joins": [join.text for join in view.joins],
@@ -115,7 +121,7 @@ class ViewDefinition:
         self.sources: dict[str, Codec] = {
             source.name: codec_for(source) for source in underlying_topics(view, topics)
         }
-        self.digest = digest_of(view)
+        self.digest = digest_of(view, topics)
         #: A join's two sides, the preserved (left) one first (empty: no join).
         self.sides: tuple[JoinSide, ...] = ()
         if view.joins:

@@ -74,6 +74,11 @@ class ViewFeed:
     def __init__(self, definition: ViewDefinition, source: str) -> None:
         self.definition = definition
         self.source = source
+        #: A partition of the source feeds the view its records once per definition
+        #: (:mod:`processor.engine.feeding`): a view defined after the data, or
+        #: redefined, is built from what exists.
+        self.feed_marker = b"fed:" + definition.name.encode()
+        self.feed_version = definition.digest
 
     def listen(self, batch: PartitionBatch) -> Listener:
         if self.definition.sides:

@@ -57,6 +57,8 @@ class ViewPartition:
     def __init__(self, definition: ViewDefinition, state: PartitionState) -> None:
         self.definition = definition
         self.state = state
+        #: Its state is of this definition (else it starts afresh: engine/feeding.py).
+        self.version = (b"definition", definition.digest)
         self._groups: dict[bytes, Group] = {}
         self._stale_digests: set[bytes] = set()
         #: A joined view's join stage: it reads the view's repartition topic.

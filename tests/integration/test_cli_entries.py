@@ -1,6 +1,7 @@
 """A user's AMPS configuration with a view, a conflated topic and a queue (issue 20):
 ``sow check-config`` says what each will do, and ``sow serve`` refuses the file in one line
-naming each entry and its issue, rather than start and answer NOT_FOUND for them."""
+naming each entry it does not serve yet and its issue, rather than start and answer
+NOT_FOUND for them (the view is served, issue 21)."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def test_check_config_says_what_each_entry_will_do(tmp_path: Path) -> None:
     assert "RocksDB" in orders["not_applied"][0]["reason"]
     view = by_name["CompleteByRegion"]
     assert view["element"] == "AMPSConfig/SOW/View[1]"
-    assert view["served"] == "refused by sow serve until issue 21 implements View"
+    assert view["served"] == "served: a SOW topic whose records the processor derives"
     assert view["does"].startswith("aggregates orders where /status = 'complete' grouped by")
     assert view["filter"] == "/status = 'complete'"
     conflated = by_name["orders-C"]
@@ -97,7 +98,8 @@ def test_check_config_says_what_each_entry_will_do(tmp_path: Path) -> None:
         ["ORDERS_DIRECT"],
     )
     assert "issue 22" in queue["served"]
-    assert "3 entries sow serve refuses for now" in done.stderr
+    assert "2 entries sow serve refuses for now" in done.stderr
+    assert "1 SOW topics, 1 views" in done.stderr
 
 
 def test_sow_serve_refuses_the_file_in_one_line_and_exits_invalid(tmp_path: Path) -> None:
@@ -111,10 +113,10 @@ def test_sow_serve_refuses_the_file_in_one_line_and_exits_invalid(tmp_path: Path
     assert len(errors) == 1, done.stderr
     (line,) = errors
     for fragment in (
-        f"View 'CompleteByRegion' at {path}: AMPSConfig/SOW/View[1] (issue 21)",
         f"ConflatedTopic 'orders-C' at {path}: AMPSConfig/SOW/ConflatedTopic[1] (issue 21)",
         f"Queue 'MQ' at {path}: AMPSConfig/SOW/Queue[1] (issue 22)",
     ):
         assert fragment in line
+    assert "CompleteByRegion" not in line  # a view of one topic is served
     assert "kafka-sow is ready" not in done.stderr
     assert "broker" not in done.stderr.lower()

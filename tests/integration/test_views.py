@@ -7,9 +7,11 @@ out-of-focus notification when a group is emptied; a view refuses publishes."""
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,15 +105,16 @@ class Underlying:
             published = client.publish(topic, data)
             current[key] = (published.sow_key, fields)
 
-    def expected(self) -> dict[str, dict[Any, dict[str, Any]]]:
-        """Each view recomputed from scratch, by group."""
+    def expected(self, status: str = "complete") -> dict[str, dict[Any, dict[str, Any]]]:
+        """Each view recomputed from scratch, by group (CompleteByRegion counting the
+        orders of ``status``)."""
         total: dict[Any, dict[str, Any]] = {}
         for _, fields in self.records["/ett/order"].values():
             group = total.setdefault(fields["109"], {"109": fields["109"], "71406": 0})
             group["71406"] += fields["14"] * fields["6"]
         complete: dict[Any, dict[str, Any]] = {}
         for _, fields in self.records["orders"].values():
-            if fields["status"] == "complete":
+            if fields["status"] == status:
                 region = fields["region"]
                 group = complete.setdefault(region, {"completedOrders": 0, "region": region})
                 group["completedOrders"] += 1
@@ -274,3 +277,41 @@ def test_a_view_subscription_sees_changes_and_an_emptied_group_goes_out_of_focus
         # no gap, no duplicate: the EU changes seen are 2, (1), then out of focus
         eu_counts = [c["completedOrders"] for c in counts if c["region"] == "EU"]
         assert eu_counts in ([2, 1], [2]), eu_counts
+
+
+def test_a_view_defined_after_its_data_is_built_from_it_and_rebuilt_when_redefined(
+    backend: str, tmp_path: Path, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    with_views = _seed_topology(unique, 2, tmp_path)
+    topics_only = replace(
+        with_views,
+        topics={n: t for n, t in with_views.topics.items() if t.view is None},
+        views={},
+    )
+    underlying = Underlying(seed=3)
+    with running_sow(backend, topics_only, tmp_path, unique) as (_, client):
+        for _ in range(3):
+            underlying.step(client, operations=20)
+    with running_sow(backend, with_views, tmp_path, unique) as (_, client):
+        wait_until_exact(client, with_views, underlying.expected())
+        underlying.step(client, operations=20)
+        wait_until_exact(client, with_views, underlying.expected())
+    assert "feeding its" in caplog.text  # progress of the build
+    caplog.clear()
+    spec = with_views.views["CompleteByRegion"]
+    redefined_spec = replace(spec, filter="/status = 'open'")
+    topics = dict(with_views.topics)
+    topics["CompleteByRegion"] = replace(topics["CompleteByRegion"], view=redefined_spec)
+    redefined = replace(
+        with_views, topics=topics, views={**with_views.views, "CompleteByRegion": redefined_spec}
+    )
+    with running_sow(backend, redefined, tmp_path, unique) as (_, client):
+        wait_until_exact(client, redefined, underlying.expected(status="open"))
+        underlying.step(client, operations=20)
+        wait_until_exact(client, redefined, underlying.expected(status="open"))
+    assert "starting it afresh" in caplog.text
+    # Only the redefined view was rebuilt: the others kept their state.
+    fed = [line for line in caplog.text.splitlines() if "feeding its" in line]
+    assert fed
+    assert all("CompleteByRegion" in line for line in fed), fed
