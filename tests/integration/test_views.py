@@ -45,7 +45,7 @@ def _seed_topology(
 class Underlying:
     """The underlying topics' current records, as published (plain Python)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, topics: tuple[str, ...] = ()) -> None:
         self.random = random.Random(seed)
         #: topic -> key -> (SowKey, fields)
         self.records: dict[str, dict[int, tuple[str, dict[str, Any]]]] = {
@@ -56,6 +56,8 @@ class Underlying:
             "ORDERS": {},
             "COMPANIES": {},
         }
+        #: The topics the stream changes (default: all).
+        self.topics = list(topics or self.records)
 
     def message(self, topic: str, key: int) -> tuple[dict[str, Any], bytes]:
         pick = self.random.choice
@@ -94,7 +96,7 @@ class Underlying:
     def step(self, client: SowClient, operations: int) -> None:
         """Publish, update and delete at random."""
         for _ in range(operations):
-            topic = self.random.choice(list(self.records))
+            topic = self.random.choice(self.topics)
             current = self.records[topic]
             key = self.random.randrange(8)
             if key in current and self.random.random() < 0.3:
@@ -155,6 +157,7 @@ GROUP_OF: dict[str, Callable[[dict[str, Any]], Any]] = {
     "CompleteByRegion": lambda m: m["region"],
     "hash-sample-view": lambda m: (m["customerName"], m["orderType"]),
     "[nvfix].[example]": lambda m: m["id"],
+    "RegionsByCount": lambda m: m["completedOrders"],
 }
 
 
@@ -315,3 +318,41 @@ def test_a_view_defined_after_its_data_is_built_from_it_and_rebuilt_when_redefin
     fed = [line for line in caplog.text.splitlines() if "feeding its" in line]
     assert fed
     assert all("CompleteByRegion" in line for line in fed), fed
+
+
+VIEWS_OF_VIEWS = """
+topics:
+  - {name: orders, key: /orderId}
+views:
+  - name: CompleteByRegion
+    message_type: json
+    underlying: orders
+    projection: ["COUNT(/orderId) AS /completedOrders", "/region AS /region"]
+    grouping: [/region]
+    filter: "/status = 'complete'"
+  - name: RegionsByCount
+    message_type: json
+    underlying: CompleteByRegion
+    projection: ["/completedOrders AS /completedOrders", "COUNT(/region) AS /regions"]
+    grouping: [/completedOrders]
+"""
+
+
+def test_a_view_of_a_view_follows_it(backend: str, tmp_path: Path, unique: str) -> None:
+    (tmp_path / "views.yaml").write_text(VIEWS_OF_VIEWS)
+    topology = namespaced_topology(unique, load_topology(tmp_path / "views.yaml"), 3)
+    underlying = Underlying(seed=11, topics=("orders",))
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        for _ in range(8 if backend == MEMORY else 4):
+            underlying.step(client, operations=12)
+            by_region = underlying.expected()["CompleteByRegion"]
+            histogram: dict[Any, dict[str, Any]] = {}
+            for row in by_region.values():
+                count = row["completedOrders"]
+                histogram.setdefault(count, {"completedOrders": count, "regions": 0})
+                histogram[count]["regions"] += 1
+            wait_until_exact(
+                client,
+                topology,
+                {"CompleteByRegion": by_region, "RegionsByCount": histogram},
+            )
