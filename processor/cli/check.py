@@ -175,7 +175,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         topology = load_topology(path)
         lines: list[dict[str, Any]] = []
         for topic in topology.every_topic():
-            if isinstance(topic, SowTopic) and topic.view is not None:
+            if isinstance(topic, SowTopic) and topic.derived:
                 continue  # described with its entry
             codec_for(topic)  # reads and checks an Avro schema
             if isinstance(topic, SowTopic):
@@ -186,9 +186,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             sys.stdout.write(orjson.dumps({"source": str(path), **line}).decode() + "\n")
         entries = [entry for entry in topology.entries() if unserved(entry, topology)]
         refused = f", {len(entries)} entries sow serve refuses for now" if entries else ""
-        views = sum(1 for topic in topology.topics.values() if topic.view is not None)
+        views = sum(1 for topic in topology.topics.values() if topic.derived)
         sys.stderr.write(
-            f"{path}: OK ({len(topology.topics) - views} SOW topics, {views} views, "
+            f"{path}: OK ({len(topology.topics) - views} SOW topics, {views} views and "
+            "conflated topics, "
             f"{len(topology.plain_topics)} plain topics{refused})\n"
         )
     return 0

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook
-from processor.engine.derived import DerivedPartition, DerivedTopic
+from processor.engine.derived import DerivedPartition, DerivedTopic, Ticking
 from processor.engine.feeding import Feeding, feed_steps, feeding_needed, reset_steps
 from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
@@ -292,6 +292,16 @@ class Assignment:
                 self.standby.give(state.topic, state.partition, state.store)
             else:
                 state.store.close()
+
+    def ticking(self, now_ms: int) -> list[tuple[PartitionState, Ticking]]:
+        """The derived partitions (recovered) with timed work due by ``now_ms``."""
+        return [
+            (self.states[key], derivation)
+            for key, derivation in self.derivations.items()
+            if key not in self.recoveries
+            and isinstance(derivation, Ticking)
+            and derivation.due(now_ms)
+        ]
 
     def read_again(self, records: Sequence[Record]) -> None:
         """Drop what an aborted batch changed in the store partitions (those recovering

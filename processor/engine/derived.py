@@ -13,7 +13,7 @@ them). What it writes commits with its input offsets, exactly once.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import PartitionBatch
@@ -48,4 +48,20 @@ class DerivedTopic(Protocol):
     def open(self, state: PartitionState) -> DerivedPartition:
         """The derived partition of a store partition, opened after its recovery began
         (it reads the store lazily)."""
+        ...
+
+
+@runtime_checkable
+class Ticking(Protocol):
+    """A derived partition with work due at times rather than on input (a conflated
+    topic writes its pending records once per interval). The processor asks
+    :meth:`due` after every batch and every idle wait (at most ``IDLE_WAIT_S`` apart)
+    and, when it is, calls :meth:`tick` in a transaction."""
+
+    def due(self, now_ms: int) -> bool:
+        """Whether work is due by ``now_ms``."""
+        ...
+
+    def tick(self, batch: PartitionBatch, now_ms: int) -> None:
+        """Do the work due, into ``batch``."""
         ...

@@ -393,7 +393,8 @@ class Processor:
                     records = self._next_batch(consumer)
                 now_ms = int(self._clock() * 1000)
                 expiring = expiring_states(assignment.states, assignment.recoveries)
-                if not records and not (expiring and expirer.due(expiring, now_ms)):
+                ticking = assignment.ticking(now_ms)
+                if not records and not ticking and not (expiring and expirer.due(expiring, now_ms)):
                     continue
                 if records and self.first_batch_at is None:
                     self.first_batch_at = time.perf_counter()
@@ -409,6 +410,8 @@ class Processor:
                 offsets = applier.apply(transaction, records)
                 if expiring:
                     expirer.expire(transaction, expiring)
+                for state, derivation in ticking:
+                    derivation.tick(transaction.batch(state), now_ms)
                 try:
                     if transaction.batches:
                         commit(

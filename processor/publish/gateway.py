@@ -371,7 +371,7 @@ class Gateway:
         topics = resolve_topics(self.topology, topic_name)
         if len(topics) == 1:
             writable(topics[0])
-        topics = [t for t in topics if t.view is None]  # a pattern's views stay as they are
+        topics = [t for t in topics if not t.derived]  # a pattern's views stay as they are
         if not text.strip():
             raise InvalidRequestError("sow_delete by filter needs a filter; use 1=1 for all")
         # Build the evaluation code too, so everything the processor will do with the

@@ -30,7 +30,7 @@ from processor.topology.model import (
     ViewSpec,
     default_kafka_topic,
 )
-from processor.topology.view_topics import view_topic
+from processor.topology.view_topics import conflated_topic, view_topic
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
 MAX_KAFKA_TOPIC_LENGTH = 249 - len(".sow-repartition")
@@ -58,7 +58,7 @@ def merge_topologies(parts: Sequence[Topology]) -> Topology:
         entries.extend(
             (topic, source, f"topic {name!r}")
             for name, topic in [*part.topics.items(), *part.plain_topics.items()]
-            if not (isinstance(topic, SowTopic) and topic.view is not None)  # rebuilt below
+            if not (isinstance(topic, SowTopic) and topic.derived)  # rebuilt below
         )
         others.extend(part.entries())
     return assemble(entries, tuple(sources), others)
@@ -115,8 +115,8 @@ def assemble(
     conflated: dict[str, ConflatedTopicSpec] = {}
     queues: dict[str, QueueSpec] = {}
     for entry in others:
-        # A view's name was checked with the topics: it is one (view_topics.py).
-        known = {} if isinstance(entry, ViewSpec) else by_name
+        # A view's or conflated topic's name was checked with the topics: it is one.
+        known = {} if isinstance(entry, ViewSpec | ConflatedTopicSpec) else by_name
         _check_entry_name(entry, known, {**views, **conflated, **queues})
         if isinstance(entry, ViewSpec):
             views[entry.name] = entry
@@ -128,14 +128,19 @@ def assemble(
 
 
 def _view_topics(entries: Sequence[Loaded], others: Sequence[Entry]) -> list[Loaded]:
-    """The SOW topics of the views among ``others`` (:mod:`processor.topology.view_topics`)."""
+    """The SOW topics of the views and conflated topics among ``others``
+    (:mod:`processor.topology.view_topics`)."""
     defined: dict[str, Topic] = {topic.name: topic for topic, _, _ in entries}
     out: list[Loaded] = []
     for entry in others:
         if isinstance(entry, ViewSpec):
             topic = view_topic(entry, defined)
-            defined.setdefault(entry.name, topic)
-            out.append((topic, entry.source, entry.where))
+        elif isinstance(entry, ConflatedTopicSpec):
+            topic = conflated_topic(entry, defined)
+        else:
+            continue
+        defined.setdefault(entry.name, topic)
+        out.append((topic, entry.source, entry.where))
     return out
 
 

@@ -173,6 +173,16 @@ class SowTopic(Topic):
     #: (:mod:`processor.views`); its ``kafka_topic`` carries those changes to it, and
     #: nothing else may publish to it.
     view: ViewSpec | None = None
+    #: The conflated topic whose records this topic holds (None: not one): the latest
+    #: state of its underlying topic's records, written at most once per interval per
+    #: record (:mod:`processor.views.conflation`); read-only, as a view.
+    conflated: ConflatedTopicSpec | None = None
+
+    @property
+    def derived(self) -> bool:
+        """Whether the processor derives this topic's records (a view or a conflated
+        topic): publishers never write it."""
+        return self.view is not None or self.conflated is not None
 
     @property
     def domain(self) -> str:

@@ -179,12 +179,17 @@ def resolve_subscribed_topics(topology: Topology, name: str) -> list[Topic]:
 
 
 def writable(topic: SowTopic) -> SowTopic:
-    """``topic``, unless it is a view (InvalidRequestError): a view's records are
-    derived from its underlying topics, never published or deleted."""
+    """``topic``, unless it is a view or a conflated topic (InvalidRequestError): their
+    records are derived from their underlying topics, never published or deleted."""
     if topic.view is not None:
         underlying = ", ".join(ref.name for ref in topic.view.underlying)
         raise InvalidRequestError(
             f"{topic.name} is a view: its records are computed from {underlying}; publish "
             "to or delete from those topics instead"
+        )
+    if topic.conflated is not None:
+        raise InvalidRequestError(
+            f"{topic.name} is a conflated topic: its records are copied from "
+            f"{topic.conflated.underlying}; publish to or delete from that topic instead"
         )
     return topic

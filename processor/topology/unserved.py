@@ -1,10 +1,11 @@
 """The SOW entries kafka-sow loads but does not serve yet, and the refusal to start with them.
 
-Views of one topic or of one Join are served; views of several Joins and conflated topics
-come with the rest of issue 21, queues with issue 22. Until then a topology that has one
-is refused by :func:`refuse_unserved` (``sow serve``, ``app.start``) with one line naming
-each entry, its file and element, and the issue: a server that started without them
-would answer NOT_FOUND for every query on them.
+Views of one topic or of one Join, and conflated topics of a SOW topic or view, are
+served; views of several Joins, and conflated topics of a Pattern topic (TopicFormat) or
+with Enrichment come with the rest of issue 21, queues with issue 22. Until then a
+topology that has one is refused by :func:`refuse_unserved` (``sow serve``,
+``app.start``) with one line naming each entry, its file and element, and the issue: a
+server that started without them would answer NOT_FOUND for every query on them.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from processor.topology.view_topics import underlying_topics
 
 
 def unserved(entry: Entry, topology: Topology | None = None) -> bool:
-    """Whether ``sow serve`` refuses the entry: a view of one SOW topic or view, or of one
-    Join of two, is served
-    (with ``topology`` None, a view of one topic of any kind is assumed to be)."""
+    """Whether ``sow serve`` refuses the entry (see the module doc; with ``topology``
+    None, what the entry reads is assumed to be served)."""
+    if isinstance(entry, ConflatedTopicSpec):
+        if entry.topic_format is not None or entry.enrichment:
+            return True
+        return topology is not None and entry.underlying not in topology.topics
     if not isinstance(entry, ViewSpec) or len(entry.joins) > 1:
         return True
     if topology is None:
@@ -25,7 +29,7 @@ def unserved(entry: Entry, topology: Topology | None = None) -> bool:
     try:
         underlying_topics(entry, topology.topics)
     except TopologyError:
-        return True  # it reads a conflated topic or a queue
+        return True  # it reads a queue
     return False
 
 
@@ -39,8 +43,13 @@ def kind_of(entry: Entry) -> str:
 
 
 def _described(entry: Entry) -> str:
-    joined = isinstance(entry, ViewSpec) and len(entry.joins) > 1
-    return f"{kind_of(entry)} with several Joins" if joined else kind_of(entry)
+    if isinstance(entry, ViewSpec) and len(entry.joins) > 1:
+        return f"{kind_of(entry)} with several Joins"
+    if isinstance(entry, ConflatedTopicSpec) and entry.topic_format is not None:
+        return f"{kind_of(entry)} of a Pattern topic"
+    if isinstance(entry, ConflatedTopicSpec) and entry.enrichment:
+        return f"{kind_of(entry)} with Enrichment"
+    return kind_of(entry)
 
 
 def issue_of(entry: Entry) -> int:

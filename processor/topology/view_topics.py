@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from processor.errors import TopologyError
 from processor.expr import ast, clauses
-from processor.topology.model import HashIndexSpec, SowTopic, Topic, ViewSpec
+from processor.topology.model import ConflatedTopicSpec, HashIndexSpec, SowTopic, Topic, ViewSpec
 
 
 def view_topic(view: ViewSpec, topics: Mapping[str, Topic]) -> SowTopic:
@@ -42,6 +42,21 @@ def view_topic(view: ViewSpec, topics: Mapping[str, Topic]) -> SowTopic:
         key_domain=view.key_domain,
         hash_indexes=(*view.hash_indexes, *automatic),
         view=view,
+    )
+
+
+def conflated_topic(spec: ConflatedTopicSpec, topics: Mapping[str, Topic]) -> SowTopic:
+    """The SOW topic holding a conflated topic's records: the underlying's partitions
+    (each record stays on its SowKey's partition) and message type."""
+    underlying = topics.get(spec.underlying)
+    partitions = underlying.partitions if underlying is not None else 1
+    return SowTopic(
+        name=spec.name,
+        message_type=spec.message_type,
+        schema=spec.schema,
+        partitions=partitions,
+        hash_indexes=spec.hash_indexes,
+        conflated=spec,
     )
 
 
@@ -93,6 +108,19 @@ def underlying_topics(view: ViewSpec, topics: Mapping[str, SowTopic]) -> list[So
             )
         found.append(scoped[0])
     return found
+
+
+def conflated_underlying(spec: ConflatedTopicSpec, topics: Mapping[str, SowTopic]) -> SowTopic:
+    """The SOW topic (or view, or conflated topic) a conflated topic copies."""
+    topic = topics.get(spec.underlying)
+    if topic is None or topic.conflated is spec:
+        raise TopologyError(
+            f"conflated topic {spec.name!r} reads {spec.underlying!r}, which is no SOW "
+            "topic, view or conflated topic",
+            source=spec.source,
+            where=spec.where,
+        )
+    return topic
 
 
 def _is_view(topic: SowTopic, view: ViewSpec) -> bool:

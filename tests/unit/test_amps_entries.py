@@ -668,7 +668,7 @@ CA = "<UnderlyingTopic>A</UnderlyingTopic>"
         ),
         (
             A + conflated(CA).replace("<Name>C</Name>", "<Name>A</Name>"),
-            ["ConflatedTopic[1]", "'A' is defined twice", "a topic, at AMPSConfig/SOW/Topic[1]"],
+            ["ConflatedTopic[1]", "'A' is defined twice", "first at AMPSConfig/SOW/Topic[1]"],
         ),
     ],
 )

@@ -531,7 +531,7 @@ def conflated(**fields: str) -> str:
         (
             conflated(name="A"),
             "conflated_topics[0]",
-            ["'A' is defined twice (first: a topic, at topics[0])"],
+            ["'A' is defined twice (first at topics[0])"],
         ),
     ],
 )
