@@ -11,7 +11,10 @@ The rules, each over ``stall_after_s``:
 
 - **blocked**: the poll loop has not come round (it is stuck inside one call);
 - **not consuming**: records arrived in a partition this processor fetches (its end
-  offset grew) and its position has not moved since;
+  offset grew) and its position has not moved since, while the processor applied
+  nothing else either (a partition whose records wait behind a backlog the consumer
+  already fetched from other partitions, such as a view's input behind its underlying
+  topic's, is busy, not stuck);
 - **out of the group**: a group member's consumer is not in a steady, joined group;
 - **broker silent**: the broker has not answered the watchdog's end-offset query.
 
@@ -52,6 +55,8 @@ class LoopReport:
     #: ``time.monotonic()`` when the end offsets were asked for (a silent broker has
     #: been silent at least since then).
     asked_at: float = 0.0
+    #: Records the processor has applied so far.
+    applied: int = 0
 
 
 @dataclass(slots=True)
@@ -71,12 +76,16 @@ class StallJudge:
     #: When the broker last answered (None: not asked yet).
     _answered_at: float | None = None
     _out_of_group_since: float | None = None
+    #: Records applied as last seen, and when that count last grew.
+    _applied: int = -1
+    _applied_at: float = 0.0
 
     def reset(self) -> None:
         """Forget every partition (a new consumer starts from its committed offsets)."""
         self._partitions.clear()
         self._answered_at = None
         self._out_of_group_since = None
+        self._applied = -1
 
     def judge(self, report: LoopReport, now: float) -> str | None:
         """None while the processor is working or idle, else what is stuck, in words.
@@ -86,6 +95,8 @@ class StallJudge:
         loop was doing when it froze.
         """
         silent = self._silence(report, now)
+        if report.applied != self._applied:
+            self._applied, self._applied_at = report.applied, now
         blocked = now - report.beat
         if blocked >= self.stall_after_s:
             reason = f"its poll loop has been blocked in {report.phase} for {blocked:.0f}s"
@@ -140,7 +151,7 @@ class StallJudge:
                 seen.waiting_since = now
             seen.end = max(seen.end, end)
             if seen.waiting_since is not None:
-                waited = now - seen.waiting_since
+                waited = now - max(seen.waiting_since, self._applied_at)
                 if waited >= self.stall_after_s and (worst is None or waited > worst[0]):
                     worst = (waited, tp, seen)
         if worst is None:
@@ -212,6 +223,7 @@ class Watchdog:
                     ends=ends,
                     group_state=loop.group_state(),
                     asked_at=asked_at,
+                    applied=loop.applied(),
                 )
                 verdict = judge.judge(report, time.monotonic())
                 log.debug("watchdog: %s -> %s", report, verdict)

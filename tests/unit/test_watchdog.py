@@ -16,8 +16,10 @@ def report(
     *,
     beat: float | None = None,
     group: str = "",
+    applied: int = 0,
 ) -> LoopReport:
     return LoopReport(
+        applied=applied,
         beat=now if beat is None else beat,
         phase="fetching",
         positions={TP: position},
@@ -92,3 +94,18 @@ def test_a_reset_starts_over() -> None:
     judge.reset()
     assert judge.judge(report(6, 10, 20), 6) is None  # the new consumer gets its own time
     assert judge.judge(report(12, 10, 20), 12) is None  # nothing new arrived since
+
+
+def test_a_partition_waiting_behind_a_backlog_the_processor_applies_is_not_stuck() -> None:
+    """A view's input waits behind its underlying topic's records the consumer fetched
+    first: the processor applies all along, so it is busy, not stuck; once it applies
+    nothing for the limit, the waiting partition is stuck again."""
+    judge = StallJudge(5.0)
+    assert judge.judge(report(0, 10, 10, applied=0), 0) is None
+    for second in range(1, 20):  # records wait at 10, the processor applies elsewhere
+        assert judge.judge(report(second, 10, 50, applied=second * 1000), second) is None
+    for second in range(20, 24):  # it applied last at 19
+        assert judge.judge(report(second, 10, 50, applied=19_000), second) is None
+    verdict = judge.judge(report(24, 10, 50, applied=19_000), 24)
+    assert verdict is not None
+    assert "has stayed at 10 for 5s" in verdict
