@@ -17,7 +17,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from processor import changelog
-from processor.expr import Aggregation, Expression, FieldInput, clauses, compile_node, parser
+from processor.expr import (
+    Aggregation,
+    ContextInput,
+    Expression,
+    FieldInput,
+    clauses,
+    compile_node,
+    parser,
+)
 from processor.expr.qualified import joined_record_steps, unqualify
 from processor.expr.values import extract, text_of
 from processor.keys import checksum_key, partition_for
@@ -100,6 +108,7 @@ class ViewDefinition:
         "digest",
         "filter",
         "inline",
+        "needs_context",
         "null_equivalency",
         "sides",
         "sources",
@@ -133,6 +142,12 @@ class ViewDefinition:
         self.null_equivalency = view.join_null_equivalency
         #: Conflation inline: updates of one record, and of one group, may be conflated.
         self.inline = view.conflation is ViewConflation.INLINE
+        #: Whether anything reads a record's context (SOW_KEY(), LAST_UPDATED()...): if
+        #: not, only the message is decoded from an envelope.
+        self.needs_context = any(
+            isinstance(item, ContextInput)
+            for item in (*self.aggregation.inputs, *(self.filter.inputs if self.filter else ()))
+        )
 
     def _scoped(self, name: str) -> str:
         """The topology's name of a topic the view reads (scoped names included)."""
@@ -173,24 +188,21 @@ class ViewDefinition:
 
     def join_read(self, source: str, envelope: bytes) -> tuple[JoinValue, Values]:
         """A join's record (its changelog envelope): its join value and side values."""
-        message: Any = self.sources[source].decode(changelog.decode(envelope).data)
+        message: Any = self.sources[source].decode(changelog.data_of(envelope))
         return self.side(source).read(message)
 
     def row_contribution(self, values: Values) -> tuple[bytes, Values]:
         """A joined row's view SowKey and values."""
         return self.view_key(self.aggregation.group_key(values)), values
 
-    def of_envelope(self, source: str, envelope: bytes) -> tuple[bytes, Values] | None:
-        """What an underlying record (its changelog envelope) contributes: its group's
-        SowKey and its input values, or None (filtered out, or not decodable: such a
-        record was never stored, as the processor refuses it)."""
-        decoded = changelog.decode(envelope)
-        message: Any = self.sources[source].decode(decoded.data)
-        found = contribution(self.aggregation, self.filter, message, decoded.context())
-        if found is None:
-            return None
-        group, values = found
-        return self.view_key(group), values
+    def contribution_of(self, source: str, envelope: bytes) -> tuple[GroupKey, Values] | None:
+        """An underlying record's group and input values (None: filtered out)."""
+        if self.needs_context:
+            decoded = changelog.decode(envelope)
+            message: Any = self.sources[source].decode(decoded.data)
+            return contribution(self.aggregation, self.filter, message, decoded.context())
+        message = self.sources[source].decode(changelog.data_of(envelope))
+        return contribution(self.aggregation, self.filter, message)
 
     def encode(self, message: dict[str, Any]) -> bytes:
         """A group's output message in the view's message type."""

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from processor.changelog.events import ChangeEvent, Listener
 from processor.engine.transaction import PartitionBatch
-from processor.views.contribution import encode_values
+from processor.views.contribution import GroupKey, Values, encode_values
 from processor.views.definition import ViewDefinition
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,13 @@ def conflated(events: Sequence[ChangeEvent]) -> list[ChangeEvent]:
     return out
 
 
+#: Entries each of a feed's memos keeps at most (cleared when full).
+MEMO_SIZE = 1 << 17
+
+#: A record's contribution as sent: its group's view SowKey and partition, its values.
+Contributed = tuple[bytes, int, Values]
+
+
 class ViewFeed:
     """Sends one underlying topic's changes to one view (see the module doc)."""
 
@@ -79,31 +86,63 @@ class ViewFeed:
         #: redefined, is built from what exists.
         self.feed_marker = b"fed:" + definition.name.encode()
         self.feed_version = definition.digest
+        #: Group -> (its view SowKey, its partition), remembered (the processor's loop
+        #: owns the feed).
+        self._keys: dict[GroupKey, tuple[bytes, int]] = {}
+        #: SowKey -> (the record's envelope last sent, its contribution): a change's old
+        #: value is usually the envelope its previous change sent.
+        self._last: dict[bytes, tuple[bytes, Contributed | None]] = {}
 
     def listen(self, batch: PartitionBatch) -> Listener:
         if self.definition.sides:
             return self._listen_joined(batch)
-        definition, source = self.definition, self.source
+        definition, source, contributed = self.definition, self.source, self._contributed
         target = definition.topic.kafka_topic
         digest = definition.digest
+        last = self._last
+        prefix = source.encode() + b"\x00"
 
         def changed(events: Sequence[ChangeEvent]) -> None:
             for event in conflated(events) if definition.inline else events:
-                old = None if event.old is None else definition.of_envelope(source, event.old)
-                new = None if event.new is None else definition.of_envelope(source, event.new)
+                sow_key = event.sow_key
+                old = None
+                if event.old is not None:
+                    cached = last.get(sow_key)
+                    if cached is not None and cached[0] == event.old:
+                        old = cached[1]
+                    else:
+                        old = contributed(event.old)
+                new = None if event.new is None else contributed(event.new)
+                if event.new is None:
+                    last.pop(sow_key, None)
+                else:
+                    if len(last) >= MEMO_SIZE:
+                        last.clear()
+                    last[sow_key] = (event.new, new)
                 if old is None and new is None:
                     continue
-                headers = [
-                    (MEMBER_HEADER, member_id(source, event.sow_key)),
-                    (DIGEST_HEADER, digest),
-                ]
+                headers = [(MEMBER_HEADER, prefix + sow_key), (DIGEST_HEADER, digest)]
                 if old is not None and (new is None or new[0] != old[0]):
-                    batch.produce(target, None, old[0], definition.partition_of(old[0]), headers)
+                    batch.produce(target, None, old[0], old[1], headers)
                 if new is not None:
-                    value = encode_values(0, new[1])
-                    batch.produce(target, value, new[0], definition.partition_of(new[0]), headers)
+                    batch.produce(target, encode_values(0, new[2]), new[0], new[1], headers)
 
         return changed
+
+    def _contributed(self, envelope: bytes) -> Contributed | None:
+        """An underlying record's (envelope's) group SowKey, its partition and input
+        values (None: filtered out); group SowKeys are remembered."""
+        found = self.definition.contribution_of(self.source, envelope)
+        if found is None:
+            return None
+        group, values = found
+        placed = self._keys.get(group)
+        if placed is None:
+            if len(self._keys) >= MEMO_SIZE:
+                self._keys.clear()
+            view_key = self.definition.view_key(group)
+            placed = self._keys[group] = (view_key, self.definition.partition_of(view_key))
+        return placed[0], placed[1], values
 
     def _listen_joined(self, batch: PartitionBatch) -> Listener:
         """A joined view's feed: each record goes to the view partition that joins its

@@ -77,6 +77,7 @@ class ViewPartition:
         if len(self._groups) > MAX_GROUPS:  # a group changed in this transaction stays
             self._groups = {k: g for k, g in self._groups.items() if g.touched == number}
         changed: dict[bytes, Record] = {}
+        kept: dict[bytes, bytes | None] = {}
         inline = self.definition.inline
         for record in records:
             try:
@@ -91,10 +92,10 @@ class ViewPartition:
             if values is None:
                 if not group.retract(member):
                     continue
-                batch.put_state(state_key, None)
+                kept[state_key] = None
             else:
                 group.upsert(member, values)
-                batch.put_state(state_key, encode_values(record.offset(), values))
+                kept[state_key] = encode_values(record.offset(), values)
             group.touched = number
             if inline:
                 changed[view_key] = record
@@ -102,6 +103,8 @@ class ViewPartition:
                 self._write(view_key, record, batch)
         for view_key, record in changed.items():
             self._write(view_key, record, batch)
+        for state_key, value in kept.items():  # a member's latest state, once per run
+            batch.put_state(state_key, value)
 
     def _read(self, record: Record) -> tuple[bytes | None, bytes, Values | None]:
         """A record's view SowKey (None: skip it), member and values (None: retract)."""
