@@ -474,6 +474,7 @@ AMPS_CONFIG = """<AMPSConfig>
 {fields}
       </Projection>
       <Grouping><Field>{grouping}</Field></Grouping>
+      <Conflation>{conflation}</Conflation>
     </View>
   </SOW>
 </AMPSConfig>
@@ -481,7 +482,13 @@ AMPS_CONFIG = """<AMPSConfig>
 
 
 def start_kafka_sow(
-    bootstrap: str, run_id: str, partitions: int, work: Path, group_protocol: str, timeout_s: float
+    bootstrap: str,
+    run_id: str,
+    partitions: int,
+    work: Path,
+    group_protocol: str,
+    timeout_s: float,
+    conflation: str = "none",
 ) -> tuple[Callable[[], Run], dict[str, Any]]:
     """Write the topology; return a starter of ``sow process`` and what the run needs."""
     from processor.topology.loader import load_topology
@@ -497,6 +504,7 @@ def start_kafka_sow(
             view=view_name,
             fields="\n".join(f"        <Field>{text}</Field>" for text in PROJECTION),
             grouping=GROUPING,
+            conflation=conflation,
         )
     )
     topology = load_topology(config)  # refuses a bad file here, before anything runs
@@ -906,7 +914,13 @@ def run_engine(
     tag = f"{run_id}-{name.replace('_', '')}"
     if name == "kafka_sow":
         starter, details = start_kafka_sow(
-            bootstrap, tag, args.partitions, engine_work, broker.group_protocol, args.timeout
+            bootstrap,
+            tag,
+            args.partitions,
+            engine_work,
+            broker.group_protocol,
+            args.timeout,
+            args.conflation,
         )
         keying = "sowkey"
     else:
@@ -1080,6 +1094,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--settle", type=float, default=1.0, help="seconds the final view must hold unchanged"
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="per engine, seconds")
+    parser.add_argument(
+        "--conflation",
+        choices=("none", "inline"),
+        default="none",
+        help="the view's Conflation: none writes every update of a group in order; inline "
+        "conflates a batch's updates of a record and of a group, as Kafka Streams' record "
+        "cache does",
+    )
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
     if min(args.records, args.groups, args.updates + 1, args.partitions) < 1:
@@ -1174,6 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
             "delete_fraction": args.delete_fraction,
             "seed": args.seed,
             "partitions": args.partitions,
+            "conflation": args.conflation,
             "input_records": len(load.ops),
             "moves": load.moves,
             "deletes": load.deletes,
