@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook
-from processor.engine.derived import DerivedPartition, DerivedTopic, Ticking
+from processor.engine.derived import DerivedPartition, DerivedTopic, Direct, Ticking
 from processor.engine.feeding import Feeding, feed_steps, feeding_needed, reset_steps
 from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
@@ -85,6 +85,9 @@ class Assignment:
     states: dict[tuple[str, int], PartitionState] = field(default_factory=dict, init=False)
     #: The derived partitions of the open store partitions of derived topics.
     derivations: dict[tuple[str, int], DerivedPartition] = field(default_factory=dict, init=False)
+    #: Derived partitions that take direct changes and need a barrier written (after an
+    #: assignment: :class:`~processor.engine.derived.Direct`).
+    barriers_due: set[tuple[str, int]] = field(default_factory=set, init=False)
     recoveries: dict[tuple[str, int], Recovery] = field(default_factory=dict, init=False)
     #: Input offsets found applied past the committed ones (see _start_after_recovery),
     #: to commit before the next batch so the group's offsets tell the truth.
@@ -123,6 +126,10 @@ class Assignment:
                 start = self._start_after_recovery(state, tp, committed.get(tp, -1))
                 if start is not None:
                     starts[tp] = start
+        for key, derivation in self.derivations.items():
+            if isinstance(derivation, Direct):  # every assignment: a barrier first
+                derivation.ready = False
+                self.barriers_due.add(key)
         for tp in partitions:
             if tp in starts and starts[tp] is None:
                 continue  # held for its store's recovery: placed when resumed
@@ -285,6 +292,7 @@ class Assignment:
             if recovery is not None:
                 recovery.steps.close()  # releases its reader and store iterators first
             self.derivations.pop(key, None)
+            self.barriers_due.discard(key)
             state = self.states.pop(key, None)
             if state is None:
                 continue
@@ -292,6 +300,29 @@ class Assignment:
                 self.standby.give(state.topic, state.partition, state.store)
             else:
                 state.store.close()
+
+    def write_barriers(self) -> None:
+        """Write the barriers due (:class:`~processor.engine.derived.Direct`), in a
+        transaction of their own, between the processor's batches."""
+        self.producer.begin()
+        for key in sorted(self.barriers_due):
+            derivation = self.derivations.get(key)
+            if isinstance(derivation, Direct):
+                state = self.states[key]
+                record_key, headers = derivation.barrier()
+                self.producer.produce(
+                    state.topic.kafka_topic, None, record_key, state.partition, headers
+                )
+        self.producer.commit()
+        self.barriers_due.clear()
+
+    def local(self) -> dict[tuple[str, int], tuple[PartitionState, Direct]]:
+        """The derived partitions ready for direct changes (recovered, barrier read)."""
+        return {
+            key: (self.states[key], derivation)
+            for key, derivation in self.derivations.items()
+            if isinstance(derivation, Direct) and derivation.ready and key not in self.recoveries
+        }
 
     def ticking(self, now_ms: int) -> list[tuple[PartitionState, Ticking]]:
         """The derived partitions (recovered) with timed work due by ``now_ms``."""

@@ -65,3 +65,23 @@ class Ticking(Protocol):
     def tick(self, batch: PartitionBatch, now_ms: int) -> None:
         """Do the work due, into ``batch``."""
         ...
+
+
+@runtime_checkable
+class Direct(Protocol):
+    """A derived partition that can take its changes in the transaction that makes them,
+    when this processor owns it, instead of through its input topic (a view of one topic).
+
+    Safe only once everything sent to it through its input before this processor took
+    its current partitions has been applied (a change sent then by the earlier owner of
+    an underlying partition must not overtake a later one). So after every assignment the
+    processor writes a *barrier* to its input (:meth:`barrier`), and the partition is
+    ``ready`` once it reads that barrier back."""
+
+    #: Whether changes may be applied directly now.
+    ready: bool
+
+    def barrier(self) -> tuple[bytes, list[tuple[str, bytes]]]:
+        """A new barrier (key, headers) for its input partition; until it is read back,
+        :attr:`ready` is False."""
+        ...

@@ -31,7 +31,6 @@ and a revoked one becomes a standby.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -42,6 +41,7 @@ from processor.engine.assignment import Assignment, StoreOpener
 from processor.engine.commit import CrashHook, commit
 from processor.engine.derived import DerivedTopic
 from processor.engine.expiry import DueIndex, Expirer, expiring_states
+from processor.engine.gc_tuning import batch_friendly_gc
 from processor.engine.standby import Standby
 from processor.engine.transaction import ChangeListener, Listeners, Transaction
 from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopState, Watchdog
@@ -63,20 +63,6 @@ log = logging.getLogger(__name__)
 #: backlog, where a larger batch costs fewer transactions and fewer store writes (keys
 #: repeat within it): 50,000 ingests ~1.4x the rate of 10,000 on the ingest bench.
 DEFAULT_MAX_BATCH = 50_000
-#: The young-generation threshold while a processor runs (CPython's default is 700).
-GC_YOUNG_THRESHOLD = 20_000
-
-
-def batch_friendly_gc() -> None:
-    """Collect garbage less often while batches run (a process-wide setting): a batch
-    allocates tens of thousands of short-lived objects, none cyclic, and at the default
-    threshold triggers dozens of young collections and, through them, full collections
-    of everything the process holds. Only ever raises the threshold. (Nothing is frozen:
-    a process running several processors, as the tests do, would keep the garbage of
-    the earlier ones, and their Kafka clients with it, for good.)"""
-    young, middle, old = gc.get_threshold()
-    if young and young < GC_YOUNG_THRESHOLD:
-        gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 class Processor:
@@ -342,6 +328,7 @@ class Processor:
         applier = self._applier = Applier(
             producer.raw_produce, self._dead_letter_topic, producer.drain, producer.produce_error
         )
+        produce = applier.produce_after_drain
         if self._expirer is not None:
             self._expired_before += self._expirer.expired
         expirer = self._expirer = Expirer(producer.raw_produce, producer.drain)
@@ -384,6 +371,8 @@ class Processor:
                 self._loop.phase = "fetching"
                 if assignment.offsets_behind:
                     self._commit_offsets_behind(producer, consumer, assignment)
+                if assignment.barriers_due:
+                    assignment.write_barriers()
                 if assignment.recoveries:
                     assignment.recover_step()
                     records = consumer.consume(self._max_batch, 0)
@@ -402,8 +391,10 @@ class Processor:
                 # A failure anywhere below raises out of the pipeline, which drops every
                 # partition's pending state and restarts from the committed offsets; but
                 # offsets refused by a group that moved on abort the batch alone.
+                local = assignment.local()
+                produce = applier.produce_after_drain
                 transaction = Transaction(
-                    self.transactions, now_ms, self._listeners, applier.produce_after_drain
+                    self.transactions, now_ms, self._listeners, produce, local
                 )
                 counted = applier.counters()
                 producer.begin()

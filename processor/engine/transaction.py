@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 from processor.changelog import STATE_PREFIX
 from processor.changelog.events import ChangeEvent, ChangeReason, Listener
@@ -68,6 +68,12 @@ Listeners = Mapping[str, Sequence[ChangeListener]]
 Produce = Callable[[str, bytes | None, bytes | None, int, "list[tuple[str, bytes]] | None"], None]
 
 
+#: The derived partitions this processor owns that take changes directly, in the
+#: transaction that makes them, by (SOW topic, partition): their state and their logic
+#: (:class:`~processor.engine.derived.Direct`).
+Local = Mapping[tuple[str, int], tuple[PartitionState, Any]]
+
+
 def _no_log(*_: object) -> None:
     raise TransactionStateError("this transaction has no log to produce to")
 
@@ -80,7 +86,7 @@ class Transaction:
     processor's loop owns it.
     """
 
-    __slots__ = ("_batches", "listeners", "now_ms", "number", "produce", "status")
+    __slots__ = ("_batches", "listeners", "local", "now_ms", "number", "produce", "status")
 
     def __init__(
         self,
@@ -88,11 +94,13 @@ class Transaction:
         now_ms: int,
         listeners: Listeners | None = None,
         produce: Produce = _no_log,
+        local: Local | None = None,
     ) -> None:
         self.number = number
         self.now_ms = now_ms
         self.listeners: Listeners = listeners or {}
         self.produce = produce
+        self.local: Local = local or {}
         self.status = _STARTED
         self._batches: dict[PartitionState, PartitionBatch] = {}
 
@@ -114,9 +122,15 @@ class Transaction:
         return batch
 
     def flush(self) -> None:
-        """Hand every batch's changes to its listeners (the commit's first step)."""
-        for batch in list(self._batches.values()):
-            batch.flush()
+        """Hand every batch's changes to its listeners (the commit's first step), until
+        none is left: a listener may change another partition directly (a view's feed,
+        :attr:`local`), whose changes then go to its own listeners."""
+        while True:
+            pending = [batch for batch in self._batches.values() if batch.pending]
+            if not pending:
+                return
+            for batch in pending:
+                batch.flush()
 
     @property
     def batches(self) -> list[PartitionBatch]:
@@ -233,6 +247,20 @@ class PartitionBatch:
         self._events.append(
             ChangeEvent(self.state.topic.name, sow_key, old, new, position, reason, expiration_ms)
         )
+
+    @property
+    def pending(self) -> bool:
+        """Whether changes wait to be handed to the listeners."""
+        return bool(self._events)
+
+    def local(self, topic: str, partition: int) -> tuple[PartitionBatch, Any] | None:
+        """The batch and logic of a derived partition that takes changes directly in this
+        transaction (None: send them through its input)."""
+        found = self._transaction.local.get((topic, partition))
+        if found is None:
+            return None
+        state, logic = found
+        return self._transaction.batch(state), logic
 
     def flush(self) -> None:
         """Hand the changes made since the last flush to the listeners."""

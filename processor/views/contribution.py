@@ -29,6 +29,10 @@ from processor.expr.values import extract
 GroupKey = tuple[Any, ...]
 #: A record's values of the aggregation's inputs.
 Values = tuple[Any, ...]
+#: One member's change in a view partition: view SowKey, member, values (None: retract),
+#: and the log topic, offset and timestamp of what caused it (a change made directly in
+#: the transaction of the underlying change: the view's input topic, -1, the apply time).
+Change = tuple[bytes, bytes, Values | None, str, int, int]
 
 
 def contribution(

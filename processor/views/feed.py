@@ -10,9 +10,11 @@ SowKey's partition: a *retract* (null value) to the group the record left, an *u
 underlying topic and the record's SowKey) and the definition that computed it. A record
 that moves between groups sends both; one that stays sends the upsert only (it
 replaces the member). Both go in the change's transaction, so the view's partitions
-see every change exactly once, in each record's order. With ``Conflation`` inline, the
-changes one transaction makes to one record are conflated first (its first old value,
-its last new one).
+see every change exactly once, in each record's order. When this processor owns the
+view partition and it is ready for them (:class:`~processor.engine.derived.Direct`), the
+changes go to it directly instead, in the same transaction: no round trip through Kafka.
+With ``Conflation`` inline, the changes one transaction makes to one record are
+conflated first (its first old value, its last new one).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Sequence
 
 from processor.changelog.events import ChangeEvent, Listener
 from processor.engine.transaction import PartitionBatch
-from processor.views.contribution import GroupKey, Values, encode_values
+from processor.views.contribution import Change, GroupKey, Values, encode_values
 from processor.views.definition import ViewDefinition
 
 log = logging.getLogger(__name__)
@@ -101,8 +103,23 @@ class ViewFeed:
         digest = definition.digest
         last = self._last
         prefix = source.encode() + b"\x00"
+        view = definition.name
 
         def changed(events: Sequence[ChangeEvent]) -> None:
+            direct: dict[int, list[Change]] = {}
+            now = batch.now_ms
+
+            def send(view_key: bytes, partition: int, values: Values | None, member: bytes) -> None:
+                changes = direct.get(partition)
+                if changes is None and batch.local(view, partition) is not None:
+                    changes = direct[partition] = []
+                if changes is not None:  # this processor's, ready: in this transaction
+                    changes.append((view_key, member, values, target, -1, now))
+                    return
+                headers = [(MEMBER_HEADER, member), (DIGEST_HEADER, digest)]
+                value = None if values is None else encode_values(0, values)
+                batch.produce(target, value, view_key, partition, headers)
+
             for event in conflated(events) if definition.inline else events:
                 sow_key = event.sow_key
                 old = None
@@ -121,11 +138,16 @@ class ViewFeed:
                     last[sow_key] = (event.new, new)
                 if old is None and new is None:
                     continue
-                headers = [(MEMBER_HEADER, prefix + sow_key), (DIGEST_HEADER, digest)]
+                member = prefix + sow_key
                 if old is not None and (new is None or new[0] != old[0]):
-                    batch.produce(target, None, old[0], old[1], headers)
+                    send(old[0], old[1], None, member)
                 if new is not None:
-                    batch.produce(target, encode_values(0, new[2]), new[0], new[1], headers)
+                    send(new[0], new[1], new[2], member)
+            for partition, changes in direct.items():
+                found = batch.local(view, partition)
+                assert found is not None
+                view_batch, logic = found
+                logic.change(changes, view_batch)
 
         return changed
 

@@ -22,6 +22,7 @@ topics when its definition changes.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 
 from processor import changelog
@@ -33,7 +34,7 @@ from processor.engine.transaction import PartitionBatch
 from processor.errors import MessageError
 from processor.log import Record
 from processor.state import Store
-from processor.views.contribution import Values, decode_values, encode_values
+from processor.views.contribution import Change, Values, decode_values, encode_values
 from processor.views.definition import ViewDefinition
 from processor.views.feed import DIGEST_HEADER, MEMBER_HEADER
 from processor.views.grouped import Group
@@ -45,6 +46,11 @@ log = logging.getLogger(__name__)
 MAX_GROUPS = 100_000
 
 _DELETED = b"deleted"
+#: The state key of the partition's member update sequence.
+_SEQUENCE = b"sequence"
+#: A barrier record's key and header (:class:`~processor.engine.derived.Direct`).
+BARRIER_KEY = b"\x00barrier"
+BARRIER_HEADER = "sow.view.barrier"
 
 
 def _member_prefix(view_key: bytes) -> bytes:
@@ -63,30 +69,56 @@ class ViewPartition:
         self._stale_digests: set[bytes] = set()
         #: A joined view's join stage: it reads the view's repartition topic.
         self._join = JoinStage(definition) if definition.sides else None
+        #: Whether changes may be applied directly (Direct): once the last barrier asked
+        #: for is read back; never for a joined view.
+        self.ready = False
+        self._barrier: bytes | None = None
+        #: The update sequence of the members (their order in their groups), as kept.
+        self._sequence: int | None = None
 
     def discard(self) -> None:
         self._groups.clear()
+        self._sequence = None
         if self._join is not None:
             self._join.discard()
+
+    def barrier(self) -> tuple[bytes, list[tuple[str, bytes]]]:
+        self._barrier = os.urandom(8).hex().encode()
+        self.ready = False
+        return BARRIER_KEY, [(BARRIER_HEADER, self._barrier)]
 
     def apply(self, records: Sequence[Record], batch: PartitionBatch, reject: Rejects) -> None:
         if self._join is not None and records[0].topic() == self.state.topic.repartition_topic:
             self._join.apply(records, batch, reject)
             return
-        number = batch.number
-        if len(self._groups) > MAX_GROUPS:  # a group changed in this transaction stays
-            self._groups = {k: g for k, g in self._groups.items() if g.touched == number}
-        changed: dict[bytes, Record] = {}
-        kept: dict[bytes, bytes | None] = {}
-        inline = self.definition.inline
+        changes: list[Change] = []
         for record in records:
+            if record.key() == BARRIER_KEY:
+                token = dict(record.headers() or ()).get(BARRIER_HEADER)
+                if token is not None and token == self._barrier:
+                    self.ready = self._join is None
+                continue
             try:
                 view_key, member, values = self._read(record)
             except MessageError as exc:
                 reject(record, exc)
                 continue
-            if view_key is None:
-                continue
+            if view_key is not None:
+                stamp = record.timestamp()[1]
+                changes.append((view_key, member, values, record.topic(), record.offset(), stamp))
+        self.change(changes, batch)
+
+    def change(self, changes: Sequence[Change], batch: PartitionBatch) -> None:
+        """Apply members' changes, in order, into the partition's ``batch``: read from its
+        input, or directly from a feed in the transaction that makes them (Direct)."""
+        number = batch.number
+        if len(self._groups) > MAX_GROUPS:  # a group changed in this transaction stays
+            self._groups = {k: g for k, g in self._groups.items() if g.touched == number}
+        changed: dict[bytes, tuple[str, int, int]] = {}
+        kept: dict[bytes, bytes | None] = {}
+        inline = self.definition.inline
+        sequence = self._sequence_of(batch)
+        for view_key, member, values, log_topic, offset, stamp in changes:
             group = self._group(view_key, batch)
             state_key = _member_prefix(view_key) + member
             if values is None:
@@ -94,17 +126,27 @@ class ViewPartition:
                     continue
                 kept[state_key] = None
             else:
+                sequence += 1
                 group.upsert(member, values)
-                kept[state_key] = encode_values(record.offset(), values)
+                kept[state_key] = encode_values(sequence, values)
             group.touched = number
             if inline:
-                changed[view_key] = record
+                changed[view_key] = (log_topic, offset, stamp)
             else:
-                self._write(view_key, record, batch)
-        for view_key, record in changed.items():
-            self._write(view_key, record, batch)
+                self._write(view_key, (log_topic, offset, stamp), batch)
+        for view_key, position in changed.items():
+            self._write(view_key, position, batch)
         for state_key, value in kept.items():  # a member's latest state, once per run
             batch.put_state(state_key, value)
+        if sequence != self._sequence:
+            self._sequence = sequence
+            batch.put_state(_SEQUENCE, str(sequence).encode())
+
+    def _sequence_of(self, batch: PartitionBatch) -> int:
+        if self._sequence is None:
+            kept = batch.get_state(_SEQUENCE)
+            self._sequence = int(kept) if kept else 0
+        return self._sequence
 
     def _read(self, record: Record) -> tuple[bytes | None, bytes, Values | None]:
         """A record's view SowKey (None: skip it), member and values (None: retract)."""
@@ -161,11 +203,12 @@ class ViewPartition:
         group.output = None if current is None else changelog.decode(current).data
         return group
 
-    def _write(self, view_key: bytes, record: Record, batch: PartitionBatch) -> None:
-        """Write a changed group's record: its new output, or its delete."""
+    def _write(self, view_key: bytes, cause: tuple[str, int, int], batch: PartitionBatch) -> None:
+        """Write a changed group's record: its new output, or its delete; ``cause`` is
+        the (log topic, offset, timestamp) of the change behind it."""
         group = self._groups[view_key]
         state = self.state
-        log_topic, partition, offset = record.topic(), state.partition, record.offset()
+        (log_topic, offset, stamp), partition = cause, state.partition
         changelog_topic = state.topic.changelog_topic
         if not group.members:
             # The empty group stays cached until the transaction ends: its members'
@@ -182,7 +225,7 @@ class ViewPartition:
         if data == group.output:
             return
         envelope = state.writers[log_topic].encode(
-            offset, view_key, data, record.timestamp()[1], batch.now_ms, None, None
+            offset, view_key, data, stamp, batch.now_ms, None, None
         )
         batch.produce(changelog_topic, envelope, view_key, partition)
         batch.write(view_key, envelope, ChangeReason.PUBLISH, log_topic, offset)
