@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from processor.app import Application, start
 from processor.client.sow_client import ServiceError, SowClient
+from processor.config import Settings
 from processor.messages import codec_for
 from processor.topology import load_topology
 from processor.topology.model import Topology
@@ -356,3 +358,55 @@ def test_a_view_of_a_view_follows_it(backend: str, tmp_path: Path, unique: str) 
                 topology,
                 {"CompleteByRegion": by_region, "RegionsByCount": histogram},
             )
+
+
+def test_views_stay_exact_while_processors_join_and_leave(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """Two processors share the partitions (group assignment): a view partition gets
+    changes through its input from the other processor's underlying partitions, and
+    directly from its own; as one leaves and comes back, partitions move and every view
+    stays exact (the barrier keeps an earlier owner's changes from being overtaken)."""
+    topology = _seed_topology(unique, 4, tmp_path)
+    underlying = Underlying(seed=5)
+
+    def settings(instance: str) -> Settings:
+        return Settings(
+            bootstrap_servers=bootstrap,
+            state_dir=tmp_path / f"state-{instance}",
+            grpc_address="127.0.0.1:0",
+            group_id=f"{unique}-group",
+            instance_id=instance,
+            dead_letter_topic=f"{unique}.dead-letter",
+        )
+
+    first = start(settings("0"), topology=topology)
+    client = SowClient(first.grpc_address)
+    second: Application | None = None
+    try:
+        _until_ready(first)
+        for _round in range(3):
+            second = start(settings("1"), topology=topology, service=False)
+            _until_ready(second)
+            for _ in range(3):
+                underlying.step(client, operations=12)
+                wait_until_exact(client, topology, underlying.expected())
+            assert second.processor is not None
+            assert second.processor.owned_partitions, "the second processor took none"
+            second.stop()
+            second = None
+            for _ in range(2):
+                underlying.step(client, operations=12)
+                wait_until_exact(client, topology, underlying.expected())
+    finally:
+        client.close()
+        if second is not None:
+            second.stop()
+        first.stop()
+
+
+def _until_ready(app: Application) -> None:
+    deadline = time.monotonic() + 60
+    while app.readiness() is not None:
+        assert time.monotonic() < deadline, app.readiness()
+        time.sleep(0.05)
