@@ -85,9 +85,7 @@ class Assignment:
     states: dict[tuple[str, int], PartitionState] = field(default_factory=dict, init=False)
     #: The derived partitions of the open store partitions of derived topics.
     derivations: dict[tuple[str, int], DerivedPartition] = field(default_factory=dict, init=False)
-    #: Derived partitions that take direct changes and need a barrier written (after an
-    #: assignment: :class:`~processor.engine.derived.Direct`).
-    barriers_due: set[tuple[str, int]] = field(default_factory=set, init=False)
+
     recoveries: dict[tuple[str, int], Recovery] = field(default_factory=dict, init=False)
     #: Input offsets found applied past the committed ones (see _start_after_recovery),
     #: to commit before the next batch so the group's offsets tell the truth.
@@ -126,10 +124,10 @@ class Assignment:
                 start = self._start_after_recovery(state, tp, committed.get(tp, -1))
                 if start is not None:
                     starts[tp] = start
-        for key, derivation in self.derivations.items():
+        for derivation in self.derivations.values():
             if isinstance(derivation, Direct):  # every assignment: a barrier first
                 derivation.ready = False
-                self.barriers_due.add(key)
+                derivation.barrier_due = True
         for tp in partitions:
             if tp in starts and starts[tp] is None:
                 continue  # held for its store's recovery: placed when resumed
@@ -213,7 +211,13 @@ class Assignment:
             if isinstance(listener, Feeding) and feeding_needed(state, listener):
                 produce = self.applier.produce_after_drain
                 yield from feed_steps(
-                    state, listener, self.producer, produce, self.republish_chunk, crash=self.crash
+                    state,
+                    listener,
+                    self.producer,
+                    produce,
+                    self.republish_chunk,
+                    crash=self.crash,
+                    local=self.local,
                 )
         return restored
 
@@ -292,7 +296,6 @@ class Assignment:
             if recovery is not None:
                 recovery.steps.close()  # releases its reader and store iterators first
             self.derivations.pop(key, None)
-            self.barriers_due.discard(key)
             state = self.states.pop(key, None)
             if state is None:
                 continue
@@ -301,27 +304,35 @@ class Assignment:
             else:
                 state.store.close()
 
+    @property
+    def barriers_due(self) -> bool:
+        """Whether a derived partition asks for a barrier (:class:`Direct`)."""
+        return any(
+            isinstance(derivation, Direct) and derivation.barrier_due
+            for derivation in self.derivations.values()
+        )
+
     def write_barriers(self) -> None:
         """Write the barriers due (:class:`~processor.engine.derived.Direct`), in a
         transaction of their own, between the processor's batches."""
         self.producer.begin()
-        for key in sorted(self.barriers_due):
-            derivation = self.derivations.get(key)
-            if isinstance(derivation, Direct):
+        for key, derivation in sorted(self.derivations.items()):
+            if isinstance(derivation, Direct) and derivation.barrier_due:
                 state = self.states[key]
                 record_key, headers = derivation.barrier()
+                derivation.barrier_due = False
                 self.producer.produce(
                     state.topic.kafka_topic, None, record_key, state.partition, headers
                 )
         self.producer.commit()
-        self.barriers_due.clear()
 
     def local(self) -> dict[tuple[str, int], tuple[PartitionState, Direct]]:
-        """The derived partitions ready for direct changes (recovered, barrier read)."""
+        """The recovered derived partitions that can take direct changes (each says
+        whether it is ready: :class:`~processor.engine.derived.Direct`)."""
         return {
             key: (self.states[key], derivation)
             for key, derivation in self.derivations.items()
-            if isinstance(derivation, Direct) and derivation.ready and key not in self.recoveries
+            if isinstance(derivation, Direct) and key not in self.recoveries
         }
 
     def ticking(self, now_ms: int) -> list[tuple[PartitionState, Ticking]]:

@@ -69,17 +69,19 @@ class Ticking(Protocol):
 
 @runtime_checkable
 class Direct(Protocol):
-    """A derived partition that can take its changes in the transaction that makes them,
+    """A derived partition that takes its changes in the transaction that makes them,
     when this processor owns it, instead of through its input topic (a view of one topic).
 
-    Safe only once everything sent to it through its input before this processor took
-    its current partitions has been applied (a change sent then by the earlier owner of
-    an underlying partition must not overtake a later one). So after every assignment the
-    processor writes a *barrier* to its input (:meth:`barrier`), and the partition is
-    ``ready`` once it reads that barrier back."""
+    Its input may still hold changes an earlier owner of an underlying partition sent
+    before this processor took that partition; a later change must not overtake them. So
+    after every assignment the processor writes a *barrier* to its input
+    (:meth:`barrier`), and until the partition reads it back (``ready``) the changes made
+    here wait in its state, in order, to be applied as it reads the barrier."""
 
-    #: Whether changes may be applied directly now.
+    #: Whether it has read back its latest barrier.
     ready: bool
+    #: Whether a barrier must be written (set after an assignment).
+    barrier_due: bool
 
     def barrier(self) -> tuple[bytes, list[tuple[str, bytes]]]:
         """A new barrier (key, headers) for its input partition; until it is read back,

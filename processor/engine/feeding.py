@@ -28,7 +28,7 @@ from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.commit import CrashHook, commit
 from processor.engine.partition import PartitionState
 from processor.engine.publishers import PUBLISHER_META_PREFIX
-from processor.engine.transaction import PartitionBatch, Produce, Transaction
+from processor.engine.transaction import Local, PartitionBatch, Produce, Transaction
 from processor.log import TransactionalLog
 from processor.progress import progress
 from processor.state import CHANGELOG_OFFSET, offset_bytes
@@ -64,10 +64,13 @@ def feed_steps(
     chunk: int = 10000,
     report: ProgressReport = log.info,
     crash: CrashHook | None = None,
+    local: Callable[[], Local] = dict,
 ) -> Iterator[None]:
     """Feed ``listener`` the partition's current records, one transaction of ``chunk``
     records per step (the generator yields between steps). Call only when
-    :func:`feeding_needed`; the caller holds the partition's input back."""
+    :func:`feeding_needed`; the caller holds the partition's input back. ``local``: the
+    derived partitions that may take direct changes now (see
+    :class:`~processor.engine.transaction.Transaction`)."""
     store, version = state.store, listener.feed_version
     name = f"{state.topic.name}[{state.partition}]"
     noted = store.get_meta(STATE_PREFIX + listener.feed_marker) or b""
@@ -81,7 +84,7 @@ def feed_steps(
     fed = 0
     while True:
         producer.begin()
-        transaction = Transaction(-1, int(time.time() * 1000), None, produce)
+        transaction = Transaction(-1, int(time.time() * 1000), None, produce, local())
         batch = transaction.batch(state)
         events: list[ChangeEvent] = []
         for sow_key, envelope in records:

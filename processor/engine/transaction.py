@@ -68,9 +68,9 @@ Listeners = Mapping[str, Sequence[ChangeListener]]
 Produce = Callable[[str, bytes | None, bytes | None, int, "list[tuple[str, bytes]] | None"], None]
 
 
-#: The derived partitions this processor owns that take changes directly, in the
-#: transaction that makes them, by (SOW topic, partition): their state and their logic
-#: (:class:`~processor.engine.derived.Direct`).
+#: The derived partitions this processor owns (recovered) that can take changes directly,
+#: in the transaction that makes them, by (SOW topic, partition): their state and their
+#: logic (:class:`~processor.engine.derived.Direct`), which says when it is ready.
 Local = Mapping[tuple[str, int], tuple[PartitionState, Any]]
 
 
@@ -254,8 +254,9 @@ class PartitionBatch:
         return bool(self._events)
 
     def local(self, topic: str, partition: int) -> tuple[PartitionBatch, Any] | None:
-        """The batch and logic of a derived partition that takes changes directly in this
-        transaction (None: send them through its input)."""
+        """The batch and logic of a derived partition this processor owns, which takes
+        changes in this transaction (:class:`~processor.engine.derived.Direct`); None:
+        send them through its input."""
         found = self._transaction.local.get((topic, partition))
         if found is None:
             return None

@@ -11,8 +11,9 @@ underlying topic and the record's SowKey) and the definition that computed it. A
 that moves between groups sends both; one that stays sends the upsert only (it
 replaces the member). Both go in the change's transaction, so the view's partitions
 see every change exactly once, in each record's order. When this processor owns the
-view partition and it is ready for them (:class:`~processor.engine.derived.Direct`), the
-changes go to it directly instead, in the same transaction: no round trip through Kafka.
+view partition (:class:`~processor.engine.derived.Direct`), the changes go to it
+directly instead, in the same transaction: no round trip through Kafka (until it has
+read back its barrier, they wait in its state).
 With ``Conflation`` inline, the changes one transaction makes to one record are
 conflated first (its first old value, its last new one).
 """
@@ -113,7 +114,7 @@ class ViewFeed:
                 changes = direct.get(partition)
                 if changes is None and batch.local(view, partition) is not None:
                     changes = direct[partition] = []
-                if changes is not None:  # this processor's, ready: in this transaction
+                if changes is not None:  # this processor's: in this transaction
                     changes.append((view_key, member, values, target, -1, now))
                     return
                 headers = [(MEMBER_HEADER, member), (DIGEST_HEADER, digest)]
@@ -147,7 +148,7 @@ class ViewFeed:
                 found = batch.local(view, partition)
                 assert found is not None
                 view_batch, logic = found
-                logic.change(changes, view_batch)
+                logic.take(changes, view_batch)
 
         return changed
 

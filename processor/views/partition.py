@@ -1,6 +1,12 @@
 """The second half of a view: one partition of the view's records, computed from its
 input (:mod:`processor.views.feed`) inside the processor's transactions.
 
+Its state keys (under ``STATE_PREFIX``; each prefix is its own, none a prefix of
+another): ``m<view SowKey>\0<member>`` a group's member, ``j<len><join value>...`` the
+join stage's records (:mod:`processor.views.join`), ``sequence`` the members' update
+sequence, ``deferred:<sequence>`` a change taken before the barrier was read back,
+``definition`` the digest its state was computed by.
+
 The partition keeps each group's members in its state (``put_state``: changelog control
 records and the store's meta column, so recovery and standbys restore them with the
 records), under ``m<view SowKey>\\0<member>``: the member's input values and the input
@@ -48,6 +54,8 @@ MAX_GROUPS = 100_000
 _DELETED = b"deleted"
 #: The state key of the partition's member update sequence.
 _SEQUENCE = b"sequence"
+#: The state keys of changes kept until the barrier is read back (then the sequence).
+_DEFERRED = b"deferred:"
 #: A barrier record's key and header (:class:`~processor.engine.derived.Direct`).
 BARRIER_KEY = b"\x00barrier"
 BARRIER_HEADER = "sow.view.barrier"
@@ -72,13 +80,17 @@ class ViewPartition:
         #: Whether changes may be applied directly (Direct): once the last barrier asked
         #: for is read back; never for a joined view.
         self.ready = False
+        self.barrier_due = False
         self._barrier: bytes | None = None
         #: The update sequence of the members (their order in their groups), as kept.
         self._sequence: int | None = None
+        #: Changes taken before the barrier was read back (None: not loaded).
+        self._deferred: list[tuple[bytes, Change]] | None = None
 
     def discard(self) -> None:
         self._groups.clear()
         self._sequence = None
+        self._deferred = None
         if self._join is not None:
             self._join.discard()
 
@@ -95,8 +107,9 @@ class ViewPartition:
         for record in records:
             if record.key() == BARRIER_KEY:
                 token = dict(record.headers() or ()).get(BARRIER_HEADER)
-                if token is not None and token == self._barrier:
-                    self.ready = self._join is None
+                if token is not None and token == self._barrier and self._join is None:
+                    changes.extend(self._take_deferred(batch))  # after what came before
+                    self.ready = True
                 continue
             try:
                 view_key, member, values = self._read(record)
@@ -108,9 +121,47 @@ class ViewPartition:
                 changes.append((view_key, member, values, record.topic(), record.offset(), stamp))
         self.change(changes, batch)
 
+    def take(self, changes: Sequence[Change], batch: PartitionBatch) -> None:
+        """Take changes made by this processor in the transaction of ``batch`` (Direct):
+        applied now when ready, else kept in its state, in order, until it is."""
+        if self.ready:
+            self.change(changes, batch)
+            return
+        deferred = self._deferred_of(batch)
+        sequence = self._sequence_of(batch)
+        for change in changes:
+            sequence += 1
+            key = _DEFERRED + sequence.to_bytes(8, "big")
+            view_key, member, values = change[0], change[1], change[2]
+            value = _encode_deferred(view_key, member, values)
+            batch.put_state(key, value)
+            deferred.append((key, change))
+        self._sequence = sequence
+        batch.put_state(_SEQUENCE, str(sequence).encode())
+
+    def _deferred_of(self, batch: PartitionBatch) -> list[tuple[bytes, Change]]:
+        """The changes kept until the barrier is read back (loaded from the state)."""
+        if self._deferred is None:
+            prefix = changelog.STATE_PREFIX + _DEFERRED
+            topic = self.state.topic.kafka_topic
+            self._deferred = [
+                (key[len(changelog.STATE_PREFIX) :], (*_decode_deferred(raw), topic, -1, 0))
+                for key, raw in self.state.store.meta_items(prefix)
+            ]
+        return self._deferred
+
+    def _take_deferred(self, batch: PartitionBatch) -> list[Change]:
+        deferred = self._deferred_of(batch)
+        for key, _ in deferred:
+            batch.put_state(key, None)
+        now = batch.now_ms
+        taken = [(*change[:5], now) for _, change in deferred]
+        deferred.clear()
+        return taken
+
     def change(self, changes: Sequence[Change], batch: PartitionBatch) -> None:
         """Apply members' changes, in order, into the partition's ``batch``: read from its
-        input, or directly from a feed in the transaction that makes them (Direct)."""
+        input, or taken directly from a feed in the transaction that makes them."""
         number = batch.number
         if len(self._groups) > MAX_GROUPS:  # a group changed in this transaction stays
             self._groups = {k: g for k, g in self._groups.items() if g.touched == number}
@@ -230,6 +281,19 @@ class ViewPartition:
         batch.produce(changelog_topic, envelope, view_key, partition)
         batch.write(view_key, envelope, ChangeReason.PUBLISH, log_topic, offset)
         group.output = data
+
+
+def _encode_deferred(view_key: bytes, member: bytes, values: Values | None) -> bytes:
+    head = len(view_key).to_bytes(4, "big") + view_key + len(member).to_bytes(4, "big") + member
+    return head + (b"" if values is None else encode_values(0, values))
+
+
+def _decode_deferred(raw: bytes) -> tuple[bytes, bytes, Values | None]:
+    size = int.from_bytes(raw[:4], "big")
+    view_key, rest = raw[4 : 4 + size], raw[4 + size :]
+    size = int.from_bytes(rest[:4], "big")
+    member, rest = rest[4 : 4 + size], rest[4 + size :]
+    return view_key, member, (decode_values(rest)[1] if rest else None)
 
 
 class ViewTopic:

@@ -7,6 +7,7 @@ start); each test owns its SOW topics. Results are compared with the query servi
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import random
@@ -23,7 +24,8 @@ from confluent_kafka import Producer
 from processor.client.sow_client import SowClient
 from processor.log import TopicSpec
 from processor.log.kafka.settings import ensure_topics
-from processor.topology.model import SowTopic, Topology
+from processor.topology.model import SowTopic, TopicRef, Topology, ViewSpec
+from processor.topology.view_topics import view_topic
 from tests.integration.harness import namespaced, read_topic, running_sow
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
@@ -36,6 +38,14 @@ HISTORY = SowTopic("HISTORY", keys=("/id",), partitions=2)
 COMMANDS = SowTopic("COMMANDS", keys=("/id",), partitions=2)
 STREAM = SowTopic("STREAM", keys=("/id",), partitions=2)
 TOPICS = (ORDERS, HISTORY, COMMANDS, STREAM)
+#: A view of ORDERS (issue 21): Spark reads it like a SOW topic.
+REGIONS = ViewSpec(
+    "REGIONS",
+    "json",
+    (TopicRef("ORDERS"),),
+    ("/region AS /region", "SUM(/qty) AS /qty", "COUNT(/orderId) AS /n"),
+    ("/region",),
+)
 ORDER_SCHEMA = "orderId bigint, region string, qty bigint, price double"
 
 
@@ -63,6 +73,12 @@ def product(
 ) -> Iterator[tuple[Topology, SowClient]]:
     unique = f"spark-{tmp_path_factory.getbasetemp().name}"
     topology = namespaced(unique, *TOPICS)
+    regions = dataclasses.replace(REGIONS, kafka_topic=f"{unique}.REGIONS")
+    topology = dataclasses.replace(
+        topology,
+        topics={**topology.topics, "REGIONS": view_topic(regions, topology.topics)},
+        views={"REGIONS": regions},
+    )
     state = tmp_path_factory.mktemp("state")
     with running_sow(bootstrap, topology, state, unique) as (_, client):
         yield topology, client
@@ -195,6 +211,20 @@ def test_latest_equals_the_sow_query_after_updates_and_deletes(
         for r in latest.collect()
         if r.partition == 1 and json.loads(r.message_text)["region"] == "us"
     }
+    # A view reads like a SOW topic (its changelog): the query's records, once it follows.
+    regions: dict[str, dict[str, Any]] = {}
+    for message in expected.values():
+        row = regions.setdefault(message["region"], {"region": message["region"], "qty": 0, "n": 0})
+        row["qty"] += message["qty"]
+        row["n"] += 1
+    deadline = time.monotonic() + 30
+    while {m["region"]: m for m in sow_state(client, "REGIONS", []).values()} != regions:
+        assert time.monotonic() < deadline, (sow_state(client, "REGIONS", []), regions)
+        time.sleep(0.1)
+    view = reader(spark, bootstrap, topology, "REGIONS").option("mode", "latest").load()
+    assert {r.sow_key: json.loads(r.message_text) for r in view.collect()} == sow_state(
+        client, "REGIONS", []
+    )
 
 
 def test_as_of_equals_a_dict_model_at_ten_random_times(
