@@ -221,47 +221,10 @@ def keyed(
 def produce_all(
     bootstrap: str, topic: str, items: Sequence[tuple[bytes, bytes | None, int]]
 ) -> float:
-    """Produce ``items`` in order (batched, acks=all); return the seconds it took."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "batch.size": 1_000_000,
-            "queue.buffering.max.messages": 500_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "acks": "all",
-            "enable.idempotence": True,  # keeps each key's order through retries
-            "log_level": 3,
-        }
-    )
-    errors: list[str] = []
-    delivered = 0
-
-    def on_delivery(err: object, _msg: object) -> None:
-        nonlocal delivered
-        if err is not None:
-            errors.append(str(err))
-        else:
-            delivered += 1
-
+    """Produce ``items`` in order (batched, acks=all, idempotent: each key keeps its order
+    through retries); return the seconds it took."""
     started = time.perf_counter()
-    for key, value, partition in items:
-        while True:
-            try:
-                producer.produce(topic, value, key, partition, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    remaining = producer.flush(120.0)
-    if remaining or errors or delivered != len(items):
-        raise RuntimeError(
-            f"producing to {topic!r}: delivered {delivered}/{len(items)}, {len(errors)} errors "
-            f"(first: {errors[0] if errors else 'none'}), {remaining} still queued"
-        )
+    workload.produce_items(bootstrap, topic, items, len(items), idempotent=True)
     return time.perf_counter() - started
 
 

@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 import orjson
@@ -120,19 +120,16 @@ def create_topic(
     raise RuntimeError(f"topic {topic!r} did not show {partitions} partitions in {timeout_s}s")
 
 
-def produce(
+def produce_items(
     bootstrap: str,
     topic: str,
-    messages: int,
-    keys: int,
-    keying: str = "natural",
-    partitions: int = DEFAULT_PARTITIONS,
+    items: Iterable[tuple[bytes | None, bytes | None, int]],
+    expected: int,
+    idempotent: bool = False,
 ) -> int:
-    """Produce the workload into ``topic``; return the payload bytes written.
-
-    Batches aggressively (linger, large batches, acks=all) and fails if any delivery fails.
-    Partitioning is librdkafka's default (murmur2-compatible ``consistent_random``) on the key.
-    """
+    """Produce (key, value, partition) items in order, batched aggressively (linger,
+    large batches, acks=all; ``idempotent`` keeps each key's order through retries);
+    fail if any delivery fails; return the payload bytes written."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -142,7 +139,7 @@ def produce(
             "queue.buffering.max.messages": 500_000,
             "queue.buffering.max.kbytes": 1_048_576,
             "acks": "all",
-            "enable.idempotence": False,
+            "enable.idempotence": idempotent,
             "log_level": 3,
         }
     )
@@ -157,8 +154,8 @@ def produce(
             delivered += 1
 
     total = 0
-    for key, value, partition in records(messages, keys, keying, partitions):
-        total += len(value)
+    for key, value, partition in items:
+        total += len(value or b"")
         while True:
             try:
                 producer.produce(
@@ -169,13 +166,28 @@ def produce(
                 producer.poll(0.05)
         producer.poll(0)
     remaining = producer.flush(120.0)
-    if remaining or errors or delivered != messages:
+    if remaining or errors or delivered != expected:
         first = errors[0] if errors else "none"
         raise RuntimeError(
-            f"producing to {topic!r}: delivered {delivered}/{messages}, "
+            f"producing to {topic!r}: delivered {delivered}/{expected}, "
             f"{len(errors)} errors (first: {first}), {remaining} still queued"
         )
     return total
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    messages: int,
+    keys: int,
+    keying: str = "natural",
+    partitions: int = DEFAULT_PARTITIONS,
+) -> int:
+    """Produce the workload into ``topic``; return the payload bytes written
+    (:func:`produce_items`). Partitioning is librdkafka's default (murmur2-compatible
+    ``consistent_random``) on the key."""
+    items = records(messages, keys, keying, partitions)
+    return produce_items(bootstrap, topic, items, messages)
 
 
 def prepare(
