@@ -2,15 +2,15 @@
 input (:mod:`processor.views.feed`) inside the processor's transactions.
 
 Its state keys (under ``STATE_PREFIX``; each prefix is its own, none a prefix of
-another): ``m<view SowKey>\0<member>`` a group's member, ``j<len><join value>...`` the
+another): ``m<view SowKey>\\0<member>`` a group's member, ``j<len><join value>...`` the
 join stage's records (:mod:`processor.views.join`), ``sequence`` the members' update
 sequence, ``deferred:<sequence>`` a change taken before the barrier was read back,
 ``definition`` the digest its state was computed by.
 
 The partition keeps each group's members in its state (``put_state``: changelog control
 records and the store's meta column, so recovery and standbys restore them with the
-records), under ``m<view SowKey>\\0<member>``: the member's input values and the input
-offset of its latest update (its place in the group's update order). A group is loaded
+records): the member's input values and the partition's update sequence at its latest
+update (its place in the group's update order). A group is loaded
 from there the first time a transaction touches it and kept in memory (at most
 ``MAX_GROUPS`` between transactions; an aborted transaction drops them all). A group
 changed in the current transaction always stays in memory, emptied or not: the store
@@ -20,9 +20,9 @@ Each input record updates its group, which then writes its output message (when 
 differs from the one written last) or, for a group that lost its last member, a delete
 of the view record: with ``Conflation`` none after each record, so every update of the
 view reaches its changelog and subscribers in order; with ``inline`` once per run of
-records (the latest state of each group the run changed). A record computed by another definition
-of the view (its digest differs) is skipped: the view is rebuilt from its underlying
-topics when its definition changes.
+records (the latest state of each group the run changed). A record computed by another
+definition of the view (its digest differs) is skipped: the view is rebuilt from its
+underlying topics when its definition changes.
 """
 
 from __future__ import annotations
