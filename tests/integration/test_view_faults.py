@@ -197,8 +197,14 @@ def kill_scenario(
     print(f"seed {seed}, {kills_wanted} kills", flush=True)
 
     def processor(env: dict[str, str] | None = None) -> ProcessorProcess:
+        """A started processor, once it has its partitions; one asked to crash may do so
+        before (recovered partitions are processed while others still recover)."""
         child = ProcessorProcess(bootstrap, topology_file, state_dir, group, env)
-        assert child.assigned.wait(120), child.output
+        deadline = time.monotonic() + 120
+        while not child.assigned.wait(0.2):
+            if env and child.process.poll() is not None:
+                break
+            assert time.monotonic() < deadline, child.output
         return child
 
     def check(timeout_s: float) -> None:
