@@ -177,12 +177,17 @@ def _grouping(
     return tuple(texts), tuple(identifiers)
 
 
+#: Message types whose messages are flat (tag=value): a view of one writes no nested field.
+FLAT_TYPES = ("fix", "nvfix")
+
+
 def _projection(
     d: Dialect,
     items: Sequence[Item],
     rewrite: Qualifiers,
     grouping: tuple[ast.Identifier, ...],
     grouping_text: str,
+    message_type: str,
 ) -> tuple[str, ...]:
     texts: list[str] = []
     targets: dict[tuple[ast.Step, ...], str] = {}
@@ -196,6 +201,13 @@ def _projection(
         except (ParseError, ExpressionError) as exc:
             d.fail(f"the {d.label('Field')} is not a valid projection field: {exc}", where)
         for field in fields:
+            if message_type in FLAT_TYPES and len(field.target.steps) > 1:
+                d.fail(
+                    f"{field.target.path} is a nested field, which a {message_type} message "
+                    f"cannot carry (its fields are flat); project to a single name such as "
+                    f"/{field.target.steps[-1]}",
+                    where,
+                )
             first = targets.setdefault(field.target.steps, where)
             if first != where:
                 d.fail(
@@ -228,7 +240,9 @@ def view(
     refs, joins, known = _reads(d, catalog, items, order, kinds)
     rewrite = Qualifiers(d, known, joined=bool(joins))
     grouping_texts, grouping = _grouping(d, items.grouping, rewrite)
-    projection = _projection(d, items.projection, rewrite, grouping, ", ".join(grouping_texts))
+    projection = _projection(
+        d, items.projection, rewrite, grouping, ", ".join(grouping_texts), message_type
+    )
     if items.filter is not None:
         filter_where = items.filter[1]
         if joins:

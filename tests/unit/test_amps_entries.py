@@ -858,3 +858,15 @@ def test_a_directory_keeps_each_files_entries_and_their_names_apart(tmp_path: Pa
     (tmp_path / "c.yaml").write_text("topics:\n  - name: MQ\n    key: /id\n")
     with pytest.raises(TopologyError, match="'MQ' is defined twice"):
         load_topology(tmp_path)
+
+
+def test_a_flat_view_refuses_a_nested_projection_target() -> None:
+    """A fix or nvfix view's messages are flat: a nested target would fail at every write
+    of the view, so the configuration is refused where it is defined."""
+    body = (
+        "<View><Name>V</Name><MessageType>nvfix</MessageType><UnderlyingTopic>A"
+        "</UnderlyingTopic><Projection><Field>SUM(/q) AS /a/b</Field><Field>/g AS /g</Field>"
+        "</Projection><Grouping><Field>/g</Field></Grouping></View>"
+    )
+    error(config(A + body), "View[1]/Projection/Field[1]", "/a/b is a nested field", "/b")
+    parse(config(A + body.replace("nvfix", "json")))  # json carries nested fields
