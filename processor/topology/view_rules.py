@@ -6,7 +6,8 @@ where each was written, and :func:`view` checks them and builds the
 :class:`~processor.topology.entry_rules.Dialect`.
 
 * A view reads one topic (``ORDERS`` or ``[json].[ORDERS]``) or the topics of its joins,
-  each ``[A]./f = [B]./g`` between two different topics. What it reads is defined before
+  each ``[A]./f = [B]./g`` between two different topics, every topic related to the others
+  (:mod:`processor.topology.join_plan`). What it reads is defined before
   it, one of the kinds the format allows, not binary, not a Pattern topic.
 * Its message type is not binary. Projection fields are compiled with the grouping
   (aggregates, functions, targets; no output field written twice); a qualified identifier
@@ -36,6 +37,7 @@ from processor.topology.entry_rules import (
     same_type,
     topic_ref,
 )
+from processor.topology.join_plan import JoinPlanError, join_plan
 from processor.topology.model import JoinSpec, TopicRef, ViewSpec
 
 _SHAPE = "write [TOPIC]./field = [OTHER]./field (a join is not an expression)"
@@ -153,6 +155,10 @@ def _reads(
         ref = topic_ref(text)
         return (ref,), (), {ref.name: _readable(d, catalog, ref, ("View", where, order), kinds)}
     joins = tuple(_join(d, catalog, item, order, kinds) for item in items.joins)
+    try:
+        join_plan(joins)
+    except JoinPlanError as exc:
+        d.fail(f"the {d.label('Join')} {exc}", items.joins[joins.index(exc.join)][1])
     refs: dict[str, TopicRef] = {}
     for join in joins:
         refs.setdefault(join.left.name, join.left)

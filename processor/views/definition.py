@@ -30,37 +30,63 @@ from processor.expr.qualified import joined_record_steps, unqualify
 from processor.expr.values import extract, text_of
 from processor.keys import checksum_key, partition_for
 from processor.messages import Codec, codec_for
+from processor.topology.join_plan import JoinPlan, join_plan
 from processor.topology.model import SowTopic, ViewConflation, ViewSpec
 from processor.topology.view_topics import underlying_topics
 from processor.views.contribution import GroupKey, Values, contribution
 
 #: A join value's text (None: NULL, missing or empty).
 JoinValue = str | None
-#: The join key of the records without a join value.
+#: The join key of step 1's records without a join value (a view of two topics joined on
+#: one field); :meth:`ViewDefinition.join_matches` says which keys match.
 NO_JOIN_VALUE = b"n"
 
 
-class JoinSide:
-    """One topic of a two-topic join: where its join field is, and which of the
-    aggregation's inputs its records supply (their places and paths in its messages)."""
+def _steps(field: str) -> tuple[str, ...]:
+    return tuple(step for step in field.strip("/").split("/") if step)
 
-    __slots__ = ("field", "inputs", "topic")
 
-    def __init__(self, topic: str, field: str, aggregation: Aggregation) -> None:
+class JoinTopic:
+    """One topic of a join (:mod:`processor.topology.join_plan`): a record's values are
+    the aggregation's inputs the topic supplies (``inputs``: their places and paths in its
+    messages), then the texts of its fields that later steps join on (``carried``);
+    ``key_fields`` are the fields its own step joins on (topic 0: step 1's left-hand
+    fields). ``offset``: where its values start in a joined row."""
+
+    __slots__ = ("_carried", "carried", "inputs", "key_fields", "offset", "topic", "width")
+
+    def __init__(
+        self,
+        topic: str,
+        name: str,
+        aggregation: Aggregation,
+        key_fields: tuple[str, ...],
+        carried: tuple[str, ...],
+        offset: int,
+    ) -> None:
         self.topic = topic
-        self.field = tuple(step for step in field.strip("/").split("/") if step)
-        step = joined_record_steps(topic, ())[0]
+        step = joined_record_steps(name, ())[0]
         self.inputs = tuple(
             (index, item.steps[1:])
             for index, item in enumerate(aggregation.inputs)
             if isinstance(item, FieldInput) and item.steps[:1] == (step,)
         )
+        self.key_fields = tuple(_steps(field) for field in key_fields)
+        self.carried = carried
+        self._carried = tuple(_steps(field) for field in carried)
+        self.width = len(self.inputs) + len(carried)
+        self.offset = offset
 
-    def read(self, message: Any) -> tuple[JoinValue, Values]:
-        """A record's join value and its values of this side's inputs."""
-        return text_of(extract(message, self.field)) or None, tuple(
-            extract(message, steps) for _, steps in self.inputs
-        )
+    def read(self, message: Any) -> tuple[tuple[JoinValue, ...], Values]:
+        """A record's join values (its step's) and its values."""
+        key = tuple(text_of(extract(message, steps)) or None for steps in self.key_fields)
+        inputs = tuple(extract(message, steps) for _, steps in self.inputs)
+        carried = tuple(text_of(extract(message, steps)) or None for steps in self._carried)
+        return key, inputs + carried
+
+    def carried_at(self, field: str) -> int:
+        """Where the text of a carried field is in a joined row."""
+        return self.offset + len(self.inputs) + self.carried.index(field)
 
 
 def _aggregation(view: ViewSpec, joined: bool) -> Aggregation:
@@ -95,6 +121,8 @@ def digest_of(view: ViewSpec, topics: Mapping[str, SowTopic]) -> bytes:
         "key_domain": view.key_domain,
         "null_equivalency": view.join_null_equivalency,
     }
+    if view.joins:  # joined rows are identified by their join keys (since several Joins)
+        described["rows"] = 2
     text = json.dumps(described, sort_keys=True).encode()
     return hashlib.blake2b(text, digest_size=8).hexdigest().encode()
 
@@ -108,10 +136,11 @@ class ViewDefinition:
         "digest",
         "filter",
         "inline",
+        "join_topics",
         "needs_context",
         "null_equivalency",
-        "sides",
         "sources",
+        "steps",
         "topic",
     )
 
@@ -131,14 +160,12 @@ class ViewDefinition:
             source.name: codec_for(source) for source in underlying_topics(view, topics)
         }
         self.digest = digest_of(view, topics)
-        #: A join's two sides, the preserved (left) one first (empty: no join).
-        self.sides: tuple[JoinSide, ...] = ()
+        #: A join's topics in join order, the preserved one first (empty: no join), and
+        #: where the left-hand fields of each step from 2 on are in a joined row.
+        self.join_topics: tuple[JoinTopic, ...] = ()
+        self.steps: tuple[tuple[int, ...], ...] = ()
         if view.joins:
-            (join,) = view.joins
-            self.sides = (
-                JoinSide(self._scoped(join.left.name), join.left_field, self.aggregation),
-                JoinSide(self._scoped(join.right.name), join.right_field, self.aggregation),
-            )
+            self._plan(join_plan(view.joins))
         self.null_equivalency = view.join_null_equivalency
         #: Conflation inline: updates of one record, and of one group, may be conflated.
         self.inline = view.conflation is ViewConflation.INLINE
@@ -149,6 +176,30 @@ class ViewDefinition:
             for item in (*self.aggregation.inputs, *(self.filter.inputs if self.filter else ()))
         )
 
+    def _plan(self, plan: JoinPlan) -> None:
+        carried: list[list[str]] = [[] for _ in plan.topics]
+        for step in plan.steps[1:]:
+            for pair in step.pairs:
+                if pair.left_field not in carried[pair.left]:
+                    carried[pair.left].append(pair.left_field)
+        topics: list[JoinTopic] = []
+        offset = 0
+        for index, name in enumerate(plan.topics):
+            step = plan.steps[max(index, 1) - 1]
+            keys = tuple(p.right_field if index else p.left_field for p in step.pairs)
+            topic = JoinTopic(
+                self._scoped(name), name, self.aggregation, keys, tuple(carried[index]), offset
+            )
+            topics.append(topic)
+            offset += topic.width
+        self.join_topics = tuple(topics)
+        self.steps = tuple(  # step 1's left-hand fields are read from topic 0's records
+            tuple(topics[pair.left].carried_at(pair.left_field) for pair in step.pairs)
+            if step.number > 1
+            else ()
+            for step in plan.steps
+        )
+
     def _scoped(self, name: str) -> str:
         """The topology's name of a topic the view reads (scoped names included)."""
         if name in self.sources:
@@ -156,24 +207,57 @@ class ViewDefinition:
         (scoped,) = (source for source in self.sources if source.endswith(f".[{name}]"))
         return scoped
 
-    def side(self, source: str) -> JoinSide:
-        """The join side of one of the topics read."""
-        return next(side for side in self.sides if side.topic == source)
+    def join_index(self, source: str) -> int:
+        """The place of one of the topics read in the join order."""
+        return next(i for i, topic in enumerate(self.join_topics) if topic.topic == source)
 
-    def joined(self, left: Values, right: Values | None) -> Values:
-        """A joined row's values of the aggregation's inputs (right None: no match)."""
+    def join_key(self, step: int, values: tuple[JoinValue, ...]) -> bytes:
+        """The key of the records that meet by ``values`` in join step ``step``; its view
+        partition (:meth:`partition_of`) joins them. Step 1 of one field keeps the
+        two-topic form (``NO_JOIN_VALUE``, or ``v`` and the text)."""
+        if step == 1 and len(values) == 1:
+            (value,) = values
+            return NO_JOIN_VALUE if value is None else b"v" + value.encode()
+        marker = b"p" if None in values else b"c"
+        return marker + step.to_bytes(2, "big") + json.dumps(values).encode()
+
+    def join_matches(self, key: bytes) -> bool:
+        """Whether records of a join key join (NULL values only with
+        JoinNullEquivalency)."""
+        return key[:1] in (b"v", b"c") or self.null_equivalency
+
+    def join_width(self, step: int, side: int) -> int:
+        """How many values a record of a step's side has (side 0: the rows of the
+        topics before it; side 1: the step's topic)."""
+        if side:
+            return self.join_topics[step].width
+        return sum(topic.width for topic in self.join_topics[:step])
+
+    def join_read(self, source: str, envelope: bytes) -> tuple[bytes, Values]:
+        """A join's record (its changelog envelope): its join key and values."""
+        message: Any = self.sources[source].decode(changelog.data_of(envelope))
+        index = self.join_index(source)
+        values, read = self.join_topics[index].read(message)
+        return self.join_key(max(index, 1), values), read
+
+    def joined_row(self, step: int, left: Values, right: Values | None) -> tuple[bytes, Values]:
+        """A row of join step ``step`` (``right`` None: no match): the key it is sent by
+        (the next step's join key; after the last step, its group's view SowKey) and its
+        values (the next step's left-hand side; after the last step, the aggregation's
+        inputs)."""
+        row = left + (right if right is not None else (None,) * self.join_topics[step].width)
+        if step < len(self.steps):
+            texts = tuple(row[position] for position in self.steps[step])
+            return self.join_key(step + 1, texts), row
         values: list[Any] = [None] * len(self.aggregation.inputs)
-        for side, found in zip(self.sides, (left, right), strict=True):
-            if found is not None:
-                for (index, _), value in zip(side.inputs, found, strict=True):
-                    values[index] = value
-        return tuple(values)
-
-    @staticmethod
-    def join_key(value: JoinValue) -> bytes:
-        """The key of a join value's records (``NO_JOIN_VALUE`` for NULL); its view
-        partition (:meth:`partition_of`) joins them."""
-        return NO_JOIN_VALUE if value is None else b"v" + value.encode()
+        for topic in self.join_topics:
+            start = topic.offset
+            for (index, _), value in zip(
+                topic.inputs, row[start : start + len(topic.inputs)], strict=True
+            ):
+                values[index] = value
+        inputs = tuple(values)
+        return self.view_key(self.aggregation.group_key(inputs)), inputs
 
     @property
     def name(self) -> str:
@@ -185,15 +269,6 @@ class ViewDefinition:
 
     def partition_of(self, view_key: bytes) -> int:
         return partition_for(view_key, self.topic.partitions)
-
-    def join_read(self, source: str, envelope: bytes) -> tuple[JoinValue, Values]:
-        """A join's record (its changelog envelope): its join value and side values."""
-        message: Any = self.sources[source].decode(changelog.data_of(envelope))
-        return self.side(source).read(message)
-
-    def row_contribution(self, values: Values) -> tuple[bytes, Values]:
-        """A joined row's view SowKey and values."""
-        return self.view_key(self.aggregation.group_key(values)), values
 
     def contribution_of(self, source: str, envelope: bytes) -> tuple[GroupKey, Values] | None:
         """An underlying record's group and input values (None: filtered out)."""

@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 #: Headers of a view's input records.
 MEMBER_HEADER = "sow.view.member"
 DIGEST_HEADER = "sow.view.definition"
-#: Which side of a join a record is (b"0": left, b"1": right).
+#: Which side of a join step a record is (b"0": left, b"1": right).
 SIDE_HEADER = "sow.view.side"
+#: Which join step a record is for (absent: step 1).
+STEP_HEADER = "sow.view.step"
 
 
 def member_id(topic: str, sow_key: bytes) -> bytes:
@@ -97,7 +99,7 @@ class ViewFeed:
         self._last: dict[bytes, tuple[bytes, Contributed | None]] = {}
 
     def listen(self, batch: PartitionBatch) -> Listener:
-        if self.definition.sides:
+        if self.definition.join_topics:
             return self._listen_joined(batch)
         definition, source, contributed = self.definition, self.source, self._contributed
         target = definition.topic.kafka_topic
@@ -169,26 +171,25 @@ class ViewFeed:
 
     def _listen_joined(self, batch: PartitionBatch) -> Listener:
         """A joined view's feed: each record goes to the view partition that joins its
-        join value (:mod:`processor.views.join`), through the view's repartition topic."""
+        join key in its join step (:mod:`processor.views.join`), through the view's
+        repartition topic: topic 0 is step 1's left side, topic ``k`` step ``k``'s right."""
         definition, source = self.definition, self.source
         target = definition.topic.repartition_topic
-        side = b"0" if definition.sides[0].topic == source else b"1"
-        digest = definition.digest
+        index = definition.join_index(source)
+        placed = [(DIGEST_HEADER, definition.digest), (SIDE_HEADER, b"1" if index else b"0")]
+        if index > 1:
+            placed.append((STEP_HEADER, str(index).encode()))
 
         def changed(events: Sequence[ChangeEvent]) -> None:
             for event in conflated(events) if definition.inline else events:
                 old = None if event.old is None else definition.join_read(source, event.old)
                 new = None if event.new is None else definition.join_read(source, event.new)
-                headers = [
-                    (MEMBER_HEADER, member_id(source, event.sow_key)),
-                    (DIGEST_HEADER, digest),
-                    (SIDE_HEADER, side),
-                ]
+                headers = [(MEMBER_HEADER, member_id(source, event.sow_key)), *placed]
                 if old is not None and (new is None or new[0] != old[0]):
-                    key = definition.join_key(old[0])
+                    key = old[0]
                     batch.produce(target, None, key, definition.partition_of(key), headers)
                 if new is not None:
-                    key = definition.join_key(new[0])
+                    key = new[0]
                     value = encode_values(0, new[1])
                     batch.produce(target, value, key, definition.partition_of(key), headers)
 

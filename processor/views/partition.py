@@ -76,7 +76,7 @@ class ViewPartition:
         self._groups: dict[bytes, Group] = {}
         self._stale_digests: set[bytes] = set()
         #: A joined view's join stage: it reads the view's repartition topic.
-        self._join = JoinStage(definition) if definition.sides else None
+        self._join = JoinStage(definition) if definition.join_topics else None
         #: Whether changes may be applied directly (Direct): once the last barrier asked
         #: for is read back; never for a joined view.
         self.ready = False

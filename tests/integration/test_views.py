@@ -183,13 +183,17 @@ def view_contents(client: SowClient, topology: Topology, view: str) -> dict[Any,
 
 
 def wait_until_exact(
-    client: SowClient, topology: Topology, expected: dict[str, Any], timeout_s: float = 30.0
+    client: SowClient,
+    topology: Topology,
+    expected: dict[str, Any],
+    timeout_s: float = 30.0,
+    reader: Callable[[SowClient, Topology, str], dict[Any, Any]] = view_contents,
 ) -> None:
     """Every view equals its recomputation (within ``timeout_s``: a view follows its
-    underlying topics through its own input)."""
+    underlying topics through its own input); ``reader`` reads a view by group."""
     deadline = time.monotonic() + timeout_s
     while True:
-        actual = {view: view_contents(client, topology, view) for view in expected}
+        actual = {view: reader(client, topology, view) for view in expected}
         if actual == expected:
             return
         if time.monotonic() > deadline:

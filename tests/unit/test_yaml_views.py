@@ -402,6 +402,15 @@ def conflated(**fields: str) -> str:
         ),
         (views(view(underlying="", joins="[]")), "views[V].joins", ["expected a list of joins"]),
         (
+            views(
+                view(name="V1"),
+                view(name="V2"),
+                view(name="W", underlying="", joins="['[A]./x = [B]./x', '[V1]./g = [V2]./g']"),
+            ),
+            "views[W].joins[1]",
+            ["[V1]./g = [V2]./g: relates no topic joined by the Joins before it (A, B)"],
+        ),
+        (
             views(view(underlying="", joins="['[A]./x = [B]./x']", filter="'/x = 1'")),
             "views[V].filter",
             ["filter is allowed only in a view of one underlying topic, not with joins"],
