@@ -62,8 +62,9 @@ class Ticking(Protocol):
         """Whether work is due by ``now_ms``."""
         ...
 
-    def tick(self, batch: PartitionBatch, now_ms: int) -> None:
-        """Do the work due, into ``batch``."""
+    def tick(self, batch: PartitionBatch, now_ms: int, reject: Rejects) -> None:
+        """Do the work due, into ``batch``; what fails for one record's own reasons goes
+        to ``reject`` (as the input record that brought it) and the rest is done."""
         ...
 
 

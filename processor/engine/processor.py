@@ -402,7 +402,7 @@ class Processor:
                 if expiring:
                     expirer.expire(transaction, expiring)
                 for state, derivation in ticking:
-                    derivation.tick(transaction.batch(state), now_ms)
+                    derivation.tick(transaction.batch(state), now_ms, applier.reject)
                 try:
                     if transaction.batches:
                         commit(

@@ -69,7 +69,9 @@ class Dialect(Protocol):
 class Known:
     """A name defined in the file: what defined it (``kind``: an AMPS element name, or
     ``TransactionLog Topic`` for a topic without a SOW), its message type, where, and its
-    position among the file's definitions (0 for topics without a SOW)."""
+    position among the file's definitions (0 for topics without a SOW). ``pattern``: it
+    stores several topics, each by its own name (a Pattern topic, or a conflated copy of
+    one), so a view cannot read it and a conflated topic of it needs ``TopicFormat``."""
 
     name: str
     kind: str
@@ -82,6 +84,8 @@ class Known:
     @classmethod
     def of(cls, item: Topic | Entry, kind: str, where: str, order: int, **kw: Any) -> Known:
         """The definition of a loaded topic or entry."""
+        if isinstance(item, ConflatedTopicSpec) and item.topic_format is not None:
+            kw.setdefault("pattern", True)
         return cls(item.name, kind, item.message_type, item.schema, where, order, **kw)
 
 

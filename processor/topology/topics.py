@@ -5,6 +5,11 @@ in topic names (anchor with ``^``/``$``); results come in configuration order. A
 is itself a configured topic is always literal, so ``ORDERS.v2`` names that topic rather
 than matching ``ORDERSxv2``.
 
+A Pattern topic stores every topic its pattern matches, and a conflated copy of one every
+copy its ``TopicFormat`` names (:func:`pattern_topic`): a command naming one of those
+topics reads the storing topic, restricted to the named topic's records
+(:func:`topic_restriction`).
+
 Queries and deletes concern SOW topics only (:func:`resolve_topics`); publishes and
 subscriptions also take plain topics (:func:`resolve_publish_topic`,
 :func:`resolve_subscribed_topics`), which have no SOW: naming one in a query is an
@@ -72,24 +77,70 @@ def _pattern_regex(pattern: str) -> Regex:
     return compile_regex(pattern, what="Pattern")
 
 
+def stores_several(topic: SowTopic) -> bool:
+    """Whether ``topic`` stores several topics, each under its own name (in its records'
+    envelopes, ``TOPIC_NAME()``): a Pattern topic, or a conflated copy of one (its
+    ``TopicFormat`` names the copy of each topic)."""
+    return topic.pattern is not None or (
+        topic.conflated is not None and topic.conflated.topic_format is not None
+    )
+
+
+def copy_name(topic_format: str, name: str) -> str:
+    """The name of the conflated copy of the topic ``name``: ``topic_format`` with every
+    ``%n`` replaced by ``name`` (``%n-C``: ``orders`` -> ``orders-C``)."""
+    return topic_format.replace("%n", name)
+
+
+def copied_name(topic_format: str, name: str) -> str | None:
+    """The topic whose copy ``topic_format`` names ``name`` (the inverse of
+    :func:`copy_name`), or None when ``name`` is no copy's name."""
+    fixed = topic_format.split("%n")
+    copies = len(fixed) - 1
+    if not copies:
+        return None
+    length, rest = divmod(len(name) - sum(map(len, fixed)), copies)
+    if length < 1 or rest or not name.startswith(fixed[0]):
+        return None
+    copied = name[len(fixed[0]) : len(fixed[0]) + length]
+    return copied if copy_name(topic_format, copied) == name else None
+
+
+def _stores(topology: Topology, topic: SowTopic, name: str) -> bool:
+    """Whether ``topic`` (:func:`stores_several`) stores the topic ``name``."""
+    if topic.pattern is not None:
+        return bool(_pattern_regex(topic.pattern).search(name))
+    spec = topic.conflated
+    if spec is None or spec.topic_format is None:
+        return False
+    copied = copied_name(spec.topic_format, name)
+    underlying = topology.topics.get(spec.underlying)
+    return copied is not None and underlying is not None and _stores(topology, underlying, copied)
+
+
 def pattern_topic(topology: Topology, name: str) -> SowTopic | None:
-    """The Pattern topic that stores the topic ``name`` (the first, in configuration
-    order, whose pattern matches it), or None. A configured topic is never a Pattern
-    topic's, except a Pattern topic's own name when its pattern matches it."""
+    """The topic that stores the topic ``name`` among others (:func:`stores_several`),
+    or None: the first conflated copy of a Pattern topic whose ``TopicFormat`` names it
+    a copy of one of its underlying topic's topics, else the first Pattern topic whose
+    pattern matches it (configuration order). Copies come first because the pattern a
+    copy's underlying topic has often matches the copy's name as well (``^orders`` and
+    ``orders-C``), and that name is the copy's. A configured topic is never stored by
+    another, except a Pattern topic's own name when its pattern matches it."""
     known = topology.topics.get(name)
     if (known is not None and known.pattern is None) or name in topology.plain_topics:
         return None
-    for topic in topology.topics.values():
-        if topic.pattern is not None and _pattern_regex(topic.pattern).search(name):
+    several = [topic for topic in topology.topics.values() if stores_several(topic)]
+    for topic in sorted(several, key=lambda t: t.pattern is not None):
+        if _stores(topology, topic, name):
             return topic
     return None
 
 
 def topic_restriction(topology: Topology, name: str) -> str | None:
-    """The filter that keeps a command on ``name`` to its own records where a Pattern topic
-    stores them with other topics' (``TOPIC_NAME() = 'name'``; for a regular expression
-    that reads Pattern topics, ``TOPIC_NAME() LIKE 'name'``), else None. A Pattern topic's
-    own name reads every topic it stores."""
+    """The filter that keeps a command on ``name`` to its own records where a topic
+    stores them with other topics' (:func:`stores_several`: ``TOPIC_NAME() = 'name'``;
+    for a regular expression that reads such topics, ``TOPIC_NAME() LIKE 'name'``), else
+    None. The storing topic's own name reads every topic it stores."""
     if name in topology.topics or name in topology.plain_topics or _SCOPED.match(name):
         return None
     if not is_pattern(name):
@@ -97,7 +148,7 @@ def topic_restriction(topology: Topology, name: str) -> str | None:
             return None
         quoted = name.replace("\\", "\\\\").replace("'", "\\'")
         return f"TOPIC_NAME() = '{quoted}'"
-    if not any(t.pattern is not None for t in topology.topics.values()):
+    if not any(stores_several(t) for t in topology.topics.values()):
         return None
     return f"TOPIC_NAME() LIKE '{name.replace(chr(39), chr(92) + chr(39))}'"
 
@@ -110,9 +161,10 @@ def restricted(filter_text: str, restriction: str | None) -> str:
 
 
 def resolve_topic(topology: Topology, name: str) -> SowTopic:
-    """The SOW topic called ``name`` (literal; for a topic a Pattern topic stores, that
-    Pattern topic). A plain topic is an InvalidRequestError (it has no SOW); an unknown
-    name an UnknownTopicError naming the topics there are."""
+    """The SOW topic called ``name`` (literal; for a topic a Pattern topic or a conflated
+    copy of one stores, that topic: :func:`pattern_topic`). A plain topic is an
+    InvalidRequestError (it has no SOW); an unknown name an UnknownTopicError naming the
+    topics there are."""
     name = _literal(topology, name)
     try:
         return topology.topic(name)
@@ -138,7 +190,7 @@ def resolve_topics(topology: Topology, name: str) -> list[SowTopic]:
         return [resolve_topic(topology, name)]
     # RE2 (linear time): a topic pattern from a request can never hang a thread.
     pattern = compile_regex(name, what="topic pattern")
-    matched = [t for t in topology.topics.values() if pattern.search(t.name) or t.pattern]
+    matched = [t for t in topology.topics.values() if pattern.search(t.name) or stores_several(t)]
     if not matched:
         plain = [t for t in topology.plain_topics if pattern.search(t)]
         if plain:
@@ -169,7 +221,7 @@ def resolve_subscribed_topics(topology: Topology, name: str) -> list[Topic]:
     matched = [
         t
         for t in topology.every_topic()
-        if pattern.search(t.name) or (isinstance(t, SowTopic) and t.pattern)
+        if pattern.search(t.name) or (isinstance(t, SowTopic) and stores_several(t))
     ]
     if not matched:
         raise UnknownTopicError(

@@ -1,11 +1,11 @@
 """The SOW entries kafka-sow loads but does not serve yet, and the refusal to start with them.
 
-Views of one topic or of one Join, and conflated topics of a SOW topic or view, are
-served; views of several Joins, and conflated topics of a Pattern topic (TopicFormat) or
-with Enrichment come with the rest of issue 21, queues with issue 22. Until then a
-topology that has one is refused by :func:`refuse_unserved` (``sow serve``,
-``app.start``) with one line naming each entry, its file and element, and the issue: a
-server that started without them would answer NOT_FOUND for every query on them.
+Views of one topic or of one Join, and conflated topics (of a SOW topic, view, conflated
+topic or Pattern topic, with or without Enrichment), are served; views of several Joins
+come with the rest of issue 21, queues with issue 22. Until then a topology that has one
+is refused by :func:`refuse_unserved` (``sow serve``, ``app.start``) with one line naming
+each entry, its file and element, and the issue: a server that started without them
+would answer NOT_FOUND for every query on them.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ def unserved(entry: Entry, topology: Topology | None = None) -> bool:
     """Whether ``sow serve`` refuses the entry (see the module doc; with ``topology``
     None, what the entry reads is assumed to be served)."""
     if isinstance(entry, ConflatedTopicSpec):
-        if entry.topic_format is not None or entry.enrichment:
-            return True
         return topology is not None and entry.underlying not in topology.topics
     if not isinstance(entry, ViewSpec) or len(entry.joins) > 1:
         return True
@@ -45,10 +43,6 @@ def kind_of(entry: Entry) -> str:
 def _described(entry: Entry) -> str:
     if isinstance(entry, ViewSpec) and len(entry.joins) > 1:
         return f"{kind_of(entry)} with several Joins"
-    if isinstance(entry, ConflatedTopicSpec) and entry.topic_format is not None:
-        return f"{kind_of(entry)} of a Pattern topic"
-    if isinstance(entry, ConflatedTopicSpec) and entry.enrichment:
-        return f"{kind_of(entry)} with Enrichment"
     return kind_of(entry)
 
 

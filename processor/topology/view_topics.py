@@ -47,7 +47,10 @@ def view_topic(view: ViewSpec, topics: Mapping[str, Topic]) -> SowTopic:
 
 def conflated_topic(spec: ConflatedTopicSpec, topics: Mapping[str, Topic]) -> SowTopic:
     """The SOW topic holding a conflated topic's records: the underlying's partitions
-    (each record stays on its SowKey's partition) and message type."""
+    (each record stays on its SowKey's partition) and message type, and the conflated
+    topic's Enrichment (applied to each copy as it is written). With a ``TopicFormat``
+    it stores the copy of each topic its Pattern underlying topic stores, each under its
+    formatted name (:func:`processor.topology.topics.pattern_topic`)."""
     underlying = topics.get(spec.underlying)
     partitions = underlying.partitions if underlying is not None else 1
     return SowTopic(
@@ -56,6 +59,7 @@ def conflated_topic(spec: ConflatedTopicSpec, topics: Mapping[str, Topic]) -> So
         schema=spec.schema,
         partitions=partitions,
         hash_indexes=spec.hash_indexes,
+        enrichment=spec.enrichment,
         conflated=spec,
     )
 

@@ -16,6 +16,14 @@ halves inside its exactly-once transactions:
   a reader sees at most one update per record per interval, each the latest value.
 
 The copy keeps the underlying record's SowKey, message, publish time and correlation id.
+With ``Enrichment``, the copy's message gets its fields as the copy is written (the
+conflated topic's :class:`~processor.engine.shaping.Shaping`, as a SOW topic's publish
+gets them); a field that fails on a record dead-letters that record's latest input
+(:data:`~processor.engine.derived.Rejects`), the copy keeps its previous version and
+the others are written. With ``TopicFormat`` (a copy of a Pattern topic) each record's
+copy is named for its own topic (``%n-C``: the copy of a record of ``orders`` is a record
+of ``orders-C``), so every topic the Pattern topic stores has its own copy, queried and
+subscribed by its name (:func:`processor.topology.topics.pattern_topic`).
 """
 
 from __future__ import annotations
@@ -26,17 +34,25 @@ import struct
 from collections.abc import Mapping, Sequence
 
 from processor import changelog
-from processor.changelog import POSITION_HEADER, REASON_HEADER, STATE_PREFIX, format_position
+from processor.changelog import (
+    POSITION_HEADER,
+    REASON_HEADER,
+    STATE_PREFIX,
+    EnvelopeWriter,
+    format_position,
+)
 from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.derived import Rejects
+from processor.engine.families import MAX_TOPICS
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import PartitionBatch
-from processor.errors import MessageError
-from processor.expr import Expression
+from processor.errors import DecodeError, MessageError
+from processor.expr import Expression, MessageContext
 from processor.expr import compile as compile_expression
-from processor.log import Record
+from processor.log import Headers, Record
 from processor.messages import Codec, codec_for
 from processor.topology.model import SowTopic
+from processor.topology.topics import copy_name
 from processor.topology.view_topics import conflated_underlying
 from processor.views.definition import digest_of
 from processor.views.feed import DIGEST_HEADER, conflated
@@ -52,7 +68,10 @@ def derived_digest(topic: SowTopic, topics: Mapping[str, SowTopic]) -> bytes:
     if spec is None:
         return b"" if topic.view is None else digest_of(topic.view, topics)
     reads = derived_digest(conflated_underlying(spec, topics), topics)
-    described = [spec.underlying, spec.filter, spec.message_type, reads.decode()]
+    described: list[object] = [spec.underlying, spec.filter, spec.message_type, reads.decode()]
+    if spec.topic_format is not None or spec.enrichment:
+        # Only when set, so a definition without them keeps the digest it always had.
+        described += [spec.topic_format, list(spec.enrichment)]
     text = json.dumps(described).encode()
     return hashlib.blake2b(text, digest_size=8).hexdigest().encode()
 
@@ -60,7 +79,7 @@ def derived_digest(topic: SowTopic, topics: Mapping[str, SowTopic]) -> bytes:
 class ConflatedDefinition:
     """One conflated topic, compiled (immutable)."""
 
-    __slots__ = ("codec", "digest", "filter", "interval_ms", "source", "topic")
+    __slots__ = ("codec", "digest", "filter", "interval_ms", "source", "topic", "topic_format")
 
     def __init__(self, topic: SowTopic, topics: Mapping[str, SowTopic]) -> None:
         spec = topic.conflated
@@ -74,6 +93,8 @@ class ConflatedDefinition:
         )
         self.interval_ms = max(int(spec.interval_s * 1000), 1)
         self.digest: bytes = derived_digest(topic, topics)
+        #: Names each record's copy for its own topic (a copy of a Pattern topic), or None.
+        self.topic_format = spec.topic_format
 
     def kept(self, envelope: bytes | None) -> bool:
         """Whether an underlying record (its envelope) belongs in the copy."""
@@ -121,6 +142,8 @@ class ConflatedPartition:
         self._pending: dict[bytes, tuple[int, bytes | None]] | None = None
         #: When the pending records are written next (0: as soon as there are some).
         self._next_ms = 0
+        #: The envelope writer of each copy's name (a copy of a Pattern topic).
+        self._writers: dict[str, EnvelopeWriter] = {}
 
     def discard(self) -> None:
         self._pending = None
@@ -165,11 +188,11 @@ class ConflatedPartition:
             self._next_ms = now_ms + self.definition.interval_ms
         return bool(pending) and now_ms >= self._next_ms
 
-    def tick(self, batch: PartitionBatch, now_ms: int) -> None:
-        """Write every pending record, as it is now, and forget them."""
+    def tick(self, batch: PartitionBatch, now_ms: int, reject: Rejects) -> None:
+        """Write every pending record, as it is now (enriched), and forget them; a record
+        whose enrichment fails is rejected as its latest input record (module doc)."""
         state, pending = self.state, self._loaded()
         changelog_topic, partition = state.topic.changelog_topic, state.partition
-        writer = state.writers[state.topic.kafka_topic]
         log_topic = state.topic.kafka_topic
         for sow_key, (offset, envelope) in pending.items():
             batch.put_state(_PENDING + sow_key, None)
@@ -182,10 +205,18 @@ class ConflatedPartition:
                 batch.write(sow_key, None, ChangeReason.DELETE, log_topic, offset)
                 continue
             original = changelog.decode(envelope)
-            copy = writer.encode(
+            name = state.topic.name
+            if self.definition.topic_format is not None:
+                name = copy_name(self.definition.topic_format, original.topic)
+            try:
+                data = self._enriched(batch, sow_key, name, original)
+            except Exception as exc:  # reject re-raises what is not this record's failure
+                reject(self._input_record(sow_key, offset, envelope), exc)
+                continue
+            copy = self._writer(name).encode(
                 offset,
                 sow_key,
-                original.data,
+                data,
                 original.publish_time_ms,
                 now_ms,
                 None,
@@ -195,6 +226,90 @@ class ConflatedPartition:
             batch.write(sow_key, copy, ChangeReason.PUBLISH, log_topic, offset)
         pending.clear()
         self._next_ms = now_ms + self.definition.interval_ms
+
+    def _enriched(
+        self, batch: PartitionBatch, sow_key: bytes, name: str, original: changelog.Envelope
+    ) -> bytes:
+        """The copy's message: the original's, with the conflated topic's Enrichment
+        fields when it has some (MessageError when one fails on it)."""
+        shaping = self.state.shaping
+        if shaping is None:
+            return original.data
+        message = shaping.codec.decode(original.data)
+        if not isinstance(message, dict):
+            raise DecodeError(f"a {shaping.codec.name} message has no fields to enrich")
+        context = MessageContext(
+            sow_key=sow_key.decode(),
+            topic=name,
+            correlation_id=original.correlation_id,
+            message_size=len(original.data),
+        )
+        data, _ = shaping.enriched(batch.lookup, sow_key, message, context, None)
+        return data
+
+    def _writer(self, name: str) -> EnvelopeWriter:
+        """The envelope writer of the copies named ``name``."""
+        state = self.state
+        if name == state.topic.name:
+            return state.writers[state.topic.kafka_topic]
+        writer = self._writers.get(name)
+        if writer is None:
+            if len(self._writers) >= MAX_TOPICS:
+                self._writers.clear()
+            writer = EnvelopeWriter(
+                name, state.topic.message_type, state.topic.kafka_topic, state.partition
+            )
+            self._writers[name] = writer
+        return writer
+
+    def _input_record(self, sow_key: bytes, offset: int, envelope: bytes) -> Record:
+        """The input record that carried a pending record's latest change, as it was
+        read (for the dead-letter topic)."""
+        headers: Headers = [(DIGEST_HEADER, self.definition.digest)]
+        input_topic, partition = self.state.topic.kafka_topic, self.state.partition
+        return _InputRecord(input_topic, partition, offset, sow_key, envelope, headers)
+
+
+class _InputRecord:
+    """A record of a conflated topic's input, rebuilt from its pending state."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_topic", "_value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes,
+        value: bytes,
+        headers: Headers,
+    ) -> None:
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self._key, self._value, self._headers = key, value, headers
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> Headers | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, -1)  # TIMESTAMP_NOT_AVAILABLE: the pending state keeps no time
+
+    def error(self) -> None:
+        return None
 
 
 class ConflatedTopic:
