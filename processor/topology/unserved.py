@@ -1,11 +1,11 @@
 """The SOW entries kafka-sow loads but does not serve yet, and the refusal to start with them.
 
-Views of one topic or of one Join, and conflated topics (of a SOW topic, view, conflated
-topic or Pattern topic, with or without Enrichment), are served; views of several Joins
-come with the rest of issue 21, queues with issue 22. Until then a topology that has one
-is refused by :func:`refuse_unserved` (``sow serve``, ``app.start``) with one line naming
-each entry, its file and element, and the issue: a server that started without them
-would answer NOT_FOUND for every query on them.
+Views (of one topic or of Joins), and conflated topics (of a SOW topic, view, conflated
+topic or Pattern topic, with or without Enrichment), are served; queues come with issue
+22. Until then a topology that has one is refused by :func:`refuse_unserved`
+(``sow serve``, ``app.start``) with one line naming each entry, its file and element,
+and the issue: a server that started without them would answer NOT_FOUND for every
+query on them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def unserved(entry: Entry, topology: Topology | None = None) -> bool:
     None, what the entry reads is assumed to be served)."""
     if isinstance(entry, ConflatedTopicSpec):
         return topology is not None and entry.underlying not in topology.topics
-    if not isinstance(entry, ViewSpec) or len(entry.joins) > 1:
+    if not isinstance(entry, ViewSpec):
         return True
     if topology is None:
         return False
@@ -41,8 +41,6 @@ def kind_of(entry: Entry) -> str:
 
 
 def _described(entry: Entry) -> str:
-    if isinstance(entry, ViewSpec) and len(entry.joins) > 1:
-        return f"{kind_of(entry)} with several Joins"
     return kind_of(entry)
 
 
