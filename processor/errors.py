@@ -30,6 +30,16 @@ class TopologyError(ConfigurationError):
         super().__init__(location + message)
 
 
+class JoinPlanError(ConfigurationError):
+    """A view's Joins do not relate every topic to the others; ``join`` is the text of the
+    first Join left unrelated (the loaders re-raise it as a TopologyError naming where
+    that Join is written)."""
+
+    def __init__(self, message: str, join: str) -> None:
+        super().__init__(message)
+        self.join = join
+
+
 class UnservedEntryError(ConfigurationError):
     """A topology holds entries kafka-sow parses but does not serve yet (views, conflated
     topics, queues): ``sow serve`` refuses it rather than answer NOT_FOUND for them."""

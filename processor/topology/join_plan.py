@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from processor.errors import JoinPlanError
 from processor.topology.model import JoinSpec
 
 
@@ -46,18 +47,10 @@ class JoinPlan:
     steps: tuple[JoinStep, ...]
 
 
-class JoinPlanError(ValueError):
-    """The Joins do not relate every topic to the others (the text says which; ``join``
-    is the first Join left unrelated)."""
-
-    def __init__(self, message: str, join: JoinSpec) -> None:
-        super().__init__(message)
-        self.join = join
-
-
 def join_plan(joins: tuple[JoinSpec, ...]) -> JoinPlan:
     """The plan of ``joins`` (see the module doc); raises JoinPlanError when a Join
-    relates two topics not connected to the first Join's topics by the others."""
+    relates two topics not connected to the first Join's topics by the others (its
+    ``join``: the first such Join's text)."""
     if not joins:
         return JoinPlan((), ())
     first = joins[0]
@@ -71,7 +64,7 @@ def join_plan(joins: tuple[JoinSpec, ...]) -> JoinPlan:
             raise JoinPlanError(
                 f"{texts}: relates no topic joined by the Joins before it "
                 f"({', '.join(order)}); every topic must be joined to the others",
-                pending[0],
+                pending[0].text,
             )
         for join in placed:
             pending.remove(join)

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from processor.errors import ExpressionError, ParseError
+from processor.errors import ExpressionError, JoinPlanError, ParseError
 from processor.expr import ast, clauses, parser
 from processor.expr.aggregation import Aggregation
 from processor.expr.qualified import map_identifiers, unqualify
@@ -37,7 +37,7 @@ from processor.topology.entry_rules import (
     same_type,
     topic_ref,
 )
-from processor.topology.join_plan import JoinPlanError, join_plan
+from processor.topology.join_plan import join_plan
 from processor.topology.model import JoinSpec, TopicRef, ViewSpec
 
 _SHAPE = "write [TOPIC]./field = [OTHER]./field (a join is not an expression)"
@@ -158,7 +158,8 @@ def _reads(
     try:
         join_plan(joins)
     except JoinPlanError as exc:
-        d.fail(f"the {d.label('Join')} {exc}", items.joins[joins.index(exc.join)][1])
+        unrelated = [join.text for join in joins].index(exc.join)
+        d.fail(f"the {d.label('Join')} {exc}", items.joins[unrelated][1])
     refs: dict[str, TopicRef] = {}
     for join in joins:
         refs.setdefault(join.left.name, join.left)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from processor.topology.join_plan import JoinPair, JoinPlanError, JoinStep, join_plan
+from processor.errors import JoinPlanError
+from processor.topology.join_plan import JoinPair, JoinStep, join_plan
 from processor.topology.model import JoinSpec, TopicRef
 
 
@@ -45,4 +46,4 @@ def test_joins_written_in_any_order_are_placed_once_they_connect() -> None:
 def test_joins_that_never_connect_are_refused_naming_the_first() -> None:
     with pytest.raises(JoinPlanError, match=r"\[C\]./d = \[D\]./id: relates no topic") as caught:
         join_plan((join("A", "/b", "B", "/id"), join("C", "/d", "D", "/id")))
-    assert caught.value.join.text == "[C]./d = [D]./id"
+    assert caught.value.join == "[C]./d = [D]./id"
