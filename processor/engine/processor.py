@@ -103,6 +103,8 @@ class Processor:
         (:mod:`processor.views` makes both)."""
         self.topology, self._connections, self._open_store = topology, connections, open_store
         self._dead_letter_topic, self._max_batch = dead_letter_topic, max_batch
+        #: When the log is ready for the next transaction (monotonic; ``_next_batch``).
+        self._settled_at = 0.0
         self._crash, self._republish_chunk = crash_hook, republish_chunk
         self._standby_tail = standby_tail
         self._standby: Standby | None = None
@@ -414,6 +416,7 @@ class Processor:
                     self._read_again(records, producer, assignment, exc)
                     applier.restore_counters(counted)
                     continue
+                self._settled_at = time.monotonic() + producer.commit_settle_s
                 self._loop.positions.update(offsets)
                 self._stale_group = 0
                 self.transactions += 1
@@ -434,15 +437,21 @@ class Processor:
         waiting; when nothing is, wait up to ``IDLE_WAIT_S`` for the first record and take
         it with whatever arrived alongside. A batch thus grows with the load (records
         queue up while the previous transaction commits) and a lone record is applied as
-        soon as it arrives, never after a fixed batching delay."""
+        soon as it arrives, never after a fixed batching delay; but a batch begun within
+        the log's ``commit_settle_s`` of the last commit takes what arrives until then
+        (the log would make its transaction wait longer)."""
         records = consumer.consume(self._max_batch, 0)
-        if records:
-            return records
-        first = consumer.consume(1, self.IDLE_WAIT_S)
-        if not first or self._max_batch == 1:
-            return first
-        rest = consumer.consume(self._max_batch - 1, 0)
-        return [*first, *rest] if rest else first
+        if not records:
+            records = consumer.consume(1, self.IDLE_WAIT_S)
+            if not records or self._max_batch == 1:
+                return records
+        missing = self._max_batch - len(records)
+        if missing > 0:
+            settle = max(self._settled_at - time.monotonic(), 0.0)
+            rest = consumer.consume(missing, settle)
+            if rest:
+                records = [*records, *rest]
+        return records
 
     def _commit_offsets_behind(
         self, producer: TransactionalLog, consumer: InputLog, assignment: Assignment

@@ -156,6 +156,12 @@ class TransactionalLog(Protocol):
         exception did not come from the log client."""
         ...
 
+    #: Seconds after a commit before the next transaction should begin writing: a log
+    #: that finishes a commit in the background (Kafka writes the transaction markers after
+    #: the commit returns) answers a transaction begun sooner with retries. The processor
+    #: gathers input meanwhile (0: none needed).
+    commit_settle_s: float
+
     def begin(self) -> None: ...
 
     def produce(

@@ -122,6 +122,12 @@ class KafkaTransactionalLog:
     #: The Java producer retries those after 20 ms for the same reason (KAFKA-5477).
     #: SOW_KAFKA_PROPERTIES overrides them.
     RETRY_BACKOFF = {"retry.backoff.ms": 2, "retry.backoff.max.ms": 10}
+    #: Even so, a transaction begun as the previous one's commit returns usually waits a
+    #: retry or two (the markers take about 2 ms on a small node), and back-to-back
+    #: transactions are slower at the tail. Leaving 3 ms measured: bare transactions on
+    #: the embedded Kafka 4.2 p99 37 -> 13-22 ms (bench/transactions.py), a view's publish
+    #: -> visible p50 35-43 -> 13-19 ms at 1k msg/s (bench/views.py, docs/benchmarks.md).
+    commit_settle_s = 0.003
 
     def __init__(self, bootstrap: str, transactional_id: str, **extra: Any) -> None:
         backoff = {k: v for k, v in self.RETRY_BACKOFF.items() if k not in _client_properties}

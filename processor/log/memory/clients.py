@@ -118,6 +118,8 @@ class MemoryTransactionalLog:
     fences the previous producer of the same transactional id. ``close`` leaves an open
     transaction open, as a crashed process does, until the next producer of the id."""
 
+    commit_settle_s = 0.0  # a commit is complete when it returns
+
     def __init__(self, log: MemoryLog, transactional_id: str) -> None:
         self._log = log
         self._id = transactional_id
