@@ -28,8 +28,6 @@ subscribed by its name (:func:`processor.topology.topics.pattern_topic`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import struct
 from collections.abc import Mapping, Sequence
 
@@ -54,26 +52,11 @@ from processor.messages import Codec, codec_for
 from processor.topology.model import SowTopic
 from processor.topology.topics import copy_name
 from processor.topology.view_topics import conflated_underlying
-from processor.views.definition import digest_of
+from processor.views.definition import derived_digest
 from processor.views.feed import DIGEST_HEADER, conflated
 
 _PENDING = b"p"
 _OFFSET = struct.Struct(">q")
-
-
-def derived_digest(topic: SowTopic, topics: Mapping[str, SowTopic]) -> bytes:
-    """What identifies a conflated topic's definition, with that of the view or
-    conflated topic it copies (their records are rebuilt when theirs changes)."""
-    spec = topic.conflated
-    if spec is None:
-        return b"" if topic.view is None else digest_of(topic.view, topics)
-    reads = derived_digest(conflated_underlying(spec, topics), topics)
-    described: list[object] = [spec.underlying, spec.filter, spec.message_type, reads.decode()]
-    if spec.topic_format is not None or spec.enrichment:
-        # Only when set, so a definition without them keeps the digest it always had.
-        described += [spec.topic_format, list(spec.enrichment)]
-    text = json.dumps(described).encode()
-    return hashlib.blake2b(text, digest_size=8).hexdigest().encode()
 
 
 class ConflatedDefinition:

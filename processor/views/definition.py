@@ -32,7 +32,7 @@ from processor.keys import checksum_key, partition_for
 from processor.messages import Codec, codec_for
 from processor.topology.join_plan import JoinPlan, join_plan
 from processor.topology.model import SowTopic, ViewConflation, ViewSpec
-from processor.topology.view_topics import underlying_topics
+from processor.topology.view_topics import conflated_underlying, underlying_topics
 from processor.views.contribution import GroupKey, Values, contribution
 
 #: A join value's text (None: NULL, missing or empty).
@@ -123,7 +123,29 @@ def digest_of(view: ViewSpec, topics: Mapping[str, SowTopic]) -> bytes:
     }
     if view.joins:  # joined rows are identified by their join keys (since several Joins)
         described["rows"] = 2
+    copies = [  # only when it reads conflated topics: other views keep their digests
+        derived_digest(topic, topics).decode()
+        for topic in underlying_topics(view, topics)
+        if topic.conflated is not None
+    ]
+    if copies:
+        described["conflated"] = copies
     text = json.dumps(described, sort_keys=True).encode()
+    return hashlib.blake2b(text, digest_size=8).hexdigest().encode()
+
+
+def derived_digest(topic: SowTopic, topics: Mapping[str, SowTopic]) -> bytes:
+    """What identifies a conflated topic's definition, with that of the view or
+    conflated topic it copies (their records are rebuilt when theirs changes)."""
+    spec = topic.conflated
+    if spec is None:
+        return b"" if topic.view is None else digest_of(topic.view, topics)
+    reads = derived_digest(conflated_underlying(spec, topics), topics)
+    described: list[object] = [spec.underlying, spec.filter, spec.message_type, reads.decode()]
+    if spec.topic_format is not None or spec.enrichment:
+        # Only when set, so a definition without them keeps the digest it always had.
+        described += [spec.topic_format, list(spec.enrichment)]
+    text = json.dumps(described).encode()
     return hashlib.blake2b(text, digest_size=8).hexdigest().encode()
 
 
