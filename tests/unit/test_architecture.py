@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"log", "state"},
     {"publish"},
     {"engine"},
-    {"views"},
+    {"views", "queues"},
     {"replica"},
     {"query", "spark", "faust"},
     {"subscriptions"},

@@ -1,0 +1,376 @@
+"""One queue partition's messages, subscriptions and leases, and every rule that moves a
+message between them (seed 002 SOW/Queue; ``../shared/spec/amps-semantics.md`` section 6).
+
+A :class:`Ledger` is the queue's decision logic, with no I/O: the processor keeps one per
+queue partition, feeds it what its transactions apply (messages enqueued, subscriptions,
+acknowledgements, cancels, expiry requests, the clock) and persists the
+:class:`Outcome` list each call returns (docs/queues.md). Not thread-safe.
+
+Rules:
+
+* **Order.** Oldest first (the enqueue ``sequence``); with a ``Priority``, highest first
+  and ties by age. A priority is read as an unsigned 64-bit integer (a negative value
+  wraps); NULL or a non-number is the lowest.
+* **Leases** go to subscriptions whose filter matches and whose backlog (unacknowledged
+  leases: the smaller of the subscription's ``max_backlog`` and the queue's
+  ``MaxPerSubscriptionBacklog``) is not full, while the queue's ``MaxBacklog`` (leases
+  outstanding in all) allows, chosen by the ``FairnessModel``: ``fast`` the first found,
+  ``round-robin`` the next after the last chosen, ``proportional`` the lowest
+  leased/backlog ratio (ties: the first found). A lease lasts ``LeasePeriod`` (None: no
+  expiry).
+* **at-most-once**: a message is removed when it is leased; an acknowledgement only
+  frees the subscriber's backlog slot; cancel and expire do nothing.
+* **Acknowledge** removes a message. With ``Leasing`` strict, only the lease holder (or
+  anyone, for a message not leased) may; ``sublet`` lets anyone. An acknowledgement of a
+  message the ledger does not hold is remembered for ``DeferredAckExpiration`` and
+  removes the message if it arrives in that time.
+* **Return**: a cancel (cancel count + 1), an expired lease or a disconnected
+  subscription makes a leased message available again, unless it has now been
+  delivered ``MaxDeliveries`` times or cancelled ``MaxCancels`` times: then it expires.
+* **Expire**: on request, at its expiration time (even while leased), or by those
+  counts; an expired message is removed with its reason (the dead-letter topic's).
+* **Barrier** (``BarrierExpression``): a barrier message waits until every earlier message
+  is removed, and every later one waits for it; it is then delivered to every
+  subscription whose filter matches, whatever their backlogs, and removed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from processor.topology.model import FairnessModel, Leasing, QueueSemantics
+
+#: A message's id: its underlying topic, partition and offset, encoded (its bookmark).
+Bookmark = bytes
+#: Which messages a subscription takes (its content filter).
+MessageFilter = Callable[["QueueMessage"], bool]
+
+_U64 = 1 << 64
+
+
+def priority_of(value: Any) -> int | None:
+    """A ``Priority`` value as the queue orders it: an unsigned 64-bit integer (None:
+    NULL or not a number, the lowest)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float):
+        return int(value) % _U64 if math.isfinite(value) else None
+    number: int = value
+    return number % _U64
+
+
+@dataclass(slots=True)
+class QueueMessage:
+    """A message of the queue: its place, its data, its counts and its lease."""
+
+    bookmark: Bookmark
+    sequence: int
+    data: Any = None
+    priority: int | None = None
+    barrier: bool = False
+    expires_ms: int | None = None
+    deliveries: int = 0
+    cancels: int = 0
+    #: The subscription holding its lease (None: available), and the lease's deadline.
+    holder: str | None = None
+    deadline_ms: int | None = None
+
+    def order(self) -> tuple[int, int]:
+        """Its place in the delivery order (smallest first)."""
+        return (1 if self.priority is None else -self.priority, self.sequence)
+
+
+@dataclass(slots=True)
+class Subscription:
+    """A subscriber of the queue: its filter, its backlog and what it holds."""
+
+    id: str
+    backlog: int
+    matches: MessageFilter = lambda _message: True
+    #: Leases not yet acknowledged (at-most-once: delivered, the message already gone).
+    held: set[Bookmark] = field(default_factory=set)
+
+    @property
+    def free(self) -> int:
+        return self.backlog - len(self.held)
+
+
+class Change(Enum):
+    """What an outcome did to a message."""
+
+    LEASED = "leased"
+    RETURNED = "returned"
+    ACKED = "acked"
+    EXPIRED = "expired"
+    BARRIER = "barrier"  # delivered to every matching subscription, then removed
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One change of one message (``subscriptions``: to whom it was delivered;
+    ``reason``: why it expired)."""
+
+    change: Change
+    bookmark: Bookmark
+    subscriptions: tuple[str, ...] = ()
+    deadline_ms: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRules:
+    """The options of a queue the ledger applies (from its QueueSpec)."""
+
+    semantics: QueueSemantics = QueueSemantics.AT_LEAST_ONCE
+    fairness: FairnessModel = FairnessModel.PROPORTIONAL
+    leasing: Leasing = Leasing.SUBLET
+    lease_period_ms: int | None = None
+    max_backlog: int | None = None
+    max_per_subscription_backlog: int = 1
+    max_deliveries: int = 0
+    max_cancels: int = 0
+    deferred_ack_ms: int = 86_400_000
+
+
+class Ledger:
+    """One queue partition's decisions (see the module doc)."""
+
+    def __init__(self, rules: QueueRules) -> None:
+        self.rules = rules
+        self._messages: dict[Bookmark, QueueMessage] = {}
+        #: Every message held, in delivery order.
+        self._order: list[tuple[tuple[int, int], Bookmark]] = []
+        self._subscriptions: dict[str, Subscription] = {}
+        self._last_chosen: str | None = None
+        self._deferred_acks: dict[Bookmark, int] = {}
+
+    # -- what it holds ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def message(self, bookmark: Bookmark) -> QueueMessage | None:
+        return self._messages.get(bookmark)
+
+    def messages(self) -> list[QueueMessage]:
+        """The messages held, in delivery order."""
+        return [self._messages[bookmark] for _, bookmark in self._order]
+
+    @property
+    def leased(self) -> int:
+        return sum(1 for message in self._messages.values() if message.holder is not None)
+
+    def subscription(self, subscription_id: str) -> Subscription | None:
+        return self._subscriptions.get(subscription_id)
+
+    # -- changes ------------------------------------------------------------------------
+
+    def enqueue(self, message: QueueMessage, now_ms: int) -> list[Outcome]:
+        """Take a message (a publish to an underlying topic that passed the filter)."""
+        if message.bookmark in self._messages:
+            return []  # the same publish again (replayed input): already held
+        acked = self._deferred_acks.pop(message.bookmark, None)
+        if acked is not None and acked > now_ms:
+            return [Outcome(Change.ACKED, message.bookmark)]
+        self._messages[message.bookmark] = message
+        bisect.insort(self._order, (message.order(), message.bookmark))
+        return self.dispatch(now_ms)
+
+    def subscribe(
+        self,
+        subscription_id: str,
+        now_ms: int,
+        max_backlog: int | None = None,
+        matches: MessageFilter | None = None,
+    ) -> list[Outcome]:
+        """Add (or replace, keeping its leases) a subscription; ``max_backlog`` is the
+        subscriber's option (default 1), capped by the queue's."""
+        backlog = min(max_backlog or 1, self.rules.max_per_subscription_backlog)
+        current = self._subscriptions.get(subscription_id)
+        held = current.held if current is not None else set()
+        self._subscriptions[subscription_id] = Subscription(
+            subscription_id, backlog, matches or (lambda _message: True), held
+        )
+        return self.dispatch(now_ms)
+
+    def disconnect(self, subscription_id: str, now_ms: int) -> list[Outcome]:
+        """Remove a subscription: its leases return to the queue."""
+        subscription = self._subscriptions.pop(subscription_id, None)
+        if subscription is None:
+            return []
+        if self._last_chosen == subscription_id:
+            self._last_chosen = None
+        outcomes: list[Outcome] = []
+        for bookmark in sorted(subscription.held):
+            message = self._messages.get(bookmark)
+            if message is not None and message.holder == subscription_id:
+                outcomes.extend(self._return(message, cancelled=False))
+        return outcomes + self.dispatch(now_ms)
+
+    def acknowledge(
+        self, bookmarks: Iterable[Bookmark], by: str | None, now_ms: int
+    ) -> list[Outcome]:
+        """Acknowledge messages (``by``: the subscription that asks; None: a client
+        without one). A message another subscription holds is refused with ``Leasing``
+        strict (no outcome for it)."""
+        outcomes: list[Outcome] = []
+        for bookmark in bookmarks:
+            subscription = self._subscriptions.get(by) if by is not None else None
+            if subscription is not None:
+                subscription.held.discard(bookmark)  # its slot is free, whatever else
+            if self.rules.semantics is QueueSemantics.AT_MOST_ONCE:
+                continue  # removed when sent: an acknowledgement frees the slot only
+            message = self._messages.get(bookmark)
+            if message is None:
+                if self.rules.semantics is QueueSemantics.AT_LEAST_ONCE:
+                    self._deferred_acks[bookmark] = now_ms + self.rules.deferred_ack_ms
+                continue
+            if not self._may_settle(message, by):
+                continue
+            self._remove(message)
+            outcomes.append(Outcome(Change.ACKED, bookmark))
+        return outcomes + self.dispatch(now_ms)
+
+    def acknowledge_matching(
+        self, matches: MessageFilter, by: str | None, now_ms: int
+    ) -> list[Outcome]:
+        """Acknowledge every held message ``matches`` accepts (an ack by filter)."""
+        chosen = [m.bookmark for m in self.messages() if matches(m) and self._may_settle(m, by)]
+        return self.acknowledge(chosen, by, now_ms)
+
+    def cancel(self, bookmarks: Iterable[Bookmark], by: str | None, now_ms: int) -> list[Outcome]:
+        """Return leased messages to the queue (their cancel counts + 1); nothing for an
+        at-most-once queue."""
+        if self.rules.semantics is QueueSemantics.AT_MOST_ONCE:
+            return []
+        outcomes: list[Outcome] = []
+        for bookmark in bookmarks:
+            message = self._messages.get(bookmark)
+            if message is None or message.holder is None or not self._may_settle(message, by):
+                continue
+            outcomes.extend(self._return(message, cancelled=True))
+        return outcomes + self.dispatch(now_ms)
+
+    def expire(self, bookmarks: Iterable[Bookmark], by: str | None, now_ms: int) -> list[Outcome]:
+        """Expire messages now (their expiration actions run: the dead-letter topic);
+        nothing for an at-most-once queue."""
+        if self.rules.semantics is QueueSemantics.AT_MOST_ONCE:
+            return []
+        outcomes: list[Outcome] = []
+        for bookmark in bookmarks:
+            message = self._messages.get(bookmark)
+            if message is not None and self._may_settle(message, by):
+                outcomes.append(self._expire(message, "expired by request"))
+        return outcomes + self.dispatch(now_ms)
+
+    def tick(self, now_ms: int) -> list[Outcome]:
+        """What the clock does: messages past their expiration expire, leases past their
+        deadline return; then whatever can be delivered is."""
+        outcomes: list[Outcome] = []
+        for message in self.messages():
+            if message.expires_ms is not None and message.expires_ms <= now_ms:
+                outcomes.append(self._expire(message, "message expired"))
+            elif message.deadline_ms is not None and message.deadline_ms <= now_ms:
+                outcomes.extend(self._return(message, cancelled=False))
+        for bookmark, until in list(self._deferred_acks.items()):
+            if until <= now_ms:
+                del self._deferred_acks[bookmark]
+        return outcomes + self.dispatch(now_ms)
+
+    def dispatch(self, now_ms: int) -> list[Outcome]:
+        """Lease what can be leased now (the order, backlogs and fairness of the module
+        doc)."""
+        outcomes: list[Outcome] = []
+        if not self._subscriptions:
+            return outcomes
+        outstanding = self.leased
+        limit = self.rules.max_backlog
+        for _, bookmark in list(self._order):
+            message = self._messages.get(bookmark)
+            if message is None or message.holder is not None:
+                continue
+            if message.barrier:
+                if self._order[0][1] != bookmark:
+                    break  # earlier messages are still held: it and every later one wait
+                outcomes.append(self._deliver_barrier(message))
+                continue
+            if limit is not None and outstanding >= limit:
+                break
+            subscription = self._choose(message)
+            if subscription is None:
+                if all(s.free <= 0 for s in self._subscriptions.values()):
+                    break
+                continue
+            outcomes.append(self._lease(message, subscription, now_ms))
+            outstanding += 1
+        return outcomes
+
+    # -- the rules ----------------------------------------------------------------------
+
+    def _may_settle(self, message: QueueMessage, by: str | None) -> bool:
+        """Whether ``by`` may acknowledge, cancel or expire the message (Leasing)."""
+        return (
+            self.rules.leasing is Leasing.SUBLET or message.holder is None or message.holder == by
+        )
+
+    def _choose(self, message: QueueMessage) -> Subscription | None:
+        subscriptions = list(self._subscriptions.values())
+        fairness = self.rules.fairness
+        if fairness is FairnessModel.ROUND_ROBIN and self._last_chosen in self._subscriptions:
+            start = [s.id for s in subscriptions].index(self._last_chosen) + 1
+            subscriptions = subscriptions[start:] + subscriptions[:start]
+        eligible = [s for s in subscriptions if s.free > 0 and s.matches(message)]
+        if not eligible:
+            return None
+        if fairness is FairnessModel.PROPORTIONAL:
+            return min(eligible, key=lambda s: len(s.held) / s.backlog)
+        return eligible[0]
+
+    def _lease(self, message: QueueMessage, subscription: Subscription, now_ms: int) -> Outcome:
+        self._last_chosen = subscription.id
+        subscription.held.add(message.bookmark)
+        message.deliveries += 1
+        period = self.rules.lease_period_ms
+        deadline = None if period is None else now_ms + period
+        if self.rules.semantics is QueueSemantics.AT_MOST_ONCE:
+            self._remove(message)
+        else:
+            message.holder, message.deadline_ms = subscription.id, deadline
+        return Outcome(Change.LEASED, message.bookmark, (subscription.id,), deadline)
+
+    def _deliver_barrier(self, message: QueueMessage) -> Outcome:
+        to = tuple(s.id for s in self._subscriptions.values() if s.matches(message))
+        self._remove(message)
+        return Outcome(Change.BARRIER, message.bookmark, to)
+
+    def _return(self, message: QueueMessage, cancelled: bool) -> list[Outcome]:
+        holder = self._subscriptions.get(message.holder or "")
+        if holder is not None:
+            holder.held.discard(message.bookmark)
+        message.holder, message.deadline_ms = None, None
+        if cancelled:
+            message.cancels += 1
+        rules = self.rules
+        if cancelled and rules.max_cancels and message.cancels >= rules.max_cancels:
+            return [self._expire(message, f"cancelled {message.cancels} times (MaxCancels)")]
+        if rules.max_deliveries and message.deliveries >= rules.max_deliveries:
+            return [self._expire(message, f"delivered {message.deliveries} times (MaxDeliveries)")]
+        return [Outcome(Change.RETURNED, message.bookmark)]
+
+    def _expire(self, message: QueueMessage, reason: str) -> Outcome:
+        self._remove(message)
+        return Outcome(Change.EXPIRED, message.bookmark, reason=reason)
+
+    def _remove(self, message: QueueMessage) -> None:
+        del self._messages[message.bookmark]
+        index = bisect.bisect_left(self._order, (message.order(), message.bookmark))
+        del self._order[index]
+        if message.holder is not None:  # acknowledged or expired while leased
+            holder = self._subscriptions.get(message.holder)
+            if holder is not None:
+                holder.held.discard(message.bookmark)

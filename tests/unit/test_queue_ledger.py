@@ -1,0 +1,274 @@
+"""A queue partition's decisions (processor/queues/ledger.py), rule by rule as seed 002 and
+the spec's section 6 state them, then a property: under any sequence of operations an
+at-least-once queue loses no message and leases each to one subscription at a time, and
+an at-most-once queue never delivers a message twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processor.queues.ledger import (
+    Change,
+    Ledger,
+    Outcome,
+    QueueMessage,
+    QueueRules,
+    priority_of,
+)
+from processor.topology.model import FairnessModel, Leasing, QueueSemantics
+
+
+def msg(n: int, **fields: Any) -> QueueMessage:
+    return QueueMessage(f"m{n}".encode(), n, **fields)
+
+
+def leased(outcomes: list[Outcome]) -> list[tuple[bytes, str]]:
+    return [(o.bookmark, o.subscriptions[0]) for o in outcomes if o.change is Change.LEASED]
+
+
+def test_oldest_first_and_one_message_per_default_backlog() -> None:
+    ledger = Ledger(QueueRules())
+    for n in (3, 1, 2):
+        ledger.enqueue(msg(n), 0)
+    assert leased(ledger.subscribe("a", 0)) == [(b"m1", "a")]
+    assert leased(ledger.acknowledge([b"m1"], "a", 0)) == [(b"m2", "a")]
+    assert [m.bookmark for m in ledger.messages()] == [b"m2", b"m3"]
+
+
+def test_priority_is_unsigned_64_bit_highest_first_ties_by_age_null_lowest() -> None:
+    assert priority_of(-1) == 2**64 - 1
+    assert priority_of(7.9) == 7
+    assert priority_of("9") is None
+    assert priority_of(None) is None
+    assert priority_of(True) is None
+    ledger = Ledger(QueueRules(max_per_subscription_backlog=10))
+    for n, value in enumerate([5, None, -1, 5, 0]):
+        ledger.enqueue(msg(n, priority=priority_of(value)), 0)
+    order = leased(ledger.subscribe("a", 0, max_backlog=10))
+    assert [b for b, _ in order] == [b"m2", b"m0", b"m3", b"m4", b"m1"]
+
+
+def test_proportional_fairness_picks_the_lowest_leased_to_backlog_ratio() -> None:
+    """The spec's example: Inky 1/2, Blinky 3/4, Clyde 4/10 -> Clyde."""
+    ledger = Ledger(QueueRules(max_per_subscription_backlog=10))
+    n = 0
+    for name, backlog, held in (("inky", 2, 1), ("blinky", 4, 3), ("clyde", 10, 4)):
+        ledger.subscribe(
+            name, 0, max_backlog=backlog, matches=lambda m, me=name: m.data in (me, None)
+        )
+        for _ in range(held):
+            ledger.enqueue(msg(n, data=name), 0)
+            n += 1
+    held_now = [ledger.subscription(name).held for name in ("inky", "blinky", "clyde")]
+    assert [len(h) for h in held_now] == [1, 3, 4]  # type: ignore[union-attr]
+    assert leased(ledger.enqueue(msg(999), 0)) == [(b"m999", "clyde")]
+
+
+def test_round_robin_and_fast() -> None:
+    robin = Ledger(QueueRules(fairness=FairnessModel.ROUND_ROBIN, max_per_subscription_backlog=5))
+    fast = Ledger(QueueRules(fairness=FairnessModel.FAST, max_per_subscription_backlog=5))
+    for ledger in (robin, fast):
+        for name in "abc":
+            ledger.subscribe(name, 0, max_backlog=5)
+    got_robin = [leased(robin.enqueue(msg(n), 0))[0][1] for n in range(5)]
+    got_fast = [leased(fast.enqueue(msg(n), 0))[0][1] for n in range(5)]
+    assert got_robin == ["a", "b", "c", "a", "b"]
+    assert got_fast == ["a"] * 5
+
+
+def test_backlogs_the_subscribers_capped_by_the_queues_and_max_backlog() -> None:
+    ledger = Ledger(QueueRules(max_per_subscription_backlog=3, max_backlog=4))
+    for n in range(10):
+        ledger.enqueue(msg(n), 0)
+    assert len(leased(ledger.subscribe("a", 0, max_backlog=100))) == 3  # capped at 3
+    assert len(leased(ledger.subscribe("b", 0, max_backlog=2))) == 1  # MaxBacklog 4 in all
+    assert ledger.leased == 4
+
+
+def test_a_filter_skips_messages_for_other_subscribers() -> None:
+    ledger = Ledger(QueueRules())
+    ledger.enqueue(msg(1, data={"k": "x"}), 0)
+    ledger.enqueue(msg(2, data={"k": "y"}), 0)
+    assert leased(ledger.subscribe("y", 0, matches=lambda m: m.data["k"] == "y")) == [(b"m2", "y")]
+
+
+def test_an_expired_lease_returns_and_max_deliveries_expires_it() -> None:
+    ledger = Ledger(QueueRules(lease_period_ms=100, max_deliveries=2))
+    ledger.enqueue(msg(1), 0)
+    first = ledger.subscribe("a", 0)
+    assert first[0].deadline_ms == 100
+    second = ledger.tick(100)
+    assert [o.change for o in second] == [Change.RETURNED, Change.LEASED]
+    third = ledger.tick(200)
+    assert [(o.change, o.reason) for o in third] == [
+        (Change.EXPIRED, "delivered 2 times (MaxDeliveries)")
+    ]
+    assert len(ledger) == 0
+    assert not ledger.subscription("a").held
+
+
+def test_max_cancels_expires_on_the_nth_cancel() -> None:
+    ledger = Ledger(QueueRules(max_cancels=2))
+    ledger.enqueue(msg(1), 0)
+    ledger.subscribe("a", 0)
+    assert [o.change for o in ledger.cancel([b"m1"], "a", 0)] == [Change.RETURNED, Change.LEASED]
+    assert [(o.change, o.reason) for o in ledger.cancel([b"m1"], "a", 0)] == [
+        (Change.EXPIRED, "cancelled 2 times (MaxCancels)")
+    ]
+
+
+def test_strict_leasing_refuses_an_ack_by_another_subscription_sublet_allows_it() -> None:
+    for leasing, acked in ((Leasing.STRICT, False), (Leasing.SUBLET, True)):
+        ledger = Ledger(QueueRules(leasing=leasing))
+        ledger.enqueue(msg(1), 0)
+        ledger.subscribe("a", 0)
+        outcomes = ledger.acknowledge([b"m1"], "b", 0)
+        assert (Outcome(Change.ACKED, b"m1") in outcomes) is acked
+        assert (ledger.message(b"m1") is None) is acked
+
+
+def test_at_most_once_removes_when_sent_and_the_ack_frees_the_slot() -> None:
+    ledger = Ledger(
+        QueueRules(semantics=QueueSemantics.AT_MOST_ONCE, fairness=FairnessModel.ROUND_ROBIN)
+    )
+    ledger.enqueue(msg(1), 0)
+    ledger.enqueue(msg(2), 0)
+    assert leased(ledger.subscribe("a", 0)) == [(b"m1", "a")]
+    assert ledger.message(b"m1") is None
+    assert ledger.cancel([b"m1"], "a", 0) == []
+    assert ledger.expire([b"m2"], "a", 0) == []
+    assert leased(ledger.disconnect("a", 0)) == []  # nothing returns
+    assert leased(ledger.subscribe("a", 0)) == [(b"m2", "a")]
+    assert leased(ledger.acknowledge([b"m2"], "a", 0)) == []
+    assert ledger.subscription("a").free == 1  # type: ignore[union-attr]
+
+
+def test_a_disconnect_returns_its_leases_to_the_others() -> None:
+    ledger = Ledger(QueueRules(max_per_subscription_backlog=2))
+    ledger.subscribe("a", 0, max_backlog=2)
+    ledger.enqueue(msg(1), 0)
+    ledger.enqueue(msg(2), 0)
+    ledger.subscribe("b", 0, max_backlog=2)
+    outcomes = ledger.disconnect("a", 0)
+    assert [o.change for o in outcomes].count(Change.RETURNED) == 2
+    assert sorted(leased(outcomes)) == [(b"m1", "b"), (b"m2", "b")]
+
+
+def test_a_message_expires_at_its_time_even_while_leased() -> None:
+    ledger = Ledger(QueueRules())
+    ledger.enqueue(msg(1, expires_ms=50), 0)
+    ledger.enqueue(msg(2), 0)
+    ledger.subscribe("a", 0)
+    outcomes = ledger.tick(50)
+    assert [(o.change, o.bookmark) for o in outcomes] == [
+        (Change.EXPIRED, b"m1"),
+        (Change.LEASED, b"m2"),
+    ]
+
+
+def test_a_barrier_waits_for_every_earlier_ack_then_goes_to_all_matching() -> None:
+    ledger = Ledger(QueueRules(max_per_subscription_backlog=5))
+    ledger.subscribe("a", 0, max_backlog=5)
+    ledger.subscribe("b", 0, max_backlog=5, matches=lambda m: not m.barrier)
+    ledger.enqueue(msg(1), 0)
+    ledger.enqueue(msg(2, barrier=True), 0)
+    later = ledger.enqueue(msg(3), 0)
+    assert leased(later) == []  # behind the barrier
+    outcomes = ledger.acknowledge([b"m1"], None, 0)
+    assert outcomes[1] == Outcome(Change.BARRIER, b"m2", ("a",))
+    assert leased(outcomes) == [(b"m3", "a")]  # a's backlog ignored the barrier
+
+
+def test_an_ack_before_the_message_arrives_is_kept_for_deferred_ack_expiration() -> None:
+    ledger = Ledger(QueueRules(deferred_ack_ms=1000))
+    ledger.acknowledge([b"m1", b"m2"], None, 0)
+    assert ledger.enqueue(msg(1), 999) == [Outcome(Change.ACKED, b"m1")]
+    ledger.tick(1000)
+    assert ledger.enqueue(msg(2), 1000) == []
+    assert ledger.message(b"m2") is not None
+
+
+OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["enqueue", "subscribe", "ack", "cancel", "tick", "disconnect", "expire"]),
+        st.integers(0, 5),
+        st.integers(1, 3),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    operations=OPERATIONS,
+    semantics=st.sampled_from(list(QueueSemantics)),
+    fairness=st.sampled_from(list(FairnessModel)),
+)
+def test_no_message_is_lost_or_held_twice(
+    operations: list[tuple[str, int, int]],
+    semantics: QueueSemantics,
+    fairness: FairnessModel,
+) -> None:
+    if semantics is QueueSemantics.AT_MOST_ONCE:
+        fairness = FairnessModel.ROUND_ROBIN
+    ledger = Ledger(
+        QueueRules(
+            semantics=semantics,
+            fairness=fairness,
+            lease_period_ms=50,
+            max_per_subscription_backlog=3,
+            max_deliveries=4,
+            max_cancels=3,
+        )
+    )
+    now, enqueued = 0, 0
+    settled: set[bytes] = set()  # acknowledged or expired
+    delivered: dict[bytes, int] = {}
+    widest: dict[str, int] = {}  # the largest backlog each subscription was given
+    for name, a, b in operations:
+        now += 10
+        subscription = f"s{a % 3}"
+        if name == "enqueue":
+            outcomes = ledger.enqueue(msg(enqueued), now)
+            enqueued += 1
+        elif name == "subscribe":  # a replaced subscription keeps its leases
+            widest[subscription] = max(widest.get(subscription, 0), b)
+            outcomes = ledger.subscribe(subscription, now, max_backlog=b)
+        elif name == "ack":
+            outcomes = ledger.acknowledge([f"m{a}".encode()], subscription, now)
+        elif name == "cancel":
+            outcomes = ledger.cancel([f"m{a}".encode()], subscription, now)
+        elif name == "expire":
+            outcomes = ledger.expire([f"m{a}".encode()], subscription, now)
+        elif name == "tick":
+            outcomes = ledger.tick(now + 40 * b)
+        else:
+            outcomes = ledger.disconnect(subscription, now)
+        for outcome in outcomes:
+            if outcome.change is Change.LEASED:
+                delivered[outcome.bookmark] = delivered.get(outcome.bookmark, 0) + 1
+            if outcome.change in (Change.ACKED, Change.EXPIRED):
+                assert outcome.bookmark not in settled
+                settled.add(outcome.bookmark)
+        for message in ledger.messages():
+            if message.holder is not None:
+                holder = ledger.subscription(message.holder)
+                assert holder is not None
+                assert message.bookmark in holder.held
+        for sub in ("s0", "s1", "s2"):
+            found = ledger.subscription(sub)
+            assert found is None or len(found.held) <= min(widest[sub], 3)
+    held = {m.bookmark for m in ledger.messages()}
+    if semantics is QueueSemantics.AT_LEAST_ONCE:
+        # every message is held, acknowledged or expired: none lost
+        for n in range(enqueued):
+            bookmark = f"m{n}".encode()
+            assert (bookmark in held) != (bookmark in settled), bookmark
+    else:
+        assert all(count == 1 for count in delivered.values()), delivered
+        for n in range(enqueued):
+            bookmark = f"m{n}".encode()
+            assert (bookmark in held) != (bookmark in delivered), bookmark
