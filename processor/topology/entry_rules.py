@@ -1,6 +1,6 @@
 """The rules of views and conflated topics that every topology format shares: what an
 entry may read, and its expressions (views' own rules are in
-:mod:`processor.topology.view_rules`).
+:mod:`processor.topology.view_rules`, queues' in :mod:`processor.topology.queue_rules`).
 
 The AMPS XML loader (:mod:`processor.topology.amps_entries`,
 :mod:`processor.topology.amps_views`) and the YAML loader
