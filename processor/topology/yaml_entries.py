@@ -1,6 +1,12 @@
-"""Views and conflated topics in the kafka-sow YAML topology format (``docs/topology.md``,
-"Views and conflated topics in YAML")::
+"""Queues, views and conflated topics in the kafka-sow YAML topology format
+(``docs/topology.md``, "Views and conflated topics in YAML", "Queues in YAML")::
 
+    queues:
+      - name: MQ
+        message_type: json
+        underlying: ORDERS_.*               # a topic, or a regular expression over topics
+        default_publish_target: ORDERS_DIRECT
+        lease_period: 60s
     views:
       - name: CompleteByRegion
         message_type: json
@@ -13,19 +19,22 @@
         underlying: orders
         interval: 1s
 
-Contract: :func:`read_entries` returns the :class:`~processor.topology.model.ViewSpec` and
-:class:`~processor.topology.model.ConflatedTopicSpec` of a document, views first, each
+Contract: :func:`read_entries` returns the :class:`~processor.topology.model.QueueSpec`,
+:class:`~processor.topology.model.ViewSpec` and
+:class:`~processor.topology.model.ConflatedTopicSpec` of a document, in that order, each
 list in file order, equal to what the AMPS XML loader makes of the same definition: both
-formats check them with :mod:`processor.topology.view_rules` and
-:mod:`processor.topology.entry_rules`. A problem raises
-:class:`~processor.errors.TopologyError` naming the file and the field path
+formats check them with :mod:`processor.topology.queue_rules`,
+:mod:`processor.topology.view_rules` and :mod:`processor.topology.entry_rules`. A problem
+raises :class:`~processor.errors.TopologyError` naming the file and the field path
 (``views[CompleteByRegion].projection[1]``, or ``views[0]`` counting from 0 when the entry
 has no usable name), what is wrong and what is allowed.
 
+* A queue (:mod:`processor.topology.yaml_queues`) reads topics of this file only (SOW
+  topics, or plain topics: AMPS's TransactionLog topics), so it is read first.
 * A view reads one topic (``underlying``) or the topics of its ``joins``, not both; what it
   reads is a SOW topic of this file or a view defined before it (a conflated topic comes
-  after every view, so a view cannot read one). ``message_type``, ``projection`` and
-  ``grouping`` are required.
+  after every view, so a view cannot read one; nor a queue). ``message_type``,
+  ``projection`` and ``grouping`` are required.
 * A conflated topic reads a SOW topic, a view or a conflated topic defined before it.
 * Each entry's ``where`` is its index path (``views[0]``), as a topic's is.
 """
@@ -56,6 +65,7 @@ from processor.topology.model import (
 )
 from processor.topology.view_rules import ViewItems, view
 from processor.topology.yaml_fields import describe, named, parse_field, parse_text, schema_path
+from processor.topology.yaml_queues import QUEUE_ELEMENTS, read_queue
 
 # fmt: off
 VIEW_FIELDS = (
@@ -83,11 +93,19 @@ _LABELS = {
     "TopicFormat": "topic_format",
     "Enrichment": "enrichment",
     "HashIndex": "hash index",
+    "Name": "name",
+    "Queue": "queue of kind queue",
+    "LocalQueue": "queue of kind local",
+    "GroupLocalQueue": "queue of kind group_local",
+    **{element: field for field, element in QUEUE_ELEMENTS.items() if field != "underlying"},
 }
 _WORDS = {
     "UnderlyingTopic": "underlying topic",
     "Topic": "SOW topic",
     "TransactionLog Topic": "plain topic",
+    "Queue": "queue",
+    "LocalQueue": "local queue",
+    "GroupLocalQueue": "group_local queue",
 }
 _FIELD_HINT = "a list of fields, each such as /region or SUM(/qty) AS /total"
 
@@ -123,27 +141,35 @@ def _entries_list(document: dict[Any, Any], key: str, what: str, source: str) ->
     return raw
 
 
+#: The sections of entries, in the order they are read, and what each holds.
+SECTIONS = (("queues", "queues"), ("views", "views"), ("conflated_topics", "conflated topics"))
+
+
 def read_entries(
     document: dict[Any, Any], topics: list[Loaded], source: str, base: Path
 ) -> list[Entry]:
-    """The views, then the conflated topics, of a YAML ``document`` whose ``topics`` are
-    loaded (module doc)."""
+    """The queues, then the views, then the conflated topics, of a YAML ``document`` whose
+    ``topics`` are loaded (module doc)."""
     d = _Dialect(source)
-    views = _entries_list(document, "views", "views", source)
-    conflated = _entries_list(document, "conflated_topics", "conflated topics", source)
     catalog = Catalog()
     for topic, _, where in topics:
         if isinstance(topic, SowTopic):
             catalog.add(Known.of(topic, "Topic", where, 0, pattern=topic.pattern is not None))
         else:
             catalog.add(Known.of(topic, "TransactionLog Topic", where, 0))
-    declared = [(raw, f"views[{i}]") for i, raw in enumerate(views)]
-    declared += [(raw, f"conflated_topics[{i}]") for i, raw in enumerate(conflated)]
+    declared = [
+        (key, raw, f"{key}[{index}]")
+        for key, what in SECTIONS
+        for index, raw in enumerate(_entries_list(document, key, what, source))
+    ]
     entries: list[Entry] = []
-    for order, (raw, where) in enumerate(declared, start=1):
+    for order, (key, raw, where) in enumerate(declared, start=1):
         catalog.later = _later(declared[order:])
         entry: Entry
-        if order <= len(views):
+        if key == "queues":
+            entry = read_queue(d, catalog, (raw, where), base)
+            catalog.add(Known.of(entry, entry.kind.value, where, order))
+        elif key == "views":
             entry = _view(d, catalog, (raw, where, order), base)
             catalog.add(Known.of(entry, "View", where, order))
         else:
@@ -153,10 +179,10 @@ def read_entries(
     return entries
 
 
-def _later(declared: list[tuple[Any, str]]) -> dict[str, str]:
+def _later(declared: list[tuple[str, Any, str]]) -> dict[str, str]:
     """The names of the entries still to be read (those it can tell), and where."""
     later: dict[str, str] = {}
-    for raw, where in declared:
+    for _, raw, where in declared:
         if isinstance(raw, dict) and isinstance(raw.get("name"), str):
             later.setdefault(raw["name"].strip(), where)
     return later

@@ -1,8 +1,8 @@
 """The kafka-sow YAML topology format (documented in ``docs/topology.md``).
 
 A document is a mapping with ``topics`` (a list, required), ``defaults`` (optional), and
-``views`` and ``conflated_topics`` (optional lists, read by
-:mod:`processor.topology.yaml_entries`)::
+``queues``, ``views`` and ``conflated_topics`` (optional lists, read by
+:mod:`processor.topology.yaml_entries` once the topics are loaded)::
 
     defaults: {partitions: 2}
     topics:
@@ -37,7 +37,7 @@ from processor.topology.model import PlainTopic, SowTopic, Topic, Topology
 from processor.topology.yaml_entries import read_entries
 from processor.topology.yaml_fields import PARSERS, describe, named, parse_field, schema_path
 
-TOP_LEVEL_KEYS = ("defaults", "topics", "views", "conflated_topics")
+TOP_LEVEL_KEYS = ("defaults", "topics", "queues", "views", "conflated_topics")
 TOPIC_FIELDS = (
     "name",
     "message_type",
@@ -164,9 +164,8 @@ def _parse_yaml(text: str, source: str) -> Topology:
         )
     if not isinstance(document, dict):
         raise TopologyError(
-            f"the top level must be a mapping with 'topics' (and optional 'defaults', 'views' "
-            f"and 'conflated_topics'), "
-            f"got {describe(document)}",
+            "the top level must be a mapping with 'topics' (and optional 'defaults', "
+            f"'queues', 'views' and 'conflated_topics'), got {describe(document)}",
             source=source,
         )
     for key in document:
