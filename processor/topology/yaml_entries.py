@@ -1,12 +1,7 @@
 """Queues, views and conflated topics in the kafka-sow YAML topology format
-(``docs/topology.md``, "Views and conflated topics in YAML", "Queues in YAML")::
+(``docs/topology.md``, "Views and conflated topics in YAML", "Queues in YAML"; a queue's
+fields: :mod:`processor.topology.yaml_queues`)::
 
-    queues:
-      - name: MQ
-        message_type: json
-        underlying: ORDERS_.*               # a topic, or a regular expression over topics
-        default_publish_target: ORDERS_DIRECT
-        lease_period: 60s
     views:
       - name: CompleteByRegion
         message_type: json
