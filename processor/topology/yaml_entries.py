@@ -27,15 +27,17 @@ has no usable name), what is wrong and what is allowed.
 * A queue (:mod:`processor.topology.yaml_queues`) reads topics of this file only (SOW
   topics, or plain topics: AMPS's TransactionLog topics), so it is read first.
 * A view reads one topic (``underlying``) or the topics of its ``joins``, not both; what it
-  reads is a SOW topic of this file or a view defined before it (a conflated topic comes
-  after every view, so a view cannot read one; nor a queue). ``message_type``,
-  ``projection`` and ``grouping`` are required.
-* A conflated topic reads a SOW topic, a view or a conflated topic defined before it.
+  reads is a SOW topic of this file, a view or a conflated topic (not a queue).
+  ``message_type``, ``projection`` and ``grouping`` are required.
+* A conflated topic reads a SOW topic, a view or a conflated topic.
+* Views and conflated topics are read in file order, except that one reading another is
+  read after it (:func:`_reading_order`), wherever it is written; a cycle is an error.
 * Each entry's ``where`` is its index path (``views[0]``), as a topic's is.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -48,6 +50,7 @@ from processor.topology.entry_rules import (
     Item,
     Known,
     conflated_topic,
+    topic_ref,
 )
 from processor.topology.model import (
     MESSAGE_TYPES,
@@ -73,8 +76,9 @@ CONFLATED_FIELDS = (
     "enrichment",
 )
 # fmt: on
-#: What a view may read in YAML: SOW topics and views defined before it.
-VIEW_READS = ("Topic", "View")
+#: What a view may read in YAML: SOW topics, views and conflated topics (read before it:
+#: :func:`_reading_order`); not a queue (``sow serve`` refuses one until issue 22).
+VIEW_READS = ("Topic", "View", "ConflatedTopic")
 #: AMPS elements as YAML messages write them, and in prose where that differs.
 _LABELS = {
     "View": "view",
@@ -152,11 +156,13 @@ def read_entries(
             catalog.add(Known.of(topic, "Topic", where, 0, pattern=topic.pattern is not None))
         else:
             catalog.add(Known.of(topic, "TransactionLog Topic", where, 0))
-    declared = [
-        (key, raw, f"{key}[{index}]")
-        for key, what in SECTIONS
-        for index, raw in enumerate(_entries_list(document, key, what, source))
-    ]
+    declared = _reading_order(
+        [
+            (key, raw, f"{key}[{index}]")
+            for key, what in SECTIONS
+            for index, raw in enumerate(_entries_list(document, key, what, source))
+        ]
+    )
     entries: list[Entry] = []
     for order, (key, raw, where) in enumerate(declared, start=1):
         catalog.later = _later(declared[order:])
@@ -172,6 +178,60 @@ def read_entries(
             catalog.add(Known.of(entry, "ConflatedTopic", where, order))
         entries.append(entry)
     return entries
+
+
+_QUALIFIER = re.compile(r"\[([^\]\[]+)\]\s*\.\s*(?:\[([^\]\[]+)\]\s*\.)?")
+
+
+def _reads(raw: Any) -> set[str]:
+    """The names a view or conflated topic entry reads, as far as a glance tells (its
+    ``underlying``, its joins' topics); the rules check them when the entry is read."""
+    if not isinstance(raw, dict):
+        return set()
+    names: set[str] = set()
+    underlying = raw.get("underlying")
+    if isinstance(underlying, str) and underlying.strip():
+        names.add(topic_ref(underlying.strip()).name)
+    joins = raw.get("joins")
+    for join in joins if isinstance(joins, list) else ():
+        if isinstance(join, str):
+            for first, second in _QUALIFIER.findall(join):
+                names.add(second or first)
+    return names
+
+
+def _reading_order(declared: list[tuple[str, Any, str]]) -> list[tuple[str, Any, str]]:
+    """The entries in the order they are read: queues first, then views and conflated
+    topics in file order, except that one reading another comes after it (so a view may
+    read a conflated topic, as in AMPS). A cycle keeps file order (and its error)."""
+    queues = [item for item in declared if item[0] == "queues"]
+    rest = [item for item in declared if item[0] != "queues"]
+    named = {
+        raw["name"].strip(): item
+        for item in rest
+        for raw in [item[1]]
+        if isinstance(raw, dict) and isinstance(raw.get("name"), str)
+    }
+    ordered: list[tuple[str, Any, str]] = []
+    placed: set[str] = set()
+    visiting: set[str] = set()
+
+    def place(item: tuple[str, Any, str]) -> None:
+        where = item[2]
+        if where in placed or where in visiting:
+            return
+        visiting.add(where)
+        for name in sorted(_reads(item[1])):
+            needed = named.get(name)
+            if needed is not None and needed[2] not in visiting:
+                place(needed)
+        visiting.discard(where)
+        placed.add(where)
+        ordered.append(item)
+
+    for item in rest:
+        place(item)
+    return queues + ordered
 
 
 def _later(declared: list[tuple[str, Any, str]]) -> dict[str, str]:

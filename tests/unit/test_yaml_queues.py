@@ -389,7 +389,7 @@ VIEW = (
         (
             queue() + VIEW % "Q",
             "views[V].underlying",
-            ["'Q' is a queue (at queues[0]); a view reads SOW topics or views"],
+            ["'Q' is a queue (at queues[0]); a view reads SOW topics, views or conflated topics"],
         ),
         (
             queue(kind="local") + "conflated_topics:\n  - {name: C, underlying: Q}\n",

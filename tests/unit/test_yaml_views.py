@@ -348,17 +348,16 @@ def conflated(**fields: str) -> str:
         (
             views(view(underlying="X")),
             "views[V].underlying",
-            ["'X', which is not defined in this file", "SOW topics or views", "(A, B, BIN, P)"],
+            [
+                "'X', which is not defined in this file",
+                "SOW topics, views or conflated topics",
+                "(A, B, BIN, P)",
+            ],
         ),
         (
-            views(view(underlying="W"), view(name="W")),
-            "views[V].underlying",
-            ["'W' is defined after this view (at views[1])"],
-        ),
-        (
-            views(view(underlying="C")) + conflated(),
-            "views[V].underlying",
-            ["'C' is defined after this view (at conflated_topics[0])"],
+            views(view(underlying="W"), view(name="W", underlying="V")),
+            "views[W].underlying",
+            ["'V' is defined after this view (at views[0])"],  # a cycle
         ),
         (
             views(view(underlying="'[nvfix].[A]'")),
@@ -478,11 +477,6 @@ def conflated(**fields: str) -> str:
             ["'[json].[A]', which is not defined"],
         ),
         (
-            conflated(underlying="D") + "  - {name: D, underlying: A}\n",
-            "conflated_topics[C].underlying",
-            ["'D' is defined after this conflated topic (at conflated_topics[1])"],
-        ),
-        (
             conflated(underlying="PLAIN"),
             "conflated_topics[C].underlying",
             ["'PLAIN' is a plain topic (at topics[4])"],
@@ -551,3 +545,25 @@ def test_errors_name_the_field(body: str, where: str, fragments: list[str]) -> N
     assert message.startswith(f"t.yaml: {where}: "), message
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_views_and_conflated_topics_may_read_each_other_wherever_written() -> None:
+    """YAML keeps views and conflated topics in two lists: one that reads another is read
+    after it, so a view may read a conflated topic (as in AMPS) or a later view."""
+    topology = yaml(
+        """
+topics:
+  - {name: A, key: /id}
+views:
+  - {name: OVER_C, message_type: json, underlying: C, projection: [/g], grouping: [/g]}
+  - {name: OVER_W, message_type: json, underlying: W, projection: [/g], grouping: [/g]}
+  - {name: W, message_type: json, underlying: A, projection: [/g], grouping: [/g]}
+conflated_topics:
+  - {name: C, underlying: D}
+  - {name: D, underlying: A}
+"""
+    )
+    assert list(topology.views) == ["OVER_C", "W", "OVER_W"]  # each after what it reads
+    assert topology.views["OVER_C"].underlying[0].name == "C"
+    assert topology.conflated_topics["C"].underlying == "D"
+    assert topology.topics["OVER_C"].view is not None
