@@ -37,6 +37,7 @@ Rules:
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -143,8 +144,14 @@ class Ledger:
     def __init__(self, rules: QueueRules) -> None:
         self.rules = rules
         self._messages: dict[Bookmark, QueueMessage] = {}
-        #: Every message held, in delivery order.
+        #: Every message held, and those not leased, in delivery order.
         self._order: list[tuple[tuple[int, int], Bookmark]] = []
+        self._available: list[tuple[tuple[int, int], Bookmark]] = []
+        self._leased = 0
+        #: (deadline, bookmark, deliveries) of each lease, and (time, bookmark) of each
+        #: expiration: checked against the message when due (a stale entry is skipped).
+        self._lease_deadlines: list[tuple[int, Bookmark, int]] = []
+        self._expirations: list[tuple[int, Bookmark]] = []
         self._subscriptions: dict[str, Subscription] = {}
         self._last_chosen: str | None = None
         self._deferred_acks: dict[Bookmark, int] = {}
@@ -163,7 +170,8 @@ class Ledger:
 
     @property
     def leased(self) -> int:
-        return sum(1 for message in self._messages.values() if message.holder is not None)
+        """How many messages are leased now."""
+        return self._leased
 
     def subscription(self, subscription_id: str) -> Subscription | None:
         return self._subscriptions.get(subscription_id)
@@ -178,7 +186,11 @@ class Ledger:
         if acked is not None and acked > now_ms:
             return [Outcome(Change.ACKED, message.bookmark)]
         self._messages[message.bookmark] = message
-        bisect.insort(self._order, (message.order(), message.bookmark))
+        place = (message.order(), message.bookmark)
+        bisect.insort(self._order, place)
+        bisect.insort(self._available, place)
+        if message.expires_ms is not None:
+            heapq.heappush(self._expirations, (message.expires_ms, message.bookmark))
         return self.dispatch(now_ms)
 
     def subscribe(
@@ -272,10 +284,20 @@ class Ledger:
         """What the clock does: messages past their expiration expire, leases past their
         deadline return; then whatever can be delivered is."""
         outcomes: list[Outcome] = []
-        for message in self.messages():
-            if message.expires_ms is not None and message.expires_ms <= now_ms:
+        expirations, deadlines = self._expirations, self._lease_deadlines
+        while expirations and expirations[0][0] <= now_ms:
+            expires_ms, bookmark = heapq.heappop(expirations)
+            message = self._messages.get(bookmark)
+            if message is not None and message.expires_ms == expires_ms:
                 outcomes.append(self._expire(message, "message expired"))
-            elif message.deadline_ms is not None and message.deadline_ms <= now_ms:
+        while deadlines and deadlines[0][0] <= now_ms:
+            deadline, bookmark, deliveries = heapq.heappop(deadlines)
+            message = self._messages.get(bookmark)
+            if (
+                message is not None
+                and message.holder is not None
+                and (message.deadline_ms, message.deliveries) == (deadline, deliveries)
+            ):
                 outcomes.extend(self._return(message, cancelled=False))
         for bookmark, until in list(self._deferred_acks.items()):
             if until <= now_ms:
@@ -288,26 +310,27 @@ class Ledger:
         outcomes: list[Outcome] = []
         if not self._subscriptions:
             return outcomes
-        outstanding = self.leased
         limit = self.rules.max_backlog
-        for _, bookmark in list(self._order):
-            message = self._messages.get(bookmark)
-            if message is None or message.holder is not None:
-                continue
+        free = sum(max(s.free, 0) for s in self._subscriptions.values())
+        available, index = self._available, 0
+        while index < len(available):
+            bookmark = available[index][1]
+            message = self._messages[bookmark]
             if message.barrier:
                 if self._order[0][1] != bookmark:
                     break  # earlier messages are still held: it and every later one wait
                 outcomes.append(self._deliver_barrier(message))
-                continue
-            if limit is not None and outstanding >= limit:
+                continue  # removed: the next one is at the same index
+            if free <= 0 or (limit is not None and self._leased >= limit):
                 break
             subscription = self._choose(message)
             if subscription is None:
-                if all(s.free <= 0 for s in self._subscriptions.values()):
-                    break
+                index += 1  # no subscription with room takes it: later ones may
                 continue
             outcomes.append(self._lease(message, subscription, now_ms))
-            outstanding += 1
+            free -= 1
+            if self.rules.semantics is QueueSemantics.AT_LEAST_ONCE:
+                del available[index]  # leased (at-most-once: removed with the message)
         return outcomes
 
     # -- the rules ----------------------------------------------------------------------
@@ -341,6 +364,11 @@ class Ledger:
             self._remove(message)
         else:
             message.holder, message.deadline_ms = subscription.id, deadline
+            self._leased += 1
+            if deadline is not None:
+                heapq.heappush(
+                    self._lease_deadlines, (deadline, message.bookmark, message.deliveries)
+                )
         return Outcome(Change.LEASED, message.bookmark, (subscription.id,), deadline)
 
     def _deliver_barrier(self, message: QueueMessage) -> Outcome:
@@ -353,6 +381,8 @@ class Ledger:
         if holder is not None:
             holder.held.discard(message.bookmark)
         message.holder, message.deadline_ms = None, None
+        self._leased -= 1
+        bisect.insort(self._available, (message.order(), message.bookmark))
         if cancelled:
             message.cancels += 1
         rules = self.rules
@@ -368,9 +398,14 @@ class Ledger:
 
     def _remove(self, message: QueueMessage) -> None:
         del self._messages[message.bookmark]
-        index = bisect.bisect_left(self._order, (message.order(), message.bookmark))
-        del self._order[index]
-        if message.holder is not None:  # acknowledged or expired while leased
-            holder = self._subscriptions.get(message.holder)
-            if holder is not None:
-                holder.held.discard(message.bookmark)
+        place = (message.order(), message.bookmark)
+        del self._order[bisect.bisect_left(self._order, place)]
+        if message.holder is None:
+            index = bisect.bisect_left(self._available, place)
+            if index < len(self._available) and self._available[index] == place:
+                del self._available[index]
+            return
+        self._leased -= 1  # acknowledged or expired while leased
+        holder = self._subscriptions.get(message.holder)
+        if holder is not None:
+            holder.held.discard(message.bookmark)
