@@ -80,7 +80,8 @@ def main() -> int:
             say(f"{row}")
             rows.append(row)
     print(
-        "| fairness | subscribers | queue depth | leased and acknowledged msgs/s (median) | rounds |"
+        "| fairness | subscribers | queue depth | leased and acknowledged msgs/s (median) "
+        "| rounds |"
     )
     print("|---|---:|---:|---:|---|")
     for row in rows:

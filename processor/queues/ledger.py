@@ -6,6 +6,10 @@ queue partition, feeds it what its transactions apply (messages enqueued, subscr
 acknowledgements, cancels, expiry requests, the clock) and persists the
 :class:`Outcome` list each call returns (docs/queues.md). Not thread-safe.
 
+Costs: a message's place is kept in sorted lists (insertion O(n) memory moves), leases
+and expirations in heaps; a dispatch scans the messages not leased in order until the
+subscriptions are full (bench/queue_ledger.py).
+
 Rules:
 
 * **Order.** Oldest first (the enqueue ``sequence``); with a ``Priority``, highest first
