@@ -56,6 +56,8 @@ Bookmark = bytes
 MessageFilter = Callable[["QueueMessage"], bool]
 
 _U64 = 1 << 64
+#: Stale heap entries allowed beyond twice the live ones before a heap is rebuilt.
+_SLACK = 1024
 
 
 def priority_of(value: Any) -> int | None:
@@ -158,7 +160,15 @@ class Ledger:
         self._expirations: list[tuple[int, Bookmark]] = []
         self._subscriptions: dict[str, Subscription] = {}
         self._last_chosen: str | None = None
+        #: Acknowledgements of messages not held yet: bookmark -> until, and by time.
         self._deferred_acks: dict[Bookmark, int] = {}
+        self._deferred_due: list[tuple[int, Bookmark]] = []
+        #: Barrier messages held (while there are none, order alone decides).
+        self._barriers = 0
+        #: Whether the next dispatch scans every available message: something changed
+        #: that may let one go (a subscription, a freed slot, a return). Otherwise every
+        #: available message was tried since, and only a new one can be leased.
+        self._rescan = True
 
     # -- what it holds ------------------------------------------------------------------
 
@@ -193,9 +203,17 @@ class Ledger:
         place = (message.order(), message.bookmark)
         bisect.insort(self._order, place)
         bisect.insort(self._available, place)
+        self._barriers += message.barrier
         if message.expires_ms is not None:
             heapq.heappush(self._expirations, (message.expires_ms, message.bookmark))
-        return self.dispatch(now_ms)
+            if len(self._expirations) > 2 * len(self._messages) + _SLACK:
+                self._expirations = [
+                    (m.expires_ms, m.bookmark)
+                    for m in self._messages.values()
+                    if m.expires_ms is not None
+                ]
+                heapq.heapify(self._expirations)
+        return self._dispatch(now_ms, newest=place)
 
     def subscribe(
         self,
@@ -205,8 +223,11 @@ class Ledger:
         matches: MessageFilter | None = None,
     ) -> list[Outcome]:
         """Add (or replace, keeping its leases) a subscription; ``max_backlog`` is the
-        subscriber's option (default 1), capped by the queue's."""
-        backlog = min(max_backlog or 1, self.rules.max_per_subscription_backlog)
+        subscriber's option (default 1; 0: barrier messages only), capped by the
+        queue's."""
+        backlog = min(
+            1 if max_backlog is None else max_backlog, self.rules.max_per_subscription_backlog
+        )
         current = self._subscriptions.get(subscription_id)
         held = current.held if current is not None else set()
         self._subscriptions[subscription_id] = Subscription(
@@ -244,7 +265,7 @@ class Ledger:
             message = self._messages.get(bookmark)
             if message is None:
                 if self.rules.semantics is QueueSemantics.AT_LEAST_ONCE:
-                    self._deferred_acks[bookmark] = now_ms + self.rules.deferred_ack_ms
+                    self._defer_ack(bookmark, now_ms + self.rules.deferred_ack_ms)
                 continue
             if not self._may_settle(message, by):
                 continue
@@ -287,13 +308,8 @@ class Ledger:
     def tick(self, now_ms: int) -> list[Outcome]:
         """What the clock does: messages past their expiration expire, leases past their
         deadline return; then whatever can be delivered is."""
-        outcomes: list[Outcome] = []
-        expirations, deadlines = self._expirations, self._lease_deadlines
-        while expirations and expirations[0][0] <= now_ms:
-            expires_ms, bookmark = heapq.heappop(expirations)
-            message = self._messages.get(bookmark)
-            if message is not None and message.expires_ms == expires_ms:
-                outcomes.append(self._expire(message, "message expired"))
+        outcomes = self._expire_due(now_ms)
+        deadlines = self._lease_deadlines
         while deadlines and deadlines[0][0] <= now_ms:
             deadline, bookmark, deliveries = heapq.heappop(deadlines)
             message = self._messages.get(bookmark)
@@ -303,29 +319,47 @@ class Ledger:
                 and (message.deadline_ms, message.deliveries) == (deadline, deliveries)
             ):
                 outcomes.extend(self._return(message, cancelled=False))
-        for bookmark, until in list(self._deferred_acks.items()):
-            if until <= now_ms:
+        due = self._deferred_due
+        while due and due[0][0] <= now_ms:
+            until, bookmark = heapq.heappop(due)
+            if self._deferred_acks.get(bookmark) == until:
                 del self._deferred_acks[bookmark]
         return outcomes + self.dispatch(now_ms)
 
     def dispatch(self, now_ms: int) -> list[Outcome]:
         """Lease what can be leased now (the order, backlogs and fairness of the module
-        doc)."""
-        outcomes: list[Outcome] = []
+        doc), after expiring what is past its time."""
+        self._rescan = True
+        return self._dispatch(now_ms)
+
+    def _dispatch(
+        self, now_ms: int, newest: tuple[tuple[int, int], Bookmark] | None = None
+    ) -> list[Outcome]:
+        """``dispatch``; with ``newest`` (a message just enqueued) and nothing changed
+        since the last dispatch, only that message is tried."""
+        outcomes = self._expire_due(now_ms)
         if not self._subscriptions:
             return outcomes
+        available, index, end = self._available, 0, len(self._available)
+        if outcomes or self._barriers:
+            self._rescan = True
+        if not self._rescan and newest is not None:
+            index = bisect.bisect_left(available, newest)
+            end = index + 1
+        self._rescan = False
         limit = self.rules.max_backlog
         free = sum(max(s.free, 0) for s in self._subscriptions.values())
-        available, index = self._available, 0
-        while index < len(available):
+        outstanding = sum(len(s.held) for s in self._subscriptions.values())
+        while index < min(end, len(available)):
             bookmark = available[index][1]
             message = self._messages[bookmark]
             if message.barrier:
                 if self._order[0][1] != bookmark:
                     break  # earlier messages are still held: it and every later one wait
                 outcomes.append(self._deliver_barrier(message))
+                end -= 1
                 continue  # removed: the next one is at the same index
-            if free <= 0 or (limit is not None and self._leased >= limit):
+            if free <= 0 or (limit is not None and outstanding >= limit):
                 break
             subscription = self._choose(message)
             if subscription is None:
@@ -333,9 +367,29 @@ class Ledger:
                 continue
             outcomes.append(self._lease(message, subscription, now_ms))
             free -= 1
+            outstanding += 1
+            end -= 1
             if self.rules.semantics is QueueSemantics.AT_LEAST_ONCE:
                 del available[index]  # leased (at-most-once: removed with the message)
         return outcomes
+
+    def _expire_due(self, now_ms: int) -> list[Outcome]:
+        """Expire the messages whose time has come (before anything is leased)."""
+        outcomes: list[Outcome] = []
+        expirations = self._expirations
+        while expirations and expirations[0][0] <= now_ms:
+            expires_ms, bookmark = heapq.heappop(expirations)
+            message = self._messages.get(bookmark)
+            if message is not None and message.expires_ms == expires_ms:
+                outcomes.append(self._expire(message, "message expired"))
+        return outcomes
+
+    def _defer_ack(self, bookmark: Bookmark, until: int) -> None:
+        self._deferred_acks[bookmark] = until
+        heapq.heappush(self._deferred_due, (until, bookmark))
+        if len(self._deferred_due) > 2 * len(self._deferred_acks) + _SLACK:
+            self._deferred_due = [(t, b) for b, t in self._deferred_acks.items()]
+            heapq.heapify(self._deferred_due)
 
     # -- the rules ----------------------------------------------------------------------
 
@@ -402,6 +456,7 @@ class Ledger:
 
     def _remove(self, message: QueueMessage) -> None:
         del self._messages[message.bookmark]
+        self._barriers -= message.barrier
         place = (message.order(), message.bookmark)
         del self._order[bisect.bisect_left(self._order, place)]
         if message.holder is None:

@@ -191,6 +191,62 @@ def test_an_ack_before_the_message_arrives_is_kept_for_deferred_ack_expiration()
     assert ledger.message(b"m2") is not None
 
 
+def test_an_enqueue_tries_only_the_new_message_when_nothing_else_changed() -> None:
+    """A subscriber whose filter skips the backlog is not asked about the whole backlog
+    at every enqueue (the cost stays linear in the messages)."""
+    asked = [0]
+
+    def only_a(message: QueueMessage) -> bool:
+        asked[0] += 1
+        return bool(message.data == "A")
+
+    ledger = Ledger(QueueRules())
+    ledger.subscribe("a", 0, matches=only_a)
+    for n in range(2_000):
+        ledger.enqueue(msg(n, data="B"), n)
+    assert asked[0] == 2_000
+    assert leased(ledger.enqueue(msg(9_999, data="A"), 3_000)) == [(b"m9999", "a")]
+
+
+def test_a_message_past_its_expiration_is_never_leased() -> None:
+    ledger = Ledger(QueueRules())
+    ledger.subscribe("a", 0)
+    outcomes = ledger.enqueue(msg(1, expires_ms=5), 10)
+    assert [o.change for o in outcomes] == [Change.EXPIRED]
+    ledger.enqueue(msg(2, expires_ms=50), 10)  # leased to a at once
+    ledger.enqueue(msg(3, expires_ms=50), 10)
+    assert [o.change for o in ledger.acknowledge([b"m2"], "a", 100)] == [
+        Change.ACKED,
+        Change.EXPIRED,
+    ]
+
+
+def test_a_subscriber_with_max_backlog_0_gets_barrier_messages_only() -> None:
+    ledger = Ledger(QueueRules(max_per_subscription_backlog=5))
+    ledger.subscribe("watcher", 0, max_backlog=0)
+    assert leased(ledger.enqueue(msg(1), 0)) == []
+    outcomes = ledger.enqueue(msg(2, barrier=True), 0)
+    assert outcomes == []  # behind m1, which nobody can take
+    ledger.subscribe("worker", 0)
+    outcomes = ledger.acknowledge([b"m1"], "worker", 0)
+    assert Outcome(Change.BARRIER, b"m2", ("watcher", "worker")) in outcomes
+
+
+def test_max_backlog_counts_unacknowledged_deliveries_of_an_at_most_once_queue() -> None:
+    ledger = Ledger(
+        QueueRules(
+            semantics=QueueSemantics.AT_MOST_ONCE,
+            fairness=FairnessModel.ROUND_ROBIN,
+            max_backlog=1,
+        )
+    )
+    ledger.subscribe("a", 0)
+    ledger.subscribe("b", 0)
+    delivered = [leased(ledger.enqueue(msg(n), 0)) for n in range(3)]
+    assert delivered == [[(b"m0", "a")], [], []]
+    assert leased(ledger.acknowledge([b"m0"], "a", 0)) == [(b"m1", "b")]
+
+
 OPERATIONS = st.lists(
     st.tuples(
         st.sampled_from(["enqueue", "subscribe", "ack", "cancel", "tick", "disconnect", "expire"]),
@@ -206,12 +262,15 @@ OPERATIONS = st.lists(
     operations=OPERATIONS,
     semantics=st.sampled_from(list(QueueSemantics)),
     fairness=st.sampled_from(list(FairnessModel)),
+    barriers=st.booleans(),
 )
 def test_no_message_is_lost_or_held_twice(
     operations: list[tuple[str, int, int]],
     semantics: QueueSemantics,
     fairness: FairnessModel,
+    barriers: bool,
 ) -> None:
+    """(Priority and barriers exclude each other, as in AMPS.)"""
     if semantics is QueueSemantics.AT_MOST_ONCE:
         fairness = FairnessModel.ROUND_ROBIN
     ledger = Ledger(
@@ -231,10 +290,12 @@ def test_no_message_is_lost_or_held_twice(
     for name, a, b in operations:
         now += 10
         subscription = f"s{a % 3}"
-        if name == "enqueue":  # some with a priority, some expiring
-            priority = None if a < 3 else a
+        if name == "enqueue":  # some with a priority, some expiring, some barriers
+            priority = None if a < 3 or barriers else a
             expires = now + 25 * b if a == 5 else None
-            outcomes = ledger.enqueue(msg(enqueued, priority=priority, expires_ms=expires), now)
+            barrier = barriers and a == 4
+            message = msg(enqueued, priority=priority, expires_ms=expires, barrier=barrier)
+            outcomes = ledger.enqueue(message, now)
             enqueued += 1
         elif name == "subscribe":  # a replaced subscription keeps its leases
             widest[subscription] = max(widest.get(subscription, 0), b)
@@ -252,7 +313,7 @@ def test_no_message_is_lost_or_held_twice(
         for outcome in outcomes:
             if outcome.change is Change.LEASED:
                 delivered[outcome.bookmark] = delivered.get(outcome.bookmark, 0) + 1
-            if outcome.change in (Change.ACKED, Change.EXPIRED):
+            if outcome.change in (Change.ACKED, Change.EXPIRED, Change.BARRIER):
                 assert outcome.bookmark not in settled
                 settled.add(outcome.bookmark)
         for message in ledger.messages():
