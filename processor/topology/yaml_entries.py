@@ -31,7 +31,8 @@ has no usable name), what is wrong and what is allowed.
   ``message_type``, ``projection`` and ``grouping`` are required.
 * A conflated topic reads a SOW topic, a view or a conflated topic.
 * Views and conflated topics are read in file order, except that one reading another is
-  read after it (:func:`_reading_order`), wherever it is written; a cycle is an error.
+  read after it (:func:`_reading_order`), wherever it is written; a cycle is refused
+  naming it (``views[V] reads conflated_topics[C] reads views[V]``).
 * Each entry's ``where`` is its index path (``views[0]``), as a topic's is.
 """
 
@@ -157,11 +158,13 @@ def read_entries(
         else:
             catalog.add(Known.of(topic, "TransactionLog Topic", where, 0))
     declared = _reading_order(
+        d,
         [
             (key, raw, f"{key}[{index}]")
             for key, what in SECTIONS
             for index, raw in enumerate(_entries_list(document, key, what, source))
-        ]
+        ],
+        {topic.name for topic, _, _ in topics},
     )
     entries: list[Entry] = []
     for order, (key, raw, where) in enumerate(declared, start=1):
@@ -200,38 +203,60 @@ def _reads(raw: Any) -> set[str]:
     return names
 
 
-def _reading_order(declared: list[tuple[str, Any, str]]) -> list[tuple[str, Any, str]]:
+def _reading_order(
+    d: _Dialect, declared: list[tuple[str, Any, str]], topics: set[str]
+) -> list[tuple[str, Any, str]]:
     """The entries in the order they are read: queues first, then views and conflated
     topics in file order, except that one reading another comes after it (so a view may
-    read a conflated topic, as in AMPS). A cycle keeps file order (and its error)."""
+    read a conflated topic, as in AMPS). A name that is also a topic's reads as the topic
+    (the entry is refused as defined twice when it is read); a cycle is refused here."""
     queues = [item for item in declared if item[0] == "queues"]
     rest = [item for item in declared if item[0] != "queues"]
-    named = {
-        raw["name"].strip(): item
-        for item in rest
-        for raw in [item[1]]
-        if isinstance(raw, dict) and isinstance(raw.get("name"), str)
-    }
-    ordered: list[tuple[str, Any, str]] = []
-    placed: set[str] = set()
-    visiting: set[str] = set()
-
-    def place(item: tuple[str, Any, str]) -> None:
-        where = item[2]
-        if where in placed or where in visiting:
-            return
-        visiting.add(where)
-        for name in sorted(_reads(item[1])):
-            needed = named.get(name)
-            if needed is not None and needed[2] not in visiting:
-                place(needed)
-        visiting.discard(where)
-        placed.add(where)
-        ordered.append(item)
-
+    named: dict[str, tuple[str, Any, str]] = {}
     for item in rest:
-        place(item)
+        raw = item[1]
+        if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+            name = raw["name"].strip()
+            if name not in topics:
+                named.setdefault(name, item)
+    ordered: list[tuple[str, Any, str]] = []
+    visiting, placed = 1, 2
+    marks: dict[str, int] = {}
+    for root in rest:
+        if root[2] in marks:
+            continue
+        marks[root[2]] = visiting
+        stack = [(root, iter(sorted(_reads(root[1]))))]
+        while stack:  # depth first, without recursion (a chain may be long)
+            item, pending = stack[-1]
+            for name in pending:
+                needed = named.get(name)
+                if needed is None or marks.get(needed[2]) == placed:
+                    continue
+                if marks.get(needed[2]) == visiting:
+                    path = [entry for entry, _ in stack]
+                    cycle = [*path[path.index(needed) :], needed]
+                    d.fail(
+                        f"{' reads '.join(_named_where(entry) for entry in cycle)}: views and "
+                        "conflated topics cannot read each other in a cycle",
+                        _named_where(item),
+                    )
+                marks[needed[2]] = visiting
+                stack.append((needed, iter(sorted(_reads(needed[1])))))
+                break
+            else:
+                stack.pop()
+                marks[item[2]] = placed
+                ordered.append(item)
     return queues + ordered
+
+
+def _named_where(item: tuple[str, Any, str]) -> str:
+    """An entry's path by its name (``views[V]``), else by its index."""
+    key, raw, where = item
+    if isinstance(raw, dict) and isinstance(raw.get("name"), str) and raw["name"].strip():
+        return f"{key}[{raw['name'].strip()}]"
+    return where
 
 
 def _later(declared: list[tuple[str, Any, str]]) -> dict[str, str]:

@@ -356,8 +356,18 @@ def conflated(**fields: str) -> str:
         ),
         (
             views(view(underlying="W"), view(name="W", underlying="V")),
-            "views[W].underlying",
-            ["'V' is defined after this view (at views[0])"],  # a cycle
+            "views[W]",
+            ["views[V] reads views[W] reads views[V]: views and conflated topics cannot"],
+        ),
+        (
+            views(view(underlying="C")) + conflated(underlying="V"),
+            "conflated_topics[C]",
+            ["views[V] reads conflated_topics[C] reads views[V]"],
+        ),
+        (
+            views(view(name="A", underlying="V2"), view(name="V2")),
+            "views[0]",
+            ["topic 'A' is defined twice (first at topics[0])"],
         ),
         (
             views(view(underlying="'[nvfix].[A]'")),
@@ -567,3 +577,14 @@ conflated_topics:
     assert topology.views["OVER_C"].underlying[0].name == "C"
     assert topology.conflated_topics["C"].underlying == "D"
     assert topology.topics["OVER_C"].view is not None
+
+
+def test_a_long_chain_written_backwards_loads() -> None:
+    """Deeper than Python's recursion limit: the reading order is found without recursion."""
+    count = 1_100
+    items = [
+        view(name=f"V{i}", underlying=f"V{i + 1}" if i + 1 < count else "A") for i in range(count)
+    ]
+    topology = yaml(TOPICS + views(*items))
+    assert next(iter(topology.views)) == f"V{count - 1}"
+    assert topology.views["V0"].underlying[0].name == "V1"
