@@ -410,13 +410,13 @@ class Processor:
                         commit(
                             transaction, producer, offsets, consumer.group_metadata(), self._crash
                         )
+                        self._settled_at = time.monotonic() + producer.commit_settle_s
                     else:
                         producer.abort()
                 except StaleGroupError as exc:
                     self._read_again(records, producer, assignment, exc)
                     applier.restore_counters(counted)
                     continue
-                self._settled_at = time.monotonic() + producer.commit_settle_s
                 self._loop.positions.update(offsets)
                 self._stale_group = 0
                 self.transactions += 1

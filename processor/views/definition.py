@@ -121,7 +121,7 @@ def digest_of(view: ViewSpec, topics: Mapping[str, SowTopic]) -> bytes:
         "key_domain": view.key_domain,
         "null_equivalency": view.join_null_equivalency,
     }
-    if view.joins:  # joined rows are identified by their join keys (since several Joins)
+    if view.joins:  # the form of joined rows' ids: their join keys are part of them
         described["rows"] = 2
     copies = [  # only when it reads conflated topics: other views keep their digests
         derived_digest(topic, topics).decode()

@@ -85,8 +85,10 @@ class JoinStage:
                 continue
             if join_key is None:
                 continue
-            group = self._group(join_key, batch)
             joins = matches(join_key)
+            if not joins and side == 1:
+                continue  # a right record that cannot match anything changes no row
+            group = self._group(join_key, batch)
             before = self._rows(step, join_key, group, side, member, joins)
             state_key = _state_prefix(join_key) + bytes((side,)) + member
             if values is None:
