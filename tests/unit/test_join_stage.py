@@ -160,7 +160,7 @@ def expected(definition: ViewDefinition, records: dict[str, dict[int, Message]])
         joined: list[tuple[Message | None, ...]] = []
         for row in rows:
             left = tuple(_text(row[p.left], p.left_field) for p in step.pairs)
-            hits = [
+            hits: list[Message | None] = [
                 message
                 for message in records[topics[step.number]].values()
                 if tuple(_text(message, p.right_field) for p in step.pairs) == left
