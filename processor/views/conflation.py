@@ -48,6 +48,7 @@ from processor.errors import DecodeError, MessageError
 from processor.expr import Expression, MessageContext
 from processor.expr import compile as compile_expression
 from processor.log import Headers, Record
+from processor.log.records import LogRecord
 from processor.messages import Codec, codec_for
 from processor.topology.model import SowTopic
 from processor.topology.topics import copy_name
@@ -250,49 +251,7 @@ class ConflatedPartition:
         read (for the dead-letter topic)."""
         headers: Headers = [(DIGEST_HEADER, self.definition.digest)]
         input_topic, partition = self.state.topic.kafka_topic, self.state.partition
-        return _InputRecord(input_topic, partition, offset, sow_key, envelope, headers)
-
-
-class _InputRecord:
-    """A record of a conflated topic's input, rebuilt from its pending state."""
-
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_topic", "_value")
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        key: bytes,
-        value: bytes,
-        headers: Headers,
-    ) -> None:
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self._key, self._value, self._headers = key, value, headers
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> Headers | None:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, -1)  # TIMESTAMP_NOT_AVAILABLE: the pending state keeps no time
-
-    def error(self) -> None:
-        return None
+        return LogRecord(input_topic, partition, offset, sow_key, envelope, headers)
 
 
 class ConflatedTopic:

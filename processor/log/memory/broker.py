@@ -18,6 +18,7 @@ from processor.log import (
     TopicPartitionKey,
     TopicSpec,
 )
+from processor.log.records import LogRecord
 
 #: Kafka's logical offsets: the start and the end of a partition.
 OFFSET_BEGINNING = -2
@@ -28,23 +29,13 @@ DEFAULT_MAX_RECORD_BYTES = 1_048_588
 BATCH = 20_000
 
 
-class MemoryRecord:
+class MemoryRecord(LogRecord):
     """One record of a :class:`MemoryLog` partition (the :class:`processor.log.Record`
-    protocol). ``control`` marks a transaction marker; ``aborted`` a record of an aborted
-    transaction; ``owner`` the (transactional id, epoch) of an open transaction."""
+    protocol; its timestamp is its create time). ``control`` marks a transaction marker;
+    ``aborted`` a record of an aborted transaction; ``owner`` the (transactional id,
+    epoch) of an open transaction."""
 
-    __slots__ = (
-        "_headers",
-        "_key",
-        "_offset",
-        "_partition",
-        "_time",
-        "_topic",
-        "_value",
-        "aborted",
-        "control",
-        "owner",
-    )
+    __slots__ = ("aborted", "control", "owner")
 
     def __init__(
         self,
@@ -56,35 +47,10 @@ class MemoryRecord:
         headers: Headers | None,
         time_ms: int,
     ) -> None:
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self._key, self._value, self._headers, self._time = key, value, headers, time_ms
+        super().__init__(topic, partition, offset, key, value, headers, (1, time_ms))
         self.control = False
         self.aborted = False
         self.owner: tuple[str, int] | None = None
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> Headers | None:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self._time)  # (CreateTime, ms)
-
-    def error(self) -> None:
-        return None
 
 
 @dataclass
