@@ -38,11 +38,11 @@ has no usable name), what is wrong and what is allowed.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, NoReturn
 
-from processor.errors import TopologyError
+from processor.errors import ParseError, TopologyError
+from processor.expr import ast, parser
 from processor.topology import quantities
 from processor.topology.assemble import Loaded, check_topic
 from processor.topology.entry_rules import (
@@ -183,9 +183,6 @@ def read_entries(
     return entries
 
 
-_QUALIFIER = re.compile(r"\[([^\]\[]+)\]\s*\.\s*(?:\[([^\]\[]+)\]\s*\.)?")
-
-
 def _reads(raw: Any) -> set[str]:
     """The names a view or conflated topic entry reads, as far as a glance tells (its
     ``underlying``, its joins' topics); the rules check them when the entry is read."""
@@ -197,9 +194,14 @@ def _reads(raw: Any) -> set[str]:
         names.add(topic_ref(underlying.strip()).name)
     joins = raw.get("joins")
     for join in joins if isinstance(joins, list) else ():
-        if isinstance(join, str):
-            for first, second in _QUALIFIER.findall(join):
-                names.add(second or first)
+        try:  # the join rules say what is wrong with one that does not parse
+            node = parser.parse(join) if isinstance(join, str) else None
+        except ParseError:
+            continue
+        if isinstance(node, ast.Binary):
+            for side in (node.left, node.right):
+                if isinstance(side, ast.Identifier) and side.qualifiers:
+                    names.add(side.qualifiers[-1])
     return names
 
 

@@ -588,3 +588,14 @@ def test_a_long_chain_written_backwards_loads() -> None:
     topology = yaml(TOPICS + views(*items))
     assert next(iter(topology.views)) == f"V{count - 1}"
     assert topology.views["V0"].underlying[0].name == "V1"
+
+
+def test_a_view_joining_a_later_view_is_read_after_it() -> None:
+    topology = yaml(
+        TOPICS
+        + views(
+            view(name="J", underlying="", joins="['[json].[A]./g = [W]./g']"),
+            view(name="W", underlying="B"),
+        )
+    )
+    assert list(topology.views) == ["W", "J"]
