@@ -35,10 +35,12 @@ from processor.log.kafka.transactional import KafkaTransactionalLog
 from processor.log.kafka.writer import KafkaLogWriter
 from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine
+from processor.queues import queue_wiring
 from processor.replica.plain_tail import PlainTail
 from processor.replica.replica import Replica
 from processor.state.opener import store_opener
 from processor.subscriptions.hub import SubscriptionHub
+from processor.subscriptions.queues import QueueHub
 from processor.topology import Topology, refuse_unserved
 from processor.views import view_wiring
 from processor.worker import ProcessorChild
@@ -50,13 +52,29 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def derived_wiring(topology: Topology) -> dict[str, Any]:
+    """The processor's ``listeners`` and ``derived`` options for the topology's views,
+    conflated topics and queues (empty when it has none)."""
+    listeners: dict[str, list[Any]] = {}
+    derived: dict[str, Any] = {}
+    for wiring in (view_wiring(topology), queue_wiring(topology)):
+        for name, more in wiring.get("listeners", {}).items():
+            listeners.setdefault(name, []).extend(more)
+        derived.update(wiring.get("derived", {}))
+    return {"listeners": listeners, "derived": derived} if derived else {}
+
+
 def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
     """Every Kafka topic the topology needs (a plain topic needs only its input topic)."""
     specs = [TopicSpec(dead_letter_topic, 1, {})]
     for plain in topology.plain_topics.values():
         specs.append(TopicSpec(plain.kafka_topic, plain.partitions, {}))
+    plain_inputs = {plain.kafka_topic for plain in topology.plain_topics.values()}
     for topic in topology.topics.values():
-        specs.append(TopicSpec(topic.kafka_topic, topic.partitions, {}))
+        if topic.kafka_topic not in plain_inputs:  # a queue reading its plain topic
+            specs.append(TopicSpec(topic.kafka_topic, topic.partitions, {}))
+        if topic.queue is not None:
+            specs.append(TopicSpec(topic.deliveries_topic, topic.partitions, {}))
         specs.append(TopicSpec(topic.repartition_topic, topic.partitions, {}))
         changelog_config = {"cleanup.policy": "compact"}
         if topic.history is not None:
@@ -166,7 +184,7 @@ def processor_over(
 ) -> Processor:
     """A processor of ``topology`` over a log's ``connections``, with RocksDB stores under
     the settings' state directory, and the topology's views; ``options`` go to Processor."""
-    options = {**view_wiring(topology), **options}
+    options = {**derived_wiring(topology), **options}
     return Processor(
         topology,
         connections,
@@ -209,6 +227,8 @@ class Application:
     observer: Observer | None = None
     grpc_address: str = ""
     log_writer: LogWriter | None = None
+    #: The queues' consumers (a topology with queues and a query service only).
+    queues: QueueHub | None = None
     processor_child: ProcessorChild | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
@@ -311,6 +331,8 @@ class Application:
             self.replica.stop()
         if self.plain_tail is not None:
             self.plain_tail.stop()
+        if self.queues is not None:
+            self.queues.stop()
         if self.processor is not None:
             self.processor.stop()
         if self.processor_child is not None:
@@ -403,12 +425,21 @@ def start(
                 app.plain_tail = PlainTail(topology, backend.changelog_tail)
                 app._spawn("sow-plain-tail", app.plain_tail.run)
             app.subscriptions = SubscriptionHub(topology, app.replica, engine, plain=app.plain_tail)
+            if any(topic.queue is not None for topic in topology.topics.values()):
+                app.queues = QueueHub(topology, backend.changelog_tail, app.log_writer)
+                app._spawn("sow-queues", app.queues.run)
             app.health = Health(app.readiness)
             if settings.metrics_address:
                 app.observer = _observer(app, requests=True)
             interceptors = [] if app.observer is None else [app.observer.requests]
             app.grpc_server, app.grpc_address = start_server(
-                engine, gateway, settings.grpc_address, app.subscriptions, app.health, interceptors
+                engine,
+                gateway,
+                settings.grpc_address,
+                app.subscriptions,
+                app.health,
+                interceptors,
+                queues=app.queues,
             )
             app.health.start()
         if settings.metrics_address:

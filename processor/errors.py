@@ -112,6 +112,13 @@ class ProcessingError(MessageError):
     reason_code = "processing-failed"
 
 
+class QueueExpiredError(MessageError):
+    """A queue message expired (its expiration time, ``MaxDeliveries``, ``MaxCancels``, or
+    an expire command): it leaves the queue for the dead-letter topic with the reason."""
+
+    reason_code = "queue-expired"
+
+
 class CorruptRecordError(SowError):
     """A log record a reader read is not what its topic holds (a changelog value that is
     not an envelope, a message that does not decode or fit the columns asked for); the

@@ -190,6 +190,63 @@ class Ledger:
     def subscription(self, subscription_id: str) -> Subscription | None:
         return self._subscriptions.get(subscription_id)
 
+    def subscriptions(self) -> list[Subscription]:
+        return list(self._subscriptions.values())
+
+    def next_due_ms(self) -> int | None:
+        """When the clock next has work (an expiration, a lease deadline, a deferred
+        acknowledgement to forget); None: nothing is timed."""
+        times = [
+            heap[0][0]
+            for heap in (self._expirations, self._lease_deadlines, self._deferred_due)
+            if heap
+        ]
+        return min(times) if times else None
+
+    # -- rebuilding after a restart -------------------------------------------------------
+
+    def restore(
+        self,
+        subscriptions: Iterable[tuple[str, int | None, MessageFilter]],
+        messages: Iterable[QueueMessage],
+    ) -> None:
+        """Take back what a partition kept (its subscriptions, then its messages with
+        their counts and leases) without deciding anything: call :meth:`dispatch` after.
+        A lease whose holder is not among the subscriptions is returned, uncounted."""
+        for subscription_id, max_backlog, matches in subscriptions:
+            self._subscriptions[subscription_id] = Subscription(
+                subscription_id, self._backlog(max_backlog), matches
+            )
+        for message in messages:
+            holder = self._subscriptions.get(message.holder or "")
+            if holder is None:
+                message.holder, message.deadline_ms = None, None
+            self._messages[message.bookmark] = message
+            place = (message.order(), message.bookmark)
+            self._order.append(place)
+            self._barriers += message.barrier
+            if message.expires_ms is not None:
+                self._expirations.append((message.expires_ms, message.bookmark))
+            if holder is None:
+                self._available.append(place)
+                continue
+            holder.held.add(message.bookmark)
+            self._leased += 1
+            if message.deadline_ms is not None:
+                self._lease_deadlines.append(
+                    (message.deadline_ms, message.bookmark, message.deliveries)
+                )
+        self._order.sort()
+        self._available.sort()
+        for heap in (self._expirations, self._lease_deadlines):
+            heapq.heapify(heap)
+        self._rescan = True
+
+    def _backlog(self, max_backlog: int | None) -> int:
+        """A subscription's backlog: its ``max_backlog`` (default 1) within the queue's."""
+        asked = 1 if max_backlog is None else max_backlog
+        return min(asked, self.rules.max_per_subscription_backlog)
+
     # -- changes ------------------------------------------------------------------------
 
     def enqueue(self, message: QueueMessage, now_ms: int) -> list[Outcome]:
@@ -225,9 +282,7 @@ class Ledger:
         """Add (or replace, keeping its leases) a subscription; ``max_backlog`` is the
         subscriber's option (default 1; 0: barrier messages only), capped by the
         queue's."""
-        backlog = min(
-            1 if max_backlog is None else max_backlog, self.rules.max_per_subscription_backlog
-        )
+        backlog = self._backlog(max_backlog)
         current = self._subscriptions.get(subscription_id)
         held = current.held if current is not None else set()
         self._subscriptions[subscription_id] = Subscription(

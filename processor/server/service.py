@@ -21,10 +21,13 @@ from processor.publish.gateway import Gateway, PendingPublishes
 from processor.publish.requests import Deleted, PublishColumns, Published
 from processor.query.historical import point_of, run_historical
 from processor.query.sow import QueryEngine, SowQuery
+from processor.queues.commands import CommandKind
 from processor.server import convert
 from processor.server.health import Health
+from processor.server.queues import QUEUE_STREAMS, QueuesServicer
 from processor.server.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
 from processor.subscriptions.hub import SubscriptionHub
+from processor.subscriptions.queues import QueueHub
 from processor.subscriptions.shape import MessageShape
 from processor.topology.model import PlainTopic
 from processor.topology.topics import resolve_topic, resolve_topics
@@ -156,9 +159,13 @@ def _ack(batch_id: int, results: list[Published | errors.SowError]) -> Any:
 class SowServicer(sow_pb2_grpc.SowServicer):
     """Translates gRPC requests to the query engine and gateway, and errors to statuses."""
 
-    def __init__(self, engine: QueryEngine, gateway: Gateway) -> None:
+    def __init__(
+        self, engine: QueryEngine, gateway: Gateway, queues: QueueHub | None = None
+    ) -> None:
         self._engine = engine
         self._gateway = gateway
+        #: A sow_delete on a queue acknowledges its messages (by bookmark or filter).
+        self._queues = queues
         #: The input topics whose records the replica applies (a processed ack waits).
         self._sow_logs = {
             t.kafka_topic for t in engine.topology.topics.values() if not isinstance(t, PlainTopic)
@@ -392,6 +399,9 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                 "sow_delete takes exactly one selector: sow_keys, filter or data "
                 f"(got {', '.join(selectors) or 'none'})"
             )
+        queues = self._queues
+        if queues is not None and request.topic in queues.names():
+            return self._acknowledge(queues, request)
         timeout = request.timeout_seconds
         if request.filter:
             return self._gateway.delete_by_filter(request.topic, request.filter, timeout)
@@ -401,6 +411,22 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             )
         return self._gateway.delete(request.topic, list(request.sow_keys), timeout)
 
+    @staticmethod
+    def _acknowledge(queues: QueueHub, request: Any) -> Deleted:
+        """sow_delete on a queue: acknowledge the messages of the bookmarks given as
+        SowKeys (``records_deleted``: how many were sent), or every message the filter
+        matches (0: the count is not known when the acknowledgement is sent)."""
+        topic = queues.queue(request.topic)
+        if request.data:
+            raise errors.InvalidRequestError(
+                f"{topic.name} is a queue: acknowledge its messages by bookmark or filter"
+            )
+        if request.filter:
+            queues.act(topic, CommandKind.ACK_FILTER, filter_text=request.filter)
+            return Deleted(0, [])
+        queues.act(topic, CommandKind.ACK, list(request.sow_keys))
+        return Deleted(len(request.sow_keys), [])
+
 
 def start_server(
     engine: QueryEngine,
@@ -409,6 +435,7 @@ def start_server(
     hub: SubscriptionHub | None = None,
     health: Health | None = None,
     interceptors: Sequence[Any] = (),
+    queues: QueueHub | None = None,
 ) -> tuple[Any, str]:
     """Start the gRPC server on ``address``; return it and the address it bound. With a
     subscription hub it also serves the Subscriptions service (one more worker thread per
@@ -416,6 +443,7 @@ def start_server(
     process listens on is refused (no SO_REUSEPORT sharing: two servers on one port
     would answer queries in turn)."""
     workers = WORKERS + (SUBSCRIPTION_STREAMS if hub is not None else 0)
+    workers += QUEUE_STREAMS if queues is not None else 0
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers),
         interceptors=list(interceptors),
@@ -423,11 +451,16 @@ def start_server(
     )
     if health is not None:
         health.add_to(server)
-    sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway), server)  # type: ignore[no-untyped-call]
+    sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway, queues), server)  # type: ignore[no-untyped-call]
     if hub is not None:
         codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}
         sow_pb2_grpc.add_SubscriptionsServicer_to_server(  # type: ignore[no-untyped-call]
             SubscriptionsServicer(hub, codecs, status_for), server
+        )
+    if queues is not None:
+        codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}
+        sow_pb2_grpc.add_QueuesServicer_to_server(  # type: ignore[no-untyped-call]
+            QueuesServicer(queues, codecs, status_for), server
         )
     host, _, _port = address.rpartition(":")
     try:

@@ -30,6 +30,7 @@ from processor.topology.model import (
     ViewSpec,
     default_kafka_topic,
 )
+from processor.topology.queue_topics import queue_topic, reads_plain
 from processor.topology.view_topics import conflated_topic, view_topic
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
@@ -124,7 +125,42 @@ def assemble(
             conflated[entry.name] = entry
         else:
             queues[entry.name] = entry
+            _add_queue_topic(entry, topics, plain, kafka)
     return Topology(topics, sources, plain, views, conflated, queues)
+
+
+def _add_queue_topic(
+    spec: QueueSpec,
+    topics: dict[str, SowTopic],
+    plain: dict[str, PlainTopic],
+    kafka: dict[str, tuple[str, str, str, str]],
+) -> None:
+    """Add the SOW topic holding a queue's messages (:mod:`processor.topology.queue_topics`);
+    its Kafka topics must be its own, except the plain topic it reads."""
+    topic = queue_topic(spec, {**plain, **topics})
+    roles = [
+        ("changelog", topic.changelog_topic),
+        ("repartition", topic.repartition_topic),
+        ("deliveries", topic.deliveries_topic),
+    ]
+    read = reads_plain(spec, {**plain, **topics})
+    roles.insert(0, ("input", topic.kafka_topic))
+    for role, name in roles:
+        if read is not None and role == "input" and kafka.get(name, ("",))[0] == read.name:
+            pass  # the plain topic it reads: the queue's partitions read its Kafka topic
+        elif name in kafka:
+            other, other_role, other_source, other_where = kafka[name]
+            raise TopologyError(
+                f"Kafka topic {name!r} (the {role} topic of queue {spec.name!r}) is also "
+                f"the {other_role} topic of {other!r} (at "
+                f"{_at(other_source, other_where, spec.source)}); name the queue apart "
+                "(two queues over one plain topic are not served yet: give that topic a "
+                "SOW and read it instead)",
+                source=spec.source,
+                where=spec.where,
+            )
+        kafka[name] = (spec.name, role, spec.source, spec.where)
+    topics[spec.name] = topic
 
 
 def _view_topics(entries: Sequence[Loaded], others: Sequence[Entry]) -> list[Loaded]:

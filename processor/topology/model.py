@@ -177,12 +177,23 @@ class SowTopic(Topic):
     #: state of its underlying topic's records, written at most once per interval per
     #: record (:mod:`processor.views.conflation`); read-only, as a view.
     conflated: ConflatedTopicSpec | None = None
+    #: The queue whose messages this topic holds (None: not one), keyed by bookmark
+    #: (:mod:`processor.queues`). Over one plain topic it reads that topic's Kafka
+    #: topic; over SOW topics, what the processor sends it. Publishes to it go to the
+    #: queue's DefaultPublishTarget.
+    queue: QueueSpec | None = None
 
     @property
     def derived(self) -> bool:
-        """Whether the processor derives this topic's records (a view or a conflated
-        topic): publishers never write it."""
-        return self.view is not None or self.conflated is not None
+        """Whether the processor derives this topic's records (a view, a conflated topic
+        or a queue): publishers never write it."""
+        return self.view is not None or self.conflated is not None or self.queue is not None
+
+    @property
+    def deliveries_topic(self) -> str:
+        """A queue's deliveries: the leases and barrier messages its partitions hand
+        out, read by the query services (:mod:`processor.queues.deliveries`)."""
+        return f"{self.kafka_topic}.queue-deliveries"
 
     @property
     def domain(self) -> str:

@@ -205,10 +205,16 @@ def resolve_topics(topology: Topology, name: str) -> list[SowTopic]:
 
 
 def resolve_publish_topic(topology: Topology, name: str) -> Topic:
-    """The topic a publish names (literal): a SOW topic or a plain topic."""
+    """The topic a publish names (literal): a SOW topic or a plain topic; for a queue,
+    its DefaultPublishTarget."""
     name = _literal(topology, name)
     plain = topology.plain_topics.get(name)
-    return plain if plain is not None else resolve_topic(topology, name)
+    if plain is not None:
+        return plain
+    topic = resolve_topic(topology, name)
+    if topic.queue is not None and topic.queue.default_publish_target != name:
+        return resolve_publish_topic(topology, topic.queue.default_publish_target)
+    return topic
 
 
 def resolve_subscribed_topics(topology: Topology, name: str) -> list[Topic]:
@@ -238,6 +244,11 @@ def writable(topic: SowTopic) -> SowTopic:
         raise InvalidRequestError(
             f"{topic.name} is a view: its records are computed from {underlying}; publish "
             "to or delete from those topics instead"
+        )
+    if topic.queue is not None:
+        raise InvalidRequestError(
+            f"{topic.name} is a queue: publish to {topic.queue.default_publish_target}, and "
+            "acknowledge its messages by bookmark"
         )
     if topic.conflated is not None:
         raise InvalidRequestError(

@@ -1,34 +1,60 @@
-"""The SOW entries kafka-sow loads but does not serve yet, and the refusal to start with them.
+"""The SOW entries kafka-sow loads but does not serve, and the refusal to start with them.
 
-Views (of one topic or of Joins), and conflated topics (of a SOW topic, view, conflated
-topic or Pattern topic, with or without Enrichment), are served; queues come with issue
-22. Until then a topology that has one is refused by :func:`refuse_unserved`
-(``sow serve``, ``app.start``) with one line naming each entry, its file and element,
-and the issue: a server that started without them would answer NOT_FOUND for every
-query on them.
+Views (of one topic or of Joins), conflated topics (of a SOW topic, view, conflated
+topic or Pattern topic, with or without Enrichment) and queues (over one plain topic, or
+over SOW topics by name or regular expression) are served. Not served: a queue over
+several plain topics or over plain and SOW topics together, and a view or conflated topic
+reading a queue. A topology that has one is refused by :func:`refuse_unserved` (``sow
+serve``, ``app.start``) with one line naming each entry, its file and element, and why:
+a server that started without them would answer NOT_FOUND for every query on them.
 """
 
 from __future__ import annotations
 
 from processor.errors import TopologyError, UnservedEntryError
-from processor.topology.model import ConflatedTopicSpec, Entry, QueueSpec, Topology, ViewSpec
+from processor.topology.model import (
+    ConflatedTopicSpec,
+    Entry,
+    PlainTopic,
+    QueueSpec,
+    Topology,
+    ViewSpec,
+)
+from processor.topology.queue_topics import queue_sources, readable
 from processor.topology.view_topics import underlying_topics
 
 
 def unserved(entry: Entry, topology: Topology | None = None) -> bool:
     """Whether ``sow serve`` refuses the entry (see the module doc; with ``topology``
     None, what the entry reads is assumed to be served)."""
-    if isinstance(entry, ConflatedTopicSpec):
-        return topology is not None and entry.underlying not in topology.topics
-    if not isinstance(entry, ViewSpec):
-        return True
+    return why_unserved(entry, topology) is not None
+
+
+def why_unserved(entry: Entry, topology: Topology | None = None) -> str | None:
+    """Why ``sow serve`` refuses the entry (None: it serves it)."""
     if topology is None:
-        return False
+        return None
+    if isinstance(entry, QueueSpec):
+        sources = queue_sources(entry, readable(topology))
+        plain = [t for t in sources if isinstance(t, PlainTopic)]
+        if plain and len(sources) > 1:
+            return (
+                f"it reads {len(sources)} topics, {len(plain)} of them without a SOW; a queue "
+                "reads one plain topic, or SOW topics"
+            )
+        return None
+    if isinstance(entry, ConflatedTopicSpec):
+        read = topology.topics.get(entry.underlying)
+        if read is None:
+            return f"it reads {entry.underlying!r}, which is no SOW topic"
+        return "it reads a queue" if read.queue is not None else None
     try:
-        underlying_topics(entry, topology.topics)
-    except TopologyError:
-        return True  # it reads a queue
-    return False
+        read_topics = underlying_topics(entry, topology.topics)
+    except TopologyError as exc:
+        return str(exc)
+    if any(topic.queue is not None for topic in read_topics):
+        return "it reads a queue"
+    return None
 
 
 def kind_of(entry: Entry) -> str:
@@ -44,16 +70,12 @@ def _described(entry: Entry) -> str:
     return kind_of(entry)
 
 
-def issue_of(entry: Entry) -> int:
-    """The issue that implements the entry's kind."""
-    return 22 if isinstance(entry, QueueSpec) else 21
-
-
 def refusal(entry: Entry, topology: Topology | None = None) -> str:
     """What ``sow check-config`` says ``sow serve`` does with the entry."""
-    if not unserved(entry, topology):
+    why = why_unserved(entry, topology)
+    if why is None:
         return "served: a SOW topic whose records the processor derives"
-    return f"refused by sow serve until issue {issue_of(entry)} implements {kind_of(entry)}"
+    return f"refused by sow serve: {why}"
 
 
 def refuse_unserved(topology: Topology) -> None:
@@ -62,10 +84,10 @@ def refuse_unserved(topology: Topology) -> None:
     if not entries:
         return
     named = "; ".join(
-        f"{_described(e)} {e.name!r} at {e.source}: {e.where} (issue {issue_of(e)})"
+        f"{_described(e)} {e.name!r} at {e.source}: {e.where} ({why_unserved(e, topology)})"
         for e in entries
     )
     raise UnservedEntryError(
-        f"kafka-sow does not serve these SOW entries yet: {named}; remove them to serve "
+        f"kafka-sow does not serve these SOW entries: {named}; remove them to serve "
         "the topics (sow check-config describes each)"
     )

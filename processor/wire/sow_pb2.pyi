@@ -17,11 +17,20 @@ class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHANGE_PUBLISH: _ClassVar[ChangeKind]
     CHANGE_DELETE: _ClassVar[ChangeKind]
     CHANGE_OOF: _ClassVar[ChangeKind]
+
+class QueueAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    QUEUE_ACK: _ClassVar[QueueAction]
+    QUEUE_CANCEL: _ClassVar[QueueAction]
+    QUEUE_EXPIRE: _ClassVar[QueueAction]
 PERSISTED: AckType
 PROCESSED: AckType
 CHANGE_PUBLISH: ChangeKind
 CHANGE_DELETE: ChangeKind
 CHANGE_OOF: ChangeKind
+QUEUE_ACK: QueueAction
+QUEUE_CANCEL: QueueAction
+QUEUE_EXPIRE: QueueAction
 
 class Position(_message.Message):
     __slots__ = ("topic", "partition", "offset")
@@ -392,3 +401,77 @@ class ChangeBatch(_message.Message):
     CHANGES_FIELD_NUMBER: _ClassVar[int]
     changes: _containers.RepeatedCompositeFieldContainer[Change]
     def __init__(self, changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ...) -> None: ...
+
+class QueueSubscribe(_message.Message):
+    __slots__ = ("queue", "filter", "sub_id", "max_backlog", "text_form")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    SUB_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FORM_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    filter: str
+    sub_id: str
+    max_backlog: int
+    text_form: bool
+    def __init__(self, queue: _Optional[str] = ..., filter: _Optional[str] = ..., sub_id: _Optional[str] = ..., max_backlog: _Optional[int] = ..., text_form: _Optional[bool] = ...) -> None: ...
+
+class QueueBookmarks(_message.Message):
+    __slots__ = ("bookmarks",)
+    BOOKMARKS_FIELD_NUMBER: _ClassVar[int]
+    bookmarks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, bookmarks: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class QueueCommand(_message.Message):
+    __slots__ = ("subscribe", "ack", "cancel", "expire")
+    SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_FIELD_NUMBER: _ClassVar[int]
+    subscribe: QueueSubscribe
+    ack: QueueBookmarks
+    cancel: QueueBookmarks
+    expire: QueueBookmarks
+    def __init__(self, subscribe: _Optional[_Union[QueueSubscribe, _Mapping]] = ..., ack: _Optional[_Union[QueueBookmarks, _Mapping]] = ..., cancel: _Optional[_Union[QueueBookmarks, _Mapping]] = ..., expire: _Optional[_Union[QueueBookmarks, _Mapping]] = ...) -> None: ...
+
+class QueueLease(_message.Message):
+    __slots__ = ("bookmark", "record", "lease_deadline_ms", "deliveries", "barrier")
+    BOOKMARK_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    BARRIER_FIELD_NUMBER: _ClassVar[int]
+    bookmark: str
+    record: SowRecord
+    lease_deadline_ms: int
+    deliveries: int
+    barrier: bool
+    def __init__(self, bookmark: _Optional[str] = ..., record: _Optional[_Union[SowRecord, _Mapping]] = ..., lease_deadline_ms: _Optional[int] = ..., deliveries: _Optional[int] = ..., barrier: _Optional[bool] = ...) -> None: ...
+
+class QueueMessage(_message.Message):
+    __slots__ = ("sub_id", "registered", "lease")
+    SUB_ID_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    sub_id: str
+    registered: Registered
+    lease: QueueLease
+    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., lease: _Optional[_Union[QueueLease, _Mapping]] = ...) -> None: ...
+
+class QueueActionRequest(_message.Message):
+    __slots__ = ("queue", "action", "bookmarks", "filter")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    BOOKMARKS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    action: QueueAction
+    bookmarks: _containers.RepeatedScalarFieldContainer[str]
+    filter: str
+    def __init__(self, queue: _Optional[str] = ..., action: _Optional[_Union[QueueAction, str]] = ..., bookmarks: _Optional[_Iterable[str]] = ..., filter: _Optional[str] = ...) -> None: ...
+
+class QueueActionReply(_message.Message):
+    __slots__ = ("commands",)
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    commands: int
+    def __init__(self, commands: _Optional[int] = ...) -> None: ...

@@ -388,3 +388,118 @@ class Subscriptions:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class QueuesStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Consume = channel.stream_stream(
+                '/kafka_sow.v1.Queues/Consume',
+                request_serializer=sow__pb2.QueueCommand.SerializeToString,
+                response_deserializer=sow__pb2.QueueMessage.FromString,
+                _registered_method=True)
+        self.Act = channel.unary_unary(
+                '/kafka_sow.v1.Queues/Act',
+                request_serializer=sow__pb2.QueueActionRequest.SerializeToString,
+                response_deserializer=sow__pb2.QueueActionReply.FromString,
+                _registered_method=True)
+
+
+class QueuesServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Consume(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Act(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_QueuesServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Consume': grpc.stream_stream_rpc_method_handler(
+                    servicer.Consume,
+                    request_deserializer=sow__pb2.QueueCommand.FromString,
+                    response_serializer=sow__pb2.QueueMessage.SerializeToString,
+            ),
+            'Act': grpc.unary_unary_rpc_method_handler(
+                    servicer.Act,
+                    request_deserializer=sow__pb2.QueueActionRequest.FromString,
+                    response_serializer=sow__pb2.QueueActionReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'kafka_sow.v1.Queues', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('kafka_sow.v1.Queues', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Queues:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Consume(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/kafka_sow.v1.Queues/Consume',
+            sow__pb2.QueueCommand.SerializeToString,
+            sow__pb2.QueueMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Act(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kafka_sow.v1.Queues/Act',
+            sow__pb2.QueueActionRequest.SerializeToString,
+            sow__pb2.QueueActionReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

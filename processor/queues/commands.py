@@ -1,0 +1,141 @@
+"""The records between the query services and a queue's partitions.
+
+* **Commands** (service -> processor), on the queue topic's repartition topic, one
+  partition each: header :data:`COMMAND_HEADER` names the command, the value is a JSON
+  object. ``subscribe`` and ``disconnect`` and ``heartbeat`` go to every partition;
+  ``ack``, ``cancel`` and ``expire`` to the partition of each bookmark
+  (:func:`processor.queues.definition.partition_of`); ``ack_filter`` to every partition.
+* **Deliveries** (processor -> service), on the queue's deliveries topic, written in the
+  transaction that decides them: key the subscription id, value the message's envelope,
+  headers :data:`DELIVERY_HEADER` (``lease`` or ``barrier``), the bookmark, the lease's
+  deadline and the delivery count.
+
+A command that cannot be read (not JSON, a field missing) is the record's failure: it is
+dead-lettered with the reason and the partition goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from processor.errors import MessageError
+from processor.log import Headers
+
+COMMAND_HEADER = "sow.queue-command"
+DELIVERY_HEADER = "sow.queue-delivery"
+BOOKMARK_HEADER = "sow.queue-bookmark"
+DEADLINE_HEADER = "sow.queue-deadline"
+DELIVERIES_HEADER = "sow.queue-deliveries"
+
+
+class CommandKind(Enum):
+    SUBSCRIBE = "subscribe"
+    DISCONNECT = "disconnect"
+    HEARTBEAT = "heartbeat"
+    ACK = "ack"
+    ACK_FILTER = "ack_filter"
+    CANCEL = "cancel"
+    EXPIRE = "expire"
+
+
+#: Commands every partition of the queue must see.
+BROADCAST = frozenset(
+    {CommandKind.SUBSCRIBE, CommandKind.DISCONNECT, CommandKind.HEARTBEAT, CommandKind.ACK_FILTER}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One queue command. ``subscription``: who asks (None: a client without one);
+    ``service``: the query service that holds the subscription (its heartbeats keep
+    it)."""
+
+    kind: CommandKind
+    subscription: str | None = None
+    service: str = ""
+    bookmarks: tuple[str, ...] = ()
+    filter: str = ""
+    max_backlog: int | None = None
+
+    def encode(self) -> tuple[bytes, Headers]:
+        """The record's value and headers."""
+        body: dict[str, Any] = {"sub": self.subscription, "service": self.service}
+        if self.bookmarks:
+            body["bookmarks"] = list(self.bookmarks)
+        if self.filter:
+            body["filter"] = self.filter
+        if self.max_backlog is not None:
+            body["backlog"] = self.max_backlog
+        value = json.dumps(body, separators=(",", ":")).encode()
+        return value, [(COMMAND_HEADER, self.kind.value.encode())]
+
+
+def decode_command(value: bytes | None, headers: Headers | None) -> Command:
+    """A command record's command (MessageError: not one)."""
+    raw = next((v for name, v in headers or () if name == COMMAND_HEADER), None)
+    try:
+        kind = CommandKind((raw or b"").decode())
+    except (ValueError, UnicodeDecodeError):
+        raise MessageError(
+            f"a record of a queue's command topic needs header {COMMAND_HEADER} naming one "
+            f"of {', '.join(k.value for k in CommandKind)}: only kafka-sow's query service "
+            "writes this topic"
+        ) from None
+    try:
+        body = json.loads(value or b"")
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+        sub = body.get("sub")
+        backlog = body.get("backlog")
+        return Command(
+            kind,
+            subscription=None if sub is None else str(sub),
+            service=str(body.get("service") or ""),
+            bookmarks=tuple(str(b) for b in body.get("bookmarks", ())),
+            filter=str(body.get("filter") or ""),
+            max_backlog=None if backlog is None else int(backlog),
+        )
+    except (ValueError, TypeError) as exc:
+        raise MessageError(
+            f"queue command {kind.value} is not a valid JSON command: {exc}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A lease or barrier message as the service reads it."""
+
+    subscription: str
+    kind: str  # "lease" or "barrier"
+    bookmark: str
+    envelope: bytes
+    deadline_ms: int | None
+    deliveries: int
+
+
+def delivery_headers(
+    kind: str, bookmark: bytes, deadline_ms: int | None, deliveries: int
+) -> Headers:
+    return [
+        (DELIVERY_HEADER, kind.encode()),
+        (BOOKMARK_HEADER, bookmark),
+        (DEADLINE_HEADER, b"" if deadline_ms is None else str(deadline_ms).encode()),
+        (DELIVERIES_HEADER, str(deliveries).encode()),
+    ]
+
+
+def decode_delivery(key: bytes | None, value: bytes | None, headers: Headers | None) -> Delivery:
+    """A deliveries record (ValueError when it is not one)."""
+    found = dict(headers or ())
+    deadline = found.get(DEADLINE_HEADER) or b""
+    return Delivery(
+        subscription=(key or b"").decode(),
+        kind=found[DELIVERY_HEADER].decode(),
+        bookmark=found[BOOKMARK_HEADER].decode(),
+        envelope=value or b"",
+        deadline_ms=int(deadline) if deadline else None,
+        deliveries=int(found.get(DELIVERIES_HEADER) or b"1"),
+    )

@@ -1,0 +1,463 @@
+"""One partition of a queue in the processor, and the feed of its SOW underlying topics.
+
+A queue is a derived topic (:mod:`processor.engine.derived`): its partitions read their
+input and apply it in the processor's exactly-once transactions.
+
+* **Input** (the queue topic's ``kafka_topic``): the publishes to the underlying topics.
+  Over a plain topic that is the topic itself (bookmark: the record's own position);
+  over SOW topics, :class:`QueueFeed` sends each publish's changelog envelope there,
+  keyed by its bookmark, in the transaction that applies it.
+* **Commands** (its repartition topic, :mod:`processor.queues.commands`): subscribe,
+  disconnect, heartbeat, acknowledge, cancel, expire.
+
+Each message the queue takes (``RecoveryPoint``, ``Filter``) is written to the store and
+changelog under its bookmark, so ``sow`` browses the queue; the partition's
+:class:`~processor.queues.ledger.Ledger` decides everything else, and
+:class:`QueuePartition` persists each :class:`~processor.queues.ledger.Outcome` in the same
+transaction:
+
+* a lease: the message's counts and lease in the partition's state (``put_state``; with
+  at-most-once semantics the message is removed instead), and a record on the deliveries
+  topic for the query service holding the subscription;
+* a return: the counts; an acknowledgement: the message removed (a tombstone);
+* an expiry: the message removed and sent to the dead-letter topic with the reason
+  (:class:`~processor.errors.QueueExpiredError`);
+* a barrier message: a delivery to every subscription it goes to, then removed.
+
+Subscriptions are kept in the state too, so a restarted partition rebuilds its ledger
+(messages, counts, leases, subscriptions) exactly. A query service keeps its
+subscriptions alive with heartbeats; when none came for :data:`SERVICE_TIMEOUT_MS` (the
+service died), its subscriptions are disconnected and their leases return. The clock's
+work (lease deadlines, expirations, those timeouts) runs in :meth:`QueuePartition.tick`
+(:class:`~processor.engine.derived.Ticking`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import struct
+from collections.abc import Sequence
+
+from processor import changelog
+from processor.changelog import POSITION_HEADER, REASON_HEADER, STATE_PREFIX, EnvelopeWriter
+from processor.changelog.commands import CORRELATION_HEADER, EXPIRATION_HEADER
+from processor.changelog.events import ChangeEvent, ChangeReason, Listener
+from processor.engine.derived import Rejects
+from processor.engine.families import MAX_TOPICS
+from processor.engine.partition import PartitionState
+from processor.engine.transaction import PartitionBatch
+from processor.errors import MessageError, QueueExpiredError
+from processor.expr import Expression, MessageContext
+from processor.expr import compile as compile_expression
+from processor.log import Headers, Record
+from processor.log.records import LogRecord
+from processor.queues.commands import (
+    Command,
+    CommandKind,
+    decode_command,
+    delivery_headers,
+)
+from processor.queues.definition import QueueDefinition, bookmark_of
+from processor.queues.ledger import Change, Ledger, MessageFilter, Outcome, QueueMessage
+from processor.topology.model import QueueSemantics
+
+log = logging.getLogger(__name__)
+
+#: A query service not heard from for this long is gone: its subscriptions disconnect.
+SERVICE_TIMEOUT_MS = 15_000
+#: How often a query service sends its heartbeat to every partition of its queues.
+HEARTBEAT_S = 3.0
+
+_MESSAGE = b"qm"  # state: a message's counts and lease
+_SUBSCRIPTION = b"qs"  # state: a subscription
+_ORIGIN = b"qo"  # state: where the queue began (RecoveryPoint), decided once
+_COUNTS = struct.Struct(">iiq")  # deliveries, cancels, lease deadline (-1: none)
+_DELETED = [(REASON_HEADER, b"deleted")]
+_EXPIRED = [(REASON_HEADER, b"expired")]
+_NO_FILTER: MessageFilter = lambda _message: True  # noqa: E731
+
+
+def _state_of(message: QueueMessage) -> bytes:
+    deadline = -1 if message.deadline_ms is None else message.deadline_ms
+    holder = (message.holder or "").encode()
+    return _COUNTS.pack(message.deliveries, message.cancels, deadline) + holder
+
+
+class QueueFeed:
+    """Sends each publish of a SOW underlying topic to the queue (see the module doc)."""
+
+    needs_old = False
+
+    def __init__(self, definition: QueueDefinition) -> None:
+        self.definition = definition
+
+    def listen(self, batch: PartitionBatch) -> Listener:
+        target = self.definition.topic.kafka_topic
+        partitions = self.definition.topic.partitions
+
+        def changed(events: Sequence[ChangeEvent]) -> None:
+            for event in events:
+                if event.reason is not ChangeReason.PUBLISH or event.new is None:
+                    continue
+                log_topic, partition, offset = event.position
+                key = bookmark_of(log_topic, partition, offset)
+                batch.produce(target, event.new, key, partition % partitions)
+
+        return changed
+
+
+class QueuePartition:
+    """One partition of a queue (see the module doc); not thread-safe."""
+
+    def __init__(self, definition: QueueDefinition, state: PartitionState) -> None:
+        self.definition = definition
+        self.state = state
+        self.version = (b"queue-definition", definition.digest)
+        self._ledger: Ledger | None = None
+        #: Query service -> when it was last heard from; subscription -> its service.
+        self._heard: dict[str, int] = {}
+        self._service_of: dict[str, str] = {}
+        #: Where the queue began: (published at or after ms, after offset) (None: epoch).
+        self._origin: tuple[int, int] | None = None
+        self._filters: dict[str, MessageFilter] = {}
+        self._writers: dict[str, EnvelopeWriter] = {}
+
+    # -- the ledger, rebuilt from the store and the state ---------------------------------
+
+    def discard(self) -> None:
+        self._ledger = None  # rebuilt from what was committed
+
+    def _loaded(self, batch: PartitionBatch) -> Ledger:
+        ledger = self._ledger
+        if ledger is not None:
+            return ledger
+        definition, store, now_ms = self.definition, self.state.store, batch.now_ms
+        ledger = Ledger(definition.rules)
+        self._heard.clear()
+        self._service_of.clear()
+        subscriptions = []
+        prefix = STATE_PREFIX + _SUBSCRIPTION
+        for key, raw in store.meta_items(prefix):
+            subscription_id = key[len(prefix) :].decode()
+            kept = json.loads(raw)
+            self._service_of[subscription_id] = kept["service"]
+            self._heard[kept["service"]] = now_ms
+            subscriptions.append(
+                (subscription_id, kept.get("backlog"), self._filter(kept.get("filter", "")))
+            )
+        messages = []
+        for bookmark, envelope in store.items():
+            message = self._message(bookmark, envelope)
+            counts = store.get_meta(STATE_PREFIX + _MESSAGE + bookmark)
+            if counts is not None:
+                deliveries, cancels, deadline = _COUNTS.unpack_from(counts)
+                holder = counts[_COUNTS.size :].decode()
+                message.deliveries, message.cancels = deliveries, cancels
+                message.holder = holder or None
+                message.deadline_ms = None if deadline < 0 else deadline
+            messages.append(message)
+        ledger.restore(subscriptions, messages)
+        origin = store.get_meta(STATE_PREFIX + _ORIGIN)
+        self._origin = None if origin is None else _origin_of(origin)
+        self._ledger = ledger
+        if messages or subscriptions:
+            log.info(
+                "queue %s[%d]: %d messages (%d leased), %d subscriptions restored",
+                definition.topic.name,
+                self.state.partition,
+                len(ledger),
+                ledger.leased,
+                len(subscriptions),
+            )
+        return ledger
+
+    def _message(self, bookmark: bytes, envelope: bytes) -> QueueMessage:
+        """A stored message as the ledger holds it (priority and barrier evaluated)."""
+        decoded = changelog.decode(envelope)
+        definition = self.definition
+        priority, barrier = None, False
+        if definition.priority is not None or definition.barrier is not None:
+            fields = definition.decode(decoded.data)
+            context = decoded.context()
+            priority = definition.priority_of(fields, context)
+            barrier = definition.is_barrier(fields, context)
+        return QueueMessage(
+            bookmark,
+            decoded.log_offset,
+            envelope,
+            priority=priority,
+            barrier=barrier,
+            expires_ms=decoded.expiration_ms,
+        )
+
+    def _filter(self, text: str) -> MessageFilter:
+        """A subscription's content filter over a message's envelope (cached by text)."""
+        if not text.strip():
+            return _NO_FILTER
+        found = self._filters.get(text)
+        if found is None:
+            expression = compile_expression(text)
+            decode = self.definition.decode
+
+            def matches(message: QueueMessage, expression: Expression = expression) -> bool:
+                decoded = changelog.decode(message.data)
+                return expression.matches(decode(decoded.data), decoded.context())
+
+            found = self._filters[text] = matches
+        return found
+
+    # -- input --------------------------------------------------------------------------
+
+    def apply(self, records: Sequence[Record], batch: PartitionBatch, reject: Rejects) -> None:
+        ledger = self._loaded(batch)
+        commands = self.state.topic.repartition_topic
+        for record in records:
+            try:
+                if record.topic() == commands:
+                    command = decode_command(record.value(), record.headers())
+                    outcomes = self._command(ledger, command, batch)
+                else:
+                    outcomes = self._enqueue(ledger, record, batch)
+            except Exception as exc:  # reject re-raises what is not this record's failure
+                reject(record, exc)
+                continue
+            self._persist(outcomes, batch, reject)
+
+    def _enqueue(self, ledger: Ledger, record: Record, batch: PartitionBatch) -> list[Outcome]:
+        definition, state = self.definition, self.state
+        offset, now_ms = record.offset(), batch.now_ms
+        data = record.value()
+        if data is None:
+            return []  # a tombstone in the underlying topic: no message
+        if definition.direct:
+            bookmark = bookmark_of(record.topic(), record.partition(), offset)
+            name = definition.spec.underlying
+            published_ms = record.timestamp()[1]
+            own_ms, correlation_id = _publish_options(record.headers(), published_ms)
+        else:
+            bookmark = record.key() or b""
+            original = changelog.decode(data)
+            data, name = original.data, original.topic
+            published_ms, own_ms = original.publish_time_ms, original.expiration_ms
+            correlation_id = original.correlation_id
+        if not self._after_origin(batch, published_ms, offset):
+            return []
+        fields = definition.decode(data)
+        context = MessageContext(
+            sow_key=bookmark.decode(),
+            topic=name,
+            correlation_id=correlation_id,
+            message_size=len(data),
+        )
+        if not definition.takes(fields, context):
+            return []
+        expires_ms = definition.expires_ms(published_ms, own_ms)
+        envelope = self._writer(name).encode(
+            offset, bookmark, data, published_ms, now_ms, expires_ms, correlation_id
+        )
+        batch.produce(state.topic.changelog_topic, envelope, bookmark, state.partition)
+        batch.write(bookmark, envelope, ChangeReason.PUBLISH, state.topic.kafka_topic, offset)
+        message = QueueMessage(
+            bookmark,
+            offset,
+            envelope,
+            priority=definition.priority_of(fields, context),
+            barrier=definition.is_barrier(fields, context),
+            expires_ms=expires_ms,
+        )
+        return ledger.enqueue(message, now_ms)
+
+    def _after_origin(self, batch: PartitionBatch, published_ms: int, offset: int) -> bool:
+        """Whether a publish is after the queue's ``RecoveryPoint`` (decided at the
+        partition's first message: epoch, now and creation, a timestamp, a bookmark)."""
+        if self._origin is None:
+            point = self.definition.spec.recovery_point
+            if point.kind == "epoch":
+                return True
+            origin = (batch.now_ms, -1)
+            if point.kind == "timestamp" and point.timestamp is not None:
+                origin = (int(point.timestamp.timestamp() * 1000), -1)
+            elif point.kind == "bookmark" and point.bookmark:
+                origin = (0, int(point.bookmark.strip("|").rsplit("|", 1)[-1]))
+            self._origin = origin
+            batch.put_state(_ORIGIN, b"%d/%d" % origin)
+        since_ms, after_offset = self._origin
+        return published_ms >= since_ms and offset > after_offset
+
+    def _command(self, ledger: Ledger, command: Command, batch: PartitionBatch) -> list[Outcome]:
+        now_ms, by, kind = batch.now_ms, command.subscription, command.kind
+        if command.service:
+            self._heard[command.service] = now_ms
+        bookmarks = [b.encode() for b in command.bookmarks]
+        if kind is CommandKind.HEARTBEAT:
+            return []
+        if kind is CommandKind.SUBSCRIBE:
+            if by is None:
+                raise MessageError("a queue subscribe command needs its subscription id")
+            matches = self._filter(command.filter)
+            kept = {"service": command.service, "filter": command.filter}
+            if command.max_backlog is not None:
+                kept["backlog"] = command.max_backlog  # type: ignore[assignment]
+            batch.put_state(_SUBSCRIPTION + by.encode(), json.dumps(kept).encode())
+            self._service_of[by] = command.service
+            return ledger.subscribe(by, now_ms, command.max_backlog, matches)
+        if kind is CommandKind.DISCONNECT:
+            return self._disconnect(ledger, by or "", batch)
+        if kind is CommandKind.ACK:
+            return ledger.acknowledge(bookmarks, by, now_ms)
+        if kind is CommandKind.ACK_FILTER:
+            return ledger.acknowledge_matching(self._filter(command.filter), by, now_ms)
+        if kind is CommandKind.CANCEL:
+            return ledger.cancel(bookmarks, by, now_ms)
+        return ledger.expire(bookmarks, by, now_ms)
+
+    def _disconnect(
+        self, ledger: Ledger, subscription_id: str, batch: PartitionBatch
+    ) -> list[Outcome]:
+        if ledger.subscription(subscription_id) is None:
+            return []
+        batch.put_state(_SUBSCRIPTION + subscription_id.encode(), None)
+        self._service_of.pop(subscription_id, None)
+        return ledger.disconnect(subscription_id, batch.now_ms)
+
+    # -- the clock ----------------------------------------------------------------------
+
+    def due(self, now_ms: int) -> bool:
+        ledger = self._ledger
+        if ledger is None:
+            return True  # not loaded yet: load it and look (tick)
+        due = ledger.next_due_ms()
+        if due is not None and due <= now_ms:
+            return True
+        return any(heard + SERVICE_TIMEOUT_MS <= now_ms for heard in self._heard.values())
+
+    def tick(self, batch: PartitionBatch, now_ms: int, reject: Rejects) -> None:
+        ledger = self._loaded(batch)
+        outcomes: list[Outcome] = []
+        gone = {s for s, heard in self._heard.items() if heard + SERVICE_TIMEOUT_MS <= now_ms}
+        for service in gone:
+            del self._heard[service]
+            held = [sub for sub, owner in self._service_of.items() if owner == service]
+            if held:
+                log.warning(
+                    "queue %s[%d]: query service %s not heard from for %d s: its %d "
+                    "subscriptions are disconnected and their leases return",
+                    self.definition.topic.name,
+                    self.state.partition,
+                    service,
+                    SERVICE_TIMEOUT_MS // 1000,
+                    len(held),
+                )
+            for subscription_id in held:
+                outcomes.extend(self._disconnect(ledger, subscription_id, batch))
+        outcomes.extend(ledger.tick(now_ms))
+        self._persist(outcomes, batch, reject)
+
+    # -- persisting what the ledger decided --------------------------------------------
+
+    def _persist(self, outcomes: list[Outcome], batch: PartitionBatch, reject: Rejects) -> None:
+        if not outcomes:
+            return
+        ledger = self._loaded(batch)
+        at_most_once = self.definition.rules.semantics is QueueSemantics.AT_MOST_ONCE
+        deliveries = self.state.topic.deliveries_topic
+        partition = self.state.partition
+        for outcome in outcomes:
+            change, bookmark = outcome.change, outcome.bookmark
+            message = ledger.message(bookmark)
+            if change is Change.RETURNED:
+                if message is not None:
+                    batch.put_state(_MESSAGE + bookmark, _state_of(message))
+                continue
+            envelope = batch.lookup(bookmark)
+            if envelope is None:
+                continue  # a deferred acknowledgement of a message not stored
+            if change is Change.LEASED or change is Change.BARRIER:
+                kind = "lease" if change is Change.LEASED else "barrier"
+                count = message.deliveries if message is not None else 1
+                headers = delivery_headers(kind, bookmark, outcome.deadline_ms, count)
+                for subscription_id in outcome.subscriptions:
+                    batch.produce(
+                        deliveries, envelope, subscription_id.encode(), partition, headers
+                    )
+                if change is Change.LEASED and not at_most_once and message is not None:
+                    batch.put_state(_MESSAGE + bookmark, _state_of(message))
+                    continue
+            elif change is Change.EXPIRED:
+                reject(
+                    self._expired_record(bookmark, envelope),
+                    QueueExpiredError(
+                        f"queue {self.definition.topic.name}: message {bookmark.decode()} "
+                        f"{outcome.reason}"
+                    ),
+                )
+            self._remove(bookmark, envelope, batch, expired=change is Change.EXPIRED)
+
+    def _remove(
+        self, bookmark: bytes, envelope: bytes, batch: PartitionBatch, expired: bool
+    ) -> None:
+        state = self.state
+        offset = changelog.decode(envelope).log_offset
+        log_topic = state.topic.kafka_topic
+        position = changelog.format_position(log_topic, state.partition, offset)
+        headers = [*(_EXPIRED if expired else _DELETED), (POSITION_HEADER, position)]
+        batch.produce(state.topic.changelog_topic, None, bookmark, state.partition, headers)
+        reason = ChangeReason.EXPIRE if expired else ChangeReason.DELETE
+        batch.write(bookmark, None, reason, log_topic, offset)
+        if batch.get_state(_MESSAGE + bookmark) is not None:
+            batch.put_state(_MESSAGE + bookmark, None)
+
+    def _expired_record(self, bookmark: bytes, envelope: bytes) -> Record:
+        """The expired message as a record for the dead-letter topic: its data, where it
+        was published (its bookmark) and the queue it left."""
+        decoded = changelog.decode(envelope)
+        headers: Headers = [("sow.queue", self.definition.topic.name.encode())]
+        topic, partition, offset = bookmark.decode().rsplit("/", 2)
+        return LogRecord(topic, int(partition), int(offset), bookmark, decoded.data, headers)
+
+    def _writer(self, name: str) -> EnvelopeWriter:
+        """The envelope writer of messages published to topic ``name``."""
+        writer = self._writers.get(name)
+        if writer is None:
+            if len(self._writers) >= MAX_TOPICS:
+                self._writers.clear()
+            state = self.state
+            writer = EnvelopeWriter(
+                name, state.topic.message_type, state.topic.kafka_topic, state.partition
+            )
+            self._writers[name] = writer
+        return writer
+
+
+def _origin_of(raw: bytes) -> tuple[int, int]:
+    since, after = raw.split(b"/")
+    return int(since), int(after)
+
+
+def _publish_options(headers: Headers | None, published_ms: int) -> tuple[int | None, str | None]:
+    """A plain publish's own expiration (its ``sow.expiration`` header, seconds; 0 or
+    unreadable: none) and correlation id."""
+    expires_ms = correlation_id = None
+    for name, raw in headers or ():
+        if name == EXPIRATION_HEADER and raw:
+            try:
+                seconds = float(raw)
+            except ValueError:
+                seconds = math.nan
+            if math.isfinite(seconds) and seconds > 0:
+                expires_ms = published_ms + int(seconds * 1000)
+        elif name == CORRELATION_HEADER and raw is not None:
+            correlation_id = raw.decode(errors="replace")
+    return expires_ms, correlation_id
+
+
+class QueueTopic:
+    """Makes the partitions of one queue."""
+
+    def __init__(self, definition: QueueDefinition) -> None:
+        self.definition = definition
+
+    def open(self, state: PartitionState) -> QueuePartition:
+        return QueuePartition(self.definition, state)

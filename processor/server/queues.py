@@ -1,0 +1,156 @@
+"""gRPC Queues service: Consume (a subscription to a queue: leases out, acknowledgements,
+cancels and expiries in, on one stream) and Act (the same commands outside a stream, and
+an acknowledgement by filter). The queue logic is the hub's
+(:mod:`processor.subscriptions.queues`); this module translates."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from processor import changelog, errors
+from processor.messages import Codec
+from processor.queues.commands import CommandKind, Delivery
+from processor.server import convert
+from processor.subscriptions.queues import QueueConsumer, QueueHub
+from processor.wire import sow_pb2, sow_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+#: Worker threads kept for Consume streams (each holds one while it is open).
+QUEUE_STREAMS = 64
+#: How often a stream with nothing to send checks that its client is still there.
+IDLE_CHECK_S = 0.5
+#: Leases sent per wake-up at most (the rest follow at once).
+SEND_BATCH = 1_000
+
+_ACTIONS = {
+    sow_pb2.QUEUE_ACK: CommandKind.ACK,
+    sow_pb2.QUEUE_CANCEL: CommandKind.CANCEL,
+    sow_pb2.QUEUE_EXPIRE: CommandKind.EXPIRE,
+}
+
+
+class QueuesServicer(sow_pb2_grpc.QueuesServicer):
+    """Translates queue requests to the hub, and errors to statuses."""
+
+    def __init__(
+        self,
+        hub: QueueHub,
+        codecs: dict[str, Codec],
+        status_for: Callable[[errors.SowError], grpc.StatusCode],
+    ) -> None:
+        self._hub, self._codecs, self._status_for = hub, codecs, status_for
+
+    def _abort(self, context: Any, error: errors.SowError) -> None:
+        context.abort(self._status_for(error), str(error))
+
+    def Act(self, request: Any, context: Any) -> Any:
+        try:
+            topic = self._hub.queue(request.queue)
+            kind = _ACTIONS[request.action]
+            if request.filter:
+                if kind is not CommandKind.ACK:
+                    raise errors.InvalidRequestError("only an acknowledgement takes a filter")
+                if request.bookmarks:
+                    raise errors.InvalidRequestError("give bookmarks or a filter, not both")
+                kind = CommandKind.ACK_FILTER
+            written = self._hub.act(topic, kind, list(request.bookmarks), request.filter)
+        except errors.SowError as exc:
+            self._abort(context, exc)
+        return sow_pb2.QueueActionReply(commands=written)
+
+    def Consume(self, commands: Iterator[Any], context: Any) -> Iterator[Any]:
+        first = next(commands, None)
+        if first is None or first.WhichOneof("command") != "subscribe":
+            self._abort(
+                context,
+                errors.InvalidRequestError("a Consume stream starts with a subscribe command"),
+            )
+            return
+        request = first.subscribe
+        try:
+            consumer = self._hub.subscribe(
+                request.queue,
+                request.filter,
+                request.max_backlog if request.HasField("max_backlog") else None,
+            )
+        except errors.SowError as exc:
+            self._abort(context, exc)
+            return
+        context.add_callback(consumer.close)
+        reader = threading.Thread(
+            target=_read_commands,
+            args=(commands, consumer),
+            name="sow-queue-commands",
+            daemon=True,
+        )
+        reader.start()
+        sub_id = request.sub_id
+        to_record = self._converter(request.text_form)
+        try:
+            yield sow_pb2.QueueMessage(sub_id=sub_id, registered=sow_pb2.Registered())
+            while context.is_active() and not consumer.closed:
+                try:
+                    delivery = consumer.inbox.get(timeout=IDLE_CHECK_S)
+                except queue.Empty:
+                    continue
+                if delivery is None:
+                    break
+                yield _lease(sub_id, delivery, to_record)
+                for _ in range(SEND_BATCH):
+                    try:
+                        delivery = consumer.inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    if delivery is None:
+                        return
+                    yield _lease(sub_id, delivery, to_record)
+        finally:
+            consumer.close()
+
+    def _converter(self, text_form: bool) -> Callable[[changelog.Envelope], Any]:
+        if not text_form:
+            return lambda envelope: convert.record(envelope, None)
+        codecs = self._codecs
+        return lambda envelope: convert.record(envelope, codecs[envelope.topic].to_text)
+
+
+def _lease(sub_id: str, delivery: Delivery, to_record: Callable[[changelog.Envelope], Any]) -> Any:
+    envelope = changelog.decode(delivery.envelope)
+    return sow_pb2.QueueMessage(
+        sub_id=sub_id,
+        lease=sow_pb2.QueueLease(
+            bookmark=delivery.bookmark,
+            record=to_record(envelope),
+            lease_deadline_ms=delivery.deadline_ms or 0,
+            deliveries=delivery.deliveries,
+            barrier=delivery.kind == "barrier",
+        ),
+    )
+
+
+def _read_commands(commands: Iterator[Any], consumer: QueueConsumer) -> None:
+    """Apply a stream's acknowledgements, cancels and expiries until it ends; its end
+    disconnects the consumer."""
+    try:
+        for command in commands:
+            which = command.WhichOneof("command")
+            if which == "ack":
+                consumer.ack(list(command.ack.bookmarks))
+            elif which == "cancel":
+                consumer.cancel(list(command.cancel.bookmarks))
+            elif which == "expire":
+                consumer.expire(list(command.expire.bookmarks))
+    except grpc.RpcError:
+        pass  # the client went away: the stream's end disconnects it
+    except errors.SowError as exc:
+        log.warning("queue consumer %s: command refused: %s", consumer.id, exc)
+    finally:
+        consumer.close()
+        consumer.inbox.put(None)

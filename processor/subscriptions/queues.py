@@ -1,0 +1,289 @@
+"""The query service's side of the queues (docs/queues.md): consumers, their leases, and
+the commands they send.
+
+A :class:`QueueHub` follows the deliveries topic of every queue of the topology from its
+end (one thread, :meth:`QueueHub.run`) and hands each lease or barrier message to the
+:class:`QueueConsumer` its key names. Everything a consumer does is a command record
+(:mod:`processor.queues.commands`) written to the queue's command topic, on the
+partitions it concerns: a subscribe and a disconnect to every partition, an
+acknowledgement, cancel or expiry to each bookmark's partition (a batch of bookmarks
+makes one record per partition).
+
+* **Ready.** A consumer is registered only once the hub has read to the start of every
+  deliveries partition (:meth:`QueueHub.wait_ready`) and its subscribe command is in the
+  log: no lease it is given can be missed.
+* **Alive.** The hub sends a heartbeat to every queue partition each
+  :data:`~processor.queues.partition.HEARTBEAT_S`; a partition that stops hearing it
+  disconnects this service's subscriptions, so a service that dies gives its leases back
+  by itself. A consumer that ends (its client went away) disconnects at once.
+* **Ids.** Each consumer has an id unique to this service and run
+  (``<service id>/<n>``); the client's ``sub_id`` is only echoed.
+
+Thread-safety: every method may be called from any thread; ``run`` is the only reader
+of the deliveries.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+
+from processor.errors import BrokerError, InvalidRequestError, UnknownTopicError
+from processor.expr import compile as compile_expression
+from processor.log import ChangelogTail, LogRecord, LogWriter, Record, read_ready
+from processor.queues.commands import (
+    Command,
+    CommandKind,
+    Delivery,
+    decode_delivery,
+)
+from processor.queues.definition import partition_of
+from processor.queues.partition import HEARTBEAT_S
+from processor.topology.model import SowTopic, Topology
+
+log = logging.getLogger(__name__)
+
+END = -1
+BATCH = 10_000
+IDLE_WAIT_S = 0.05
+#: The longest a command waits for the broker to take it.
+WRITE_TIMEOUT_S = 30.0
+
+
+class QueueConsumer:
+    """One subscription to a queue: its leases arrive in :attr:`inbox` (None: it ended)."""
+
+    def __init__(self, hub: QueueHub, topic: SowTopic, subscription_id: str) -> None:
+        self.hub, self.topic, self.id = hub, topic, subscription_id
+        self.inbox: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
+        self.closed = False
+
+    def ack(self, bookmarks: Sequence[str]) -> None:
+        self.hub.act(self.topic, CommandKind.ACK, bookmarks, by=self.id, wait=False)
+
+    def cancel(self, bookmarks: Sequence[str]) -> None:
+        self.hub.act(self.topic, CommandKind.CANCEL, bookmarks, by=self.id, wait=False)
+
+    def expire(self, bookmarks: Sequence[str]) -> None:
+        self.hub.act(self.topic, CommandKind.EXPIRE, bookmarks, by=self.id, wait=False)
+
+    def close(self) -> None:
+        """Disconnect: the leases it holds return to the queue."""
+        if not self.closed:
+            self.closed = True
+            self.hub.disconnect(self)
+
+
+class QueueHub:
+    """Every queue consumer of one query service (see the module doc)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        tail: Callable[[], ChangelogTail],
+        writer: LogWriter,
+        service_id: str | None = None,
+    ) -> None:
+        self.topology = topology
+        self.service_id = service_id or uuid.uuid4().hex[:12]
+        self._queues = {t.name: t for t in topology.topics.values() if t.queue is not None}
+        self._tail_factory = tail
+        self._writer = writer
+        self._consumers: dict[str, QueueConsumer] = {}
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        if not self._queues:
+            self._ready.set()
+        #: Leases handed out and barrier messages, for metrics.
+        self.delivered = 0
+
+    def __len__(self) -> int:
+        return len(self._consumers)
+
+    def names(self) -> frozenset[str]:
+        """The queues' names."""
+        return frozenset(self._queues)
+
+    def queue(self, name: str) -> SowTopic:
+        """The queue topic called ``name`` (UnknownTopicError: no such queue)."""
+        topic = self._queues.get(name)
+        if topic is None:
+            known = ", ".join(self._queues) or "none"
+            raise UnknownTopicError(f"no queue is called {name!r}; queues here: {known}")
+        return topic
+
+    # -- the deliveries thread ----------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Follow the deliveries and send heartbeats until stopped."""
+        if not self._queues:
+            return
+        tail = self._tail_factory()
+        partitions = [
+            (t.deliveries_topic, p) for t in self._queues.values() for p in range(t.partitions)
+        ]
+        next_beat = 0.0
+        try:
+            tail.assign([(t, p, END) for t, p in partitions])
+            while not self._stop.is_set():
+                records = read_ready(tail, BATCH, IDLE_WAIT_S)
+                if not self._ready.is_set():
+                    states = tail.states()
+                    if all(tp in states and states[tp].position >= 0 for tp in partitions):
+                        self._ready.set()
+                self._route(records)
+                now = time.monotonic()
+                if now >= next_beat:
+                    next_beat = now + HEARTBEAT_S
+                    self._heartbeat()
+        finally:
+            tail.close()
+            with self._lock:
+                consumers = list(self._consumers.values())
+            for consumer in consumers:
+                consumer.inbox.put(None)
+
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        return self._ready.wait(timeout_s)
+
+    def _route(self, records: Sequence[Record]) -> None:
+        if not records:
+            return
+        with self._lock:
+            consumers = self._consumers
+            for record in records:
+                try:
+                    delivery = decode_delivery(record.key(), record.value(), record.headers())
+                except (KeyError, ValueError) as exc:
+                    log.warning(
+                        "queue deliveries %s[%d]@%d unreadable (%s): skipped",
+                        record.topic(),
+                        record.partition(),
+                        record.offset(),
+                        exc,
+                    )
+                    continue
+                consumer = consumers.get(delivery.subscription)
+                if consumer is not None:
+                    consumer.inbox.put(delivery)
+                    self.delivered += 1
+
+    def _heartbeat(self) -> None:
+        beat = Command(CommandKind.HEARTBEAT, service=self.service_id)
+        try:
+            for topic in self._queues.values():
+                self._write(topic, beat, range(topic.partitions), wait=False)
+        except BrokerError as exc:
+            log.warning("queue heartbeat not written: %s", exc)
+
+    # -- commands -----------------------------------------------------------------------
+
+    def subscribe(
+        self, name: str, filter_text: str = "", max_backlog: int | None = None
+    ) -> QueueConsumer:
+        """A new consumer of queue ``name``, registered in every partition when this
+        returns (InvalidRequestError: a bad filter or backlog; CatchingUpError-like
+        BrokerError: the hub or the broker is not ready)."""
+        topic = self.queue(name)
+        if filter_text.strip():
+            compile_expression(filter_text)  # ExpressionError: the client's to fix
+        if max_backlog is not None and max_backlog < 0:
+            raise InvalidRequestError(f"max_backlog must be 0 or more, got {max_backlog}")
+        if not self.wait_ready(WRITE_TIMEOUT_S):
+            raise BrokerError("the queue deliveries are not readable yet; retry shortly")
+        consumer = QueueConsumer(self, topic, f"{self.service_id}/{next(self._numbers)}")
+        with self._lock:
+            self._consumers[consumer.id] = consumer
+        command = Command(
+            CommandKind.SUBSCRIBE,
+            subscription=consumer.id,
+            service=self.service_id,
+            filter=filter_text,
+            max_backlog=max_backlog,
+        )
+        try:
+            self._write(topic, command, range(topic.partitions), wait=True)
+        except BaseException:
+            with self._lock:
+                self._consumers.pop(consumer.id, None)
+            raise
+        return consumer
+
+    def disconnect(self, consumer: QueueConsumer) -> None:
+        with self._lock:
+            self._consumers.pop(consumer.id, None)
+        command = Command(CommandKind.DISCONNECT, subscription=consumer.id, service=self.service_id)
+        try:
+            self._write(consumer.topic, command, range(consumer.topic.partitions), wait=False)
+        except BrokerError as exc:  # the heartbeats stop covering it: it times out
+            log.warning("queue disconnect of %s not written: %s", consumer.id, exc)
+
+    def act(
+        self,
+        topic: SowTopic,
+        kind: CommandKind,
+        bookmarks: Sequence[str] = (),
+        filter_text: str = "",
+        by: str | None = None,
+        wait: bool = True,
+    ) -> int:
+        """Acknowledge, cancel or expire messages (by bookmark, or an acknowledgement by
+        filter); returns how many command records were written."""
+        if kind is CommandKind.ACK_FILTER:
+            compile_expression(filter_text)
+            command = Command(kind, subscription=by, service=self.service_id, filter=filter_text)
+            return self._write(topic, command, range(topic.partitions), wait)
+        by_partition: dict[int, list[str]] = {}
+        for bookmark in bookmarks:
+            try:
+                partition = partition_of(bookmark, topic.partitions)
+            except (ValueError, IndexError):
+                raise InvalidRequestError(
+                    f"{bookmark!r} is not a bookmark of queue {topic.name} (topic/partition/"
+                    "offset, as each lease carries it)"
+                ) from None
+            by_partition.setdefault(partition, []).append(bookmark)
+        written = 0
+        records: list[LogRecord] = []
+        for partition, chosen in by_partition.items():
+            command = Command(
+                kind, subscription=by, service=self.service_id, bookmarks=tuple(chosen)
+            )
+            value, headers = command.encode()
+            records.append((topic.repartition_topic, None, value, partition, headers))
+            written += 1
+        self._submit(records, wait)
+        return written
+
+    def _write(
+        self, topic: SowTopic, command: Command, partitions: Iterable[int], wait: bool
+    ) -> int:
+        value, headers = command.encode()
+        records: list[LogRecord] = [
+            (topic.repartition_topic, None, value, p, headers) for p in partitions
+        ]
+        self._submit(records, wait)
+        return len(records)
+
+    def _submit(self, records: list[LogRecord], wait: bool) -> None:
+        delivery = self._writer.submit(records)
+        if not wait:
+            return
+        if not delivery.wait(WRITE_TIMEOUT_S):
+            raise BrokerError("the broker did not take the queue command in time")
+        for result in delivery.results():
+            if isinstance(result, Exception):
+                raise result
