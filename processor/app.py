@@ -55,12 +55,11 @@ log = logging.getLogger(__name__)
 def derived_wiring(topology: Topology) -> dict[str, Any]:
     """The processor's ``listeners`` and ``derived`` options for the topology's views,
     conflated topics and queues (empty when it has none)."""
-    listeners: dict[str, list[Any]] = {}
-    derived: dict[str, Any] = {}
-    for wiring in (view_wiring(topology), queue_wiring(topology)):
-        for name, more in wiring.get("listeners", {}).items():
-            listeners.setdefault(name, []).extend(more)
-        derived.update(wiring.get("derived", {}))
+    views, queues = view_wiring(topology), queue_wiring(topology)
+    listeners = {**views.get("listeners", {})}
+    for name, more in queues.get("listeners", {}).items():
+        listeners[name] = [*listeners.get(name, ()), *more]
+    derived = {**views.get("derived", {}), **queues.get("derived", {})}
     return {"listeners": listeners, "derived": derived} if derived else {}
 
 

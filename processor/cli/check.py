@@ -186,10 +186,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             sys.stdout.write(orjson.dumps({"source": str(path), **line}).decode() + "\n")
         entries = [entry for entry in topology.entries() if unserved(entry, topology)]
         refused = f", {len(entries)} entries sow serve refuses for now" if entries else ""
-        views = sum(1 for topic in topology.topics.values() if topic.derived)
+        queues = sum(1 for topic in topology.topics.values() if topic.queue is not None)
+        views = sum(1 for topic in topology.topics.values() if topic.derived) - queues
         sys.stderr.write(
-            f"{path}: OK ({len(topology.topics) - views} SOW topics, {views} views and "
-            "conflated topics, "
+            f"{path}: OK ({len(topology.topics) - views - queues} SOW topics, {views} views "
+            f"and conflated topics, {queues} queues, "
             f"{len(topology.plain_topics)} plain topics{refused})\n"
         )
     return 0

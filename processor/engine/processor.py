@@ -120,6 +120,8 @@ class Processor:
         for topic in topology.topics.values():
             self._by_log_topic[topic.kafka_topic] = (topic, True)
             self._by_log_topic[topic.repartition_topic] = (topic, False)
+            for extra in topic.extra_inputs:
+                self._by_log_topic[extra] = (topic, True)
         due_index = DueIndex()
         self._listeners: dict[str, tuple[ChangeListener, ...]] = {
             name: (

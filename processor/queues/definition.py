@@ -19,7 +19,7 @@ from processor.expr import compile as compile_expression
 from processor.messages import Codec, codec_for
 from processor.queues.ledger import QueueRules, priority_of
 from processor.topology.model import ExpirationModel, SowTopic, Topic
-from processor.topology.queue_topics import queue_sources, reads_plain
+from processor.topology.queue_topics import plain_sources, queue_sources
 
 
 def _compiled(text: str | None) -> Expression | None:
@@ -49,6 +49,7 @@ class QueueDefinition:
         "expiration_model",
         "expiration_ms",
         "filter",
+        "plain_names",
         "priority",
         "rules",
         "sources",
@@ -63,7 +64,10 @@ class QueueDefinition:
         self.codec: Codec = codec_for(topic)
         #: Whether the queue reads its plain topic's Kafka topic itself (else SOW topics
         #: send it their publishes: ``sources``).
-        self.direct = reads_plain(spec, topics) is not None
+        plain = plain_sources(spec, topics)
+        self.direct = bool(plain)
+        #: The plain topic of each Kafka topic it reads directly.
+        self.plain_names: dict[str, str] = {t.kafka_topic: t.name for t in plain}
         self.sources: tuple[str, ...] = (
             ()
             if self.direct

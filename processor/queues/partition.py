@@ -233,7 +233,7 @@ class QueuePartition:
             return []  # a tombstone in the underlying topic: no message
         if definition.direct:
             bookmark = bookmark_of(record.topic(), record.partition(), offset)
-            name = definition.spec.underlying
+            name = definition.plain_names.get(record.topic(), definition.spec.underlying)
             published_ms = record.timestamp()[1]
             own_ms, correlation_id = _publish_options(record.headers(), published_ms)
         else:

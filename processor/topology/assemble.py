@@ -30,7 +30,7 @@ from processor.topology.model import (
     ViewSpec,
     default_kafka_topic,
 )
-from processor.topology.queue_topics import queue_topic, reads_plain
+from processor.topology.queue_topics import plain_sources, queue_topic
 from processor.topology.view_topics import conflated_topic, view_topic
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
@@ -137,25 +137,21 @@ def _add_queue_topic(
 ) -> None:
     """Add the SOW topic holding a queue's messages (:mod:`processor.topology.queue_topics`);
     its Kafka topics must be its own, except the plain topic it reads."""
-    topic = queue_topic(spec, {**plain, **topics})
+    topic = queue_topic(spec, {**topics, **plain})
     roles = [
         ("changelog", topic.changelog_topic),
         ("repartition", topic.repartition_topic),
         ("deliveries", topic.deliveries_topic),
     ]
-    read = reads_plain(spec, {**plain, **topics})
-    roles.insert(0, ("input", topic.kafka_topic))
+    if not plain_sources(spec, {**topics, **plain}):  # (several queues may read one)
+        roles.insert(0, ("input", topic.kafka_topic))
     for role, name in roles:
-        if read is not None and role == "input" and kafka.get(name, ("",))[0] == read.name:
-            pass  # the plain topic it reads: the queue's partitions read its Kafka topic
-        elif name in kafka:
+        if name in kafka:
             other, other_role, other_source, other_where = kafka[name]
             raise TopologyError(
                 f"Kafka topic {name!r} (the {role} topic of queue {spec.name!r}) is also "
                 f"the {other_role} topic of {other!r} (at "
-                f"{_at(other_source, other_where, spec.source)}); name the queue apart "
-                "(two queues over one plain topic are not served yet: give that topic a "
-                "SOW and read it instead)",
+                f"{_at(other_source, other_where, spec.source)}); name the queue apart",
                 source=spec.source,
                 where=spec.where,
             )

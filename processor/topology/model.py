@@ -182,6 +182,12 @@ class SowTopic(Topic):
     #: topic; over SOW topics, what the processor sends it. Publishes to it go to the
     #: queue's DefaultPublishTarget.
     queue: QueueSpec | None = None
+    #: More Kafka topics the processor reads into this topic besides ``kafka_topic``,
+    #: partition for partition (a queue over several plain topics).
+    extra_inputs: tuple[str, ...] = ()
+    #: What its changelog and repartition topics are named after (default
+    #: ``kafka_topic``; a queue's own name, since queues may read the same topic).
+    state_topic: str = ""
 
     @property
     def derived(self) -> bool:
@@ -193,7 +199,7 @@ class SowTopic(Topic):
     def deliveries_topic(self) -> str:
         """A queue's deliveries: the leases and barrier messages its partitions hand
         out, read by the query services (:mod:`processor.queues.deliveries`)."""
-        return f"{self.kafka_topic}.queue-deliveries"
+        return f"{self.state_topic or self.kafka_topic}.queue-deliveries"
 
     @property
     def domain(self) -> str:
@@ -208,12 +214,12 @@ class SowTopic(Topic):
     @property
     def changelog_topic(self) -> str:
         """The compacted changelog topic holding this SOW topic's state."""
-        return f"{self.kafka_topic}.sow-changelog"
+        return f"{self.state_topic or self.kafka_topic}.sow-changelog"
 
     @property
     def repartition_topic(self) -> str:
         """Where records whose Kafka key is not their SowKey are re-keyed."""
-        return f"{self.kafka_topic}.sow-repartition"
+        return f"{self.state_topic or self.kafka_topic}.sow-repartition"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,17 +3,21 @@
 them and the processor keeps them (recovery, changelog, standbys) as any SOW topic's
 records; the processor derives them (:mod:`processor.queues`).
 
-* Over **one plain topic** (AMPS's usual queue: the transaction-log topic of its name)
-  the queue reads that topic's Kafka topic itself, partition for partition: a publish is
-  enqueued by the transaction that reads it.
+* Over **plain topics** (AMPS's usual queue: the transaction-log topic of its name, or
+  a regular expression over such topics) the queue reads their Kafka topics itself,
+  partition for partition (``kafka_topic`` the first's, ``extra_inputs`` the others'; they
+  need the same partition count): a publish is enqueued by the transaction that reads it.
 * Over **SOW topics** (a name, or a regular expression matching several) the queue has
   an input topic of its own (``<first underlying kafka_topic>.queue.<name>``), which the
   processor writes in the transactions of the underlying topics' publishes; it has as
   many partitions as the underlying topic with the most, and a publish on partition
   ``p`` goes to queue partition ``p`` modulo that.
 
-A queue over several plain topics, or over plain and SOW topics together, is not served
-(:mod:`processor.topology.unserved` says why).
+Its changelog, repartition (commands) and deliveries topics are named after
+``<first underlying kafka_topic>.queue.<name>`` (``state_topic``).
+
+A queue over plain and SOW topics together, or over plain topics of different partition
+counts, is not served (:mod:`processor.topology.unserved` says why).
 """
 
 from __future__ import annotations
@@ -43,25 +47,27 @@ def queue_sources(spec: QueueSpec, topics: Mapping[str, Topic]) -> list[Topic]:
     return [topics[name] for name in names if name in topics]
 
 
-def reads_plain(spec: QueueSpec, topics: Mapping[str, Topic]) -> PlainTopic | None:
-    """The one plain topic a queue reads directly (None: it reads SOW topics, or more
-    than one topic)."""
+def plain_sources(spec: QueueSpec, topics: Mapping[str, Topic]) -> list[PlainTopic]:
+    """The plain topics a queue reads directly, in order (empty: it reads SOW topics, or
+    plain and SOW topics together, which is not served)."""
     sources = queue_sources(spec, topics)
-    if len(sources) == 1 and isinstance(sources[0], PlainTopic):
-        return sources[0]
-    return None
+    if sources and all(isinstance(t, PlainTopic) for t in sources):
+        return [t for t in sources if isinstance(t, PlainTopic)]
+    return []
 
 
 def queue_topic(spec: QueueSpec, topics: Mapping[str, Topic]) -> SowTopic:
     """The SOW topic holding ``spec``'s messages; ``topics``: the topics defined (SOW,
     plain, views), by name."""
-    plain = reads_plain(spec, topics)
-    if plain is not None:
-        kafka_topic, partitions = plain.kafka_topic, plain.partitions
+    plain = plain_sources(spec, topics)
+    sources = queue_sources(spec, topics)
+    prefix = f"{sources[0].kafka_topic}." if sources else ""
+    state_topic = f"{prefix}queue.{default_kafka_topic(spec.name)}"
+    if plain:
+        kafka_topic, partitions = plain[0].kafka_topic, plain[0].partitions
+        extra_inputs = tuple(t.kafka_topic for t in plain[1:])
     else:
-        sources = queue_sources(spec, topics)
-        prefix = f"{sources[0].kafka_topic}." if sources else ""
-        kafka_topic = f"{prefix}queue.{default_kafka_topic(spec.name)}"
+        kafka_topic, extra_inputs = state_topic, ()
         partitions = max((t.partitions for t in sources), default=1)
     return SowTopic(
         name=spec.name,
@@ -70,4 +76,6 @@ def queue_topic(spec: QueueSpec, topics: Mapping[str, Topic]) -> SowTopic:
         kafka_topic=kafka_topic,
         partitions=partitions,
         queue=spec,
+        extra_inputs=extra_inputs,
+        state_topic=state_topic,
     )

@@ -37,10 +37,30 @@ def why_unserved(entry: Entry, topology: Topology | None = None) -> str | None:
     if isinstance(entry, QueueSpec):
         sources = queue_sources(entry, readable(topology))
         plain = [t for t in sources if isinstance(t, PlainTopic)]
-        if plain and len(sources) > 1:
+        if plain and len(plain) < len(sources):
             return (
                 f"it reads {len(sources)} topics, {len(plain)} of them without a SOW; a queue "
-                "reads one plain topic, or SOW topics"
+                "reads plain topics or SOW topics, not both"
+            )
+        inputs = {t.kafka_topic for t in plain}
+        names = list(topology.topics)
+        shared = [
+            other.name
+            for other in topology.topics.values()
+            if other.queue is not None
+            and names.index(other.name) < names.index(entry.name)
+            and inputs & {other.kafka_topic, *other.extra_inputs}
+        ]
+        if shared:
+            return (
+                f"queue {shared[0]!r} reads the same plain topic; one plain topic feeds one "
+                "queue here (give the topic a SOW for several queues to read it)"
+            )
+        counts = sorted({t.partitions for t in plain})
+        if len(counts) > 1:
+            return (
+                f"the plain topics it reads have {counts} partitions; a queue reads plain "
+                "topics of one partition count"
             )
         return None
     if isinstance(entry, ConflatedTopicSpec):

@@ -198,14 +198,19 @@ def test_check_config_describes_a_yaml_queue_and_serve_refuses_it(
         "1d",
     )
     assert mq["underlying_topics"] == ["ORDERS_DIRECT", "ORDERS_WEB"]
-    assert "refused by sow serve until issue 22" in mq["served"]
+    assert mq["served"] == "served: a SOW topic whose records the processor derives"
+    assert "refused by sow serve: queue 'MQ' reads the same plain topic" in (
+        queues["GroupQueue"]["served"]
+    )
     assert mq["does"].startswith("delivers each message published to ORDERS_.* to one")
     assert queues["GroupQueue"]["kind"] == "GroupLocalQueue"
-    assert "2 entries sow serve refuses for now" in err
+    assert "1 entries sow serve refuses for now" in err
     with pytest.raises(UnservedEntryError) as caught:
         refuse_unserved(yaml(SEED_QUEUES_YAML))
-    assert "Queue 'MQ' at t.yaml: queues[0] (issue 22)" in str(caught.value)
-    assert "GroupLocalQueue 'GroupQueue' at t.yaml: queues[1] (issue 22)" in str(caught.value)
+    assert "'MQ' at" not in str(caught.value)
+    assert "GroupLocalQueue 'GroupQueue' at t.yaml: queues[1] (queue 'MQ' reads" in str(
+        caught.value
+    )
 
 
 TOPICS = """topics:
