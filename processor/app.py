@@ -35,14 +35,13 @@ from processor.log.kafka.transactional import KafkaTransactionalLog
 from processor.log.kafka.writer import KafkaLogWriter
 from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine
-from processor.queues import queue_wiring
 from processor.replica.plain_tail import PlainTail
 from processor.replica.replica import Replica
 from processor.state.opener import store_opener
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.queues import QueueHub
 from processor.topology import Topology, refuse_unserved
-from processor.views import view_wiring
+from processor.wiring import derived_wiring
 from processor.worker import ProcessorChild
 
 if TYPE_CHECKING:
@@ -50,17 +49,6 @@ if TYPE_CHECKING:
     from processor.server.health import Health
 
 log = logging.getLogger(__name__)
-
-
-def derived_wiring(topology: Topology) -> dict[str, Any]:
-    """The processor's ``listeners`` and ``derived`` options for the topology's views,
-    conflated topics and queues (empty when it has none)."""
-    views, queues = view_wiring(topology), queue_wiring(topology)
-    listeners = {**views.get("listeners", {})}
-    for name, more in queues.get("listeners", {}).items():
-        listeners[name] = [*listeners.get(name, ()), *more]
-    derived = {**views.get("derived", {}), **queues.get("derived", {})}
-    return {"listeners": listeners, "derived": derived} if derived else {}
 
 
 def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:

@@ -98,9 +98,9 @@ class Processor:
         ``clock``: the time in seconds that apply times and expirations are taken from.
         ``listeners``: more change listeners per SOW topic name, fed every change the
         processor makes to its records (expiry's due index is always one for a topic
-        with expiration). ``derived``: the derived topics (views) by name, whose records
-        their :class:`~processor.engine.derived.DerivedTopic` computes from their input
-        (:mod:`processor.views` makes both)."""
+        with expiration). ``derived``: the derived topics (views, queues) by name, whose
+        records their :class:`~processor.engine.derived.DerivedTopic` computes from their
+        input (:mod:`processor.wiring` makes both)."""
         self.topology, self._connections, self._open_store = topology, connections, open_store
         self._dead_letter_topic, self._max_batch = dead_letter_topic, max_batch
         #: When the log is ready for the next transaction (monotonic; ``_next_batch``).
@@ -118,10 +118,9 @@ class Processor:
         self._started_ms = int(clock() * 1000)
         self._by_log_topic: dict[str, tuple[SowTopic, bool]] = {}
         for topic in topology.topics.values():
-            self._by_log_topic[topic.kafka_topic] = (topic, True)
+            for log_topic in (topic.kafka_topic, *topic.extra_inputs):  # a queue's inputs
+                self._by_log_topic[log_topic] = (topic, True)
             self._by_log_topic[topic.repartition_topic] = (topic, False)
-            for extra in topic.extra_inputs:
-                self._by_log_topic[extra] = (topic, True)
         due_index = DueIndex()
         self._listeners: dict[str, tuple[ChangeListener, ...]] = {
             name: (
@@ -360,9 +359,7 @@ class Processor:
         try:
             if standby is not None:
                 standby.follow(set())  # warm while the group join runs
-            log.info(
-                "processor taking its partitions of %s", ", ".join(sorted(self.topology.topics))
-            )
+            log.info("processor taking its partitions of %s", ", ".join(self.topology.topics))
             self._loop.phase = "joining the group"
             self._loop.beat = time.monotonic()
             consumer.subscribe(

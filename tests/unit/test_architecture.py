@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"publish"},
     {"engine"},
     {"views", "queues"},
-    {"replica"},
+    {"replica", "wiring"},
     {"query", "spark", "faust"},
     {"subscriptions"},
     {"observability"},
