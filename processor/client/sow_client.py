@@ -19,6 +19,8 @@ from processor.client.publishing import (
     _position,
     _StreamPublish,
 )
+from processor.client.queues import QueueStream
+from processor.client.queues import act as queue_act
 from processor.errors import InvalidRequestError, ServiceError
 from processor.wire import sow_pb2, sow_pb2_grpc
 
@@ -96,6 +98,7 @@ class SowClient:
         self._channel = grpc.insecure_channel(address)
         self._stub = sow_pb2_grpc.SowStub(self._channel)  # type: ignore[no-untyped-call]
         self._subscriptions = sow_pb2_grpc.SubscriptionsStub(self._channel)  # type: ignore[no-untyped-call]
+        self._queues = sow_pb2_grpc.QueuesStub(self._channel)  # type: ignore[no-untyped-call]
         self._sequences = PublisherSequences(publisher)
         self._retries = retries
 
@@ -302,6 +305,16 @@ class SowClient:
         ``sow_and_subscribe`` and ``unsubscribe`` on it; iterate it for every
         subscription's messages, each with its ``sub_id``)."""
         return SubscriptionSession(self._subscriptions)
+
+    def consume(self, queue_name: str, **options: Any) -> QueueStream:
+        """Subscribe to a queue: leases as they come (options: ``filter``, ``sub_id``,
+        ``max_backlog``, ``text_form``; see :class:`~processor.client.queues.QueueStream`)."""
+        return QueueStream(self._queues, queue_name, **options)
+
+    def queue_act(self, queue_name: str, action: str, **options: Any) -> int:
+        """``ack``, ``cancel`` or ``expire`` messages of a queue outside a stream
+        (options: ``bookmarks``, ``filter``, ``timeout``)."""
+        return queue_act(self._queues, queue_name, action, **options)
 
 
 class SubscriptionStream:

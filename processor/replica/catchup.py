@@ -45,7 +45,8 @@ class CatchUp:
 
     @property
     def caught_up(self) -> bool:
-        return (self.done or not self.following) and not self.held
+        # No changelog at all (a topology of plain topics only): nothing to catch up on.
+        return (self.done or not self.following or not self.partitions) and not self.held
 
     def hold(self) -> None:
         """Count as catching up until :meth:`release`, whatever is read meanwhile: the

@@ -1,0 +1,115 @@
+"""The Python client's side of the queues: a consumer stream (leases in; acknowledgements,
+cancels and expiries out) and the commands outside a stream."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grpc
+
+from processor.errors import ServiceError
+from processor.wire import sow_pb2
+
+ACTIONS = {
+    "ack": sow_pb2.QUEUE_ACK,
+    "cancel": sow_pb2.QUEUE_CANCEL,
+    "expire": sow_pb2.QUEUE_EXPIRE,
+}
+
+
+class QueueStream:
+    """One subscription to a queue. Iterate it (from one thread) for its messages: first
+    ``registered``, then a ``lease`` per message leased to it (or barrier message).
+    ``ack``, ``cancel`` and ``expire`` may be called from any thread, with bookmarks of
+    leases received; ``close()`` ends the subscription, and the leases it still holds
+    return to the queue."""
+
+    _END = object()
+
+    def __init__(
+        self,
+        stub: Any,
+        queue_name: str,
+        filter: str = "",
+        sub_id: str = "",
+        max_backlog: int | None = None,
+        text_form: bool = False,
+    ) -> None:
+        self._commands: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        subscribe = sow_pb2.QueueSubscribe(
+            queue=queue_name, filter=filter, sub_id=sub_id, text_form=text_form
+        )
+        if max_backlog is not None:
+            subscribe.max_backlog = max_backlog
+        self._commands.put(sow_pb2.QueueCommand(subscribe=subscribe))
+        self._call = stub.Consume(self._command_stream())
+        self.closed = False
+
+    def _command_stream(self) -> Iterator[Any]:
+        while True:
+            command = self._commands.get()
+            if command is self._END:
+                return
+            yield command
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self._call
+        except grpc.RpcError as exc:
+            if self.closed and exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            code = exc.code()
+            raise ServiceError(code.name if code else "UNKNOWN", exc.details() or "") from exc
+
+    def leases(self) -> Iterator[Any]:
+        """The leases only (the ``registered`` message skipped)."""
+        for message in self:
+            if message.WhichOneof("part") == "lease":
+                yield message.lease
+
+    def ack(self, bookmarks: Sequence[str]) -> None:
+        self._commands.put(sow_pb2.QueueCommand(ack=sow_pb2.QueueBookmarks(bookmarks=bookmarks)))
+
+    def cancel(self, bookmarks: Sequence[str]) -> None:
+        command = sow_pb2.QueueCommand(cancel=sow_pb2.QueueBookmarks(bookmarks=bookmarks))
+        self._commands.put(command)
+
+    def expire(self, bookmarks: Sequence[str]) -> None:
+        command = sow_pb2.QueueCommand(expire=sow_pb2.QueueBookmarks(bookmarks=bookmarks))
+        self._commands.put(command)
+
+    def close(self) -> None:
+        """End the subscription (idempotent): its leases return to the queue."""
+        if not self.closed:
+            self.closed = True
+            self._commands.put(self._END)
+            self._call.cancel()
+
+    def __enter__(self) -> QueueStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def act(
+    stub: Any,
+    queue_name: str,
+    action: str,
+    bookmarks: Sequence[str] = (),
+    filter: str = "",
+    timeout: float | None = 30.0,
+) -> int:
+    """Acknowledge, cancel or expire messages of a queue by bookmark (or acknowledge
+    those a filter matches); returns how many command records the service wrote."""
+    request = sow_pb2.QueueActionRequest(
+        queue=queue_name, action=ACTIONS[action], bookmarks=bookmarks, filter=filter
+    )
+    try:
+        reply = stub.Act(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        code = exc.code()
+        raise ServiceError(code.name if code else "UNKNOWN", exc.details() or "") from exc
+    return int(reply.commands)

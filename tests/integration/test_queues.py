@@ -1,0 +1,359 @@
+"""Queues through gRPC on both backends (issue 22): one test per feature of seed 002's
+Queue and ../shared/spec/amps-semantics.md section 6 (fairness models, strict and sublet
+leasing, priority, barrier messages, each backlog limit, lease expiry, MaxDeliveries,
+MaxCancels, RecoveryPoint, a queue over a regular expression), each driving real
+consumers through the Queues service."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from processor.client.queues import QueueStream
+from processor.client.sow_client import ServiceError, SowClient
+from processor.topology.yaml_loader import parse_yaml
+from tests.conftest import MEMORY
+from tests.integration.harness import read_topic, running_sow
+
+WAIT_S = 30.0
+
+
+def _topology(unique: str, queue: str, topics: str = "") -> Any:
+    """A plain topic ``orders`` (unique Kafka topic) and the queue ``Q`` over it, with
+    ``queue``'s options (YAML flow mapping entries)."""
+    topics = topics or f"  - {{name: orders, sow: false, kafka_topic: {unique}.orders}}\n"
+    text = (
+        f"topics:\n{topics}"
+        "queues:\n"
+        f"  - {{name: Q, message_type: json, underlying: orders{', ' + queue if queue else ''}}}\n"
+    )
+    return parse_yaml(text, "queues.yaml")
+
+
+class Consumer:
+    """A queue stream read on a thread: its leases, in order, as they come."""
+
+    def __init__(self, client: SowClient, **options: Any) -> None:
+        self.stream: QueueStream = client.consume("Q", **options)
+        self.leases: list[Any] = []
+        self.registered = threading.Event()
+        self.error: ServiceError | None = None
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        assert self.registered.wait(WAIT_S), "not registered"
+
+    def _read(self) -> None:
+        try:
+            for message in self.stream:
+                if message.WhichOneof("part") == "registered":
+                    self.registered.set()
+                else:
+                    self.leases.append(message.lease)
+        except ServiceError as exc:  # the test is over: its client closed
+            self.error = exc
+
+    def ids(self) -> list[int]:
+        return [orjson.loads(lease.record.data)["id"] for lease in self.leases]
+
+    def bookmarks(self) -> list[str]:
+        return [lease.bookmark for lease in self.leases]
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def _until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _publish(client: SowClient, *messages: dict[str, Any], topic: str = "orders") -> None:
+    for message in messages:
+        client.publish(topic, orjson.dumps(message))
+
+
+def _queued(client: SowClient) -> list[int]:
+    """The ids of the messages the queue holds (a sow query over the queue)."""
+    records, _, _ = client.query("Q")
+    return sorted(orjson.loads(r.data)["id"] for r in records)
+
+
+def _quiet(consumers: list[Consumer], seconds: float = 0.5) -> None:
+    """Wait until no consumer has received anything for ``seconds``."""
+    counts = [-1]
+    while True:
+        now = [len(c.leases) for c in consumers]
+        if now == counts:
+            return
+        counts = now
+        time.sleep(seconds)
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[Consumer]]:
+    made: list[Consumer] = []
+    yield made
+    for consumer in made:
+        consumer.close()
+
+
+def test_leases_flow_within_the_backlog_and_acks_remove_messages(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topology = _topology(unique, "max_per_subscription_backlog: 100")
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        _publish(client, *({"id": i} for i in range(5)))
+        consumers.append(a := Consumer(client, max_backlog=3))
+        _until(lambda: len(a.leases) == 3)
+        _quiet([a])
+        assert a.ids() == [0, 1, 2]  # oldest first, three: its backlog
+        assert [lease.deliveries for lease in a.leases] == [1, 1, 1]
+        assert _queued(client) == [0, 1, 2, 3, 4]  # a sow query browses the queue
+        a.stream.ack(a.bookmarks()[:2])
+        _until(lambda: len(a.leases) == 5)
+        assert a.ids() == [0, 1, 2, 3, 4]
+        _until(lambda: _queued(client) == [2, 3, 4])
+        # sow_delete on the queue by bookmark is an acknowledgement too
+        deleted = client.delete("Q", sow_keys=a.bookmarks()[2:])
+        assert deleted.records_deleted == 3
+        _until(lambda: _queued(client) == [])
+
+
+def test_a_closed_consumer_returns_its_leases_to_the_others(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topology = _topology(unique, "max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        consumers.append(a := Consumer(client, max_backlog=10))
+        _publish(client, *({"id": i} for i in range(3)))
+        _until(lambda: len(a.leases) == 3)
+        consumers.append(b := Consumer(client, max_backlog=10))
+        a.close()
+        _until(lambda: len(b.leases) == 3)
+        assert b.ids() == [0, 1, 2]
+        assert [lease.deliveries for lease in b.leases] == [2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("fairness", "expected"),
+    [
+        ("fast", ["a", "a", "a", "b"]),  # the first subscription with room
+        ("round-robin", ["a", "b", "a", "b"]),  # the next after the last chosen
+        ("proportional", ["a", "b", "b", "a"]),  # the lowest held/backlog ratio
+    ],
+)
+def test_each_fairness_model_chooses_as_amps_describes(
+    backend: str,
+    tmp_path: Path,
+    unique: str,
+    consumers: list[Consumer],
+    fairness: str,
+    expected: list[str],
+) -> None:
+    topology = _topology(unique, f"fairness_model: {fairness}, max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        consumers.append(a := Consumer(client, max_backlog=3))
+        consumers.append(b := Consumer(client, max_backlog=4))
+        _publish(client, *({"id": i} for i in range(4)))
+        _until(lambda: len(a.leases) + len(b.leases) == 4)
+        _quiet([a, b])
+        owner = {i: "a" for i in a.ids()} | {i: "b" for i in b.ids()}
+        assert [owner[i] for i in range(4)] == expected
+
+
+@pytest.mark.parametrize("leasing", ["strict", "sublet"])
+def test_strict_leasing_lets_only_the_holder_acknowledge(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer], leasing: str
+) -> None:
+    topology = _topology(unique, f"leasing: {leasing}, max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        consumers.append(a := Consumer(client, max_backlog=1))
+        consumers.append(b := Consumer(client, max_backlog=1))
+        _publish(client, {"id": 0})
+        _until(lambda: len(a.leases) == 1)
+        b.stream.ack(a.bookmarks())  # another subscription acknowledges a's lease
+        client.queue_act("Q", "ack", bookmarks=a.bookmarks())  # and a client without one
+        if leasing == "sublet":
+            _until(lambda: _queued(client) == [])
+            return
+        time.sleep(1.0)
+        assert _queued(client) == [0]  # refused: only its holder may
+        a.stream.ack(a.bookmarks())
+        _until(lambda: _queued(client) == [])
+
+
+def test_priority_orders_the_queue_highest_first(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topology = _topology(unique, "priority: /p, max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        _publish(
+            client,
+            {"id": 0, "p": 1},
+            {"id": 1},
+            {"id": 2, "p": 9},
+            {"id": 3, "p": 5},
+            {"id": 4, "p": 9},
+        )
+        _until(lambda: len(_queued(client)) == 5)
+        consumers.append(a := Consumer(client, max_backlog=10))
+        _until(lambda: len(a.leases) == 5)
+        assert a.ids() == [2, 4, 3, 0, 1]  # by priority, ties by age, NULL last
+
+
+def test_a_barrier_waits_for_earlier_messages_and_goes_to_every_subscriber(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topology = _topology(
+        unique, "barrier_expression: /barrier = 1, max_per_subscription_backlog: 10"
+    )
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        consumers.append(a := Consumer(client, max_backlog=10))
+        consumers.append(b := Consumer(client, max_backlog=10))
+        _publish(client, {"id": 0}, {"id": 1, "barrier": 1}, {"id": 2})
+        _until(lambda: len(a.leases) + len(b.leases) == 1)
+        _quiet([a, b])
+        holder = a if a.leases else b
+        assert holder.ids() == [0]  # the barrier and what follows wait
+        holder.stream.ack(holder.bookmarks())
+        _until(lambda: 1 in a.ids() and 1 in b.ids() and 2 in a.ids() + b.ids())
+        barriers = [lease for c in (a, b) for lease in c.leases if lease.barrier]
+        assert [orjson.loads(lease.record.data)["id"] for lease in barriers] == [1, 1]
+        _until(lambda: _queued(client) == [2])  # the barrier left the queue
+
+
+def test_each_backlog_limit_holds(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topology = _topology(unique, "max_per_subscription_backlog: 2, max_backlog: 3")
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        consumers.append(a := Consumer(client, max_backlog=5))  # capped by the queue's 2
+        consumers.append(b := Consumer(client))  # max_backlog unset: 1
+        consumers.append(c := Consumer(client, max_backlog=2))
+        _publish(client, *({"id": i} for i in range(10)))
+        _until(lambda: len(a.leases) + len(b.leases) + len(c.leases) == 3)
+        _quiet([a, b, c])
+        assert len(a.leases) <= 2 and len(b.leases) <= 1 and len(c.leases) <= 2
+        assert len(a.leases) + len(b.leases) + len(c.leases) == 3  # MaxBacklog in all
+        acked = a.bookmarks()
+        a.stream.ack(acked)  # frees room in all: as many more are leased
+        _until(lambda: len(a.leases) + len(b.leases) + len(c.leases) == 3 + len(acked))
+        _quiet([a, b, c])
+        assert len(a.leases) + len(b.leases) + len(c.leases) == 3 + len(acked)
+
+
+def test_an_expired_lease_returns_its_message(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topology = _topology(unique, "lease_period: 1s, max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        consumers.append(a := Consumer(client, max_backlog=1))
+        _publish(client, {"id": 0})
+        _until(lambda: len(a.leases) == 1)
+        first = a.leases[0]
+        assert first.lease_deadline_ms > 0
+        _until(lambda: len(a.leases) == 2, timeout_s=10)  # leased again after the deadline
+        again = a.leases[1]
+        assert (again.bookmark, again.deliveries) == (first.bookmark, 2)
+        assert again.lease_deadline_ms >= first.lease_deadline_ms + 1000
+
+
+def _dead_letter(backend: str, unique: str) -> dict[str, str]:
+    [letter] = read_topic(backend, f"{unique}.dead-letter", expect=1, timeout_s=30)
+    return {name: value.decode() for name, value in letter.headers()}  # type: ignore[attr-defined]
+
+
+def test_max_deliveries_expires_a_message_to_the_dead_letter_topic(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    options = "lease_period: 500ms, max_deliveries: 2, max_per_subscription_backlog: 10"
+    with running_sow(backend, _topology(unique, options), tmp_path, unique) as (app, client):
+        consumers.append(a := Consumer(client, max_backlog=1))
+        _publish(client, {"id": 0})
+        _until(lambda: len(a.leases) == 2, timeout_s=10)
+        _until(lambda: _queued(client) == [], timeout_s=10)
+        time.sleep(1.0)
+        assert len(a.leases) == 2  # not a third time
+        assert app.processor is not None and app.processor.dead_lettered == 1
+        if backend == MEMORY:
+            return
+        headers = _dead_letter(backend, unique)
+        assert headers["sow.error.reason"] == "queue-expired"
+        assert "delivered 2 times (MaxDeliveries)" in headers["sow.error.message"]
+
+
+def test_max_cancels_expires_a_message_to_the_dead_letter_topic(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    options = "max_cancels: 2, max_per_subscription_backlog: 10"
+    with running_sow(backend, _topology(unique, options), tmp_path, unique) as (app, client):
+        consumers.append(a := Consumer(client, max_backlog=1))
+        _publish(client, {"id": 0})
+        _until(lambda: len(a.leases) == 1)
+        a.stream.cancel(a.bookmarks()[-1:])
+        _until(lambda: len(a.leases) == 2)  # returned, and leased again
+        assert a.leases[1].deliveries == 2
+        a.stream.cancel(a.bookmarks()[-1:])
+        _until(lambda: _queued(client) == [])
+        assert app.processor is not None
+        _until(lambda: app.processor is not None and app.processor.dead_lettered == 1)
+        if backend == MEMORY:
+            return
+        headers = _dead_letter(backend, unique)
+        assert "cancelled 2 times (MaxCancels)" in headers["sow.error.message"]
+
+
+@pytest.mark.parametrize("point", ["epoch", "now"])
+def test_the_recovery_point_decides_what_a_new_queue_takes(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer], point: str
+) -> None:
+    plain_only = parse_yaml(
+        f"topics:\n  - {{name: orders, sow: false, kafka_topic: {unique}.orders}}\n", "t.yaml"
+    )
+    with running_sow(backend, plain_only, tmp_path / "before", unique) as (_, client):
+        _publish(client, {"id": 0}, {"id": 1})
+    topology = _topology(unique, f"recovery_point: {point}, max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path / "after", unique) as (_, client):
+        _publish(client, {"id": 2})
+        expected = [0, 1, 2] if point == "epoch" else [2]
+        _until(lambda: _queued(client) == expected)
+        consumers.append(a := Consumer(client, max_backlog=10))
+        _until(lambda: len(a.leases) == len(expected))
+        assert a.ids() == expected
+
+
+def test_a_queue_over_a_regular_expression_takes_every_matching_topic(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topics = (
+        f"  - {{name: orders_a, key: /id, kafka_topic: {unique}.orders_a}}\n"
+        f"  - {{name: orders_b, key: /id, kafka_topic: {unique}.orders_b}}\n"
+        f"  - {{name: other, key: /id, kafka_topic: {unique}.other}}\n"
+    )
+    text = (
+        f"topics:\n{topics}queues:\n"
+        "  - {name: Q, message_type: json, underlying: 'orders_.*', "
+        "default_publish_target: orders_a, max_per_subscription_backlog: 10}\n"
+    )
+    topology = parse_yaml(text, "queues.yaml")
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        consumers.append(a := Consumer(client, max_backlog=10))
+        _publish(client, {"id": 0}, topic="orders_a")
+        _publish(client, {"id": 1}, topic="orders_b")
+        _publish(client, {"id": 2}, topic="other")
+        _publish(client, {"id": 3}, topic="Q")  # a publish to the queue: its target
+        _until(lambda: len(a.leases) == 3)
+        _quiet([a])
+        assert sorted(zip(a.ids(), (lease.record.topic for lease in a.leases))) == [
+            (0, "orders_a"),
+            (1, "orders_b"),
+            (3, "orders_a"),
+        ]
