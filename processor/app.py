@@ -365,6 +365,7 @@ def start(
     elif processor_process:
         raise ConfigurationError("a processor child process needs a Kafka broker")
     app = Application(settings, backend, topology)
+    processor = processor and bool(topology.topics)  # plain topics only: nothing to process
     try:
         check()
         backend.ensure_topics(topic_specs(topology, settings.dead_letter_topic))
