@@ -29,6 +29,15 @@ SHOWN = {
     "sow_replica_changelog_lag": "replica changelog lag (records)",
     "sow_subscriptions": "subscriptions",
     "sow_subscription_backlog": "subscription backlog",
+    "sow_queue_messages": "queue messages",
+    "sow_queue_leased": "queue messages leased",
+    "sow_queue_subscriptions": "queue subscriptions",
+    "sow_queue_delivered_total": "queue deliveries",
+    "sow_queue_redelivered_total": "queue redeliveries",
+    "sow_queue_acked_total": "queue acknowledgements",
+    "sow_queue_returned_total": "queue leases returned",
+    "sow_queue_expired_total": "queue messages expired",
+    "sow_queue_subscriber_backlog": "queue subscriber backlog",
     "sow_grpc_requests_total": "gRPC calls",
 }
 

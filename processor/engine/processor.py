@@ -129,7 +129,7 @@ class Processor:
             )
             for name, topic in topology.topics.items()
         }
-        self._derived: Mapping[str, DerivedTopic] = derived or {}
+        self.derived: Mapping[str, DerivedTopic] = derived or {}
         self._applier: Applier | None = None
         self._expirer: Expirer | None = None
         #: Records deleted as expired by earlier pipelines (the current one counts its own).
@@ -352,7 +352,7 @@ class Processor:
             started_ms=self._started_ms,
             crash=self._crash,
             republish_chunk=self._republish_chunk,
-            derived=self._derived,
+            derived=self.derived,
             listeners=self._listeners,
         )
         assignment.input = consumer

@@ -30,6 +30,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from processor import errors
+from processor.queues.partition import QueueTopic
 
 if TYPE_CHECKING:
     from processor.engine.processor import Processor
@@ -127,6 +128,7 @@ class ComponentCollector(Collector):
                 "Changelog records written into standby stores",
                 processor.standby_records,
             )
+            yield from _queue_metrics(processor)
         replica = self._replica()
         if replica is not None:
             yield _counter(
@@ -172,6 +174,48 @@ class ComponentCollector(Collector):
                 "Messages waiting for subscribers, summed over subscriptions",
                 hub.backlog(),
             )
+
+
+#: Queue figures -> (metric, help, counter?) (:class:`~processor.queues.figures.QueueFigures`).
+QUEUE_METRICS = {
+    "messages": ("sow_queue_messages", "Messages a queue holds (its depth)", False),
+    "leased": ("sow_queue_leased", "Messages leased and not yet acknowledged", False),
+    "subscriptions": ("sow_queue_subscriptions", "Subscriptions to a queue", False),
+    "delivered": ("sow_queue_delivered", "Leases and barrier deliveries made", True),
+    "redelivered": ("sow_queue_redelivered", "Leases of messages leased before", True),
+    "acked": ("sow_queue_acked", "Messages acknowledged (removed)", True),
+    "returned": ("sow_queue_returned", "Leases returned (cancel, expiry, disconnect)", True),
+    "expired": ("sow_queue_expired", "Messages expired to the dead-letter topic", True),
+}
+
+
+def _queue_metrics(processor: Processor) -> Iterator[Metric]:
+    """The figures of the queue partitions this processor owns, per queue."""
+    queues = {
+        name: derived.figures()
+        for name, derived in processor.derived.items()
+        if isinstance(derived, QueueTopic)
+    }
+    if not queues:
+        return
+    for field_name, (name, text, counted) in QUEUE_METRICS.items():
+        family: GaugeMetricFamily | CounterMetricFamily = (
+            CounterMetricFamily(name, text, labels=["queue"])
+            if counted
+            else GaugeMetricFamily(name, text, labels=["queue"])
+        )
+        for queue, figures in queues.items():
+            family.add_metric([queue], getattr(figures, field_name))
+        yield family
+    backlog = GaugeMetricFamily(
+        "sow_queue_subscriber_backlog",
+        "Unacknowledged leases per subscription",
+        labels=["queue", "subscription"],
+    )
+    for queue, figures in queues.items():
+        for subscription, held in figures.backlogs.items():
+            backlog.add_metric([queue, subscription], held)
+    yield backlog
 
 
 def _counter(name: str, text: str, value: float) -> CounterMetricFamily:

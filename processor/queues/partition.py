@@ -4,9 +4,9 @@ A queue is a derived topic (:mod:`processor.engine.derived`): its partitions rea
 input and apply it in the processor's exactly-once transactions.
 
 * **Input** (the queue topic's ``kafka_topic``): the publishes to the underlying topics.
-  Over a plain topic that is the topic itself (bookmark: the record's own position);
-  over SOW topics, :class:`QueueFeed` sends each publish's changelog envelope there,
-  keyed by its bookmark, in the transaction that applies it.
+  Over plain topics, the topics themselves (bookmark: the record's own position); over
+  SOW topics, what :class:`~processor.queues.feed.QueueFeed` sends: each publish's
+  changelog envelope, keyed by its bookmark, in the transaction that applies it.
 * **Commands** (its repartition topic, :mod:`processor.queues.commands`): subscribe,
   disconnect, heartbeat, acknowledge, cancel, expire.
 
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from processor import changelog
 from processor.changelog import POSITION_HEADER, REASON_HEADER, STATE_PREFIX, EnvelopeWriter
 from processor.changelog.commands import CORRELATION_HEADER, EXPIRATION_HEADER
-from processor.changelog.events import ChangeEvent, ChangeReason, Listener
+from processor.changelog.events import ChangeReason
 from processor.engine.derived import Rejects
 from processor.engine.families import MAX_TOPICS
 from processor.engine.partition import PartitionState
@@ -60,6 +60,7 @@ from processor.queues.commands import (
     delivery_headers,
 )
 from processor.queues.definition import QueueDefinition, bookmark_of
+from processor.queues.figures import COUNTED, QueueFigures
 from processor.queues.ledger import Change, Ledger, MessageFilter, Outcome, QueueMessage
 from processor.topology.model import QueueSemantics
 
@@ -85,31 +86,9 @@ def _state_of(message: QueueMessage) -> bytes:
     return _COUNTS.pack(message.deliveries, message.cancels, deadline) + holder
 
 
-class QueueFeed:
-    """Sends each publish of a SOW underlying topic to the queue (see the module doc)."""
-
-    needs_old = False
-
-    def __init__(self, definition: QueueDefinition) -> None:
-        self.definition = definition
-
-    def listen(self, batch: PartitionBatch) -> Listener:
-        target = self.definition.topic.kafka_topic
-        partitions = self.definition.topic.partitions
-
-        def changed(events: Sequence[ChangeEvent]) -> None:
-            for event in events:
-                if event.reason is not ChangeReason.PUBLISH or event.new is None:
-                    continue
-                log_topic, partition, offset = event.position
-                key = bookmark_of(log_topic, partition, offset)
-                batch.produce(target, event.new, key, partition % partitions)
-
-        return changed
-
-
 class QueuePartition:
-    """One partition of a queue (see the module doc); not thread-safe."""
+    """One partition of a queue (see the module doc); not thread-safe, except
+    :meth:`figures`."""
 
     def __init__(self, definition: QueueDefinition, state: PartitionState) -> None:
         self.definition = definition
@@ -123,6 +102,18 @@ class QueuePartition:
         self._origin: tuple[int, int] | None = None
         self._filters: dict[str, MessageFilter] = {}
         self._writers: dict[str, EnvelopeWriter] = {}
+        #: Counts since start (committed or not: a redone transaction counts again).
+        self._counts = QueueFigures()
+
+    def figures(self) -> QueueFigures:
+        counts, ledger = self._counts, self._ledger
+        figures = QueueFigures(**{name: getattr(counts, name) for name in COUNTED})
+        if ledger is not None:
+            subscriptions = ledger.subscriptions()
+            figures.messages, figures.leased = len(ledger), ledger.leased
+            figures.subscriptions = len(subscriptions)
+            figures.backlogs = {s.id: len(s.held) for s in subscriptions}
+        return figures
 
     # -- the ledger, rebuilt from the store and the state ---------------------------------
 
@@ -367,7 +358,9 @@ class QueuePartition:
         for outcome in outcomes:
             change, bookmark = outcome.change, outcome.bookmark
             message = ledger.message(bookmark)
+            counts = self._counts
             if change is Change.RETURNED:
+                counts.returned += 1
                 if message is not None:
                     batch.put_state(_MESSAGE + bookmark, _state_of(message))
                 continue
@@ -377,6 +370,8 @@ class QueuePartition:
             if change is Change.LEASED or change is Change.BARRIER:
                 kind = "lease" if change is Change.LEASED else "barrier"
                 count = message.deliveries if message is not None else 1
+                counts.delivered += len(outcome.subscriptions)
+                counts.redelivered += count > 1
                 headers = delivery_headers(kind, bookmark, outcome.deadline_ms, count)
                 for subscription_id in outcome.subscriptions:
                     batch.produce(
@@ -386,6 +381,7 @@ class QueuePartition:
                     batch.put_state(_MESSAGE + bookmark, _state_of(message))
                     continue
             elif change is Change.EXPIRED:
+                counts.expired += 1
                 reject(
                     self._expired_record(bookmark, envelope),
                     QueueExpiredError(
@@ -393,6 +389,7 @@ class QueuePartition:
                         f"{outcome.reason}"
                     ),
                 )
+            counts.acked += change is Change.ACKED
             self._remove(bookmark, envelope, batch, expired=change is Change.EXPIRED)
 
     def _remove(
@@ -454,10 +451,23 @@ def _publish_options(headers: Headers | None, published_ms: int) -> tuple[int | 
 
 
 class QueueTopic:
-    """Makes the partitions of one queue."""
+    """Makes the partitions of one queue, and sums their figures (monitoring)."""
 
     def __init__(self, definition: QueueDefinition) -> None:
         self.definition = definition
+        #: The partitions opened, by number (the latest of each; a revoked one stays
+        #: until its number is opened again).
+        self._partitions: dict[int, QueuePartition] = {}
 
     def open(self, state: PartitionState) -> QueuePartition:
-        return QueuePartition(self.definition, state)
+        partition = QueuePartition(self.definition, state)
+        self._partitions[state.partition] = partition
+        return partition
+
+    def figures(self) -> QueueFigures:
+        """The queue's figures in this processor: every partition's, summed. Read from
+        another thread, they may be a transaction apart."""
+        total = QueueFigures()
+        for partition in list(self._partitions.values()):
+            total.add(partition.figures())
+        return total

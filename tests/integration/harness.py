@@ -48,12 +48,13 @@ MEMORY_LOGS: dict[str, MemoryLog] = {}
 
 @contextlib.contextmanager
 def running_sow(
-    backend: str, topology: Topology, state_dir: Path, unique: str
+    backend: str, topology: Topology, state_dir: Path, unique: str, **components: bool
 ) -> Iterator[tuple[Application, SowClient]]:
     """Start processor + replica + gRPC on a free port, on the memory log (``backend``
     is ``"memory"``) or the broker at ``backend``; yield the app and a client once it is
     ready (processor joined and restored, replica caught up), as a user's first request
-    after health turns SERVING would find it."""
+    after health turns SERVING would find it. ``components``: ``processor=False`` or
+    ``service=False`` start one without the other (the client then has no server)."""
     if backend == MEMORY:
         app = start_memory(
             topology,
@@ -61,6 +62,7 @@ def running_sow(
             backend=MemoryBackend(MEMORY_LOGS.setdefault(unique, MemoryLog())),
             group_id=f"{unique}-group",
             dead_letter_topic=f"{unique}.dead-letter",
+            **components,
         )
     else:
         settings = Settings(
@@ -70,7 +72,7 @@ def running_sow(
             group_id=f"{unique}-group",
             dead_letter_topic=f"{unique}.dead-letter",
         )
-        app = start(settings, topology=topology)
+        app = start(settings, topology=topology, **components)
     client = SowClient(app.grpc_address)
     try:
         deadline = time.monotonic() + 60

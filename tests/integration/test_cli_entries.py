@@ -1,7 +1,8 @@
-"""A user's AMPS configuration with a view, a conflated topic and a queue (issue 20):
+"""A user's AMPS configuration with a view, a conflated topic and queues (issue 20):
 ``sow check-config`` says what each will do, and ``sow serve`` refuses the file in one line
-naming each entry it does not serve yet and its issue, rather than start and answer
-NOT_FOUND for them (the view and the conflated topic are served, issue 21)."""
+naming each entry it does not serve and why, rather than start and answer NOT_FOUND for
+them (the view and the conflated topic are served since issue 21, a queue over plain
+topics since issue 22; a queue over plain and SOW topics together is not)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ CONFIG = """<AMPSConfig>
       <DefaultPublishTarget>ORDERS_DIRECT</DefaultPublishTarget>
       <LeasePeriod>60s</LeasePeriod>
     </Queue>
+    <Queue>
+      <Name>MIXED</Name>
+      <MessageType>json</MessageType>
+      <UnderlyingTopic>^(ORDERS_DIRECT|orders)$</UnderlyingTopic>
+      <DefaultPublishTarget>ORDERS_DIRECT</DefaultPublishTarget>
+    </Queue>
   </SOW>
 </AMPSConfig>"""
 
@@ -79,7 +86,14 @@ def test_check_config_says_what_each_entry_will_do(tmp_path: Path) -> None:
         or line.get("queue"): line
         for line in lines
     }
-    assert list(by_name) == ["orders", "ORDERS_DIRECT", "CompleteByRegion", "orders-C", "MQ"]
+    assert list(by_name) == [
+        "orders",
+        "ORDERS_DIRECT",
+        "CompleteByRegion",
+        "orders-C",
+        "MQ",
+        "MIXED",
+    ]
     orders = by_name["orders"]
     assert orders["not_applied"][0]["element"] == "SlabSize"
     assert "RocksDB" in orders["not_applied"][0]["reason"]
@@ -97,9 +111,13 @@ def test_check_config_says_what_each_entry_will_do(tmp_path: Path) -> None:
         "1m",
         ["ORDERS_DIRECT"],
     )
-    assert "issue 22" in queue["served"]
+    assert queue["served"] == "served: a SOW topic whose records the processor derives"
+    assert by_name["MIXED"]["served"] == (
+        "refused by sow serve: it reads 2 topics, 1 of them without a SOW; a queue reads "
+        "plain topics or SOW topics, not both"
+    )
     assert "1 entries sow serve refuses for now" in done.stderr
-    assert "1 SOW topics, 2 views and conflated topics" in done.stderr
+    assert "1 SOW topics, 2 views and conflated topics, 2 queues" in done.stderr
 
 
 def test_sow_serve_refuses_the_file_in_one_line_and_exits_invalid(tmp_path: Path) -> None:
@@ -112,8 +130,8 @@ def test_sow_serve_refuses_the_file_in_one_line_and_exits_invalid(tmp_path: Path
     errors = [line for line in done.stderr.splitlines() if line.startswith("sow serve: error:")]
     assert len(errors) == 1, done.stderr
     (line,) = errors
-    for fragment in (f"Queue 'MQ' at {path}: AMPSConfig/SOW/Queue[1] (issue 22)",):
-        assert fragment in line
+    assert f"Queue 'MIXED' at {path}: AMPSConfig/SOW/Queue[2] (it reads 2 topics" in line
+    assert "'MQ'" not in line  # a queue over plain topics is served
     assert "CompleteByRegion" not in line  # a view of one topic is served
     assert "orders-C" not in line  # and so is a conflated topic
     assert "kafka-sow is ready" not in done.stderr

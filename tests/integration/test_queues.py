@@ -361,3 +361,36 @@ def test_a_queue_over_a_regular_expression_takes_every_matching_topic(
             (1, "orders_b"),
             (3, "orders_a"),
         ]
+
+
+def test_leases_survive_a_processor_restart_and_a_stopped_service_returns_them(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topology = _topology(unique, "max_per_subscription_backlog: 10")
+    service = running_sow(backend, topology, tmp_path / "service", unique, processor=False)
+    with service as (_, client):
+        processing = running_sow(backend, topology, tmp_path / "p", unique, service=False)
+        with processing as (app, _):
+            consumers.append(a := Consumer(client, max_backlog=2))
+            _publish(client, *({"id": i} for i in range(5)))
+            _until(lambda: len(a.leases) == 2)
+            a.stream.ack(a.bookmarks()[:1])
+            _until(lambda: _queued(client) == [1, 2, 3, 4])
+            _until(lambda: len(a.leases) == 3)  # its freed slot took the next
+            assert app.processor is not None
+            queue = app.processor.derived["Q"]
+            figures = queue.figures()  # type: ignore[attr-defined]
+            assert (figures.messages, figures.leased, figures.acked) == (4, 2, 1)
+            assert list(figures.backlogs.values()) == [2]
+        # The processor restarts: the subscription, its leases and the counts are kept.
+        with running_sow(backend, topology, tmp_path / "p", unique, service=False) as (app, _):
+            _quiet([a], 1.0)
+            assert a.ids() == [0, 1, 2]  # nothing leased again
+            a.stream.ack(a.bookmarks()[1:])
+            _until(lambda: len(a.leases) == 5)
+            assert a.ids() == [0, 1, 2, 3, 4]
+            a.close()  # its two leases return at once
+            consumers.append(b := Consumer(client, max_backlog=10))
+            _until(lambda: len(b.leases) == 2)
+            assert b.ids() == [3, 4]
+            assert [lease.deliveries for lease in b.leases] == [2, 2]

@@ -199,8 +199,9 @@ def test_check_config_describes_a_yaml_queue_and_serve_refuses_it(
     )
     assert mq["underlying_topics"] == ["ORDERS_DIRECT", "ORDERS_WEB"]
     assert mq["served"] == "served: a SOW topic whose records the processor derives"
-    assert "refused by sow serve: queue 'MQ' reads the same plain topic" in (
-        queues["GroupQueue"]["served"]
+    assert (
+        "refused by sow serve: queue 'MQ' reads the same plain topic"
+        in (queues["GroupQueue"]["served"])
     )
     assert mq["does"].startswith("delivers each message published to ORDERS_.* to one")
     assert queues["GroupQueue"]["kind"] == "GroupLocalQueue"
