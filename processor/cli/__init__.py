@@ -48,6 +48,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         cmd_query,
         cmd_subscribe,
     )
+    from processor.cli.queue_commands import cmd_consume, cmd_queue_action
     from processor.cli.serve import cmd_serve
     from processor.cli.status import cmd_status
     from processor.config import Settings
@@ -66,6 +67,10 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         "status": cmd_status,
         "subscribe": cmd_subscribe,
         "sow-and-subscribe": cmd_subscribe,
+        "consume": cmd_consume,
+        "queue-ack": cmd_queue_action,
+        "queue-cancel": cmd_queue_action,
+        "queue-expire": cmd_queue_action,
     }
     try:
         code = int(handlers[args.command](args))

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from processor.cli import exits
+from processor.cli.queue_commands import add_queue_parsers
 from processor.config import DEFAULT_GRPC_ADDRESS, GROUP_PROTOCOLS
 
 EPILOG = f"""\
@@ -447,6 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
             "the service may take to register the subscription (its first message; the "
             "subscription itself runs until stopped)",
         )
+
+    add_queue_parsers(sub, _common_server, _timeout)
 
     status = sub.add_parser(
         "status",

@@ -4,6 +4,7 @@ cancels and expiries out) and the commands outside a stream."""
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -11,6 +12,9 @@ import grpc
 
 from processor.errors import ServiceError
 from processor.wire import sow_pb2
+
+#: How long closing waits for the service to apply the commands sent before it.
+DRAIN_S = 5.0
 
 ACTIONS = {
     "ack": sow_pb2.QUEUE_ACK,
@@ -46,6 +50,8 @@ class QueueStream:
         self._commands.put(sow_pb2.QueueCommand(subscribe=subscribe))
         self._call = stub.Consume(self._command_stream())
         self.closed = False
+        self._iterating = False
+        self._ended = threading.Event()
 
     def _command_stream(self) -> Iterator[Any]:
         while True:
@@ -55,13 +61,19 @@ class QueueStream:
             yield command
 
     def __iter__(self) -> Iterator[Any]:
+        self._iterating = True
         try:
             yield from self._call
         except grpc.RpcError as exc:
+            self._ended.set()
             if self.closed and exc.code() == grpc.StatusCode.CANCELLED:
                 return
             code = exc.code()
             raise ServiceError(code.name if code else "UNKNOWN", exc.details() or "") from exc
+        except GeneratorExit:  # the caller stopped reading: close() reads the rest
+            self._iterating = False
+            raise
+        self._ended.set()
 
     def leases(self) -> Iterator[Any]:
         """The leases only (the ``registered`` message skipped)."""
@@ -80,12 +92,27 @@ class QueueStream:
         command = sow_pb2.QueueCommand(expire=sow_pb2.QueueBookmarks(bookmarks=bookmarks))
         self._commands.put(command)
 
-    def close(self) -> None:
-        """End the subscription (idempotent): its leases return to the queue."""
-        if not self.closed:
-            self.closed = True
-            self._commands.put(self._END)
+    def close(self, drain_s: float = DRAIN_S) -> None:
+        """End the subscription (idempotent): the service first applies the commands
+        sent (up to ``drain_s``), then the leases it still holds return to the queue."""
+        if self.closed:
+            return
+        self.closed = True
+        self._commands.put(self._END)  # the service ends the stream once it read them
+        if not self._iterating:
+            threading.Thread(target=self._drain, daemon=True).start()
+        if not self._ended.wait(drain_s):
             self._call.cancel()
+
+    def _drain(self) -> None:
+        """Read what is left of the stream (leases sent while it closed: they return)."""
+        try:
+            for _ in self._call:
+                pass
+        except grpc.RpcError:
+            pass
+        finally:
+            self._ended.set()
 
     def __enter__(self) -> QueueStream:
         return self

@@ -6,6 +6,8 @@ consumers through the Queues service."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -394,3 +396,44 @@ def test_leases_survive_a_processor_restart_and_a_stopped_service_returns_them(
             _until(lambda: len(b.leases) == 2)
             assert b.ids() == [3, 4]
             assert [lease.deliveries for lease in b.leases] == [2, 2]
+
+
+def _sow(address: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "processor.cli", *args, "--server", address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_sow_cli_consumes_and_acknowledges(backend: str, tmp_path: Path, unique: str) -> None:
+    topology = _topology(unique, "max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
+        _publish(client, *({"id": i} for i in range(4)))
+        done = _sow(app.grpc_address, "consume", "Q", "--max-backlog", "2", "--count", "2")
+        assert done.returncode == 0, done.stderr
+        lines = [orjson.loads(line) for line in done.stdout.splitlines()]
+        assert lines[0] == {"registered": {"queue": "Q"}}
+        assert [(line["kind"], line["data"], line["deliveries"]) for line in lines[1:]] == [
+            ("lease", {"id": 0}, 1),
+            ("lease", {"id": 1}, 1),
+        ]
+        # Not acknowledged: they return when it ends; acknowledged by the next one.
+        done = _sow(app.grpc_address, "consume", "Q", "--ack", "--count", "2")
+        assert done.returncode == 0, done.stderr
+        leases = [orjson.loads(line) for line in done.stdout.splitlines()[1:]]
+        assert [(lease["data"]["id"], lease["deliveries"]) for lease in leases] == [(0, 2), (1, 2)]
+        _until(lambda: _queued(client) == [2, 3])
+        bookmark = client.query("Q", filter="/id = 3")[0][0].sow_key
+        done = _sow(app.grpc_address, "queue-ack", "Q", bookmark)
+        assert done.returncode == 0, done.stderr
+        assert orjson.loads(done.stdout) == {"ack": 1, "commands": 1}
+        _until(lambda: _queued(client) == [2])
+        done = _sow(app.grpc_address, "queue-ack", "Q", "--filter", "/id = 2")
+        assert done.returncode == 0, done.stderr
+        _until(lambda: _queued(client) == [])
+        done = _sow(app.grpc_address, "queue-cancel", "Q", "not-a-bookmark")
+        assert done.returncode != 0
+        assert "is not a bookmark of queue Q" in done.stderr
