@@ -1,0 +1,345 @@
+"""Queues end to end (issue 22): delivered-and-acknowledged messages per second with 1, 4
+and 16 consumers, beside a plain Kafka consumer group and a Kafka share group (KIP-932) on
+the same broker in the same run.
+
+Each round: ``--messages`` JSON messages are published to a topic of ``--partitions``
+partitions once every consumer is ready (subscribed, assigned), and the clock runs from
+the first publish until every message has been acknowledged. Every consumer is its own
+process.
+
+* **kafka_sow**: a queue over the (plain) topic, served by ``sow serve``'s processor and
+  query service running in this process (started afresh per round: its start-up time is
+  reported apart). Each consumer subscribes through gRPC (``max_backlog`` ``--backlog``,
+  the queue's MaxPerSubscriptionBacklog the same) and acknowledges its leases in batches
+  (``--ack-batch``, or whatever it holds after 2 ms without a new lease). A message counts
+  once the processor has applied its acknowledgement (the queue's ``acked`` figure).
+* **consumer_group**: confluent-kafka consumers in one group (the broker's default
+  protocol), committing their offsets asynchronously after each batch they consume.
+* **share_group**: confluent-kafka ``ShareConsumer``s in one share group (implicit
+  acknowledgement: a poll accepts what the previous one returned); they are what Kafka
+  offers for queues, without priority, fairness models, backlogs or filters
+  (docs/queues.md).
+
+    PYTHONPATH=. python bench/queues.py --json-out bench/results/kafka/queues.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import queue
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+STARTED = time.perf_counter()
+ENGINES = ("kafka_sow", "consumer_group", "share_group")
+
+
+def say(text: str) -> None:
+    wall = time.perf_counter() - STARTED
+    sys.stderr.write(f"[queues {time.strftime('%H:%M:%S')} +{wall:.0f}s] {text}\n")
+    sys.stderr.flush()
+
+
+# -- the consumers (each in its own process) ---------------------------------------------
+
+
+def sow_consumer(
+    address: str, backlog: int, ack_batch: int, ready: Any, count: Any, stop: Any
+) -> None:
+    """A kafka-sow queue consumer: leases in, acknowledgements out in batches."""
+    from processor.client.sow_client import SowClient
+
+    client = SowClient(address)
+    stream = client.consume("Q", max_backlog=backlog)
+    leases: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+
+    def read() -> None:
+        try:
+            for message in stream:
+                if message.WhichOneof("part") == "registered":
+                    ready.set()
+                else:
+                    leases.put(message.lease.bookmark)
+        except Exception:  # the stream ended at stop
+            pass
+        leases.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    pending: list[str] = []
+    while not stop.is_set():
+        try:
+            bookmark = leases.get(timeout=0.002)
+        except queue.Empty:
+            bookmark = ""
+        if bookmark is None:
+            break
+        if bookmark:
+            pending.append(bookmark)
+        if pending and (len(pending) >= ack_batch or not bookmark):
+            stream.ack(pending)
+            with count.get_lock():
+                count.value += len(pending)
+            pending = []
+    stream.close(drain_s=1.0)
+    client.close()
+
+
+def group_consumer(
+    bootstrap: str, topic: str, group: str, ready: Any, count: Any, stop: Any
+) -> None:
+    """A consumer-group member: consumes, commits after each batch."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 3,
+        }
+    )
+    consumer.subscribe([topic], on_assign=lambda _c, parts: parts and ready.set())
+    while not stop.is_set():
+        records = consumer.consume(1000, 0.05)
+        records = [r for r in records if not r.error()]
+        if records:
+            consumer.commit(asynchronous=True)
+            with count.get_lock():
+                count.value += len(records)
+    consumer.close()
+
+
+def share_consumer(
+    bootstrap: str, topic: str, group: str, ready: Any, count: Any, stop: Any
+) -> None:
+    """A share-group member: each poll accepts what the previous poll returned."""
+    from confluent_kafka import ShareConsumer
+
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3})
+    consumer.subscribe([topic])
+    ready.set()
+    previous = 0
+    while not stop.is_set():
+        records = [r for r in consumer.poll(0.05) if not r.error()]
+        if previous:  # accepted by this poll
+            with count.get_lock():
+                count.value += previous
+        previous = len(records)
+    if previous:
+        consumer.commit_sync()
+        with count.get_lock():
+            count.value += previous
+    consumer.close()
+
+
+# -- one round -----------------------------------------------------------------------------
+
+
+def publish(bootstrap: str, topic: str, messages: int, partitions: int) -> float:
+    """Publish the round's messages; seconds it took."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
+    began = time.perf_counter()
+    for n in range(messages):
+        value = b'{"id":%d,"payload":"%s"}' % (n, b"x" * 64)
+        while True:
+            try:
+                producer.produce(topic, value, partition=n % partitions)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if n % 10_000 == 0:
+            producer.poll(0)
+    producer.flush()
+    return time.perf_counter() - began
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result()
+
+
+def earliest_for_share_group(bootstrap: str, group: str) -> None:
+    """A share group starts at the log's end unless told otherwise."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result()
+
+
+def run_round(
+    engine: str, consumers: int, bootstrap: str, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    run = f"q{uuid.uuid4().hex[:8]}"
+    topic = f"{run}.orders"
+    stop = ctx.Event()
+    count = ctx.Value("q", 0)
+    readies = [ctx.Event() for _ in range(consumers)]
+    app = None
+    startup_s = 0.0
+    acked: Callable[[], int] = lambda: int(count.value)  # noqa: E731
+    create_topic(bootstrap, topic, args.partitions)
+    if engine == "kafka_sow":
+        app, startup_s = start_sow(bootstrap, topic, args, work / run)
+        queue_topic = app.processor.derived["Q"]  # type: ignore[union-attr]
+        acked = lambda: int(queue_topic.figures().acked)  # type: ignore[attr-defined]  # noqa: E731
+        target: Callable[..., None] = sow_consumer
+        worker_args: tuple[Any, ...] = (app.grpc_address, args.backlog, args.ack_batch)
+    elif engine == "consumer_group":
+        target, worker_args = group_consumer, (bootstrap, topic, f"{run}-group")
+    else:
+        earliest_for_share_group(bootstrap, f"{run}-share")
+        target, worker_args = share_consumer, (bootstrap, topic, f"{run}-share")
+    workers = [
+        ctx.Process(target=target, args=(*worker_args, ready, count, stop), daemon=True)
+        for ready in readies
+    ]
+    try:
+        for worker in workers:
+            worker.start()
+        deadline = time.monotonic() + 120
+        for ready in readies:
+            if not ready.wait(max(deadline - time.monotonic(), 0)):
+                raise RuntimeError(f"{engine}: a consumer was not ready within 120 s")
+        time.sleep(args.settle)  # the group's other members take their partitions
+        began = time.perf_counter()
+        publish_s = publish(bootstrap, topic, args.messages, args.partitions)
+        deadline = time.monotonic() + args.timeout
+        last_report = time.monotonic()
+        while acked() < args.messages:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{engine}: {acked():,} of {args.messages:,} acknowledged in {args.timeout}s"
+                )
+            if time.monotonic() - last_report > 5:
+                last_report = time.monotonic()
+                say(f"  {engine} x{consumers}: {acked():,} of {args.messages:,} acknowledged")
+            time.sleep(0.005)
+        seconds = time.perf_counter() - began
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(10)
+            if worker.is_alive():
+                worker.kill()
+        if app is not None:
+            app.stop()
+    row = {
+        "engine": engine,
+        "consumers": consumers,
+        "messages": args.messages,
+        "seconds": round(seconds, 3),
+        "messages_per_s": round(args.messages / seconds),
+        "publish_seconds": round(publish_s, 3),
+        "startup_seconds": round(startup_s, 3),
+    }
+    say(f"{row}")
+    return row
+
+
+def start_sow(bootstrap: str, topic: str, args: argparse.Namespace, state: Path) -> Any:
+    """kafka-sow (processor and query service) with the queue Q over ``topic``; the
+    application and its start-up seconds (to ready)."""
+    from processor.app import start
+    from processor.config import Settings
+    from processor.topology.yaml_loader import parse_yaml
+
+    topology = parse_yaml(
+        "topics:\n"
+        f"  - {{name: orders, sow: false, kafka_topic: {topic}, partitions: {args.partitions}}}\n"
+        "queues:\n"
+        f"  - {{name: Q, message_type: json, underlying: orders, "
+        f"max_per_subscription_backlog: {args.backlog}, lease_period: 60s}}\n",
+        "bench-queues.yaml",
+    )
+    began = time.perf_counter()
+    settings = Settings(
+        bootstrap_servers=bootstrap,
+        state_dir=state,
+        grpc_address="127.0.0.1:0",
+        group_id=f"{topic}-sow",
+        dead_letter_topic=f"{topic}.dead-letter",
+    )
+    app = start(replace(settings), topology=topology)
+    while app.readiness() is not None:
+        time.sleep(0.05)
+    return app, time.perf_counter() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--consumers", default="1,4,16")
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--backlog", type=int, default=500)
+    parser.add_argument("--ack-batch", type=int, default=100)
+    parser.add_argument("--settle", type=float, default=3.0)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--json-out", type=Path, default=None)
+    args = parser.parse_args()
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not engines or any(e not in ENGINES for e in engines):
+        say(f"unknown engine in {args.engines!r}; choose from {', '.join(ENGINES)}")
+        return 2
+
+    from processor.log.broker import EMBEDDED_ENV, start_broker
+
+    work = Path(tempfile.mkdtemp(prefix="bench-queues-"))
+    say("starting the broker")
+    broker = start_broker(embedded=os.environ.get(EMBEDDED_ENV, "").strip() or "kafka")
+    say(f"broker: {broker.description}; state in {work}")
+    rows: list[dict[str, Any]] = []
+    try:
+        for consumers in (int(c) for c in args.consumers.split(",")):
+            for engine in engines:
+                say(f"--- {engine} with {consumers} consumers")
+                rows.append(run_round(engine, consumers, broker.bootstrap_servers, args, work))
+    finally:
+        say("stopping the broker")
+        broker.stop()
+    print("| consumers | engine | delivered and acknowledged msgs/s | seconds | start-up s |")
+    print("|---:|---|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row['consumers']} | {row['engine']} | {row['messages_per_s']:,} | "
+            f"{row['seconds']} | {row['startup_seconds'] or ''} |"
+        )
+    wall = time.perf_counter() - STARTED
+    say(f"wall time from process start {wall:.1f}s")
+    if args.json_out is not None:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        document = {"broker": broker.description, "rows": rows, "wall_seconds": wall}
+        args.json_out.write_text(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
