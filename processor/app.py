@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+_HOUR = {"retention.ms": str(3_600_000)}
+
+
 def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
     """Every Kafka topic the topology needs (a plain topic needs only its input topic)."""
     specs = [TopicSpec(dead_letter_topic, 1, {})]
@@ -60,8 +63,8 @@ def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
     for topic in topology.topics.values():
         if topic.kafka_topic not in plain_inputs:  # a queue reading its plain topic
             specs.append(TopicSpec(topic.kafka_topic, topic.partitions, {}))
-        if topic.queue is not None:
-            specs.append(TopicSpec(topic.deliveries_topic, topic.partitions, {}))
+        if topic.queue is not None:  # read live only: an hour is plenty
+            specs.append(TopicSpec(topic.deliveries_topic, topic.partitions, _HOUR))
         specs.append(TopicSpec(topic.repartition_topic, topic.partitions, {}))
         changelog_config = {"cleanup.policy": "compact"}
         if topic.history is not None:

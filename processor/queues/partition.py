@@ -152,6 +152,8 @@ class QueuePartition:
         ledger.restore(subscriptions, messages)
         origin = store.get_meta(STATE_PREFIX + _ORIGIN)
         self._origin = None if origin is None else _origin_of(origin)
+        if origin is None:
+            self._origin = self._decide_origin(batch)
         self._ledger = ledger
         if messages or subscriptions:
             log.info(
@@ -233,7 +235,7 @@ class QueuePartition:
             data, name = original.data, original.topic
             published_ms, own_ms = original.publish_time_ms, original.expiration_ms
             correlation_id = original.correlation_id
-        if not self._after_origin(batch, published_ms, offset):
+        if not self._after_origin(published_ms, offset):
             return []
         fields = definition.decode(data)
         context = MessageContext(
@@ -260,20 +262,25 @@ class QueuePartition:
         )
         return ledger.enqueue(message, now_ms)
 
-    def _after_origin(self, batch: PartitionBatch, published_ms: int, offset: int) -> bool:
-        """Whether a publish is after the queue's ``RecoveryPoint`` (decided at the
-        partition's first message: epoch, now and creation, a timestamp, a bookmark)."""
+    def _decide_origin(self, batch: PartitionBatch) -> tuple[int, int] | None:
+        """Where a queue partition with no state yet begins (its ``RecoveryPoint``): the
+        whole log (None: epoch), publishes from now on (now, creation), from a time, or
+        after a bookmark's offset; kept in its state from then on."""
+        point = self.definition.spec.recovery_point
+        if point.kind == "epoch":
+            return None
+        origin = (batch.now_ms, -1)
+        if point.kind == "timestamp" and point.timestamp is not None:
+            origin = (int(point.timestamp.timestamp() * 1000), -1)
+        elif point.kind == "bookmark" and point.bookmark:
+            origin = (0, int(point.bookmark.strip("|").rsplit("|", 1)[-1]))
+        batch.put_state(_ORIGIN, b"%d/%d" % origin)
+        return origin
+
+    def _after_origin(self, published_ms: int, offset: int) -> bool:
+        """Whether a publish is after the queue's ``RecoveryPoint``."""
         if self._origin is None:
-            point = self.definition.spec.recovery_point
-            if point.kind == "epoch":
-                return True
-            origin = (batch.now_ms, -1)
-            if point.kind == "timestamp" and point.timestamp is not None:
-                origin = (int(point.timestamp.timestamp() * 1000), -1)
-            elif point.kind == "bookmark" and point.bookmark:
-                origin = (0, int(point.bookmark.strip("|").rsplit("|", 1)[-1]))
-            self._origin = origin
-            batch.put_state(_ORIGIN, b"%d/%d" % origin)
+            return True
         since_ms, after_offset = self._origin
         return published_ms >= since_ms and offset > after_offset
 
