@@ -63,7 +63,12 @@ class QueueStream:
     def __iter__(self) -> Iterator[Any]:
         self._iterating = True
         try:
-            yield from self._call
+            for message in self._call:
+                if message.WhichOneof("part") != "leases":
+                    yield message
+                    continue
+                for lease in message.leases.leases:
+                    yield sow_pb2.QueueMessage(sub_id=message.sub_id, lease=lease)
         except grpc.RpcError as exc:
             self._ended.set()
             if self.closed and exc.code() == grpc.StatusCode.CANCELLED:

@@ -100,17 +100,23 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
                     delivery = consumer.inbox.get(timeout=IDLE_CHECK_S)
                 except queue.Empty:
                     continue
-                if delivery is None:
-                    break
-                yield _lease(sub_id, delivery, to_record)
-                for _ in range(SEND_BATCH):
+                ended = delivery is None
+                leases = [] if delivery is None else [_lease(delivery, to_record)]
+                while not ended and len(leases) < SEND_BATCH:  # what else waits: one message
                     try:
                         delivery = consumer.inbox.get_nowait()
                     except queue.Empty:
                         break
-                    if delivery is None:
-                        return
-                    yield _lease(sub_id, delivery, to_record)
+                    ended = delivery is None
+                    if delivery is not None:
+                        leases.append(_lease(delivery, to_record))
+                if len(leases) == 1:
+                    yield sow_pb2.QueueMessage(sub_id=sub_id, lease=leases[0])
+                elif leases:
+                    batch = sow_pb2.QueueLeases(leases=leases)
+                    yield sow_pb2.QueueMessage(sub_id=sub_id, leases=batch)
+                if ended:
+                    break
         finally:
             consumer.close()
 
@@ -121,17 +127,14 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
         return lambda envelope: convert.record(envelope, codecs[envelope.topic].to_text)
 
 
-def _lease(sub_id: str, delivery: Delivery, to_record: Callable[[changelog.Envelope], Any]) -> Any:
+def _lease(delivery: Delivery, to_record: Callable[[changelog.Envelope], Any]) -> Any:
     envelope = changelog.decode(delivery.envelope)
-    return sow_pb2.QueueMessage(
-        sub_id=sub_id,
-        lease=sow_pb2.QueueLease(
-            bookmark=delivery.bookmark,
-            record=to_record(envelope),
-            lease_deadline_ms=delivery.deadline_ms or 0,
-            deliveries=delivery.deliveries,
-            barrier=delivery.kind == "barrier",
-        ),
+    return sow_pb2.QueueLease(
+        bookmark=delivery.bookmark,
+        record=to_record(envelope),
+        lease_deadline_ms=delivery.deadline_ms or 0,
+        deliveries=delivery.deliveries,
+        barrier=delivery.kind == "barrier",
     )
 
 

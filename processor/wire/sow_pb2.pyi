@@ -449,14 +449,22 @@ class QueueLease(_message.Message):
     def __init__(self, bookmark: _Optional[str] = ..., record: _Optional[_Union[SowRecord, _Mapping]] = ..., lease_deadline_ms: _Optional[int] = ..., deliveries: _Optional[int] = ..., barrier: _Optional[bool] = ...) -> None: ...
 
 class QueueMessage(_message.Message):
-    __slots__ = ("sub_id", "registered", "lease")
+    __slots__ = ("sub_id", "registered", "lease", "leases")
     SUB_ID_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
     sub_id: str
     registered: Registered
     lease: QueueLease
-    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., lease: _Optional[_Union[QueueLease, _Mapping]] = ...) -> None: ...
+    leases: QueueLeases
+    def __init__(self, sub_id: _Optional[str] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., lease: _Optional[_Union[QueueLease, _Mapping]] = ..., leases: _Optional[_Union[QueueLeases, _Mapping]] = ...) -> None: ...
+
+class QueueLeases(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[QueueLease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ...) -> None: ...
 
 class QueueActionRequest(_message.Message):
     __slots__ = ("queue", "action", "bookmarks", "filter")
