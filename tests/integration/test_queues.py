@@ -20,6 +20,8 @@ import pytest
 from processor.client.queues import QueueStream
 from processor.client.sow_client import SowClient
 from processor.errors import ServiceError
+from processor.queues.commands import Command, CommandKind
+from processor.queues.partition import SERVICE_TIMEOUT_MS
 from processor.topology.yaml_loader import parse_yaml
 from tests.conftest import MEMORY
 from tests.integration.harness import read_topic, running_sow
@@ -437,3 +439,26 @@ def test_the_sow_cli_consumes_and_acknowledges(backend: str, tmp_path: Path, uni
         done = _sow(app.grpc_address, "queue-cancel", "Q", "not-a-bookmark")
         assert done.returncode != 0
         assert "is not a bookmark of queue Q" in done.stderr
+
+
+def test_a_dead_services_subscriptions_are_disconnected_and_their_leases_return(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topology = _topology(unique, "max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
+        # A subscription of a service that never sends a heartbeat (it died).
+        queue = topology.topic("Q")
+        command = Command(CommandKind.SUBSCRIBE, "gone/1", "gone", max_backlog=10)
+        value, headers = command.encode()
+        assert app.log_writer is not None
+        written = app.log_writer.submit([(queue.repartition_topic, None, value, 0, headers)])
+        assert written.wait(10)
+        _publish(client, {"id": 0}, {"id": 1})
+        _until(lambda: _queued(client) == [0, 1])
+        consumers.append(a := Consumer(client, max_backlog=10))
+        time.sleep(2.0)
+        assert a.leases == []  # the dead service's subscription holds both
+        began = time.monotonic()
+        _until(lambda: len(a.leases) == 2, timeout_s=SERVICE_TIMEOUT_MS / 1000 + 15)
+        assert time.monotonic() - began >= SERVICE_TIMEOUT_MS / 1000 - 5
+        assert [lease.deliveries for lease in a.leases] == [2, 2]
