@@ -35,7 +35,10 @@ def bookmark_of(topic: str, partition: int, offset: int) -> bytes:
 def partition_of(bookmark: bytes | str, partitions: int) -> int:
     """The queue partition holding the message of ``bookmark`` (ValueError: not one)."""
     text = bookmark.decode() if isinstance(bookmark, bytes) else bookmark
-    return int(text.rsplit("/", 2)[1]) % partitions
+    parts = text.rsplit("/", 2)
+    if len(parts) != 3:
+        raise ValueError(f"{text!r} is not a bookmark (topic/partition/offset)")
+    return int(parts[1]) % partitions
 
 
 class QueueDefinition:

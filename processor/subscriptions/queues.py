@@ -250,7 +250,7 @@ class QueueHub:
         for bookmark in bookmarks:
             try:
                 partition = partition_of(bookmark, topic.partitions)
-            except (ValueError, IndexError):
+            except ValueError:
                 raise InvalidRequestError(
                     f"{bookmark!r} is not a bookmark of queue {topic.name} (topic/partition/"
                     "offset, as each lease carries it)"
