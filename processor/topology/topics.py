@@ -222,12 +222,19 @@ def resolve_subscribed_topics(topology: Topology, name: str) -> list[Topic]:
     the pattern matches, SOW topics first, each kind in configuration order. Raises
     UnknownTopicError when nothing matches."""
     if not is_pattern(name) or name in topology.topics or name in topology.plain_topics:
+        queue = topology.topics.get(name)
+        if queue is not None and queue.queue is not None and name not in topology.plain_topics:
+            raise InvalidRequestError(
+                f"{name} is a queue: consume it (gRPC Queues.Consume, SowClient.consume, sow "
+                f"consume); subscribe to {queue.queue.underlying} for every message published"
+            )
         return [resolve_publish_topic(topology, name)]
     pattern = compile_regex(name, what="topic pattern")
     matched = [
         t
         for t in topology.every_topic()
-        if pattern.search(t.name) or (isinstance(t, SowTopic) and stores_several(t))
+        if not (isinstance(t, SowTopic) and t.queue is not None)
+        and (pattern.search(t.name) or (isinstance(t, SowTopic) and stores_several(t)))
     ]
     if not matched:
         raise UnknownTopicError(

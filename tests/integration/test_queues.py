@@ -462,3 +462,16 @@ def test_a_dead_services_subscriptions_are_disconnected_and_their_leases_return(
         _until(lambda: len(a.leases) == 2, timeout_s=SERVICE_TIMEOUT_MS / 1000 + 15)
         assert time.monotonic() - began >= SERVICE_TIMEOUT_MS / 1000 - 5
         assert [lease.deliveries for lease in a.leases] == [2, 2]
+
+
+def test_subscribing_to_a_queue_points_to_consume(
+    backend: str, tmp_path: Path, unique: str
+) -> None:
+    topics = f"  - {{name: orders, sow: false, kafka_topic: {unique}.orders}}\n"
+    text = f"topics:\n{topics}queues:\n  - {{name: Q, message_type: json, underlying: orders}}\n"
+    with running_sow(backend, parse_yaml(text, "q.yaml"), tmp_path, unique) as (_, client):
+        with pytest.raises(ServiceError, match="Q is a queue: consume it"):
+            list(client.subscribe("Q"))
+        with client.subscribe("orders") as stream:  # its topic: every message, live
+            first = next(iter(stream))
+            assert first.WhichOneof("part") == "registered"
