@@ -104,6 +104,14 @@ def _record_json(record: Any) -> dict[str, Any]:
         out["correlation_id"] = record.correlation_id
     if record.expiration_ms:
         out["expiration_ms"] = record.expiration_ms
+    if record.HasField("queue_state"):  # a queue's message
+        state = record.queue_state
+        out["queue_state"] = {
+            "leased_to": state.leased_to or None,
+            "lease_deadline_ms": state.lease_deadline_ms or None,
+            "deliveries": state.deliveries,
+            "cancels": state.cancels,
+        }
     return out
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import struct
 from collections.abc import Sequence
 
 from processor import changelog
@@ -62,6 +61,7 @@ from processor.queues.commands import (
 from processor.queues.definition import QueueDefinition, bookmark_of
 from processor.queues.figures import COUNTED, QueueFigures
 from processor.queues.ledger import Change, Ledger, MessageFilter, Outcome, QueueMessage
+from processor.queues.state import MESSAGE_STATE, MessageState
 from processor.topology.model import QueueSemantics
 
 log = logging.getLogger(__name__)
@@ -71,19 +71,17 @@ SERVICE_TIMEOUT_MS = 15_000
 #: How often a query service sends its heartbeat to every partition of its queues.
 HEARTBEAT_S = 3.0
 
-_MESSAGE = b"qm"  # state: a message's counts and lease
+_MESSAGE = MESSAGE_STATE  # state: a message's counts and lease
 _SUBSCRIPTION = b"qs"  # state: a subscription
 _ORIGIN = b"qo"  # state: where the queue began (RecoveryPoint), decided once
-_COUNTS = struct.Struct(">iiq")  # deliveries, cancels, lease deadline (-1: none)
 _DELETED = [(REASON_HEADER, b"deleted")]
 _EXPIRED = [(REASON_HEADER, b"expired")]
 _NO_FILTER: MessageFilter = lambda _message: True  # noqa: E731
 
 
 def _state_of(message: QueueMessage) -> bytes:
-    deadline = -1 if message.deadline_ms is None else message.deadline_ms
-    holder = (message.holder or "").encode()
-    return _COUNTS.pack(message.deliveries, message.cancels, deadline) + holder
+    state = MessageState(message.deliveries, message.cancels, message.holder, message.deadline_ms)
+    return state.encode()
 
 
 class QueuePartition:
@@ -143,11 +141,9 @@ class QueuePartition:
             message = self._message(bookmark, envelope)
             counts = store.get_meta(STATE_PREFIX + _MESSAGE + bookmark)
             if counts is not None:
-                deliveries, cancels, deadline = _COUNTS.unpack_from(counts)
-                holder = counts[_COUNTS.size :].decode()
-                message.deliveries, message.cancels = deliveries, cancels
-                message.holder = holder or None
-                message.deadline_ms = None if deadline < 0 else deadline
+                kept = MessageState.decode(counts)
+                message.deliveries, message.cancels = kept.deliveries, kept.cancels
+                message.holder, message.deadline_ms = kept.holder, kept.deadline_ms
             messages.append(message)
         ledger.restore(subscriptions, messages)
         origin = store.get_meta(STATE_PREFIX + _ORIGIN)

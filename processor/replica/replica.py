@@ -70,10 +70,12 @@ from processor.log import (
 )
 from processor.messages import codec_for
 from processor.progress import progress
+from processor.queues.state import MESSAGE_STATE_KEY
 from processor.replica import snapshot
 from processor.replica.catchup import CatchUp
 from processor.replica.deletes import RecentDeletes
 from processor.replica.history import HistoryIndex
+from processor.replica.queue_states import QueueStates
 from processor.replica.table import SowTable
 from processor.replica.units import Unit, UnitCutter
 from processor.topology.model import SowTopic, Topology
@@ -144,6 +146,7 @@ class Replica:
         self.applied = 0
         #: SOW topic -> [publishes, deletes] applied since start (for metrics).
         self.changes_by_topic: dict[str, list[int]] = {t: [0, 0] for t in self._tables}
+        self.queue_states = QueueStates()
 
     # -- the applier -------------------------------------------------------------------
 
@@ -299,6 +302,8 @@ class Replica:
                             self._log_next[(log_topic, log_partition)] = nxt
                 elif key == RESET_KEY:
                     self._reset(table, partition, (changelog, partition, record.offset()), events)
+                elif key.startswith(MESSAGE_STATE_KEY) and topic.queue is not None:
+                    self.queue_states.note(topic.name, key[len(MESSAGE_STATE_KEY) :], value)
                 continue
             if recorder is not None:
                 recorder(key, record.timestamp()[1], record.offset(), value)

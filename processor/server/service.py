@@ -334,8 +334,11 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         )
         text_form = request.text_form and not result.aggregated
         topology = self._gateway.topology
+        queue = topology.topics.get(result.topic)
         for batch in result.batches:
             records = [convert.record(e) for e in batch]
+            if queue is not None and queue.queue is not None:
+                self._with_queue_state(queue.name, records)
             if shape is not None:
                 for record in records:
                     if shape.shapes(record.topic):
@@ -357,6 +360,24 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                 **convert.stats(stats),
             )
         )
+
+    def _with_queue_state(self, queue: str, records: list[Any]) -> None:
+        """Each queue message's state (available until leased) on its record."""
+        replica = self._engine.replica
+        for record in records:
+            state = replica.queue_states.get(queue, record.sow_key.encode())
+            if state is None:
+                record.queue_state.SetInParent()
+                continue
+            record.queue_state.CopyFrom(
+                sow_pb2.QueueMessageState(
+                    leased=state.holder is not None,
+                    leased_to=state.holder or "",
+                    lease_deadline_ms=state.deadline_ms or 0,
+                    deliveries=state.deliveries,
+                    cancels=state.cancels,
+                )
+            )
 
     def _select(self, request: Any) -> MessageShape | None:
         """A query's select list, checked against the topics it reads (None: no select)."""

@@ -171,7 +171,7 @@ class SowQueryRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., sow_keys: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., min_position: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., timeout_seconds: _Optional[float] = ..., filter: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., text_form: _Optional[bool] = ..., grouping: _Optional[str] = ..., projection: _Optional[str] = ..., wait_for_catch_up: _Optional[bool] = ..., select: _Optional[str] = ..., bookmark: _Optional[str] = ..., send_deletes: _Optional[bool] = ..., oof_last_received: _Optional[bool] = ...) -> None: ...
 
 class SowRecord(_message.Message):
-    __slots__ = ("sow_key", "data", "topic", "message_type", "position", "publish_time_ms", "apply_time_ms", "expiration_ms", "correlation_id")
+    __slots__ = ("sow_key", "data", "topic", "message_type", "position", "publish_time_ms", "apply_time_ms", "expiration_ms", "correlation_id", "queue_state")
     SOW_KEY_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,7 @@ class SowRecord(_message.Message):
     APPLY_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRATION_MS_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_STATE_FIELD_NUMBER: _ClassVar[int]
     sow_key: str
     data: bytes
     topic: str
@@ -190,7 +191,22 @@ class SowRecord(_message.Message):
     apply_time_ms: int
     expiration_ms: int
     correlation_id: str
-    def __init__(self, sow_key: _Optional[str] = ..., data: _Optional[bytes] = ..., topic: _Optional[str] = ..., message_type: _Optional[str] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., publish_time_ms: _Optional[int] = ..., apply_time_ms: _Optional[int] = ..., expiration_ms: _Optional[int] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+    queue_state: QueueMessageState
+    def __init__(self, sow_key: _Optional[str] = ..., data: _Optional[bytes] = ..., topic: _Optional[str] = ..., message_type: _Optional[str] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., publish_time_ms: _Optional[int] = ..., apply_time_ms: _Optional[int] = ..., expiration_ms: _Optional[int] = ..., correlation_id: _Optional[str] = ..., queue_state: _Optional[_Union[QueueMessageState, _Mapping]] = ...) -> None: ...
+
+class QueueMessageState(_message.Message):
+    __slots__ = ("leased", "leased_to", "lease_deadline_ms", "deliveries", "cancels")
+    LEASED_FIELD_NUMBER: _ClassVar[int]
+    LEASED_TO_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    CANCELS_FIELD_NUMBER: _ClassVar[int]
+    leased: bool
+    leased_to: str
+    lease_deadline_ms: int
+    deliveries: int
+    cancels: int
+    def __init__(self, leased: _Optional[bool] = ..., leased_to: _Optional[str] = ..., lease_deadline_ms: _Optional[int] = ..., deliveries: _Optional[int] = ..., cancels: _Optional[int] = ...) -> None: ...
 
 class GroupBegin(_message.Message):
     __slots__ = ("query_id", "topic", "snapshot", "staleness_ms")

@@ -122,6 +122,19 @@ def test_leases_flow_within_the_backlog_and_acks_remove_messages(
         assert a.ids() == [0, 1, 2]  # oldest first, three: its backlog
         assert [lease.deliveries for lease in a.leases] == [1, 1, 1]
         assert _queued(client) == [0, 1, 2, 3, 4]  # a sow query browses the queue
+
+        def states() -> dict[int, tuple[bool, int]]:
+            records, _, _ = client.query("Q")
+            return {
+                orjson.loads(r.data)["id"]: (r.queue_state.leased, r.queue_state.deliveries)
+                for r in records
+            }
+
+        _until(
+            lambda: (
+                states() == {0: (True, 1), 1: (True, 1), 2: (True, 1), 3: (False, 0), 4: (False, 0)}
+            )
+        )
         a.stream.ack(a.bookmarks()[:2])
         _until(lambda: len(a.leases) == 5)
         assert a.ids() == [0, 1, 2, 3, 4]
