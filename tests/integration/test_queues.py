@@ -488,3 +488,23 @@ def test_subscribing_to_a_queue_points_to_consume(
         with client.subscribe("orders") as stream:  # its topic: every message, live
             first = next(iter(stream))
             assert first.WhichOneof("part") == "registered"
+
+
+def test_messages_expire_by_the_queues_expiration_and_their_own(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    options = "expiration: 1s, max_per_subscription_backlog: 10"  # ExpirationModel default
+    with running_sow(backend, _topology(unique, options), tmp_path, unique) as (app, client):
+        client.publish("orders", b'{"id": 0}')  # the queue's: 1 s
+        client.publish("orders", b'{"id": 1}', expiration=30)  # its own wins: 30 s
+        _until(lambda: _queued(client) == [0, 1])
+        _until(lambda: _queued(client) == [1], timeout_s=10)
+        _until(lambda: app.processor is not None and app.processor.dead_lettered == 1)
+        consumers.append(a := Consumer(client, max_backlog=10))
+        _until(lambda: len(a.leases) == 1)
+        assert a.ids() == [1]
+        assert a.leases[0].record.expiration_ms > 0
+        if backend == MEMORY:
+            return
+        headers = _dead_letter(backend, unique)
+        assert "message expired" in headers["sow.error.message"]
