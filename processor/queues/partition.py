@@ -47,7 +47,7 @@ from processor.engine.derived import Rejects
 from processor.engine.families import MAX_TOPICS
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import PartitionBatch
-from processor.errors import MessageError, QueueExpiredError
+from processor.errors import ExpressionError, MessageError, QueueExpiredError
 from processor.expr import Expression, MessageContext
 from processor.expr import compile as compile_expression
 from processor.log import Headers, Record
@@ -182,12 +182,16 @@ class QueuePartition:
         )
 
     def _filter(self, text: str) -> MessageFilter:
-        """A subscription's content filter over a message's envelope (cached by text)."""
+        """A subscription's content filter over a message's envelope (cached by text;
+        MessageError: it is not one, so the command carrying it is dead-lettered)."""
         if not text.strip():
             return _NO_FILTER
         found = self._filters.get(text)
         if found is None:
-            expression = compile_expression(text)
+            try:
+                expression = compile_expression(text)
+            except ExpressionError as exc:
+                raise MessageError(f"queue command filter {text!r}: {exc}") from None
             decode = self.definition.decode
 
             def matches(message: QueueMessage, expression: Expression = expression) -> bool:

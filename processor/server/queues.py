@@ -144,16 +144,17 @@ def _read_commands(commands: Iterator[Any], consumer: QueueConsumer) -> None:
     try:
         for command in commands:
             which = command.WhichOneof("command")
-            if which == "ack":
-                consumer.ack(list(command.ack.bookmarks))
-            elif which == "cancel":
-                consumer.cancel(list(command.cancel.bookmarks))
-            elif which == "expire":
-                consumer.expire(list(command.expire.bookmarks))
+            try:
+                if which == "ack":
+                    consumer.ack(list(command.ack.bookmarks))
+                elif which == "cancel":
+                    consumer.cancel(list(command.cancel.bookmarks))
+                elif which == "expire":
+                    consumer.expire(list(command.expire.bookmarks))
+            except errors.SowError as exc:  # a bad bookmark: that command only
+                log.warning("queue consumer %s: %s refused: %s", consumer.id, which, exc)
     except grpc.RpcError:
         pass  # the client went away: the stream's end disconnects it
-    except errors.SowError as exc:
-        log.warning("queue consumer %s: command refused: %s", consumer.id, exc)
     finally:
         consumer.close()
         consumer.inbox.put(None)

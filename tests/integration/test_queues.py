@@ -508,3 +508,35 @@ def test_messages_expire_by_the_queues_expiration_and_their_own(
             return
         headers = _dead_letter(backend, unique)
         assert "message expired" in headers["sow.error.message"]
+
+
+def test_bad_input_is_dead_lettered_and_the_queue_goes_on(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    topology = _topology(unique, "max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
+        commands = topology.topic("Q").repartition_topic
+        bad_filter, headers = Command(CommandKind.SUBSCRIBE, "x/1", "x", filter="/a >").encode()
+        assert app.log_writer is not None
+        written = app.log_writer.submit(
+            [
+                (commands, None, b"{}", 0, None),  # no command header
+                (commands, None, bad_filter, 0, headers),
+                (f"{unique}.orders", None, b"not json", 0, None),  # not a json message
+            ]
+        )
+        assert written.wait(10)
+        _until(lambda: app.processor is not None and app.processor.dead_lettered == 3)
+        consumers.append(a := Consumer(client, max_backlog=10))
+        _publish(client, {"id": 0})
+        _until(lambda: a.ids() == [0])
+        if backend == MEMORY:
+            return
+        letters = read_topic(backend, f"{unique}.dead-letter", expect=3, timeout_s=30)
+        reasons = sorted(
+            dict(letter.headers())["sow.error.message"].decode()[:40]  # type: ignore[attr-defined]
+            for letter in letters
+        )
+        assert any(r.startswith("a record of a queue's command topic") for r in reasons)
+        assert any(r.startswith("queue command filter '/a >'") for r in reasons)
+        assert len(reasons) == 3
