@@ -242,6 +242,19 @@ def _check_version(buf: bytes) -> int:
     return pos
 
 
+def log_offset_of(value: bytes) -> int:
+    """The log offset of an envelope, without decoding the rest (EnvelopeError: not one)."""
+    try:
+        pos = _check_version(value)
+        for _ in range(3):  # topic, message type, log topic
+            _, pos = _raw_at(value, pos)
+        _, pos = _long_at(value, pos)  # log partition
+        offset, _ = _long_at(value, pos)
+        return offset
+    except (IndexError, ValueError) as exc:
+        raise EnvelopeError(f"not an envelope: {exc}") from None
+
+
 def decode(value: bytes) -> Envelope:
     """Decode an envelope; raise EnvelopeError if it is not one.
 

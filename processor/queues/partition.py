@@ -99,6 +99,8 @@ class QueuePartition:
         #: Where the queue began: (published at or after ms, after offset) (None: epoch).
         self._origin: tuple[int, int] | None = None
         self._filters: dict[str, MessageFilter] = {}
+        #: The messages with a state record (leased, returned or cancelled at least once).
+        self._stated: set[bytes] = set()
         self._writers: dict[str, EnvelopeWriter] = {}
         #: Counts since start (committed or not: a redone transaction counts again).
         self._counts = QueueFigures()
@@ -136,12 +138,16 @@ class QueuePartition:
             subscriptions.append(
                 (subscription_id, kept.get("backlog"), self._filter(kept.get("filter", "")))
             )
+        prefix = STATE_PREFIX + _MESSAGE
+        states = {
+            key[len(prefix) :]: MessageState.decode(raw) for key, raw in store.meta_items(prefix)
+        }
+        self._stated = set(states)
         messages = []
         for bookmark, envelope in store.items():
             message = self._message(bookmark, envelope)
-            counts = store.get_meta(STATE_PREFIX + _MESSAGE + bookmark)
-            if counts is not None:
-                kept = MessageState.decode(counts)
+            kept = states.get(bookmark)
+            if kept is not None:
                 message.deliveries, message.cancels = kept.deliveries, kept.cancels
                 message.holder, message.deadline_ms = kept.holder, kept.deadline_ms
             messages.append(message)
@@ -369,7 +375,7 @@ class QueuePartition:
             if change is Change.RETURNED:
                 counts.returned += 1
                 if message is not None:
-                    batch.put_state(_MESSAGE + bookmark, _state_of(message))
+                    self._put_message_state(message, batch)
                 continue
             envelope = batch.lookup(bookmark)
             if envelope is None:
@@ -385,7 +391,7 @@ class QueuePartition:
                         deliveries, envelope, subscription_id.encode(), partition, headers
                     )
                 if change is Change.LEASED and not at_most_once and message is not None:
-                    batch.put_state(_MESSAGE + bookmark, _state_of(message))
+                    self._put_message_state(message, batch)
                     continue
             elif change is Change.EXPIRED:
                 counts.expired += 1
@@ -399,18 +405,23 @@ class QueuePartition:
             counts.acked += change is Change.ACKED
             self._remove(bookmark, envelope, batch, expired=change is Change.EXPIRED)
 
+    def _put_message_state(self, message: QueueMessage, batch: PartitionBatch) -> None:
+        self._stated.add(message.bookmark)
+        batch.put_state(_MESSAGE + message.bookmark, _state_of(message))
+
     def _remove(
         self, bookmark: bytes, envelope: bytes, batch: PartitionBatch, expired: bool
     ) -> None:
         state = self.state
-        offset = changelog.decode(envelope).log_offset
+        offset = changelog.log_offset_of(envelope)
         log_topic = state.topic.kafka_topic
         position = changelog.format_position(log_topic, state.partition, offset)
         headers = [*(_EXPIRED if expired else _DELETED), (POSITION_HEADER, position)]
         batch.produce(state.topic.changelog_topic, None, bookmark, state.partition, headers)
         reason = ChangeReason.EXPIRE if expired else ChangeReason.DELETE
         batch.write(bookmark, None, reason, log_topic, offset)
-        if batch.get_state(_MESSAGE + bookmark) is not None:
+        if bookmark in self._stated:
+            self._stated.discard(bookmark)
             batch.put_state(_MESSAGE + bookmark, None)
 
     def _expired_record(self, bookmark: bytes, envelope: bytes) -> Record:
