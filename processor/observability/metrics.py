@@ -30,7 +30,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from processor import errors
-from processor.queues.partition import QueueTopic
+from processor.queues.topic import QueueTopic
 
 if TYPE_CHECKING:
     from processor.engine.processor import Processor

@@ -16,7 +16,7 @@ from processor.engine.derived import DerivedTopic
 from processor.engine.transaction import ChangeListener
 from processor.queues.definition import QueueDefinition
 from processor.queues.feed import QueueFeed
-from processor.queues.partition import QueueTopic
+from processor.queues.topic import QueueTopic
 from processor.topology.model import Topology
 from processor.topology.queue_topics import readable
 

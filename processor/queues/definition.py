@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from processor.changelog.commands import CORRELATION_HEADER, EXPIRATION_HEADER
 from processor.expr import Expression, MessageContext
 from processor.expr import compile as compile_expression
+from processor.log import Headers
 from processor.messages import Codec, codec_for
 from processor.queues.ledger import QueueRules, priority_of
 from processor.topology.model import ExpirationModel, SowTopic, Topic
@@ -94,7 +97,16 @@ class QueueDefinition:
             max_cancels=spec.max_cancels,
             deferred_ack_ms=int(spec.deferred_ack_expiration_s * 1000),
         )
-        described = json.dumps(asdict(spec), default=str, sort_keys=True)
+        #: What decides which messages the queue holds: a change starts the queue afresh
+        #: (its partitions' state is dropped); every other option applies on restart.
+        content = {
+            "message_type": spec.message_type,
+            "underlying": spec.underlying,
+            "underlying_topics": spec.underlying_topics,
+            "filter": spec.filter,
+            "recovery_point": asdict(spec.recovery_point),
+        }
+        described = json.dumps(content, default=str, sort_keys=True)
         self.digest = hashlib.sha256(described.encode()).hexdigest()[:16].encode()
 
     def decode(self, data: bytes) -> Any:
@@ -121,3 +133,20 @@ class QueueDefinition:
         if queue_ms is None or model is ExpirationModel.DEFAULT:
             return own_ms
         return max(queue_ms, own_ms) if model is ExpirationModel.LATEST else min(queue_ms, own_ms)
+
+
+def publish_options(headers: Headers | None, published_ms: int) -> tuple[int | None, str | None]:
+    """A plain publish's own expiration (its ``sow.expiration`` header, seconds; 0 or
+    unreadable: none) and correlation id."""
+    expires_ms = correlation_id = None
+    for name, raw in headers or ():
+        if name == EXPIRATION_HEADER and raw:
+            try:
+                seconds = float(raw)
+            except ValueError:
+                seconds = math.nan
+            if math.isfinite(seconds) and seconds > 0:
+                expires_ms = published_ms + int(seconds * 1000)
+        elif name == CORRELATION_HEADER and raw is not None:
+            correlation_id = raw.decode(errors="replace")
+    return expires_ms, correlation_id

@@ -121,6 +121,15 @@ class Ledger:
     def subscriptions(self) -> list[Subscription]:
         return list(self._subscriptions.values())
 
+    def deferred_acks(self) -> dict[Bookmark, int]:
+        """Acknowledgements of messages not held yet, and until when they are kept."""
+        return dict(self._deferred_acks)
+
+    def keep_deferred_acks(self, acks: dict[Bookmark, int]) -> None:
+        """Take over the deferred acknowledgements of an earlier ledger (memory only)."""
+        for bookmark, until in acks.items():
+            self._defer_ack(bookmark, until)
+
     def next_due_ms(self) -> int | None:
         """When the clock next has work (an expiration, a lease deadline, a deferred
         acknowledgement to forget); None: nothing is timed."""
@@ -146,7 +155,7 @@ class Ledger:
                 subscription_id, self._backlog(max_backlog), matches
             )
         for message in messages:
-            holder = self._subscriptions.get(message.holder or "")
+            holder = None if message.holder is None else self._subscriptions.get(message.holder)
             if holder is None:
                 message.holder, message.deadline_ms = None, None
             self._messages[message.bookmark] = message
@@ -339,6 +348,8 @@ class Ledger:
             if message.barrier:
                 if self._order[0][1] != bookmark:
                     break  # earlier messages are still held: it and every later one wait
+                if not any(s.matches(message) for s in self._subscriptions.values()):
+                    break  # nobody to deliver it to yet: it and every later one wait
                 outcomes.append(self._deliver_barrier(message))
                 end -= 1
                 continue  # removed: the next one is at the same index
@@ -418,7 +429,7 @@ class Ledger:
         return Outcome(Change.BARRIER, message.bookmark, to)
 
     def _return(self, message: QueueMessage, cancelled: bool) -> list[Outcome]:
-        holder = self._subscriptions.get(message.holder or "")
+        holder = None if message.holder is None else self._subscriptions.get(message.holder)
         if holder is not None:
             holder.held.discard(message.bookmark)
         message.holder, message.deadline_ms = None, None

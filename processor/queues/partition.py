@@ -36,12 +36,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Sequence
 
 from processor import changelog
 from processor.changelog import POSITION_HEADER, REASON_HEADER, STATE_PREFIX, EnvelopeWriter
-from processor.changelog.commands import CORRELATION_HEADER, EXPIRATION_HEADER
 from processor.changelog.events import ChangeReason
 from processor.engine.derived import Rejects
 from processor.engine.families import MAX_TOPICS
@@ -58,7 +56,7 @@ from processor.queues.commands import (
     decode_command,
     delivery_headers,
 )
-from processor.queues.definition import QueueDefinition, bookmark_of
+from processor.queues.definition import QueueDefinition, bookmark_of, publish_options
 from processor.queues.figures import COUNTED, QueueFigures
 from processor.queues.ledger import Change, Ledger, MessageFilter, Outcome, QueueMessage
 from processor.queues.state import MESSAGE_STATE, MessageState
@@ -93,9 +91,15 @@ class QueuePartition:
         self.state = state
         self.version = (b"queue-definition", definition.digest)
         self._ledger: Ledger | None = None
-        #: Query service -> when it was last heard from; subscription -> its service.
+        #: Query service -> when its last command was applied; subscription -> its service;
+        #: when the partition last applied a command of any service (see :meth:`_gone`).
         self._heard: dict[str, int] = {}
         self._service_of: dict[str, str] = {}
+        self._commanded_ms = 0
+        #: What survives an aborted transaction: deferred acknowledgements (memory only)
+        #: and the origin decided for a partition with none committed yet.
+        self._deferred: dict[bytes, int] = {}
+        self._decided: tuple[int, int] | None = None
         #: Where the queue began: (published at or after ms, after offset) (None: epoch).
         self._origin: tuple[int, int] | None = None
         self._filters: dict[str, MessageFilter] = {}
@@ -118,6 +122,9 @@ class QueuePartition:
     # -- the ledger, rebuilt from the store and the state ---------------------------------
 
     def discard(self) -> None:
+        ledger = self._ledger
+        if ledger is not None:
+            self._deferred = ledger.deferred_acks()
         self._ledger = None  # rebuilt from what was committed
 
     def _loaded(self, batch: PartitionBatch) -> Ledger:
@@ -128,6 +135,7 @@ class QueuePartition:
         ledger = Ledger(definition.rules)
         self._heard.clear()
         self._service_of.clear()
+        self._commanded_ms = now_ms
         subscriptions = []
         prefix = STATE_PREFIX + _SUBSCRIPTION
         for key, raw in store.meta_items(prefix):
@@ -152,10 +160,13 @@ class QueuePartition:
                 message.holder, message.deadline_ms = kept.holder, kept.deadline_ms
             messages.append(message)
         ledger.restore(subscriptions, messages)
+        ledger.keep_deferred_acks(self._deferred)
+        self._deferred = {}
         origin = store.get_meta(STATE_PREFIX + _ORIGIN)
         self._origin = None if origin is None else _origin_of(origin)
         if origin is None:
             self._origin = self._decide_origin(batch)
+            self._decided = self._origin
         self._ledger = ledger
         if messages or subscriptions:
             log.info(
@@ -204,6 +215,8 @@ class QueuePartition:
                 decoded = changelog.decode(message.data)
                 return expression.matches(decode(decoded.data), decoded.context())
 
+            if len(self._filters) >= 1024:
+                self._filters.clear()
             found = self._filters[text] = matches
         return found
 
@@ -234,15 +247,20 @@ class QueuePartition:
             bookmark = bookmark_of(record.topic(), record.partition(), offset)
             name = definition.plain_names.get(record.topic(), definition.spec.underlying)
             published_ms = record.timestamp()[1]
-            own_ms, correlation_id = _publish_options(record.headers(), published_ms)
+            own_ms, correlation_id = publish_options(record.headers(), published_ms)
         else:
             bookmark = record.key() or b""
+            if not bookmark or bookmark.count(b"/") < 2:
+                raise MessageError(
+                    f"a record of queue {state.topic.name}'s input needs its bookmark as its "
+                    "key: only the processor writes this topic"
+                )
             original = changelog.decode(data)
             data, name = original.data, original.topic
             published_ms, own_ms = original.publish_time_ms, original.expiration_ms
             correlation_id = original.correlation_id
-        if not self._after_origin(published_ms, offset):
-            return []
+        if not self._after_origin(published_ms, offset) or ledger.message(bookmark) is not None:
+            return []  # before the RecoveryPoint, or held already (one position, twice)
         fields = definition.decode(data)
         context = MessageContext(
             sow_key=bookmark.decode(),
@@ -275,7 +293,7 @@ class QueuePartition:
         point = self.definition.spec.recovery_point
         if point.kind == "epoch":
             return None
-        origin = (batch.now_ms, -1)
+        origin = self._decided or (batch.now_ms, -1)  # (decided before an abort: kept)
         if point.kind == "timestamp" and point.timestamp is not None:
             origin = (int(point.timestamp.timestamp() * 1000), -1)
         elif point.kind == "bookmark" and point.bookmark:
@@ -292,14 +310,17 @@ class QueuePartition:
 
     def _command(self, ledger: Ledger, command: Command, batch: PartitionBatch) -> list[Outcome]:
         now_ms, by, kind = batch.now_ms, command.subscription, command.kind
+        self._commanded_ms = now_ms
         if command.service:
             self._heard[command.service] = now_ms
         bookmarks = [b.encode() for b in command.bookmarks]
         if kind is CommandKind.HEARTBEAT:
             return []
         if kind is CommandKind.SUBSCRIBE:
-            if by is None:
-                raise MessageError("a queue subscribe command needs its subscription id")
+            if not by or not command.service:
+                raise MessageError(
+                    "a queue subscribe command needs its subscription id and its service"
+                )
             matches = self._filter(command.filter)
             kept = {"service": command.service, "filter": command.filter}
             if command.max_backlog is not None:
@@ -335,12 +356,22 @@ class QueuePartition:
         due = ledger.next_due_ms()
         if due is not None and due <= now_ms:
             return True
-        return any(heard + SERVICE_TIMEOUT_MS <= now_ms for heard in self._heard.values())
+        return bool(self._gone(now_ms))
+
+    def _gone(self, now_ms: int) -> set[str]:
+        """The query services taken for dead: another service's command was applied
+        :data:`SERVICE_TIMEOUT_MS` after its last one, or no command at all was for that
+        long. (Measured in apply times of this partition's commands, not the clock: a
+        partition catching up a backlog applies the heartbeats queued in it first.)"""
+        if now_ms - self._commanded_ms >= SERVICE_TIMEOUT_MS:
+            return set(self._heard)
+        latest = self._commanded_ms
+        return {s for s, heard in self._heard.items() if latest - heard >= SERVICE_TIMEOUT_MS}
 
     def tick(self, batch: PartitionBatch, now_ms: int, reject: Rejects) -> None:
         ledger = self._loaded(batch)
         outcomes: list[Outcome] = []
-        gone = {s for s, heard in self._heard.items() if heard + SERVICE_TIMEOUT_MS <= now_ms}
+        gone = self._gone(now_ms)
         for service in gone:
             del self._heard[service]
             held = [sub for sub, owner in self._service_of.items() if owner == service]
@@ -449,43 +480,3 @@ class QueuePartition:
 def _origin_of(raw: bytes) -> tuple[int, int]:
     since, after = raw.split(b"/")
     return int(since), int(after)
-
-
-def _publish_options(headers: Headers | None, published_ms: int) -> tuple[int | None, str | None]:
-    """A plain publish's own expiration (its ``sow.expiration`` header, seconds; 0 or
-    unreadable: none) and correlation id."""
-    expires_ms = correlation_id = None
-    for name, raw in headers or ():
-        if name == EXPIRATION_HEADER and raw:
-            try:
-                seconds = float(raw)
-            except ValueError:
-                seconds = math.nan
-            if math.isfinite(seconds) and seconds > 0:
-                expires_ms = published_ms + int(seconds * 1000)
-        elif name == CORRELATION_HEADER and raw is not None:
-            correlation_id = raw.decode(errors="replace")
-    return expires_ms, correlation_id
-
-
-class QueueTopic:
-    """Makes the partitions of one queue, and sums their figures (monitoring)."""
-
-    def __init__(self, definition: QueueDefinition) -> None:
-        self.definition = definition
-        #: The partitions opened, by number (the latest of each; a revoked one stays
-        #: until its number is opened again).
-        self._partitions: dict[int, QueuePartition] = {}
-
-    def open(self, state: PartitionState) -> QueuePartition:
-        partition = QueuePartition(self.definition, state)
-        self._partitions[state.partition] = partition
-        return partition
-
-    def figures(self) -> QueueFigures:
-        """The queue's figures in this processor: every partition's, summed. Read from
-        another thread, they may be a transaction apart."""
-        total = QueueFigures()
-        for partition in list(self._partitions.values()):
-            total.add(partition.figures())
-        return total

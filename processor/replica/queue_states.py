@@ -21,6 +21,10 @@ class QueueStates:
         else:
             states[bookmark] = MessageState.decode(value)
 
+    def forget(self, queue: str) -> None:
+        """A partition of the queue started afresh (RESET): its states may be gone."""
+        self._states.pop(queue, None)
+
     def get(self, queue: str, bookmark: bytes) -> MessageState | None:
         """A queue message's counts and lease, as its partition last committed them (None:
         never leased, or not known here: a replica snapshot does not keep them)."""

@@ -302,6 +302,7 @@ class Replica:
                             self._log_next[(log_topic, log_partition)] = nxt
                 elif key == RESET_KEY:
                     self._reset(table, partition, (changelog, partition, record.offset()), events)
+                    self.queue_states.forget(topic.name)
                 elif key.startswith(MESSAGE_STATE_KEY) and topic.queue is not None:
                     self.queue_states.note(topic.name, key[len(MESSAGE_STATE_KEY) :], value)
                 continue

@@ -96,6 +96,7 @@ class QueueHub:
         self._writer = writer
         self._consumers: dict[str, QueueConsumer] = {}
         self._numbers = itertools.count(1)
+        self._prefix = f"{self.service_id}/"
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -162,6 +163,7 @@ class QueueHub:
     def _route(self, records: Sequence[Record]) -> None:
         if not records:
             return
+        strays: list[tuple[str, str]] = []
         with self._lock:
             consumers = self._consumers
             for record in records:
@@ -180,6 +182,22 @@ class QueueHub:
                 if consumer is not None:
                     consumer.inbox.put(delivery)
                     self.delivered += 1
+                elif delivery.subscription.startswith(self._prefix):
+                    # Ours, but gone (its disconnect was lost): disconnect it again.
+                    strays.append((record.topic(), delivery.subscription))
+        for deliveries_topic, subscription_id in dict.fromkeys(strays):
+            self._disconnect_stray(deliveries_topic, subscription_id)
+
+    def _disconnect_stray(self, deliveries_topic: str, subscription_id: str) -> None:
+        topic = next(t for t in self._queues.values() if t.deliveries_topic == deliveries_topic)
+        log.info("queue %s: disconnecting %s again (it had ended)", topic.name, subscription_id)
+        command = Command(
+            CommandKind.DISCONNECT, subscription=subscription_id, service=self.service_id
+        )
+        try:
+            self._write(topic, command, range(topic.partitions), wait=False)
+        except BrokerError as exc:
+            log.warning("queue disconnect of %s not written: %s", subscription_id, exc)
 
     def _heartbeat(self) -> None:
         beat = Command(CommandKind.HEARTBEAT, service=self.service_id)
@@ -204,7 +222,7 @@ class QueueHub:
             raise InvalidRequestError(f"max_backlog must be 0 or more, got {max_backlog}")
         if not self.wait_ready(WRITE_TIMEOUT_S):
             raise BrokerError("the queue deliveries are not readable yet; retry shortly")
-        consumer = QueueConsumer(self, topic, f"{self.service_id}/{next(self._numbers)}")
+        consumer = QueueConsumer(self, topic, f"{self._prefix}{next(self._numbers)}")
         with self._lock:
             self._consumers[consumer.id] = consumer
         command = Command(
@@ -247,14 +265,13 @@ class QueueHub:
             command = Command(kind, subscription=by, service=self.service_id, filter=filter_text)
             return self._write(topic, command, range(topic.partitions), wait)
         by_partition: dict[int, list[str]] = {}
+        refused: list[str] = []
         for bookmark in bookmarks:
             try:
                 partition = partition_of(bookmark, topic.partitions)
             except ValueError:
-                raise InvalidRequestError(
-                    f"{bookmark!r} is not a bookmark of queue {topic.name} (topic/partition/"
-                    "offset, as each lease carries it)"
-                ) from None
+                refused.append(bookmark)
+                continue
             by_partition.setdefault(partition, []).append(bookmark)
         written = 0
         records: list[LogRecord] = []
@@ -266,6 +283,11 @@ class QueueHub:
             records.append((topic.repartition_topic, None, value, partition, headers))
             written += 1
         self._submit(records, wait)
+        if refused:  # the others are written
+            raise InvalidRequestError(
+                f"{', '.join(repr(b) for b in refused[:3])} is not a bookmark of queue "
+                f"{topic.name} (topic/partition/offset, as each lease carries it)"
+            )
         return written
 
     def _write(

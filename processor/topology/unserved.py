@@ -1,12 +1,13 @@
 """The SOW entries kafka-sow loads but does not serve, and the refusal to start with them.
 
 Views (of one topic or of Joins), conflated topics (of a SOW topic, view, conflated
-topic or Pattern topic, with or without Enrichment) and queues (over one plain topic, or
-over SOW topics by name or regular expression) are served. Not served: a queue over
-several plain topics or over plain and SOW topics together, and a view or conflated topic
-reading a queue. A topology that has one is refused by :func:`refuse_unserved` (``sow
-serve``, ``app.start``) with one line naming each entry, its file and element, and why:
-a server that started without them would answer NOT_FOUND for every query on them.
+topic or Pattern topic, with or without Enrichment) and queues (over plain topics or over
+SOW topics, by name or regular expression) are served. Not served: a queue over plain and
+SOW topics together, over plain topics of different partition counts or over a plain
+topic another queue reads, and a view or conflated topic reading a queue. A topology
+that has one is refused by :func:`refuse_unserved` (``sow serve``, ``app.start``) with
+one line naming each entry, its file and element, and why: a server that started without
+them would answer NOT_FOUND for every query on them.
 """
 
 from __future__ import annotations

@@ -257,6 +257,33 @@ OPERATIONS = st.lists(
 )
 
 
+def test_a_barrier_with_no_matching_subscriber_waits_for_one() -> None:
+    ledger = Ledger(QueueRules(max_per_subscription_backlog=10))
+    ledger.enqueue(msg(0, barrier=True), 0)
+    ledger.enqueue(msg(1), 0)
+    assert ledger.subscribe("a", 0, max_backlog=10, matches=lambda m: not m.barrier) == []
+    assert len(ledger) == 2  # kept: nobody took it
+    outcomes = ledger.subscribe("b", 0, max_backlog=10)
+    assert [(o.change, o.bookmark, o.subscriptions) for o in outcomes] == [
+        (Change.BARRIER, b"m0", ("b",)),
+        (Change.LEASED, b"m1", ("a",)),
+    ]
+
+
+def test_restore_takes_back_leases_subscriptions_and_deferred_acks() -> None:
+    rules = QueueRules(max_per_subscription_backlog=10, lease_period_ms=100)
+    ledger = Ledger(rules)
+    held = msg(0, holder="a", deadline_ms=50, deliveries=1)
+    orphan = msg(1, holder="gone", deadline_ms=50, deliveries=1)
+    ledger.restore([("a", 10, lambda _m: True)], [held, msg(2), orphan])
+    ledger.keep_deferred_acks({b"m9": 1_000})
+    assert ledger.leased == 1  # a's lease; the orphan's returned
+    assert ledger.subscription("a").held == {b"m0"}  # type: ignore[union-attr]
+    assert leased(ledger.dispatch(0)) == [(b"m1", "a"), (b"m2", "a")]
+    assert [o.change for o in ledger.tick(50)] == [Change.RETURNED, Change.LEASED]
+    assert ledger.enqueue(msg(9), 10) == [Outcome(Change.ACKED, b"m9")]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     operations=OPERATIONS,
