@@ -17,8 +17,10 @@ from typing import Any
 import orjson
 import pytest
 
+from processor.app import start
 from processor.client.queues import QueueStream
 from processor.client.sow_client import SowClient
+from processor.config import Settings
 from processor.errors import ServiceError
 from processor.queues.commands import Command, CommandKind
 from processor.queues.partition import SERVICE_TIMEOUT_MS
@@ -540,3 +542,53 @@ def test_bad_input_is_dead_lettered_and_the_queue_goes_on(
         assert any(r.startswith("a record of a queue's command topic") for r in reasons)
         assert any(r.startswith("queue command filter '/a >'") for r in reasons)
         assert len(reasons) == 3
+
+
+def test_queue_metrics_and_sow_status(bootstrap: str, tmp_path: Path, unique: str) -> None:
+    from tests.integration.test_metrics import _samples
+
+    settings = Settings(
+        bootstrap_servers=bootstrap,
+        state_dir=tmp_path,
+        grpc_address="127.0.0.1:0",
+        group_id=f"{unique}-group",
+        dead_letter_topic=f"{unique}.dead-letter",
+        metrics_address="127.0.0.1:0",
+    )
+    app = start(settings, topology=_topology(unique, "max_per_subscription_backlog: 10"))
+    client = SowClient(app.grpc_address)
+    consumer: Consumer | None = None
+    try:
+        assert app.observer is not None
+        address = app.observer.address
+        consumer = Consumer(client, max_backlog=2)
+        _publish(client, *({"id": i} for i in range(3)))
+        _until(lambda: len(consumer.leases) == 2)  # type: ignore[union-attr]
+        consumer.stream.ack(consumer.bookmarks()[:1])
+        _until(lambda: _samples(address).get(("sow_queue_acked_total", (("queue", "Q"),))) == 1)
+        samples = _samples(address)
+        figures = {
+            name: samples[(name, (("queue", "Q"),))]
+            for name in ("sow_queue_messages", "sow_queue_leased", "sow_queue_delivered_total")
+        }
+        assert figures == {
+            "sow_queue_messages": 2,
+            "sow_queue_leased": 2,
+            "sow_queue_delivered_total": 3,
+        }
+        backlogs = [v for (n, _), v in samples.items() if n == "sow_queue_subscriber_backlog"]
+        assert backlogs == [2]
+        status = subprocess.run(
+            [sys.executable, "-m", "processor.cli", "status", "--metrics-address", address],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert "queue messages {queue=Q}" in status.stdout
+        assert "queue acknowledgements {queue=Q}" in status.stdout
+    finally:
+        if consumer is not None:
+            consumer.close()
+        client.close()
+        app.stop()
