@@ -16,6 +16,13 @@ from processor.wire import sow_pb2
 #: How long closing waits for the service to apply the commands sent before it.
 DRAIN_S = 5.0
 
+
+def translate(exc: grpc.RpcError) -> ServiceError:
+    """A gRPC failure as the client's ServiceError (its status code's name, details)."""
+    code = exc.code()
+    return ServiceError(code.name if code else "UNKNOWN", exc.details() or "")
+
+
 ACTIONS = {
     "ack": sow_pb2.QUEUE_ACK,
     "cancel": sow_pb2.QUEUE_CANCEL,
@@ -73,8 +80,7 @@ class QueueStream:
             self._ended.set()
             if self.closed and exc.code() == grpc.StatusCode.CANCELLED:
                 return
-            code = exc.code()
-            raise ServiceError(code.name if code else "UNKNOWN", exc.details() or "") from exc
+            raise translate(exc) from exc
         except GeneratorExit:  # the caller stopped reading: close() reads the rest
             self._iterating = False
             raise
@@ -142,6 +148,5 @@ def act(
     try:
         reply = stub.Act(request, timeout=timeout)
     except grpc.RpcError as exc:
-        code = exc.code()
-        raise ServiceError(code.name if code else "UNKNOWN", exc.details() or "") from exc
+        raise translate(exc) from exc
     return int(reply.commands)

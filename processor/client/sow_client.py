@@ -19,16 +19,12 @@ from processor.client.publishing import (
     _position,
     _StreamPublish,
 )
-from processor.client.queues import QueueStream
+from processor.client.queues import QueueStream, translate
 from processor.client.queues import act as queue_act
 from processor.errors import InvalidRequestError, ServiceError
 from processor.wire import sow_pb2, sow_pb2_grpc
 
-
-def _translate(exc: grpc.RpcError) -> ServiceError:
-    code = exc.code()
-    return ServiceError(code.name if code else "UNKNOWN", exc.details() or "")
-
+__all__ = ["PublisherSequences", "ServiceError", "SowClient", "SubscriptionStream", "ack_type_of"]
 
 #: Status codes after which a publish with a sequence number is sent again: it may or may
 #: not be in the log, and the processor discards a duplicate.
@@ -155,7 +151,7 @@ class SowClient:
             try:
                 return self._stub.Publish(request, timeout=max(deadline - time.monotonic(), 0))
             except grpc.RpcError as exc:
-                error = _translate(exc)
+                error = translate(exc)
                 attempt += 1
                 pause = 0.05 * 2**attempt
                 if (
@@ -218,7 +214,7 @@ class SowClient:
                     yield from replies
                 return
             except grpc.RpcError as exc:
-                error = _translate(exc)
+                error = translate(exc)
                 failures += 1
                 if not publish.publisher or error.code not in RETRYABLE:
                     raise error from exc
@@ -250,7 +246,7 @@ class SowClient:
         try:
             yield from self._stub.SowQuery(request, timeout=timeout)
         except grpc.RpcError as exc:
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
 
     def query(self, topic: str, **kwargs: Any) -> tuple[list[Any], Any, Any]:
         """All records of a query, with its group begin and group end."""
@@ -283,7 +279,7 @@ class SowClient:
         try:
             return self._stub.SowDelete(request, timeout=timeout)
         except grpc.RpcError as exc:
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
 
     def subscribe(self, topic: str, **options: Any) -> SubscriptionStream:
         """A live subscription: every later matching change, as SubscriptionMessages
@@ -341,7 +337,7 @@ class SubscriptionStream:
         except grpc.RpcError as exc:
             if self.cancelled and exc.code() == grpc.StatusCode.CANCELLED:
                 return
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
 
     def cancel(self) -> None:
         """End the subscription (idempotent)."""
