@@ -2,9 +2,11 @@
 and 16 consumers, beside a plain Kafka consumer group and a Kafka share group (KIP-932) on
 the same broker in the same run.
 
-Each round: ``--messages`` JSON messages are published to a topic of ``--partitions``
-partitions once every consumer is ready (subscribed, assigned), and the clock runs from
-the first publish until every message has been acknowledged. Every consumer is its own
+Each engine runs ``--rounds`` times, interleaved with the others; the table gives the
+median round and lists every round. Each round: ``--messages`` JSON messages are
+published to a topic of ``--partitions`` partitions once every consumer is ready
+(subscribed, assigned), and the clock runs from the first publish until every message
+has been acknowledged. Every consumer is its own
 process.
 
 * **kafka_sow**: a queue over the (plain) topic, served by ``sow serve``'s processor and
@@ -30,6 +32,7 @@ import json
 import multiprocessing
 import os
 import queue
+import statistics
 import sys
 import tempfile
 import threading
@@ -293,6 +296,23 @@ def start_sow(bootstrap: str, topic: str, args: argparse.Namespace, state: Path)
     return app, time.perf_counter() - began
 
 
+def _medians(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (consumers, engine): the median round's rate, every round's."""
+    grouped: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for row in rounds:
+        grouped.setdefault((row["consumers"], row["engine"]), []).append(row)
+    return [
+        {
+            "consumers": consumers,
+            "engine": engine,
+            "messages_per_s": round(statistics.median(r["messages_per_s"] for r in found)),
+            "rounds": [r["messages_per_s"] for r in found],
+            "startup_seconds": round(statistics.median(r["startup_seconds"] for r in found), 3),
+        }
+        for (consumers, engine), found in grouped.items()
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--messages", type=int, default=50_000)
@@ -303,6 +323,9 @@ def main() -> int:
     parser.add_argument("--ack-batch", type=int, default=100)
     parser.add_argument("--settle", type=float, default=3.0)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of every engine, interleaved (median)"
+    )
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args()
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
@@ -316,27 +339,39 @@ def main() -> int:
     say("starting the broker")
     broker = start_broker(embedded=os.environ.get(EMBEDDED_ENV, "").strip() or "kafka")
     say(f"broker: {broker.description}; state in {work}")
-    rows: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = []
     try:
         for consumers in (int(c) for c in args.consumers.split(",")):
-            for engine in engines:
-                say(f"--- {engine} with {consumers} consumers")
-                rows.append(run_round(engine, consumers, broker.bootstrap_servers, args, work))
+            for n in range(args.rounds):
+                for engine in engines:
+                    say(f"--- {engine} with {consumers} consumers, round {n + 1}")
+                    row = run_round(engine, consumers, broker.bootstrap_servers, args, work)
+                    rounds.append(row)
     finally:
         say("stopping the broker")
         broker.stop()
-    print("| consumers | engine | delivered and acknowledged msgs/s | seconds | start-up s |")
-    print("|---:|---|---:|---:|---:|")
+    rows = _medians(rounds)
+    print(
+        "| consumers | engine | delivered and acknowledged msgs/s (median) | rounds "
+        "| start-up s (median) |"
+    )
+    print("|---:|---|---:|---|---:|")
     for row in rows:
+        each = ", ".join(f"{rate:,}" for rate in row["rounds"])
         print(
-            f"| {row['consumers']} | {row['engine']} | {row['messages_per_s']:,} | "
-            f"{row['seconds']} | {row['startup_seconds'] or ''} |"
+            f"| {row['consumers']} | {row['engine']} | {row['messages_per_s']:,} | {each} | "
+            f"{row['startup_seconds'] or ''} |"
         )
     wall = time.perf_counter() - STARTED
     say(f"wall time from process start {wall:.1f}s")
     if args.json_out is not None:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        document = {"broker": broker.description, "rows": rows, "wall_seconds": wall}
+        document = {
+            "broker": broker.description,
+            "rows": rows,
+            "rounds": rounds,
+            "wall_seconds": wall,
+        }
         args.json_out.write_text(json.dumps(document, indent=2) + "\n")
     return 0
 
