@@ -3,8 +3,8 @@ SOW/GroupLocalQueue; ``QueueDefinition`` is a synonym of ``Queue``), parsed and 
 
 Contract: :func:`read_queue` returns a :class:`~processor.topology.model.QueueSpec`, or
 raises :class:`~processor.errors.TopologyError` naming the file, the element path
-(``AMPSConfig/SOW/Queue[1]/LeasePeriod``), what is wrong and what is allowed. Nothing here
-serves a queue (issue 22): ``sow serve`` refuses a topology that has one.
+(``AMPSConfig/SOW/Queue[1]/LeasePeriod``), what is wrong and what is allowed. The queue
+is served by :mod:`processor.queues` (docs/queues.md).
 
 * ``Name`` (or ``Topic``) and ``MessageType`` are required; every element at most once.
 * ``UnderlyingTopic`` names a SOW topic or a ``<TransactionLog>`` ``<Topic>`` of the file,

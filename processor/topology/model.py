@@ -4,7 +4,7 @@ every loader.
 
 A :class:`Topology` is what the YAML loader and the AMPS-configuration loader both
 produce; nothing downstream knows which format it came from. Views, conflated topics and
-queues are parsed and validated, but not served yet (issues 21 and 22).
+queues are served as SOW topics the processor derives (issues 21 and 22).
 """
 
 from __future__ import annotations
@@ -411,8 +411,10 @@ class Topology:
     ``topics`` are the SOW topics (the processor keeps their state); ``plain_topics``
     the topics without a SOW (live subscriptions only). A name is in one of them at most.
     ``views``, ``conflated_topics`` and ``queues`` are the other entries of an AMPS
-    ``<SOW>`` section: validated, not served yet (``sow serve`` refuses them); their
-    names differ from every topic's, except a queue's own underlying plain topic.
+    ``<SOW>`` section, each also a SOW topic in ``topics`` (its ``view``, ``conflated``
+    or ``queue`` set; :mod:`processor.topology.unserved` names those not served); their
+    names differ from every topic's, except a queue's own underlying plain topic (then
+    the name is in both ``topics``, for the queue, and ``plain_topics``).
     """
 
     topics: Mapping[str, SowTopic]

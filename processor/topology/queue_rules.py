@@ -4,8 +4,7 @@ and the YAML loader (:mod:`processor.topology.yaml_entries`): each takes a queue
 from its format as text, with where each was written, and :func:`queue` checks them and
 builds the :class:`~processor.topology.model.QueueSpec`, reporting problems through the
 format's :class:`~processor.topology.entry_rules.Dialect` (``<LeasePeriod>`` or
-``lease_period``). Nothing here serves a queue (issue 22): ``sow serve`` refuses a topology
-that has one.
+``lease_period``). The queue is served by :mod:`processor.queues` (docs/queues.md).
 
 * ``UnderlyingTopic`` (default: the name) is a topic whose publishes are logged: a SOW
   topic or a plain topic (AMPS: a TransactionLog topic) of the file. Otherwise, when it has

@@ -24,7 +24,7 @@ from processor.topology.model import ConflatedTopicSpec, HashIndexSpec, SowTopic
 def view_topic(view: ViewSpec, topics: Mapping[str, Topic]) -> SowTopic:
     """The SOW topic holding ``view``'s records; ``topics`` are the topics (SOW topics
     and views) defined before it, by name as configured (not yet scoped). A view that
-    reads a conflated topic or a queue is not served yet (:mod:`processor.topology.unserved`)."""
+    reads a queue is not served (:mod:`processor.topology.unserved`)."""
     partitions = view.partitions or max(
         (topics[ref.name].partitions for ref in view.underlying if ref.name in topics),
         default=1,

@@ -78,7 +78,7 @@ CONFLATED_FIELDS = (
 )
 # fmt: on
 #: What a view may read in YAML: SOW topics, views and conflated topics (read before it:
-#: :func:`_reading_order`); not a queue (``sow serve`` refuses one until issue 22).
+#: :func:`_reading_order`); not a queue (``sow serve`` refuses a view reading one).
 VIEW_READS = ("Topic", "View", "ConflatedTopic")
 #: AMPS elements as YAML messages write them, and in prose where that differs.
 _LABELS = {
