@@ -409,7 +409,8 @@ class Topology:
     """Every topic the product serves, by name, plus where it was loaded from.
 
     ``topics`` are the SOW topics (the processor keeps their state); ``plain_topics``
-    the topics without a SOW (live subscriptions only). A name is in one of them at most.
+    the topics without a SOW (live subscriptions only). A name is in one of them at most
+    (but see queues, below).
     ``views``, ``conflated_topics`` and ``queues`` are the other entries of an AMPS
     ``<SOW>`` section, each also a SOW topic in ``topics`` (its ``view``, ``conflated``
     or ``queue`` set; :mod:`processor.topology.unserved` names those not served); their
