@@ -92,6 +92,7 @@ class QueueDefinition:
             if spec.lease_period_s is None
             else int(spec.lease_period_s * 1000),
             max_backlog=spec.max_backlog,
+            target_queue_depth=spec.target_queue_depth,
             max_per_subscription_backlog=spec.max_per_subscription_backlog,
             max_deliveries=spec.max_deliveries,
             max_cancels=spec.max_cancels,

@@ -33,6 +33,8 @@ Rules:
   delivered ``MaxDeliveries`` times or cancelled ``MaxCancels`` times: then it expires.
 * **Expire**: on request, at its expiration time (even while leased), or by those
   counts; an expired message is removed with its reason (the dead-letter topic's).
+* **TargetQueueDepth**: only the oldest that many messages are active (may be leased);
+  the others wait until earlier ones leave.
 * **Barrier** (``BarrierExpression``): a barrier message waits until every earlier message
   is removed, and every later one waits for it; it is then delivered to every
   subscription whose filter matches, whatever their backlogs, and removed.
@@ -339,10 +341,12 @@ class Ledger:
             index = bisect.bisect_left(available, newest)
             end = index + 1
         self._rescan = False
-        limit = self.rules.max_backlog
+        limit, depth = self.rules.max_backlog, self.rules.target_queue_depth
         free = sum(max(s.free, 0) for s in self._subscriptions.values())
         outstanding = sum(len(s.held) for s in self._subscriptions.values())
         while index < min(end, len(available)):
+            if depth is not None and bisect.bisect_left(self._order, available[index]) >= depth:
+                break  # past the active messages (TargetQueueDepth): later ones are too
             bookmark = available[index][1]
             message = self._messages[bookmark]
             if message.barrier:

@@ -97,6 +97,8 @@ class QueueRules:
     leasing: Leasing = Leasing.SUBLET
     lease_period_ms: int | None = None
     max_backlog: int | None = None
+    #: Only the oldest this many messages are active (deliverable); None: all.
+    target_queue_depth: int | None = None
     max_per_subscription_backlog: int = 1
     max_deliveries: int = 0
     max_cancels: int = 0

@@ -257,6 +257,15 @@ OPERATIONS = st.lists(
 )
 
 
+def test_target_queue_depth_keeps_only_the_oldest_messages_active() -> None:
+    ledger = Ledger(QueueRules(max_per_subscription_backlog=10, target_queue_depth=2))
+    for n in range(4):
+        ledger.enqueue(msg(n), 0)
+    assert leased(ledger.subscribe("a", 0, max_backlog=10)) == [(b"m0", "a"), (b"m1", "a")]
+    assert leased(ledger.enqueue(msg(4), 0)) == []  # beyond the active two
+    assert leased(ledger.acknowledge([b"m0"], "a", 0)) == [(b"m2", "a")]
+
+
 def test_a_barrier_with_no_matching_subscriber_waits_for_one() -> None:
     ledger = Ledger(QueueRules(max_per_subscription_backlog=10))
     ledger.enqueue(msg(0, barrier=True), 0)
