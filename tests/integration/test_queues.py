@@ -592,3 +592,21 @@ def test_queue_metrics_and_sow_status(bootstrap: str, tmp_path: Path, unique: st
             consumer.close()
         client.close()
         app.stop()
+
+
+def test_target_queue_depth_keeps_only_the_oldest_messages_active(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    options = "target_queue_depth: 1000, max_per_subscription_backlog: 2000"
+    with running_sow(backend, _topology(unique, options), tmp_path, unique) as (_, client):
+        for reply in client.publish_stream(
+            "orders", (orjson.dumps({"id": i}) for i in range(1005)), batch_size=200
+        ):
+            assert not reply.error_code, reply.error
+        consumers.append(a := Consumer(client, max_backlog=2000))
+        _until(lambda: len(a.leases) == 1000)
+        _quiet([a])
+        assert a.ids() == list(range(1000))  # the oldest 1000 only
+        a.stream.ack(a.bookmarks()[:5])
+        _until(lambda: len(a.leases) == 1005)
+        assert a.ids()[1000:] == [1000, 1001, 1002, 1003, 1004]
