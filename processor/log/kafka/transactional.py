@@ -126,7 +126,7 @@ class KafkaTransactionalLog:
     #: retry or two (the markers take about 2 ms on a small node), and back-to-back
     #: transactions are slower at the tail. Leaving 3 ms measured: bare transactions on
     #: the embedded Kafka 4.2 p99 37 -> 13-22 ms (bench/transactions.py), a view's publish
-    #: -> visible p50 35-43 -> 13-19 ms at 1k msg/s (bench/views.py, docs/benchmarks.md).
+    #: -> visible p50 35-43 -> 13-16 ms at 1k msg/s (bench/views.py, docs/benchmarks.md).
     commit_settle_s = 0.003
 
     def __init__(self, bootstrap: str, transactional_id: str, **extra: Any) -> None:
