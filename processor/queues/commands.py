@@ -7,8 +7,8 @@
   (:func:`processor.queues.definition.partition_of`); ``ack_filter`` to every partition.
 * **Deliveries** (processor -> service), on the queue's deliveries topic, written in the
   transaction that decides them: key the subscription id, value the message's envelope,
-  headers :data:`DELIVERY_HEADER` (``lease`` or ``barrier``), the bookmark, the lease's
-  deadline and the delivery count.
+  headers :data:`DELIVERY_HEADER` (``lease``, ``barrier`` or :data:`ENDED`), the bookmark,
+  the lease's deadline and the delivery count.
 
 A command that cannot be read (not JSON, a field missing) is the record's failure: it is
 dead-lettered with the reason and the partition goes on.
@@ -29,6 +29,9 @@ DELIVERY_HEADER = "sow.queue-delivery"
 BOOKMARK_HEADER = "sow.queue-bookmark"
 DEADLINE_HEADER = "sow.queue-deadline"
 DELIVERIES_HEADER = "sow.queue-deliveries"
+#: A delivery kind besides "lease" and "barrier": the partition disconnected the
+#: subscription (its service was taken for dead); its service may subscribe it again.
+ENDED = "ended"
 
 
 class CommandKind(Enum):
@@ -39,12 +42,6 @@ class CommandKind(Enum):
     ACK_FILTER = "ack_filter"
     CANCEL = "cancel"
     EXPIRE = "expire"
-
-
-#: Commands every partition of the queue must see.
-BROADCAST = frozenset(
-    {CommandKind.SUBSCRIBE, CommandKind.DISCONNECT, CommandKind.HEARTBEAT, CommandKind.ACK_FILTER}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +106,7 @@ class Delivery:
     """A lease or barrier message as the service reads it."""
 
     subscription: str
-    kind: str  # "lease" or "barrier"
+    kind: str  # "lease", "barrier" or ENDED
     bookmark: str
     envelope: bytes
     deadline_ms: int | None

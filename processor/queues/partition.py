@@ -1,4 +1,4 @@
-"""One partition of a queue in the processor, and the feed of its SOW underlying topics.
+"""One partition of a queue in the processor.
 
 A queue is a derived topic (:mod:`processor.engine.derived`): its partitions read their
 input and apply it in the processor's exactly-once transactions.
@@ -26,8 +26,10 @@ transaction:
 
 Subscriptions are kept in the state too, so a restarted partition rebuilds its ledger
 (messages, counts, leases, subscriptions) exactly. A query service keeps its
-subscriptions alive with heartbeats; when none came for :data:`SERVICE_TIMEOUT_MS` (the
-service died), its subscriptions are disconnected and their leases return. The clock's
+subscriptions alive with heartbeats; when the partition takes it for dead (:meth:`_gone`),
+its subscriptions are disconnected, their leases return, and an ``ended`` delivery says
+so (a service that was alive after all, a broker outage for instance, subscribes them
+again). The clock's
 work (lease deadlines, expirations, those timeouts) runs in :meth:`QueuePartition.tick`
 (:class:`~processor.engine.derived.Ticking`).
 """
@@ -51,6 +53,7 @@ from processor.expr import compile as compile_expression
 from processor.log import Headers, Record
 from processor.log.records import LogRecord
 from processor.queues.commands import (
+    ENDED,
     Command,
     CommandKind,
     decode_command,
@@ -387,6 +390,11 @@ class QueuePartition:
                 )
             for subscription_id in held:
                 outcomes.extend(self._disconnect(ledger, subscription_id, batch))
+                # Said on the deliveries: a service that is alive after all subscribes again.
+                headers = delivery_headers(ENDED, b"", None, 0)
+                deliveries = self.state.topic.deliveries_topic
+                key = subscription_id.encode()
+                batch.produce(deliveries, b"", key, self.state.partition, headers)
         outcomes.extend(ledger.tick(now_ms))
         self._persist(outcomes, batch, reject)
 

@@ -15,7 +15,9 @@ makes one record per partition).
 * **Alive.** The hub sends a heartbeat to every queue partition each
   :data:`~processor.queues.partition.HEARTBEAT_S`; a partition that stops hearing it
   disconnects this service's subscriptions, so a service that dies gives its leases back
-  by itself. A consumer that ends (its client went away) disconnects at once.
+  by itself. A partition that took a live service for dead (after a broker outage, say)
+  says so on the deliveries (``ended``), and the hub subscribes the consumer there again.
+  A consumer that ends (its client went away) disconnects at once.
 * **Ids.** Each consumer has an id unique to this service and run
   (``<service id>/<n>``); the client's ``sub_id`` is only echoed.
 
@@ -37,6 +39,7 @@ from processor.errors import BrokerError, InvalidRequestError, UnknownTopicError
 from processor.expr import compile as compile_expression
 from processor.log import ChangelogTail, LogRecord, LogWriter, Record, read_ready
 from processor.queues.commands import (
+    ENDED,
     Command,
     CommandKind,
     Delivery,
@@ -58,8 +61,12 @@ WRITE_TIMEOUT_S = 30.0
 class QueueConsumer:
     """One subscription to a queue: its leases arrive in :attr:`inbox` (None: it ended)."""
 
-    def __init__(self, hub: QueueHub, topic: SowTopic, subscription_id: str) -> None:
+    def __init__(
+        self, hub: QueueHub, topic: SowTopic, subscription_id: str, subscribe: Command
+    ) -> None:
         self.hub, self.topic, self.id = hub, topic, subscription_id
+        #: Its subscribe command (sent again to a partition that ended it).
+        self.subscribe = subscribe
         self.inbox: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
         self.closed = False
 
@@ -102,8 +109,6 @@ class QueueHub:
         self._ready = threading.Event()
         if not self._queues:
             self._ready.set()
-        #: Leases handed out and barrier messages, for metrics.
-        self.delivered = 0
 
     def __len__(self) -> int:
         return len(self._consumers)
@@ -154,9 +159,6 @@ class QueueHub:
             for consumer in consumers:
                 consumer.inbox.put(None)
 
-    def ready(self) -> bool:
-        return self._ready.is_set()
-
     def wait_ready(self, timeout_s: float) -> bool:
         return self._ready.wait(timeout_s)
 
@@ -164,6 +166,7 @@ class QueueHub:
         if not records:
             return
         strays: list[tuple[str, str]] = []
+        ended: list[tuple[QueueConsumer, int]] = []
         with self._lock:
             consumers = self._consumers
             for record in records:
@@ -179,14 +182,27 @@ class QueueHub:
                     )
                     continue
                 consumer = consumers.get(delivery.subscription)
-                if consumer is not None:
+                if consumer is not None and delivery.kind == ENDED:
+                    ended.append((consumer, record.partition()))
+                elif consumer is not None:
                     consumer.inbox.put(delivery)
-                    self.delivered += 1
-                elif delivery.subscription.startswith(self._prefix):
+                elif delivery.kind != ENDED and delivery.subscription.startswith(self._prefix):
                     # Ours, but gone (its disconnect was lost): disconnect it again.
                     strays.append((record.topic(), delivery.subscription))
         for deliveries_topic, subscription_id in dict.fromkeys(strays):
             self._disconnect_stray(deliveries_topic, subscription_id)
+        for consumer, partition in ended:
+            log.warning(
+                "queue %s: partition %d took this service for dead and ended %s: "
+                "subscribing it there again",
+                consumer.topic.name,
+                partition,
+                consumer.id,
+            )
+            try:
+                self._write(consumer.topic, consumer.subscribe, [partition], wait=False)
+            except BrokerError as exc:
+                log.warning("queue subscribe of %s not written: %s", consumer.id, exc)
 
     def _disconnect_stray(self, deliveries_topic: str, subscription_id: str) -> None:
         topic = next(t for t in self._queues.values() if t.deliveries_topic == deliveries_topic)
@@ -222,16 +238,17 @@ class QueueHub:
             raise InvalidRequestError(f"max_backlog must be 0 or more, got {max_backlog}")
         if not self.wait_ready(WRITE_TIMEOUT_S):
             raise BrokerError("the queue deliveries are not readable yet; retry shortly")
-        consumer = QueueConsumer(self, topic, f"{self._prefix}{next(self._numbers)}")
-        with self._lock:
-            self._consumers[consumer.id] = consumer
         command = Command(
             CommandKind.SUBSCRIBE,
-            subscription=consumer.id,
+            subscription=f"{self._prefix}{next(self._numbers)}",
             service=self.service_id,
             filter=filter_text,
             max_backlog=max_backlog,
         )
+        assert command.subscription is not None
+        consumer = QueueConsumer(self, topic, command.subscription, command)
+        with self._lock:
+            self._consumers[consumer.id] = consumer
         try:
             self._write(topic, command, range(topic.partitions), wait=True)
         except BaseException:

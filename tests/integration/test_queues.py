@@ -610,3 +610,24 @@ def test_target_queue_depth_keeps_only_the_oldest_messages_active(
         a.stream.ack(a.bookmarks()[:5])
         _until(lambda: len(a.leases) == 1005)
         assert a.ids()[1000:] == [1000, 1001, 1002, 1003, 1004]
+
+
+def test_a_live_service_taken_for_dead_subscribes_again(
+    backend: str,
+    tmp_path: Path,
+    unique: str,
+    consumers: list[Consumer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The service sends one heartbeat, at start, then none: its partitions take it for
+    # dead (as after a broker outage) while its consumer is alive.
+    monkeypatch.setattr("processor.subscriptions.queues.HEARTBEAT_S", 3600.0)
+    topology = _topology(unique, "max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        consumers.append(a := Consumer(client, max_backlog=10))
+        _publish(client, {"id": 0})
+        _until(lambda: a.ids() == [0])
+        time.sleep(SERVICE_TIMEOUT_MS / 1000 + 3)  # ended, and subscribed again
+        _publish(client, {"id": 1})
+        _until(lambda: 1 in a.ids(), timeout_s=15)
+        assert a.ids()[-1] == 1
