@@ -167,8 +167,10 @@ def test_readme_tour_on_the_embedded_default(tmp_path: Path) -> None:
                 "processor.cli",
                 "query",
                 "ORDERS",
+                "--min-position",
+                "ORDERS/0/1000000000",  # a position the log never reaches
                 "--timeout",
-                "0.000001",
+                "1",
                 *at,
             ],
             capture_output=True,
