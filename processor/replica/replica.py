@@ -482,6 +482,7 @@ class Replica:
             for tp, offset in loaded.positions.items():
                 if tp in self._changelog_next:
                     self._changelog_next[tp] = offset
+            self.queue_states.restore(loaded.tables)
             self._log_next.update(loaded.log_next)
             self._last_record.update(loaded.last_records)
             self._check = snapshot.LogCheck(loaded.last_records)
@@ -492,5 +493,6 @@ class Replica:
         """What a snapshot holds, copied (on the applier thread, between units)."""
         self._dirty = False
         tables = {name: table.export() for name, table in self._tables.items()}
+        self.queue_states.export(tables)
         positions, log_next = dict(self._changelog_next), dict(self._log_next)
         return tables, positions, log_next, dict(self._last_record)

@@ -11,7 +11,8 @@ the position vector (next changelog offset per changelog partition), the process
 input progress and the record count; the payload is ``marshal`` of, per topic in header
 order, its state as :meth:`~processor.replica.table.SowTable.export` gives it (SowKeys and
 envelopes in record order, hash and memo index contents, so a restart decodes no
-message). The CRC covers
+message; a queue's also holds its messages' states,
+:mod:`processor.replica.queue_states`). The CRC covers
 header and payload. The file is written to a temporary name, synced and renamed, so a
 reader sees the previous snapshot or the new one, never a mixture.
 

@@ -24,6 +24,7 @@ from processor.config import Settings
 from processor.errors import ServiceError
 from processor.queues.commands import Command, CommandKind
 from processor.queues.partition import SERVICE_TIMEOUT_MS
+from processor.replica.snapshot import FILE_NAME
 from processor.topology.yaml_loader import parse_yaml
 from tests.conftest import MEMORY
 from tests.integration.harness import read_topic, running_sow
@@ -93,6 +94,15 @@ def _queued(client: SowClient) -> list[int]:
     return sorted(orjson.loads(r.data)["id"] for r in records)
 
 
+def _states(client: SowClient) -> dict[int, tuple[bool, int]]:
+    """Each queued message's id: whether it is leased, and how often it was delivered."""
+    records, _, _ = client.query("Q")
+    return {
+        orjson.loads(r.data)["id"]: (r.queue_state.leased, r.queue_state.deliveries)
+        for r in records
+    }
+
+
 def _quiet(consumers: list[Consumer], seconds: float = 0.5) -> None:
     """Wait until no consumer has received anything for ``seconds``."""
     counts = [-1]
@@ -124,17 +134,10 @@ def test_leases_flow_within_the_backlog_and_acks_remove_messages(
         assert a.ids() == [0, 1, 2]  # oldest first, three: its backlog
         assert [lease.deliveries for lease in a.leases] == [1, 1, 1]
         assert _queued(client) == [0, 1, 2, 3, 4]  # a sow query browses the queue
-
-        def states() -> dict[int, tuple[bool, int]]:
-            records, _, _ = client.query("Q")
-            return {
-                orjson.loads(r.data)["id"]: (r.queue_state.leased, r.queue_state.deliveries)
-                for r in records
-            }
-
         _until(
             lambda: (
-                states() == {0: (True, 1), 1: (True, 1), 2: (True, 1), 3: (False, 0), 4: (False, 0)}
+                _states(client)
+                == {0: (True, 1), 1: (True, 1), 2: (True, 1), 3: (False, 0), 4: (False, 0)}
             )
         )
         a.stream.ack(a.bookmarks()[:2])
@@ -413,6 +416,29 @@ def test_leases_survive_a_processor_restart_and_a_stopped_service_returns_them(
             _until(lambda: len(b.leases) == 2)
             assert b.ids() == [3, 4]
             assert [lease.deliveries for lease in b.leases] == [2, 2]
+
+
+def test_a_restarted_service_shows_the_message_states_it_had(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    """The replica's snapshot keeps the queue's message states: a restarted query service
+    reads the changelogs from its snapshot's positions, after the state records."""
+    topology = _topology(unique, "max_per_subscription_backlog: 10")
+    states = {0: (True, 1), 1: (True, 1), 2: (False, 0)}
+    with running_sow(backend, topology, tmp_path / "p", unique, service=False):
+        # Leased through another service, so they stay leased across the restart.
+        other = running_sow(backend, topology, tmp_path / "other", unique, processor=False)
+        with other as (_, consuming):
+            consumers.append(a := Consumer(consuming, max_backlog=2))
+            browsing = running_sow(backend, topology, tmp_path / "s", unique, processor=False)
+            with browsing as (_, client):
+                _publish(client, *({"id": i} for i in range(3)))
+                _until(lambda: len(a.leases) == 2)
+                _until(lambda: _states(client) == states)
+            assert (tmp_path / "s" / "replica" / FILE_NAME).exists()
+            again = running_sow(backend, topology, tmp_path / "s", unique, processor=False)
+            with again as (_, client):
+                assert _states(client) == states  # at once: from the snapshot
 
 
 def _sow(address: str, *args: str) -> subprocess.CompletedProcess[str]:
