@@ -14,43 +14,46 @@ SNAPSHOT_ENTRY = "queue_states"
 
 
 class QueueStates:
-    """Each queue's messages' states, by bookmark, kept encoded (decoded when read).
-    Written by the replica's applier only; a read from another thread sees a state as
-    of some applied transaction."""
+    """Each queue partition's messages' states, by bookmark, kept encoded (decoded when
+    read). Written by the replica's applier only; a read from another thread sees a
+    state as of some applied transaction."""
 
     def __init__(self) -> None:
-        self._states: dict[str, dict[bytes, bytes]] = {}
+        self._states: dict[str, dict[int, dict[bytes, bytes]]] = {}
 
-    def note(self, queue: str, bookmark: bytes, value: bytes | None) -> None:
+    def note(self, queue: str, partition: int, bookmark: bytes, value: bytes | None) -> None:
         """A message's state record (None: the message left the queue)."""
-        states = self._states.setdefault(queue, {})
+        states = self._states.setdefault(queue, {}).setdefault(partition, {})
         if value is None:
             states.pop(bookmark, None)
         else:
             states[bookmark] = value
 
-    def forget(self, queue: str) -> None:
-        """A partition of the queue started afresh (RESET): its states may be gone."""
-        self._states.pop(queue, None)
+    def forget(self, queue: str, partition: int) -> None:
+        """A partition of the queue started afresh (RESET): its states are gone."""
+        self._states.get(queue, {}).pop(partition, None)
 
     def get(self, queue: str, bookmark: bytes) -> MessageState | None:
         """A queue message's counts and lease, as its partition last committed them (None:
         never leased)."""
-        raw = self._states.get(queue, {}).get(bookmark)
-        return None if raw is None else MessageState.decode(raw)
+        for states in self._states.get(queue, {}).values():
+            raw = states.get(bookmark)
+            if raw is not None:
+                return MessageState.decode(raw)
+        return None
 
     def export(self, tables: Mapping[str, dict[str, Any]]) -> None:
         """Add a copy of each queue's states, as plain data, to its exported table state
         (under :data:`SNAPSHOT_ENTRY`) for a replica snapshot (the applier thread's)."""
-        for queue, states in self._states.items():
-            if states and queue in tables:
-                tables[queue][SNAPSHOT_ENTRY] = dict(states)
+        for queue, partitions in self._states.items():
+            if queue in tables:
+                tables[queue][SNAPSHOT_ENTRY] = {p: dict(s) for p, s in partitions.items() if s}
 
     def restore(self, tables: Mapping[str, Mapping[str, Any]]) -> None:
         """Replace every state by what :meth:`export` added to a loaded snapshot's tables
         (a snapshot written before queues kept theirs has none)."""
         self._states = {
-            queue: dict(state[SNAPSHOT_ENTRY])
+            queue: {int(p): dict(s) for p, s in state[SNAPSHOT_ENTRY].items()}
             for queue, state in tables.items()
             if SNAPSHOT_ENTRY in state
         }

@@ -302,9 +302,9 @@ class Replica:
                             self._log_next[(log_topic, log_partition)] = nxt
                 elif key == RESET_KEY:
                     self._reset(table, partition, (changelog, partition, record.offset()), events)
-                    self.queue_states.forget(topic.name)
                 elif key.startswith(MESSAGE_STATE_KEY) and topic.queue is not None:
-                    self.queue_states.note(topic.name, key[len(MESSAGE_STATE_KEY) :], value)
+                    bookmark = key[len(MESSAGE_STATE_KEY) :]
+                    self.queue_states.note(topic.name, partition, bookmark, value)
                 continue
             if recorder is not None:
                 recorder(key, record.timestamp()[1], record.offset(), value)
@@ -342,9 +342,10 @@ class Replica:
         position: LogPosition,
         events: list[ChangeEvent] | None,
     ) -> None:
-        """Drop every record of one partition of a table."""
+        """Drop every record of one partition of a table (and of a queue, their states)."""
         self._dirty = True
         table.reset_partition(partition, position, events)
+        self.queue_states.forget(table.topic.name, partition)
 
     # -- catching up and staleness -----------------------------------------------------
 

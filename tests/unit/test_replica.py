@@ -16,7 +16,9 @@ from processor.errors import CatchingUpError, InvalidRequestError
 from processor.keys import partition_for
 from processor.messages import codec_for
 from processor.query.sow import QueryEngine, SowQuery
+from processor.queues.state import MessageState
 from processor.replica import snapshot
+from processor.replica.queue_states import QueueStates
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable
 from processor.topology.model import HashIndexSpec, SowTopic, Topology
@@ -196,3 +198,35 @@ def test_unusable_snapshots_are_refused_with_the_reason(tmp_path: Path) -> None:
     with pytest.raises(errors.SnapshotUnusableError, match="not a replica snapshot"):
         snapshot.load(tmp_path, TOPOLOGY)
     assert snapshot.peek(tmp_path, TOPOLOGY) is None
+
+
+def test_queue_states_are_kept_per_partition_and_through_a_snapshot(
+    feed: Feed, tmp_path: Path
+) -> None:
+    states = QueueStates()
+    leased, returned = MessageState(1, 0, "svc/sub", 5000), MessageState(2, 1)
+    states.note("ITEMS", 0, b"log/0/1", leased.encode())
+    states.note("ITEMS", 1, b"log/1/1", returned.encode())
+    states.note("ITEMS", 1, b"log/1/2", leased.encode())
+    states.note("ITEMS", 1, b"log/1/2", None)  # acknowledged: gone
+    assert states.get("ITEMS", b"log/0/1") == leased
+    assert states.get("ITEMS", b"log/1/1") == returned
+    assert states.get("ITEMS", b"log/1/2") is None
+    assert states.get("OTHER", b"log/0/1") is None
+    table = feed.replica.read([ITEMS], lambda tables: tables[0])[0]
+    exported = {"ITEMS": table.export()}
+    states.export(exported)
+    snapshot.write(tmp_path, TOPOLOGY, exported, {}, {}, {})
+    loaded = snapshot.load(tmp_path, TOPOLOGY)
+    assert loaded is not None
+    restored = QueueStates()
+    restored.restore(loaded.tables)
+    assert restored.get("ITEMS", b"log/0/1") == leased
+    assert restored.get("ITEMS", b"log/1/1") == returned
+    # A partition that starts afresh loses its states only.
+    restored.forget("ITEMS", 1)
+    assert restored.get("ITEMS", b"log/1/1") is None
+    assert restored.get("ITEMS", b"log/0/1") == leased
+    # A snapshot written before queues kept their states restores none.
+    restored.restore({"ITEMS": table.export()})
+    assert restored.get("ITEMS", b"log/0/1") is None
