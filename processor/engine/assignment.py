@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from processor.engine.apply import Applier, Route
 from processor.engine.commit import CrashHook
-from processor.engine.derived import DerivedPartition, DerivedTopic, Direct, Ticking
+from processor.engine.derived import Closing, DerivedPartition, DerivedTopic, Direct, Ticking
 from processor.engine.feeding import Feeding, feed_steps, feeding_needed, reset_steps
 from processor.engine.partition import PartitionState, make_writers
 from processor.engine.recovery import (
@@ -295,7 +295,9 @@ class Assignment:
             recovery = self.recoveries.pop(key, None)
             if recovery is not None:
                 recovery.steps.close()  # releases its reader and store iterators first
-            self.derivations.pop(key, None)
+            derivation = self.derivations.pop(key, None)
+            if isinstance(derivation, Closing):
+                derivation.close()
             state = self.states.pop(key, None)
             if state is None:
                 continue

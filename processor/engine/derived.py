@@ -88,3 +88,13 @@ class Direct(Protocol):
         """A new barrier (key, headers) for its input partition; until it is read back,
         :attr:`ready` is False."""
         ...
+
+
+@runtime_checkable
+class Closing(Protocol):
+    """A derived partition told when the processor closes it (revoked, or dropped at
+    the end), after its last transaction."""
+
+    def close(self) -> None:
+        """The partition is closed: it applies nothing more here."""
+        ...

@@ -23,6 +23,10 @@ class QueueFigures:
     expired: int = 0
     backlogs: dict[str, int] = field(default_factory=dict)
 
+    def counters(self) -> QueueFigures:
+        """Its counts since start only (what a closed partition still contributes)."""
+        return QueueFigures(**{name: getattr(self, name) for name in COUNTERS})
+
     def add(self, other: QueueFigures) -> None:
         for name in COUNTED:
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -40,3 +44,5 @@ COUNTED = (
     "returned",
     "expired",
 )
+#: The fields of :data:`COUNTED` that only grow (the others are gauges: what is now).
+COUNTERS = ("delivered", "redelivered", "acked", "returned", "expired")

@@ -111,6 +111,11 @@ class QueuePartition:
         self._writers: dict[str, EnvelopeWriter] = {}
         #: Counts since start (committed or not: a redone transaction counts again).
         self._counts = QueueFigures()
+        #: Whether the processor closed it (revoked): it holds nothing here any more.
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def figures(self) -> QueueFigures:
         counts, ledger = self._counts, self._ledger

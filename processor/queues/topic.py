@@ -14,19 +14,25 @@ class QueueTopic:
 
     def __init__(self, definition: QueueDefinition) -> None:
         self.definition = definition
-        #: The partitions opened, by number (the latest of each; a revoked one stays
-        #: until its number is opened again).
+        #: The partitions opened, by number (the latest of each).
         self._partitions: dict[int, QueuePartition] = {}
+        #: The counts of partitions opened before the latest of their number.
+        self._earlier = QueueFigures()
 
     def open(self, state: PartitionState) -> QueuePartition:
+        earlier = self._partitions.get(state.partition)
+        if earlier is not None:
+            self._earlier.add(earlier.figures().counters())
         partition = QueuePartition(self.definition, state)
         self._partitions[state.partition] = partition
         return partition
 
     def figures(self) -> QueueFigures:
-        """The queue's figures in this processor: every partition's, summed. Read from
-        another thread, they may be a transaction apart."""
-        total = QueueFigures()
+        """The queue's figures in this processor: what its open partitions hold now, and
+        every partition's counts since start (counters never go down). Read from another
+        thread, they may be a transaction apart."""
+        total = self._earlier.counters()
         for partition in list(self._partitions.values()):
-            total.add(partition.figures())
+            figures = partition.figures()
+            total.add(figures.counters() if partition.closed else figures)
         return total

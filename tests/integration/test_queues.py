@@ -404,6 +404,10 @@ def test_leases_survive_a_processor_restart_and_a_stopped_service_returns_them(
             figures = queue.figures()  # type: ignore[attr-defined]
             assert (figures.messages, figures.leased, figures.acked) == (4, 2, 1)
             assert list(figures.backlogs.values()) == [2]
+        # Stopped, its partitions are closed: their counts stay, what they held goes.
+        figures = queue.figures()  # type: ignore[attr-defined]
+        assert (figures.messages, figures.leased, figures.subscriptions) == (0, 0, 0)
+        assert (figures.delivered, figures.acked, figures.backlogs) == (3, 1, {})
         # The processor restarts: the subscription, its leases and the counts are kept.
         with running_sow(backend, topology, tmp_path / "p", unique, service=False) as (app, _):
             _quiet([a], 1.0)
