@@ -9,12 +9,14 @@ published to a topic of ``--partitions`` partitions once every consumer is ready
 has been acknowledged. Every consumer is its own
 process.
 
-* **kafka_sow**: a queue over the (plain) topic, served by ``sow serve``'s processor and
-  query service running in this process (started afresh per round: its start-up time is
-  reported apart). Each consumer subscribes through gRPC (``max_backlog`` ``--backlog``,
-  the queue's MaxPerSubscriptionBacklog the same) and acknowledges its leases in batches
-  (``--ack-batch``, or whatever it holds after 2 ms without a new lease). A message counts
-  once the processor has applied its acknowledgement (the queue's ``acked`` figure).
+* **kafka_sow**: a queue over the (plain) topic, served as ``sow serve`` serves it: the
+  query service in this process, the processor a child process of it (``--processor
+  thread``: a thread of this process instead); started afresh per round, its start-up
+  time reported apart. Each consumer subscribes through gRPC (``max_backlog``
+  ``--backlog``, the queue's MaxPerSubscriptionBacklog the same) and acknowledges its
+  leases in batches (``--ack-batch``, or whatever it holds after 2 ms without a new
+  lease). The clock stops once every message was acknowledged and a ``sow`` query over
+  the queue finds it empty (every acknowledgement applied).
 * **consumer_group**: confluent-kafka consumers in one group (the broker's default
   protocol), committing their offsets asynchronously after each batch they consume.
 * **share_group**: confluent-kafka ``ShareConsumer``s in one share group (implicit
@@ -205,14 +207,23 @@ def run_round(
     stop = ctx.Event()
     count = ctx.Value("q", 0)
     readies = [ctx.Event() for _ in range(consumers)]
-    app = None
+    app = client = None
     startup_s = 0.0
     acked: Callable[[], int] = lambda: int(count.value)  # noqa: E731
     create_topic(bootstrap, topic, args.partitions)
     if engine == "kafka_sow":
+        from processor.client.sow_client import SowClient
+
         app, startup_s = start_sow(bootstrap, topic, args, work / run)
-        queue_topic = app.processor.derived["Q"]  # type: ignore[union-attr]
-        acked = lambda: int(queue_topic.figures().acked)  # type: ignore[attr-defined]  # noqa: E731
+        client = SowClient(app.grpc_address)
+
+        def acked() -> int:
+            """What consumers acknowledged; every message once the queue is empty too."""
+            sent = int(count.value)
+            if sent < args.messages or not queue_empty(client):
+                return min(sent, args.messages - 1)
+            return sent
+
         target: Callable[..., None] = sow_consumer
         worker_args: tuple[Any, ...] = (app.grpc_address, args.backlog, args.ack_batch)
     elif engine == "consumer_group":
@@ -252,6 +263,8 @@ def run_round(
             worker.join(10)
             if worker.is_alive():
                 worker.kill()
+        if client is not None:
+            client.close()
         if app is not None:
             app.stop()
     row = {
@@ -274,26 +287,36 @@ def start_sow(bootstrap: str, topic: str, args: argparse.Namespace, state: Path)
     from processor.config import Settings
     from processor.topology.yaml_loader import parse_yaml
 
-    topology = parse_yaml(
+    text = (
         "topics:\n"
         f"  - {{name: orders, sow: false, kafka_topic: {topic}, partitions: {args.partitions}}}\n"
         "queues:\n"
         f"  - {{name: Q, message_type: json, underlying: orders, "
-        f"max_per_subscription_backlog: {args.backlog}, lease_period: 60s}}\n",
-        "bench-queues.yaml",
+        f"max_per_subscription_backlog: {args.backlog}, lease_period: 60s}}\n"
     )
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / "bench-queues.yaml"
+    path.write_text(text)
     began = time.perf_counter()
     settings = Settings(
         bootstrap_servers=bootstrap,
         state_dir=state,
+        topology=path,
         grpc_address="127.0.0.1:0",
         group_id=f"{topic}-sow",
         dead_letter_topic=f"{topic}.dead-letter",
     )
-    app = start(replace(settings), topology=topology)
+    child = args.processor == "child"
+    app = start(replace(settings), topology=parse_yaml(text, str(path)), processor_process=child)
     while app.readiness() is not None:
         time.sleep(0.05)
     return app, time.perf_counter() - began
+
+
+def queue_empty(client: Any) -> bool:
+    """Whether a ``sow`` query over the queue finds no message."""
+    records, _, _ = client.query("Q", top_n=1)
+    return not records
 
 
 def _medians(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -325,6 +348,13 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
         "--rounds", type=int, default=3, help="rounds of every engine, interleaved (median)"
+    )
+    parser.add_argument(
+        "--processor",
+        choices=("child", "thread"),
+        default="child",
+        help="kafka-sow's processor as sow serve runs it (a child process), or as a thread "
+        "of the query service's process",
     )
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args()
@@ -368,6 +398,7 @@ def main() -> int:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         document = {
             "broker": broker.description,
+            "processor": args.processor,
             "rows": rows,
             "rounds": rounds,
             "wall_seconds": wall,
