@@ -26,6 +26,21 @@ from processor.log import Headers
 Sequenced = tuple[str, int]
 
 
+def expiration_seconds(raw: bytes) -> float:
+    """The seconds a ``sow.expiration`` header gives (0: the message never expires);
+    MessageError when it is not a finite number."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise MessageError(
+            f"header {EXPIRATION_HEADER}={raw[:32]!r} is not a finite number of "
+            "seconds (0 means the message never expires)"
+        )
+    return seconds
+
+
 def publish_options(
     headers: Headers | None, state: PartitionState, now_ms: int
 ) -> tuple[int | None, str | None, Sequenced | None]:
@@ -41,15 +56,7 @@ def publish_options(
     if headers:
         for name, raw in headers:
             if name == EXPIRATION_HEADER and default_s is not None and raw:
-                try:
-                    seconds = float(raw)
-                except ValueError:
-                    seconds = math.nan
-                if not math.isfinite(seconds):
-                    raise MessageError(
-                        f"header {EXPIRATION_HEADER}={raw[:32]!r} is not a finite number of "
-                        "seconds (0 means the message never expires)"
-                    )
+                seconds = expiration_seconds(raw)
                 expiration_ms = None if seconds == 0 else now_ms + int(seconds * 1000)
             elif name == CORRELATION_HEADER and raw is not None:
                 correlation_id = raw.decode(errors="replace")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 from processor.changelog.commands import CORRELATION_HEADER, EXPIRATION_HEADER
+from processor.engine.headers import expiration_seconds
 from processor.expr import Expression, MessageContext
 from processor.expr import compile as compile_expression
 from processor.log import Headers
@@ -137,17 +137,13 @@ class QueueDefinition:
 
 
 def publish_options(headers: Headers | None, published_ms: int) -> tuple[int | None, str | None]:
-    """A plain publish's own expiration (its ``sow.expiration`` header, seconds; 0 or
-    unreadable: none) and correlation id."""
+    """A plain publish's own expiration (its ``sow.expiration`` header; 0: none) and
+    correlation id (MessageError: an expiration that is not a number of seconds)."""
     expires_ms = correlation_id = None
     for name, raw in headers or ():
         if name == EXPIRATION_HEADER and raw:
-            try:
-                seconds = float(raw)
-            except ValueError:
-                seconds = math.nan
-            if math.isfinite(seconds) and seconds > 0:
-                expires_ms = published_ms + int(seconds * 1000)
+            seconds = expiration_seconds(raw)
+            expires_ms = None if seconds == 0 else published_ms + int(seconds * 1000)
         elif name == CORRELATION_HEADER and raw is not None:
             correlation_id = raw.decode(errors="replace")
     return expires_ms, correlation_id

@@ -296,6 +296,27 @@ def _dead_letter(backend: str, unique: str) -> dict[str, str]:
     return {name: value.decode() for name, value in letter.headers()}  # type: ignore[attr-defined]
 
 
+def test_a_publish_with_a_malformed_expiration_is_dead_lettered(
+    backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
+) -> None:
+    """A queue reads its plain topic's publish headers as a SOW topic does: an expiration
+    that is not a number of seconds is the record's failure, said on the dead letter."""
+    topology = _topology(unique, "max_per_subscription_backlog: 10")
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
+        assert app.log_writer is not None
+        expiring = [("sow.expiration", b"soon")]
+        written = app.log_writer.submit([(f"{unique}.orders", None, b'{"id": 0}', 0, expiring)])
+        assert written.wait(10)
+        _until(lambda: app.processor is not None and app.processor.dead_lettered == 1)
+        consumers.append(a := Consumer(client, max_backlog=10))
+        _publish(client, {"id": 1})
+        _until(lambda: a.ids() == [1])  # the queue goes on; the bad one was not enqueued
+        if backend == MEMORY:
+            return
+        headers = _dead_letter(backend, unique)
+        assert headers["sow.error.message"].startswith("header sow.expiration=b'soon' is not")
+
+
 def test_max_deliveries_expires_a_message_to_the_dead_letter_topic(
     backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
 ) -> None:
