@@ -10,17 +10,11 @@ from typing import Any
 
 import grpc
 
-from processor.errors import ServiceError
+from processor.client.failures import translate
 from processor.wire import sow_pb2
 
 #: How long closing waits for the service to apply the commands sent before it.
 DRAIN_S = 5.0
-
-
-def translate(exc: grpc.RpcError) -> ServiceError:
-    """A gRPC failure as the client's ServiceError (its status code's name, details)."""
-    code = exc.code()
-    return ServiceError(code.name if code else "UNKNOWN", exc.details() or "")
 
 
 ACTIONS = {

@@ -14,12 +14,13 @@ from typing import Any
 
 import grpc
 
+from processor.client.failures import translate
 from processor.client.publishing import (
     PublishResult,
     _position,
     _StreamPublish,
 )
-from processor.client.queues import QueueStream, translate
+from processor.client.queues import QueueStream
 from processor.client.queues import act as queue_act
 from processor.errors import InvalidRequestError, ServiceError
 from processor.wire import sow_pb2, sow_pb2_grpc
