@@ -337,7 +337,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         queue = topology.topics.get(result.topic)
         for batch in result.batches:
             records = [convert.record(e) for e in batch]
-            if queue is not None and queue.queue is not None:
+            if queue is not None and queue.queue is not None and not result.aggregated:
                 self._with_queue_state(queue.name, records)
             if shape is not None:
                 for record in records:

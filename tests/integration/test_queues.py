@@ -140,6 +140,10 @@ def test_leases_flow_within_the_backlog_and_acks_remove_messages(
                 == {0: (True, 1), 1: (True, 1), 2: (True, 1), 3: (False, 0), 4: (False, 0)}
             )
         )
+        # An aggregated row is no one message: it has no queue state.
+        rows, _, _ = client.query("Q", grouping="/id", projection="/id, COUNT(/id) AS /n")
+        assert len(rows) == 5
+        assert not any(row.HasField("queue_state") for row in rows)
         a.stream.ack(a.bookmarks()[:2])
         _until(lambda: len(a.leases) == 5)
         assert a.ids() == [0, 1, 2, 3, 4]
