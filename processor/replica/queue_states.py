@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from processor.queues.state import MessageState
+
+log = logging.getLogger(__name__)
 
 #: The entry of a queue's exported table state (a replica snapshot) that holds its
 #: messages' encoded states by bookmark.
@@ -51,9 +54,25 @@ class QueueStates:
 
     def restore(self, tables: Mapping[str, Mapping[str, Any]]) -> None:
         """Replace every state by what :meth:`export` added to a loaded snapshot's tables
-        (a snapshot written before queues kept theirs has none)."""
-        self._states = {
-            queue: {int(p): dict(s) for p, s in state[SNAPSHOT_ENTRY].items()}
-            for queue, state in tables.items()
-            if SNAPSHOT_ENTRY in state
-        }
+        (a snapshot written before queues kept theirs has none). Entries that are not
+        what :meth:`export` writes are left out with a warning: those states show again
+        as their messages change."""
+        try:
+            self._states = {
+                queue: {int(p): _encoded(states) for p, states in entry}
+                for queue, entry in (
+                    (queue, state[SNAPSHOT_ENTRY].items())
+                    for queue, state in tables.items()
+                    if SNAPSHOT_ENTRY in state
+                )
+            }
+        except (AttributeError, TypeError, ValueError) as exc:
+            log.warning("the replica snapshot's queue states are unreadable (%r): not kept", exc)
+            self._states = {}
+
+
+def _encoded(states: Mapping[Any, Any]) -> dict[bytes, bytes]:
+    """One partition's states as a snapshot holds them (TypeError: they are not)."""
+    if not all(type(b) is bytes and type(v) is bytes for b, v in states.items()):
+        raise TypeError("a queue state in the snapshot is not bytes by bytes")
+    return dict(states)

@@ -230,3 +230,15 @@ def test_queue_states_are_kept_per_partition_and_through_a_snapshot(
     # A snapshot written before queues kept their states restores none.
     restored.restore({"ITEMS": table.export()})
     assert restored.get("ITEMS", b"log/0/1") is None
+
+
+def test_unreadable_queue_states_in_a_snapshot_are_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    states = QueueStates()
+    states.note("Q", 0, b"log/0/1", MessageState(1).encode())
+    states.restore({"Q": {"keys": [], "queue_states": {0: {b"log/0/1": 7}}}})
+    assert states.get("Q", b"log/0/1") is None
+    assert "queue states are unreadable" in caplog.text
+    states.restore({"Q": {"queue_states": [1, 2]}})
+    assert states.get("Q", b"log/0/1") is None
