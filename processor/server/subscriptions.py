@@ -316,10 +316,14 @@ def _change(delivery: Notice, to_record: Callable[[Envelope], Any]) -> Any:
 
 
 def _delta(change: Any, delivery: Notice, shape: MessageShape) -> bool:
-    """Make ``change`` a delta update when it updates a record the subscriber holds;
-    False when ``no_empties`` suppresses it (nothing selected changed)."""
+    """Make ``change`` a delta update when it is a publish updating a record the
+    subscriber holds; False when ``no_empties`` suppresses it (nothing selected changed).
+    A delete or an OOF notice is sent whole (spec 3.10), though it carries ``previous``
+    too (for conflation and the OOF's last-received state)."""
     previous = delivery.previous
-    if previous is None or not shape.shapes(delivery.topic):
+    if delivery.kind is not ChangeKind.PUBLISH or previous is None:
+        return True
+    if not shape.shapes(delivery.topic):
         return True
     update = shape.update(
         delivery.topic, changelog.data_of(previous), changelog.data_of(delivery.envelope)

@@ -15,6 +15,7 @@ import pytest
 
 from processor.client.sow_client import ServiceError, SowClient
 from processor.topology.model import SowTopic
+from processor.wire import sow_pb2
 from tests.integration.harness import namespaced, read_topic, running_sow
 from tests.integration.subscription_helpers import Collector, data
 
@@ -274,7 +275,6 @@ def test_delta_and_select_in_a_session_and_a_message_batch(
 ) -> None:
     """A session's delta subscription gets deltas and drops empty ones; one with a bad
     select list ends alone; a PublishBatch of messages with ``delta`` merges each."""
-    from processor.wire import sow_pb2
 
     topology = namespaced(unique, ORDERS)
     with running_sow(backend, topology, tmp_path, unique) as (_, client):
@@ -337,4 +337,42 @@ def test_avro_delta_subscriptions_need_the_text_form(
             (False, {"id": 1, "status": "open", "qty": 2}),
             (True, {"id": 1, "qty": 3}),
         ]
+        collector.stop()
+
+
+def test_a_delta_subscriber_gets_oofs_and_deletes_whole(
+    backend: str, tmp_path: Path, unique: str
+) -> None:
+    """An OOF carries its record whole (a deleted record's as the subscriber last
+    received it), with ``delta = false``: only a publish updating a held record is a
+    delta (issue 31)."""
+    topology = namespaced(unique, ORDERS)
+    with running_sow(backend, topology, tmp_path, unique) as (_, client):
+        one = client.publish("ORDERS", b'{"id": 1, "live": 1, "qty": 5, "desk": "a"}')
+        two = client.publish("ORDERS", b'{"id": 2, "live": 1, "qty": 7, "desk": "b"}')
+        client.query("ORDERS", min_position=[one.position, two.position])
+        stream = client.sow_and_subscribe("ORDERS", filter="/live = 1", delta=True, oof=True)
+        collector = Collector(stream)
+        assert collector.wait_for(lambda c: c.group_end() is not None)
+
+        client.publish("ORDERS", b'{"id": 1, "live": 1, "qty": 6, "desk": "a"}')  # a delta
+        client.publish("ORDERS", b'{"id": 1, "live": 0, "qty": 6, "desk": "a"}')  # OOF
+        client.delete("ORDERS", sow_keys=[two.sow_key])  # OOF, deleted
+        assert collector.wait_for(lambda c: len(c.changes()) >= 3)
+        seen = {
+            (c.sow_key, c.kind, c.oof_reason): (c.delta, data(c.record))
+            for c in collector.changes()
+        }
+        assert seen == {
+            (one.sow_key, sow_pb2.CHANGE_PUBLISH, ""): (True, {"id": 1, "qty": 6}),
+            # the OOF of a record no longer matching carries its new state
+            (one.sow_key, sow_pb2.CHANGE_OOF, "match"): (
+                False,
+                {"id": 1, "live": 0, "qty": 6, "desk": "a"},
+            ),
+            (two.sow_key, sow_pb2.CHANGE_OOF, "deleted"): (
+                False,
+                {"id": 2, "live": 1, "qty": 7, "desk": "b"},
+            ),
+        }
         collector.stop()
