@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from processor.cli import signals
 from processor.cli.parser import build_parser, parse
 
 __all__ = ["build_parser", "main"]
@@ -23,14 +24,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sow`` console script."""
     # First thing, before the heavy imports: a Ctrl-C from here on is a request to stop,
     # which `sow serve` honours at any moment of its start-up.
+    # The handlers take no lock (processor/cli/signals.py): any number of signals, at any
+    # moment, sets ``stop`` from a thread of its own.
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stopping = (signal.SIGINT, signal.SIGTERM)
+    signals.on_signals(stopping, stop.set)
     args = parse(argv)
     if args.command not in RUNNERS:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if stop.is_set():
+        signals.restore(stopping)
+        if signals.received():
             return 130
     return _run(args, stop)
 

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from processor.cli.guards import served
+from processor.cli.signals import on_signals
 from processor.config import Settings
 from processor.errors import ConfigurationError, DeadlineError, SowError
 
@@ -403,7 +404,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
                 **({} if args.skip_n is None else {"skip_n": args.skip_n}),
                 **options,
             )
-        signal.signal(signal.SIGTERM, lambda *_: stream.cancel())
+        on_signals((signal.SIGTERM,), stream.cancel)  # on a thread: a handler takes no lock
         registration = _Registration(stream, args.timeout, _address(args))
         try:
             for message in registration.watch(stream):

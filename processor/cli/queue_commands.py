@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from processor.cli.signals import on_signals
 from processor.errors import DeadlineError, SowError
 
 Adder = Callable[..., None]
@@ -63,7 +64,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         stream = client.consume(
             args.queue, filter=args.filter, max_backlog=args.max_backlog, text_form=True
         )
-        signal.signal(signal.SIGTERM, lambda *_: stream.close())
+        on_signals((signal.SIGTERM,), stream.close)  # on a thread: a handler takes no lock
         registered = threading.Event()
 
         def give_up() -> None:
