@@ -10,9 +10,16 @@ parent's broker. Its log lines are forwarded to the parent's stderr. Its state c
 channel of its own, a pipe whose write end the child gets (``SOW_STATUS_FD``): one JSON
 line when it has joined its group and restored its stores (``{"ready": true, "metrics":
 "host:port"}``), and one each time its watchdog finds it stuck or working again
-(``{"stalled": "..."}``, ``{"stalled": null}``); :func:`report_status` writes them. The
-child dies with the parent (PR_SET_PDEATHSIG on Linux), and an exit the parent did not
-ask for is reported through ``on_exit``.
+(``{"stalled": "..."}``, ``{"stalled": null}``); :func:`report_status` writes them. An
+exit the parent did not ask for is reported through ``on_exit``.
+
+The child ends whenever its parent is gone, however it went (a SIGKILL sends nothing): it
+holds the read end of a pipe whose write end only the parent holds (``SOW_PARENT``), so
+the end of the parent is an end of file there (:func:`follow_parent`, which also watches
+the parent's pid, and Linux sends it SIGTERM: PR_SET_PDEATHSIG). It then stops as on
+SIGTERM, and exits at once if that takes more than ``ORPHAN_GRACE_S``. It also holds the
+parent's lock of the state directory (:func:`share_state_lock`), so a new ``sow serve``
+cannot take the directory, whose stores it still has open, before it has ended.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ import ctypes
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Callable
 
@@ -39,11 +48,39 @@ STATUS_ENV = "SOW_STATUS_FD"
 PR_SET_PDEATHSIG = 1
 #: How often the child looks for a change of its stalled state.
 STATUS_EVERY_S = 0.2
+#: ``<parent pid>:<fd>``: the parent, and the read end of the pipe only it writes to.
+PARENT_ENV = "SOW_PARENT"
+#: How long a child whose parent is gone may take to stop before it exits at once.
+ORPHAN_GRACE_S = 10.0
+
+#: The state directory lock the children started from now on hold too.
+_state_lock: list[int] = []
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def share_state_lock(fd: int) -> None:
+    """Have every processor child started from now on hold ``fd``, this process's lock
+    of the state directory (an open ``flock``ed file): the lock then lasts until this
+    process and its children have all ended."""
+    _state_lock[:] = [fd]
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """A pre-exec hook that has Linux send the child SIGTERM when the thread that started
+    it ends: only from the main thread, which lives as long as the process (elsewhere,
+    or without prctl, None: the pipe of :func:`follow_parent` does it alone). prctl is
+    looked up here, before the fork: between fork and exec only prctl runs (loading a
+    library there could wait for a lock another thread of the parent held at the fork)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def hook() -> None:  # pragma: no cover - runs in the child before exec
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return hook
 
 
 class ProcessorChild:
@@ -76,18 +113,27 @@ class ProcessorChild:
         self._stopping = threading.Event()
         status_read, status_write = os.pipe()
         env[STATUS_ENV] = str(status_write)
+        parent_read, self._parent_write = os.pipe()
+        env[PARENT_ENV] = f"{os.getpid()}:{parent_read}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "processor.cli", "process"],
             env=env,
-            pass_fds=(status_write,),
+            pass_fds=(status_write, parent_read, *_state_lock),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,  # terminal signals go to the parent, which stops it
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+            preexec_fn=_dies_with_parent() if sys.platform.startswith("linux") else None,  # noqa: PLW1509
         )
         os.close(status_write)  # the child holds it: the channel ends when the child does
+        os.close(parent_read)
+        for lock in _state_lock:  # named in the lock file, after its parent (O_APPEND)
+            with contextlib.suppress(OSError):  # the name is for people; the lock is what counts
+                os.write(
+                    lock,
+                    f"process {self.pid} (the processor of sow serve {os.getpid()})\n".encode(),
+                )
         self._status = threading.Thread(
             target=self._read_status, args=(status_read,), name="sow-processor-status"
         )
@@ -148,6 +194,34 @@ class ProcessorChild:
                 self.process.wait(grace_s)
         self._watcher.join(timeout=5)
         self._status.join(timeout=5)
+        with contextlib.suppress(OSError):  # closed by an earlier stop
+            os.close(self._parent_write)
+
+
+def follow_parent(stop: threading.Event) -> None:
+    """In a processor child: from a thread of its own, set ``stop`` as soon as the parent
+    is gone (whatever signals arrive meanwhile, if any); exit with code 1 if this process still runs
+    ``ORPHAN_GRACE_S`` later. Nothing when this process has no parent ``sow serve``."""
+    spec = os.environ.get(PARENT_ENV)
+    if not spec:
+        return
+    parent_text, _, fd_text = spec.partition(":")
+    parent, lifeline = int(parent_text), int(fd_text)
+
+    def run() -> None:
+        while os.getppid() == parent:
+            readable, _, _ = select.select([lifeline], [], [], 1.0)
+            if readable:  # an end of file: the write end closed with the parent
+                break
+        log.warning(
+            "the sow serve that started this processor (pid %d) has ended; stopping", parent
+        )
+        stop.set()
+        time.sleep(ORPHAN_GRACE_S)  # a deadline, in a daemon thread: exiting ends it
+        log.error("the processor did not stop within %.0fs of its parent's end", ORPHAN_GRACE_S)
+        os._exit(1)
+
+    threading.Thread(target=run, name="sow-parent-watch", daemon=True).start()
 
 
 def report_status(

@@ -1,5 +1,11 @@
 """Refusing to start, within a second and in one line, when another process holds what
-``sow serve`` needs: its gRPC port or its state directory."""
+``sow serve`` needs: its gRPC port or its state directory.
+
+The state directory's lock is held by ``sow serve`` and by its processor child
+(:func:`processor.worker.share_state_lock`), which may outlive a killed parent by a few
+seconds while it stops: a new ``sow serve`` then waits for it, saying so, rather than
+refusing or starting a processor whose stores are still open elsewhere.
+"""
 
 from __future__ import annotations
 
@@ -8,43 +14,120 @@ import errno
 import fcntl
 import json
 import os
+import re
 import socket
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import IO
 
-from processor.errors import ConfigurationError
+from processor.errors import ConfigurationError, StartCancelledError
+from processor.worker import ORPHAN_GRACE_S, share_state_lock
 
 LOCK_FILE = "sow.lock"
 #: Where a running ``sow serve`` records its addresses, for ``sow status`` run beside it.
 SERVED_FILE = "serve.json"
 
+#: How long ``sow serve`` waits for the processor of an ended ``sow serve`` to stop and
+#: release the state directory (it exits by itself ``ORPHAN_GRACE_S`` after its parent).
+LEFTOVER_WAIT_S = ORPHAN_GRACE_S + 20.0
+#: How often that wait says it still waits.
+WAIT_REPORT_EVERY_S = 2.0
+
 #: The state directory locks this process holds (kept open: closing one releases it).
 _HELD: list[IO[str]] = []
+_HOLDER = re.compile(r"process (\d+) \(([^)]*)\)")
 
 
-def hold_state_dir(state_dir: Path) -> None:
+def hold_state_dir(
+    state_dir: Path, stop: threading.Event | None = None, wait_s: float = LEFTOVER_WAIT_S
+) -> None:
     """Take the state directory for the rest of this process's life (an exclusive lock
-    on ``sow.lock`` in it); raise a ConfigurationError naming the holder when another
-    process has it."""
+    on ``sow.lock`` in it, which its processor children hold too); raise a
+    ConfigurationError naming the holder when another process has it. Processes of a
+    ``sow serve`` that has ended (its processor, still stopping) are waited for, with a
+    line on stderr every ``WAIT_REPORT_EVERY_S``, up to ``wait_s``; StartCancelledError
+    when ``stop`` is set meanwhile."""
     state_dir.mkdir(parents=True, exist_ok=True)
     handle = (state_dir / LOCK_FILE).open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno not in (errno.EAGAIN, errno.EACCES):
-            raise
+    began, reported = time.monotonic(), 0.0
+    while not _try_lock(handle):
         handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise ConfigurationError(
-            f"state directory {state_dir} is in use by {holder}: stop it, or give this one "
-            "its own with --state-dir or SOW_STATE_DIR"
-        ) from None
+        serve, *others = _holders(handle.read()) or [(0, "")]
+        if not serve[0] or _alive(serve[0]):
+            handle.close()
+            raise ConfigurationError(
+                f"state directory {state_dir} is in use by "
+                f"{_named(*serve) if serve[0] else 'another process'}: stop it, or give this "
+                "one its own with --state-dir or SOW_STATE_DIR"
+            )
+        # Its sow serve has ended: what holds the lock is one of its children, stopping.
+        leftovers = [(pid, what) for pid, what in others if _alive(pid)]
+        names = ", ".join(_named(pid, what) for pid, what in leftovers) or (
+            f"a process of sow serve {serve[0]}"
+        )
+        waited = time.monotonic() - began
+        if waited >= wait_s:
+            handle.close()
+            pids = " ".join(str(pid) for pid, _ in leftovers) or "PID"
+            raise ConfigurationError(
+                f"state directory {state_dir} is still held by {names}, left by a sow serve "
+                f"that has ended, after {waited:.0f}s: stop it with `kill {pids}` "
+                f"(`kill -9 {pids}` if it does not end), then start again"
+            )
+        if not reported or time.monotonic() - reported >= WAIT_REPORT_EVERY_S:
+            sys.stderr.write(
+                f"  still waiting for {names} after {waited:.0f}s\n"
+                if reported
+                else f"waiting for {names} to stop: it holds the state directory "
+                f"{state_dir}, left by a sow serve that has ended (up to {wait_s:.0f}s)\n"
+            )
+            reported = time.monotonic()
+        if stop is not None and stop.wait(0.1):
+            handle.close()
+            raise StartCancelledError("stopped while waiting for the state directory")
+        if stop is None:
+            time.sleep(0.1)
     handle.seek(0)
     handle.truncate()
     handle.write(f"process {os.getpid()} (sow serve)\n")
     handle.flush()
     _HELD.append(handle)
+    share_state_lock(handle.fileno())
+
+
+def _try_lock(handle: IO[str]) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
+
+
+def _holders(text: str) -> list[tuple[int, str]]:
+    """The processes a lock file names, ``sow serve`` first: ``[(pid, what)]``."""
+    return [(int(pid), what) for pid, what in _HOLDER.findall(text)]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs a ``sow`` command (not an id taken by another)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"processor.cli" in command or b"sow" in command
+
+
+def _named(pid: int, what: str) -> str:
+    """ "process N (what)", with its command line when it can be read."""
+    with contextlib.suppress(OSError):
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        command = " ".join(os.path.basename(w) for w in words.split("\0")[:4]).strip()
+        return f"process {pid} ({what}: {command})"
+    return f"process {pid} ({what})"
 
 
 def check_port_free(address: str) -> None:

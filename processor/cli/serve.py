@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 from processor import progress
 from processor.cli.guards import check_port_free, hold_state_dir, record_served
+from processor.cli.signals import on_signals
 from processor.config import Settings
 from processor.errors import ComponentFailedError, SowError, StartCancelledError
-from processor.worker import report_status
+from processor.worker import follow_parent, report_status
 
 #: Where ``sow serve`` serves /metrics, /healthz and /readyz when not told: loopback, any
 #: free port (recorded in the state directory for ``sow status``).
@@ -55,8 +56,7 @@ def _say(text: str) -> None:
 
 def _stop_on_signal() -> threading.Event:
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    on_signals((signal.SIGINT, signal.SIGTERM), stop.set)  # handlers that take no lock
     return stop
 
 
@@ -80,6 +80,7 @@ def cmd_serve(
     thing (default: install them now)."""
     if stop is None:
         stop = _stop_on_signal()  # from here on Ctrl-C asks for a clean stop, at any moment
+    follow_parent(stop)  # a processor child stops when its sow serve has ended
     settings = _settings(args)
     if not (processor and service) and not settings.bootstrap_servers:
         raise SowError(
@@ -88,7 +89,11 @@ def cmd_serve(
         )
     if service:
         check_port_free(settings.grpc_address)
-        hold_state_dir(settings.state_dir)  # held until this process ends
+        try:  # held until this process and its processor child end
+            hold_state_dir(settings.state_dir, stop)
+        except StartCancelledError:
+            _say("stopped while starting\n")
+            return 0
         if not settings.metrics_address:
             # Served anyway, on loopback, so that `sow status` works beside a plain
             # `sow serve` (it finds the address in the state directory).
