@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from processor.config import Settings
+from processor.config import Settings, static_transactional_id
 from processor.engine.commit import CrashHook, crash_hook_from_env
 from processor.engine.processor import Processor
 from processor.errors import (
@@ -28,11 +28,13 @@ from processor.log import (
 from processor.log.broker import Broker, start_broker
 from processor.log.broker.common import CLASSIC_GROUP_PROTOCOL
 from processor.log.kafka.input import KafkaEndOffsets, KafkaInputLog
+from processor.log.kafka.ownership import FENCED_STATIC, refuse_beside_members
 from processor.log.kafka.ranges import KafkaRangeReader
 from processor.log.kafka.readers import KafkaChangelogTail, KafkaPartitionReader
 from processor.log.kafka.settings import ensure_topics, use_client_properties
 from processor.log.kafka.transactional import KafkaTransactionalLog
 from processor.log.kafka.writer import KafkaLogWriter
+from processor.log.topics import topic_specs
 from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine
 from processor.replica.plain_tail import PlainTail
@@ -49,31 +51,6 @@ if TYPE_CHECKING:
     from processor.server.health import Health
 
 log = logging.getLogger(__name__)
-
-
-_HOUR = {"retention.ms": str(3_600_000)}
-
-
-def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
-    """Every Kafka topic the topology needs (a plain topic needs only its input topic)."""
-    specs = [TopicSpec(dead_letter_topic, 1, {})]
-    for plain in topology.plain_topics.values():
-        specs.append(TopicSpec(plain.kafka_topic, plain.partitions, {}))
-    plain_inputs = {plain.kafka_topic for plain in topology.plain_topics.values()}
-    for topic in topology.topics.values():
-        if topic.kafka_topic not in plain_inputs:  # a queue reading its plain topic
-            specs.append(TopicSpec(topic.kafka_topic, topic.partitions, {}))
-        if topic.queue is not None:  # read live only: an hour is plenty
-            specs.append(TopicSpec(topic.deliveries_topic, topic.partitions, _HOUR))
-        specs.append(TopicSpec(topic.repartition_topic, topic.partitions, {}))
-        changelog_config = {"cleanup.policy": "compact"}
-        if topic.history is not None:
-            # Replays and the history index see every version only while compaction
-            # leaves them: keep the Window uncompacted.
-            lag_ms = int(topic.history.window_s * 1000)
-            changelog_config["min.compaction.lag.ms"] = str(lag_ms)
-        specs.append(TopicSpec(topic.changelog_topic, topic.partitions, changelog_config))
-    return specs
 
 
 class LogBackend(Protocol):
@@ -121,6 +98,8 @@ class KafkaBackend:
         resolves it from the broker first)."""
         bootstrap, fetch = self.bootstrap, self._fetch
         static = settings.assignment == "static"
+        if static:  # refused at start beside group members (checked again on joining)
+            refuse_beside_members(bootstrap, settings.group_id)
         protocol = settings.group_protocol or CLASSIC_GROUP_PROTOCOL
         member = {}
         if settings.group_instance_id is not None and not static:
@@ -140,10 +119,13 @@ class KafkaBackend:
                 settings.group_id,
                 static=static,
                 group_protocol=protocol,
+                static_id=static_transactional_id(settings.group_id),
                 **fetch,
                 **member,
             ),
-            transactional_log=lambda: KafkaTransactionalLog(bootstrap, settings.transactional_id),
+            transactional_log=lambda: KafkaTransactionalLog(
+                bootstrap, settings.transactional_id, fenced_means=FENCED_STATIC if static else ""
+            ),
             reader=lambda: KafkaPartitionReader(bootstrap),
             end_offsets=lambda: KafkaEndOffsets(bootstrap),
         )
@@ -448,7 +430,8 @@ def start(
 
 def _kafka_backend(settings: Settings) -> tuple[Settings, KafkaBackend]:
     """The configured broker (or an embedded one, started), and the settings completed
-    with what it implies (fetch wait, group protocol, whether its log is ephemeral)."""
+    with what it implies (fetch wait, group protocol, assignment, whether its log is
+    ephemeral)."""
     use_client_properties(settings.client_properties)
     broker = start_broker(
         settings.bootstrap_servers,
@@ -459,6 +442,8 @@ def _kafka_backend(settings: Settings) -> tuple[Settings, KafkaBackend]:
         settings = replace(settings, fetch_wait_ms=broker.fetch_wait_ms)
     if settings.group_protocol is None:
         settings = replace(settings, group_protocol=broker.group_protocol)
+    if settings.assignment is None:
+        settings = replace(settings, assignment=broker.assignment)
     if not broker.keeps_log:
         settings = replace(settings, ephemeral_log=True)
     if settings.ephemeral_log:

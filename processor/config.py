@@ -64,6 +64,14 @@ EMBEDDED_BROKERS = ("auto", "kafka", "tansu")
 GROUP_PROTOCOLS = ("classic", "consumer")
 
 
+def static_transactional_id(group_id: str) -> str:
+    """The one transactional id of every static processor (``assignment=static``) of
+    group ``group_id``, whatever its instance id: each group member fences it as it is
+    given partitions, so a static processor never works beside them (docs/scaling.md).
+    No replica's id (``<group>-<instance>``) can be it."""
+    return f"{group_id}.static"
+
+
 @dataclass(frozen=True, slots=True)
 class Spec:
     """How one setting is given: its environment variable, what it means (for the docs
@@ -236,13 +244,16 @@ class Settings:
 
     @property
     def transactional_id(self) -> str:
-        """Stable per processor replica, so a restarted replica fences its predecessor."""
+        """Stable per processor replica, so a restarted replica fences its predecessor; a
+        static processor's is its group's static one (:func:`static_transactional_id`)."""
+        if self.assignment == "static":
+            return static_transactional_id(self.group_id)
         return f"{self.group_id}-{self.instance_id}"
 
     @property
     def group_instance_id(self) -> str | None:
         """The consumer's ``group.instance.id`` under static membership (None: dynamic)."""
-        return self.transactional_id if self.membership == "static" else None
+        return f"{self.group_id}-{self.instance_id}" if self.membership == "static" else None
 
     @property
     def client_properties(self) -> dict[str, str]:

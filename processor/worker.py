@@ -91,10 +91,9 @@ class ProcessorChild:
     """
 
     def __init__(self, settings: Settings, bootstrap: str, on_exit: Callable[[int], None]) -> None:
-        # The one processor of ``sow serve`` takes every partition without a group join
-        # (seconds saved at every start) unless SOW_ASSIGNMENT says otherwise.
+        # ``settings`` carry the assignment resolved for the broker (Broker.assignment):
+        # a group member, but for the embedded Tansu broker's one static processor.
         env = {
-            "SOW_ASSIGNMENT": "static",
             **os.environ,
             **settings.environment(),
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap,

@@ -375,6 +375,7 @@ def test_a_start_takes_the_brokers_protocol_unless_one_is_set(
         fetch_wait_ms = 10
         keeps_log = True
         group_protocol = broker
+        assignment = "group"
 
         def stop(self) -> None:
             pass
@@ -389,3 +390,53 @@ def test_a_start_takes_the_brokers_protocol_unless_one_is_set(
         assert started.settings.environment()["SOW_GROUP_PROTOCOL"] == used  # to the child
     finally:
         started.stop()
+
+
+@pytest.mark.parametrize(
+    ("broker", "asked", "used"),
+    [
+        ("group", None, "group"),  # Apache Kafka, embedded or not: sow serve's joins its group
+        ("static", None, "static"),  # the embedded Tansu broker: no group join
+        ("static", "group", "group"),
+        ("group", "static", "static"),
+    ],
+)
+def test_a_start_takes_the_brokers_assignment_unless_one_is_set(
+    broker: str, asked: str | None, used: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The assignment resolved at start goes to ``sow serve``'s processor child."""
+    from processor import app as application
+    from processor.topology.model import SowTopic, Topology
+
+    class FakeBroker:
+        bootstrap_servers = "127.0.0.1:1"
+        description = "a fake broker"
+        fetch_wait_ms = 10
+        keeps_log = True
+        group_protocol = "classic"
+        assignment = broker
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(application, "start_broker", lambda *a, **k: FakeBroker())
+    monkeypatch.setattr(application, "ensure_topics", lambda *a, **k: None)
+    topology = Topology({"ORDERS": SowTopic("ORDERS", keys=("/id",))})
+    started = application.start(
+        Settings(assignment=asked), topology=topology, processor=False, service=False
+    )
+    try:
+        assert started.settings.assignment == used
+        assert started.settings.environment()["SOW_ASSIGNMENT"] == used  # to the child
+    finally:
+        started.stop()
+
+
+def test_every_static_processor_of_a_group_has_the_groups_one_transactional_id() -> None:
+    """Whatever its instance id, so that two fence each other and every group member
+    fences them (processor.log.kafka.ownership); no replica's id is the same."""
+    one = Settings(assignment="static", group_id="g", instance_id="1")
+    two = Settings(assignment="static", group_id="g", instance_id="2")
+    assert one.transactional_id == two.transactional_id == "g.static"
+    members = {Settings(group_id="g", instance_id=i).transactional_id for i in ("0", "static")}
+    assert "g.static" not in members

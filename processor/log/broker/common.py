@@ -19,6 +19,10 @@ KAFKA_FETCH_WAIT_MS = 100
 CLASSIC_GROUP_PROTOCOL = "classic"
 #: KIP-848's protocol: Apache Kafka 4.0 and later.
 CONSUMER_GROUP_PROTOCOL = "consumer"
+#: How the processor of ``sow serve`` gets its partitions (``Settings.assignment``): from
+#: its consumer group, or all of them without one.
+GROUP_ASSIGNMENT = "group"
+STATIC_ASSIGNMENT = "static"
 
 
 class Broker(Protocol):
@@ -46,6 +50,13 @@ class Broker(Protocol):
         """The processor's consumer-group protocol on this broker when none is set (the
         default of ``Settings.group_protocol``): ``consumer`` only where the broker is
         known to have it."""
+        ...
+
+    @property
+    def assignment(self) -> str:
+        """How a processor on this broker gets its partitions when not told (the default
+        of ``Settings.assignment``): ``static`` only where a group join is slow and the
+        broker is this process's own (docs/scaling.md)."""
         ...
 
     @property
@@ -78,6 +89,11 @@ class ExternalBroker:
         # Its version is unknown here: KIP-848 needs Kafka 4.0+, and an older broker
         # refuses a consumer-protocol member outright, so the classic protocol is safe.
         return CLASSIC_GROUP_PROTOCOL
+
+    @property
+    def assignment(self) -> str:
+        # Other processors may share it (sow process --instance-id N): join the group.
+        return GROUP_ASSIGNMENT
 
     @property
     def keeps_log(self) -> bool:

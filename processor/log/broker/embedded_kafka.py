@@ -37,6 +37,7 @@ from processor.errors import BrokerError
 from processor.log.broker.common import (
     CLASSIC_GROUP_PROTOCOL,
     CONSUMER_GROUP_PROTOCOL,
+    GROUP_ASSIGNMENT,
     KAFKA_FETCH_WAIT_MS,
     free_loopback_port,
     port_is_free,
@@ -159,6 +160,12 @@ class EmbeddedKafka:
             if major.isdigit() and int(major) >= 4
             else CLASSIC_GROUP_PROTOCOL
         )
+
+    @property
+    def assignment(self) -> str:
+        # A join costs well under a second here (no initial rebalance delay), and other
+        # processors may join it too (sow process against this broker).
+        return GROUP_ASSIGNMENT
 
     @property
     def keeps_log(self) -> bool:

@@ -30,6 +30,7 @@ from processor.log import (
     Record,
     TopicPartitionKey,
 )
+from processor.log.kafka.ownership import fence_static_processor, refuse_beside_members
 from processor.log.kafka.settings import (
     CLASSIC,
     COMMITTED,
@@ -50,8 +51,10 @@ class KafkaInputLog:
     the group join (seconds on some brokers) at start. Exactly-once is unchanged: offsets
     still go through the transactions with this consumer's group metadata (generation -1,
     which brokers accept from group-less consumers) and are read back with ``committed``,
-    and the transactional id still fences an older instance. Running two static
-    instances, or a static one beside group members, on the same group is not supported.
+    and the transactional id still fences an older instance. ``static_id`` is the group's
+    static transactional id: a static instance refuses to start beside group members, and
+    a member fences any static instance each time it is given partitions
+    (:mod:`processor.log.kafka.ownership`).
 
     A group member's rebalances follow its ``group_protocol``. ``classic`` is eager: every
     rebalance revokes the whole assignment (``unassign``), then hands over a whole new one
@@ -72,8 +75,10 @@ class KafkaInputLog:
         group_id: str,
         static: bool = False,
         group_protocol: str = CLASSIC,
+        static_id: str = "",
         **extra: Any,
     ) -> None:
+        self._bootstrap, self._group, self._static_id = bootstrap, group_id, static_id
         self._lag: dict[TopicPartitionKey, int] = {}
         self._group_state = ""
         settings = {
@@ -118,6 +123,10 @@ class KafkaInputLog:
                     self._active.clear()
                     self._held.clear()
                 return
+            if partitions and self._static_id:
+                # Before their committed offsets are read: a static processor's last
+                # transaction is over (committed or aborted) once this returns.
+                fence_static_processor(self._bootstrap, self._static_id)
             self._assign(partitions, on_assign)
 
         def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -140,6 +149,9 @@ class KafkaInputLog:
             consumer.incremental_unassign(fetching)
 
         if self._static:
+            # The producer holds the static transactional id by now: a member that joins
+            # from here on fences it (processor.log.kafka.ownership).
+            refuse_beside_members(self._bootstrap, self._group)
             self._assign(self._all_partitions(topics), on_assign)
         else:
             # Lost partitions (a member fenced out of its group) come to ``revoked`` too.

@@ -20,6 +20,7 @@ from confluent_kafka import (
 
 from processor.errors import (
     BrokerError,
+    FencedError,
     RecordTooLargeError,
     SowError,
     StaleGroupError,
@@ -129,7 +130,11 @@ class KafkaTransactionalLog:
     #: -> visible p50 35-43 -> 13-16 ms at 1k msg/s (bench/views.py, docs/benchmarks.md).
     commit_settle_s = 0.003
 
-    def __init__(self, bootstrap: str, transactional_id: str, **extra: Any) -> None:
+    def __init__(
+        self, bootstrap: str, transactional_id: str, fenced_means: str = "", **extra: Any
+    ) -> None:
+        #: Said when this producer is fenced ("": another processor took over).
+        self._fenced_means = fenced_means
         backoff = {k: v for k, v in self.RETRY_BACKOFF.items() if k not in _client_properties}
         resumed = _UNINITIALISED.take(transactional_id)
         self._producer = resumed or Producer(
@@ -201,6 +206,8 @@ class KafkaTransactionalLog:
                 f"transaction.timeout.ms ({self.TRANSACTION_TIMEOUT_MS / 1000:g}s): the "
                 "coordinator aborted it and fenced this producer; a new producer carries on"
             ) from exc
+        if fenced and self._fenced_means:
+            raise FencedError(f"{what}: {error}; {self._fenced_means}") from exc
         _raise_for(exc, what)
 
     def begin(self) -> None:

@@ -1,0 +1,91 @@
+"""One owner per partition between a static processor and a consumer group's members.
+
+A processor with ``assignment=static`` takes every partition of its topics without
+joining its group; group members are given theirs by the group coordinator. Kafka shares
+nothing out between the two, so they keep apart this way (docs/scaling.md):
+
+- every static processor of a group uses the group's one static transactional id
+  (``config.static_transactional_id``), and once its producer holds that id it checks
+  that the group has no member, or refuses to start (:func:`refuse_beside_members`);
+- a group member, each time it is given partitions and before it reads them or their
+  committed offsets, initialises a producer with that id (:func:`fence_static_processor`):
+  Kafka aborts a static processor's open transaction (or finishes one being committed) and
+  fences its producer, which can commit nothing more.
+
+Whichever starts second, no batch of a static processor commits once a group member works
+on the partitions: a member is in the group from its join, before it is given partitions,
+so a static processor that checked after that join sees it, and one that checked before
+holds an epoch that the member's fence ends. Two static processors of one group fence each
+other the same way (the later one's producer wins).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from processor.errors import BrokerError, ConfigurationError
+from processor.log.kafka.settings import client_settings, producer_settings
+
+log = logging.getLogger(__name__)
+
+#: How long a fence or a look at the group may take before it counts as a broker failure.
+TIMEOUT_S = 30.0
+#: What a static processor's fenced producer means (the end of its error line).
+FENCED_STATIC = (
+    "a processor of its group took its partitions (a member sharing them out, which fences "
+    "a static processor as it joins, or another static processor): a processor with "
+    "SOW_ASSIGNMENT=static must be its group's only processor; run every processor of the "
+    "group with SOW_ASSIGNMENT=group (the default of sow process)"
+)
+
+
+def refuse_beside_members(bootstrap: str, group: str) -> None:
+    """Raise ConfigurationError (one line: what runs, what to run instead) when consumer
+    group ``group`` has members; BrokerError when the broker does not say."""
+    admin = AdminClient(
+        {**client_settings(bootstrap), "client.id": "sow-ownership", "log_level": 0}
+    )
+    try:
+        described = admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group]
+        members = described.result(TIMEOUT_S).members
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+            return  # never used as a group: nobody in it
+        raise BrokerError(f"cannot describe consumer group {group}: {exc}") from exc
+    if members:
+        hosts = ", ".join(sorted({m.host for m in members}))
+        raise ConfigurationError(
+            f"consumer group {group} has {len(members)} processor(s) sharing its partitions "
+            f"out (from {hosts}); a processor with SOW_ASSIGNMENT=static takes every "
+            "partition and must be the group's only processor: run it with "
+            "SOW_ASSIGNMENT=group (the default of sow process; --group-id to use another "
+            "group), or stop the others first"
+        )
+
+
+def fence_static_processor(bootstrap: str, static_id: str) -> None:
+    """End any static processor of the group whose static transactional id is
+    ``static_id`` (module doc); returns once Kafka has fenced it. BrokerError when the
+    transaction coordinator does not answer in time."""
+    producer = Producer(
+        producer_settings(
+            bootstrap,
+            **{"client.id": "sow-fence", "transactional.id": static_id, "log_level": 0},
+        )
+    )
+    try:
+        producer.init_transactions(TIMEOUT_S)
+    except KafkaException as exc:
+        raise BrokerError(
+            f"cannot fence a static processor (transactional id {static_id}) before taking "
+            f"partitions: {exc}"
+        ) from exc
+    finally:
+        # No transaction is open: closing aborts nothing and returns at once.
+        with contextlib.suppress(RuntimeError, KafkaException):
+            producer.close()
+    log.debug("fenced any static processor with transactional id %s", static_id)
