@@ -52,6 +52,7 @@ from processor.expr import Expression, MessageContext
 from processor.expr import compile as compile_expression
 from processor.log import Headers, Record
 from processor.log.records import LogRecord
+from processor.queues.answers import answered
 from processor.queues.commands import (
     ENDED,
     Command,
@@ -238,6 +239,7 @@ class QueuePartition:
                 if record.topic() == commands:
                     command = decode_command(record.value(), record.headers())
                     outcomes = self._command(ledger, command, batch)
+                    answered(record, outcomes, batch, self.state)
                 else:
                     outcomes = self._enqueue(ledger, record, batch)
             except Exception as exc:  # reject re-raises what is not this record's failure

@@ -21,13 +21,12 @@ from processor.publish.gateway import Gateway, PendingPublishes
 from processor.publish.requests import Deleted, PublishColumns, Published
 from processor.query.historical import point_of, run_historical
 from processor.query.sow import QueryEngine, SowQuery
-from processor.queues.commands import CommandKind
 from processor.server import convert
 from processor.server.health import Health
 from processor.server.queues import QUEUE_STREAMS, QueuesServicer
 from processor.server.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
 from processor.subscriptions.hub import SubscriptionHub
-from processor.subscriptions.queues import QueueHub
+from processor.subscriptions.queues import WRITE_TIMEOUT_S, QueueHub
 from processor.subscriptions.shape import MessageShape
 from processor.topology.model import PlainTopic
 from processor.topology.topics import resolve_topic, resolve_topics
@@ -56,6 +55,7 @@ STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
     (errors.InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.MessageError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.PositionTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.DeadlineError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (errors.BookmarkTooOldError, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.CatchingUpError, grpc.StatusCode.UNAVAILABLE),
     (errors.BrokerError, grpc.StatusCode.UNAVAILABLE),
@@ -397,7 +397,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
     def SowDelete(self, request: Any, context: Any) -> Any:
         try:
-            deleted = self._delete(request)
+            deleted = self._delete(request, context)
         except errors.SowError as exc:
             self._abort(context, exc)
         return sow_pb2.SowDeleteReply(
@@ -405,7 +405,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             positions=[convert.position(p) for p in deleted.positions],
         )
 
-    def _delete(self, request: Any) -> Deleted:
+    def _delete(self, request: Any, context: Any) -> Deleted:
         selectors = [
             name
             for name, given in (
@@ -422,7 +422,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             )
         queues = self._queues
         if queues is not None and request.topic in queues.names():
-            return self._acknowledge(queues, request)
+            wait_s = _time_left(context, request.timeout_seconds or WRITE_TIMEOUT_S)
+            return self._acknowledge(queues, request, wait_s)
         timeout = request.timeout_seconds
         if request.filter:
             return self._gateway.delete_by_filter(request.topic, request.filter, timeout)
@@ -433,20 +434,17 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         return self._gateway.delete(request.topic, list(request.sow_keys), timeout)
 
     @staticmethod
-    def _acknowledge(queues: QueueHub, request: Any) -> Deleted:
+    def _acknowledge(queues: QueueHub, request: Any, wait_s: float) -> Deleted:
         """sow_delete on a queue: acknowledge the messages of the bookmarks given as
-        SowKeys (``records_deleted``: how many were sent), or every message the filter
-        matches (0: the count is not known when the acknowledgement is sent)."""
+        SowKeys, or every message the filter matches; ``records_deleted``: how many
+        messages the queue's partitions removed (QueueHub.acknowledge)."""
         topic = queues.queue(request.topic)
         if request.data:
             raise errors.InvalidRequestError(
                 f"{topic.name} is a queue: acknowledge its messages by bookmark or filter"
             )
-        if request.filter:
-            queues.act(topic, CommandKind.ACK_FILTER, filter_text=request.filter)
-            return Deleted(0, [])
-        queues.act(topic, CommandKind.ACK, list(request.sow_keys))
-        return Deleted(len(request.sow_keys), [])
+        removed = queues.acknowledge(topic, list(request.sow_keys), request.filter, wait_s)
+        return Deleted(removed, [])
 
 
 def start_server(

@@ -35,9 +35,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 
-from processor.errors import BrokerError, InvalidRequestError, UnknownTopicError
+from processor.errors import BrokerError, DeadlineError, InvalidRequestError, UnknownTopicError
 from processor.expr import compile as compile_expression
 from processor.log import ChangelogTail, LogRecord, LogWriter, Record, read_ready
+from processor.queues.answers import request_headers
 from processor.queues.commands import (
     ENDED,
     Command,
@@ -47,6 +48,7 @@ from processor.queues.commands import (
 )
 from processor.queues.definition import partition_of
 from processor.queues.partition import HEARTBEAT_S
+from processor.subscriptions.queue_answers import AwaitedAnswers
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ class QueueHub:
         self._consumers: dict[str, QueueConsumer] = {}
         self._numbers = itertools.count(1)
         self._prefix = f"{self.service_id}/"
+        self._answers = AwaitedAnswers(self.service_id)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -171,6 +174,8 @@ class QueueHub:
             consumers = self._consumers
             for record in records:
                 try:
+                    if self._answers.take(record):
+                        continue
                     delivery = decode_delivery(record.key(), record.value(), record.headers())
                 except (KeyError, ValueError) as exc:
                     log.warning(
@@ -306,6 +311,65 @@ class QueueHub:
                 f"{topic.name} (topic/partition/offset, as each lease carries it)"
             )
         return written
+
+    def acknowledge(
+        self,
+        topic: SowTopic,
+        bookmarks: Sequence[str] = (),
+        filter_text: str = "",
+        timeout_s: float = WRITE_TIMEOUT_S,
+    ) -> int:
+        """Acknowledge messages as a client without a subscription (a ``sow_delete`` on
+        the queue), by bookmark or by filter, and wait for the partitions' answers: how
+        many messages the acknowledgement removed (:mod:`processor.queues.answers`).
+        InvalidRequestError: a bad bookmark or filter (nothing is written);
+        DeadlineError: not every partition answered within ``timeout_s`` (the
+        acknowledgement may still take effect)."""
+        deadline = time.monotonic() + timeout_s
+        if filter_text:
+            compile_expression(filter_text)
+            partitions: Iterable[int] = range(topic.partitions)
+            command = Command(CommandKind.ACK_FILTER, service=self.service_id, filter=filter_text)
+            commands = dict.fromkeys(partitions, command)
+        else:
+            by_partition: dict[int, list[str]] = {}
+            for bookmark in bookmarks:
+                try:
+                    partition = partition_of(bookmark, topic.partitions)
+                except ValueError:
+                    raise InvalidRequestError(
+                        f"{bookmark!r} is not a bookmark of queue {topic.name} "
+                        "(topic/partition/offset, as each lease carries it): nothing acknowledged"
+                    ) from None
+                by_partition.setdefault(partition, []).append(bookmark)
+            commands = {
+                p: Command(CommandKind.ACK, service=self.service_id, bookmarks=tuple(chosen))
+                for p, chosen in by_partition.items()
+            }
+        if not commands:
+            return 0
+        if not self.wait_ready(max(deadline - time.monotonic(), 0.0)):
+            raise BrokerError("the queue deliveries are not readable yet; retry shortly")
+        request = self._answers.expect(commands)
+        records: list[LogRecord] = []
+        for partition, command in commands.items():
+            value, headers = command.encode()
+            headers += request_headers(request)
+            records.append((topic.repartition_topic, None, value, partition, headers))
+        try:
+            self._submit(records, wait=True)
+        except BaseException:
+            self._answers.forget(request)
+            raise
+        removed, missing = self._answers.wait(request, deadline)
+        if missing:
+            raise DeadlineError(
+                f"queue {topic.name}: the acknowledgement was sent but partitions "
+                f"{sorted(missing)} did not say within {timeout_s:g} s what it removed "
+                f"({removed} removed by the others); it takes effect when they apply it: "
+                "is the processor running?"
+            )
+        return removed
 
     def _write(
         self, topic: SowTopic, command: Command, partitions: Iterable[int], wait: bool
