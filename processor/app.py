@@ -287,8 +287,12 @@ class Application:
         return None
 
     def stop(self) -> None:
-        """Stop everything this application started, in reverse order."""
+        """Stop everything this application started, in reverse order; first of all, end
+        every wait on the read replica (requests waiting for a position or a delete's
+        effect end at once, UNAVAILABLE, instead of at their deadline)."""
         self.stopping.set()
+        if self.replica is not None:
+            self.replica.stop()
         if self.health is not None:
             self.health.stop()
         if self.observer is not None:

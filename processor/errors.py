@@ -181,6 +181,17 @@ class CatchingUpError(SowError):
     changelogs yet (after a start); retry, or ask the query to wait."""
 
 
+class ReplicaStoppedError(CatchingUpError):
+    """A request waited on the read replica (for a position, a delete's effect) when its
+    query service began to stop: the wait ends at once, unanswered. As with a replica
+    still catching up, another query service, or this one restarted, can answer."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the query service is stopping: retry on another one, or once it has restarted"
+        )
+
+
 class UnsupportedError(SowError):
     """A request asks for something this release does not implement yet."""
 

@@ -32,9 +32,6 @@ Guarantees, per changelog partition:
   only); on start it loads the snapshot and tails the changelogs from its positions.
   An unusable snapshot is ignored with a warning and the changelogs are replayed from
   offset 0.
-
-Read-your-writes: ``wait_for`` blocks until the processor's progress, as published in
-the PROGRESS records, has passed given transaction-log positions.
 """
 
 from __future__ import annotations
@@ -46,12 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from processor.changelog import (
-    CONTROL_PREFIX,
-    PROGRESS_KEY,
-    RESET_KEY,
-    decode_progress,
-)
+from processor.changelog import CONTROL_PREFIX, PROGRESS_KEY, RESET_KEY, decode_progress
 from processor.changelog.events import (
     ChangeEvent,
     ChangeReason,
@@ -59,6 +51,7 @@ from processor.changelog.events import (
     ListenerHandle,
     Listeners,
 )
+from processor.errors import ReplicaStoppedError
 from processor.expr import FieldInput
 from processor.log import (
     ChangelogReader,
@@ -419,10 +412,13 @@ class Replica:
             return all(self._log_next.get((t, p), -1) > o for t, p, o in positions)
 
     def wait_for(self, positions: Sequence[LogPosition], timeout_s: float) -> bool:
-        """Block until ``reached(positions)`` or the timeout; return whether it was reached."""
+        """Read-your-writes: block until ``reached(positions)`` (PROGRESS records) or the
+        timeout; return whether reached. :meth:`stop` ends every wait: ReplicaStoppedError."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while not all(self._log_next.get((t, p), -1) > o for t, p, o in positions):
+                if self._stop.is_set():
+                    raise ReplicaStoppedError()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
