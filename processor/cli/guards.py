@@ -89,6 +89,8 @@ def hold_state_dir(
             raise StartCancelledError("stopped while waiting for the state directory")
         if stop is None:
             time.sleep(0.1)
+    if reported:
+        sys.stderr.write(f"  it has ended after {time.monotonic() - began:.1f}s\n")
     handle.seek(0)
     handle.truncate()
     handle.write(f"process {os.getpid()} (sow serve)\n")
