@@ -111,7 +111,8 @@ def _lease_json(lease: Any, record: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_queue_action(args: argparse.Namespace) -> int:
-    """Acknowledge, cancel or expire messages of a queue; prints the commands written."""
+    """Acknowledge, cancel or expire messages of a queue; prints the commands written
+    and, for an acknowledgement, the messages it removed."""
     from processor.cli.client_commands import _address, _out
     from processor.client.sow_client import SowClient
 
@@ -120,8 +121,9 @@ def cmd_queue_action(args: argparse.Namespace) -> int:
     if bool(args.bookmarks) == bool(given):
         raise SowError(f"sow queue-{action}: give bookmarks or --filter (ack only), not both")
     with SowClient(_address(args)) as client:
-        written = client.queue_act(
+        reply = client.queue_act(
             args.queue, action, bookmarks=args.bookmarks, filter=given, timeout=args.timeout
         )
-    _out({action: len(args.bookmarks) if args.bookmarks else "filter", "commands": written})
+    done = {action: len(args.bookmarks) if args.bookmarks else "filter", "commands": reply.commands}
+    _out(done | ({"removed": reply.removed} if action == "ack" else {}))
     return 0

@@ -133,9 +133,11 @@ def act(
     bookmarks: Sequence[str] = (),
     filter: str = "",
     timeout: float | None = 30.0,
-) -> int:
+) -> Any:
     """Acknowledge, cancel or expire messages of a queue by bookmark (or acknowledge
-    those a filter matches); returns how many command records the service wrote."""
+    those a filter matches); returns the QueueActionReply: ``commands``, the command
+    records the service wrote, and for an acknowledgement ``removed``, how many messages
+    it removed (once the queue's partitions applied it)."""
     request = sow_pb2.QueueActionRequest(
         queue=queue_name, action=ACTIONS[action], bookmarks=bookmarks, filter=filter
     )
@@ -143,4 +145,4 @@ def act(
         reply = stub.Act(request, timeout=timeout)
     except grpc.RpcError as exc:
         raise translate(exc) from exc
-    return int(reply.commands)
+    return reply

@@ -308,9 +308,10 @@ class SowClient:
         ``max_backlog``, ``text_form``; see :class:`~processor.client.queues.QueueStream`)."""
         return QueueStream(self._queues, queue_name, **options)
 
-    def queue_act(self, queue_name: str, action: str, **options: Any) -> int:
+    def queue_act(self, queue_name: str, action: str, **options: Any) -> Any:
         """``ack``, ``cancel`` or ``expire`` messages of a queue outside a stream
-        (options: ``bookmarks``, ``filter``, ``timeout``)."""
+        (options: ``bookmarks``, ``filter``, ``timeout``); the QueueActionReply
+        (``commands`` written; ``removed``: the messages an ``ack`` removed)."""
         return queue_act(self._queues, queue_name, action, **options)
 
 

@@ -17,7 +17,7 @@ from processor import changelog, errors
 from processor.messages import Codec
 from processor.queues.commands import CommandKind, Delivery
 from processor.server import convert
-from processor.subscriptions.queues import QueueConsumer, QueueHub
+from processor.subscriptions.queues import WRITE_TIMEOUT_S, QueueConsumer, QueueHub
 from processor.wire import sow_pb2, sow_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,11 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
                     raise errors.InvalidRequestError("only an acknowledgement takes a filter")
                 if request.bookmarks:
                     raise errors.InvalidRequestError("give bookmarks or a filter, not both")
-                kind = CommandKind.ACK_FILTER
-            written = self._hub.act(topic, kind, list(request.bookmarks), request.filter)
+            if kind is CommandKind.ACK:  # waits for the count it removed
+                bookmarks, wait_s = list(request.bookmarks), _wait_s(context)
+                done = self._hub.acknowledge(topic, bookmarks, request.filter, wait_s)
+                return sow_pb2.QueueActionReply(commands=done.commands, removed=done.removed)
+            written = self._hub.act(topic, kind, list(request.bookmarks))
         except errors.SowError as exc:
             self._abort(context, exc)
         return sow_pb2.QueueActionReply(commands=written)
@@ -125,6 +128,13 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
             return lambda envelope: convert.record(envelope, None)
         codecs = self._codecs
         return lambda envelope: convert.record(envelope, codecs[envelope.topic].to_text)
+
+
+def _wait_s(context: Any) -> float:
+    """How long an acknowledgement waits for its count: the call's deadline less a tenth
+    to answer, at most WRITE_TIMEOUT_S."""
+    remaining: float | None = context.time_remaining()
+    return WRITE_TIMEOUT_S if remaining is None else min(remaining * 0.9, WRITE_TIMEOUT_S)
 
 
 def _lease(delivery: Delivery, to_record: Callable[[changelog.Envelope], Any]) -> Any:

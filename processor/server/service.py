@@ -443,8 +443,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             raise errors.InvalidRequestError(
                 f"{topic.name} is a queue: acknowledge its messages by bookmark or filter"
             )
-        removed = queues.acknowledge(topic, list(request.sow_keys), request.filter, wait_s)
-        return Deleted(removed, [])
+        done = queues.acknowledge(topic, list(request.sow_keys), request.filter, wait_s)
+        return Deleted(done.removed, [])
 
 
 def start_server(

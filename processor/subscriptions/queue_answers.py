@@ -13,9 +13,18 @@ import itertools
 import threading
 import time
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from processor.log import Record
 from processor.queues.answers import decode_answer
+
+
+class Acknowledged(NamedTuple):
+    """What an acknowledgement did: the messages it removed, the command records it took
+    (one per queue partition reached)."""
+
+    removed: int
+    commands: int
 
 
 class _Awaited:

@@ -48,7 +48,7 @@ from processor.queues.commands import (
 )
 from processor.queues.definition import partition_of
 from processor.queues.partition import HEARTBEAT_S
-from processor.subscriptions.queue_answers import AwaitedAnswers
+from processor.subscriptions.queue_answers import Acknowledged, AwaitedAnswers
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
@@ -318,10 +318,11 @@ class QueueHub:
         bookmarks: Sequence[str] = (),
         filter_text: str = "",
         timeout_s: float = WRITE_TIMEOUT_S,
-    ) -> int:
+    ) -> Acknowledged:
         """Acknowledge messages as a client without a subscription (a ``sow_delete`` on
         the queue), by bookmark or by filter, and wait for the partitions' answers: how
-        many messages the acknowledgement removed (:mod:`processor.queues.answers`).
+        many messages the acknowledgement removed (:mod:`processor.queues.answers`) and
+        how many command records it took.
         InvalidRequestError: a bad bookmark or filter (nothing is written);
         DeadlineError: not every partition answered within ``timeout_s`` (the
         acknowledgement may still take effect)."""
@@ -347,7 +348,7 @@ class QueueHub:
                 for p, chosen in by_partition.items()
             }
         if not commands:
-            return 0
+            return Acknowledged(0, 0)
         if not self.wait_ready(max(deadline - time.monotonic(), 0.0)):
             raise BrokerError("the queue deliveries are not readable yet; retry shortly")
         request = self._answers.expect(commands)
@@ -369,7 +370,7 @@ class QueueHub:
                 f"({removed} removed by the others); it takes effect when they apply it: "
                 "is the processor running?"
             )
-        return removed
+        return Acknowledged(removed, len(records))
 
     def _write(
         self, topic: SowTopic, command: Command, partitions: Iterable[int], wait: bool

@@ -495,7 +495,9 @@ class QueueActionRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., action: _Optional[_Union[QueueAction, str]] = ..., bookmarks: _Optional[_Iterable[str]] = ..., filter: _Optional[str] = ...) -> None: ...
 
 class QueueActionReply(_message.Message):
-    __slots__ = ("commands",)
+    __slots__ = ("commands", "removed")
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
     commands: int
-    def __init__(self, commands: _Optional[int] = ...) -> None: ...
+    removed: int
+    def __init__(self, commands: _Optional[int] = ..., removed: _Optional[int] = ...) -> None: ...

@@ -42,11 +42,17 @@ def test_records_deleted_counts_what_the_acknowledgement_removed(
             # A filter: what it matches and may settle (not the message leased to another).
             assert client.delete("Q", filter="/id >= 0").records_deleted == 3
             _until(lambda: _queued(client) == [0])
+            # Queues.Act says so too, beside the command records it wrote.
+            reply = client.queue_act("Q", "ack", bookmarks=holder.bookmarks())
+            assert (reply.commands, reply.removed) == (1, 0)
             # The CLI prints the same count.
             address = app.grpc_address
             deleted = _sow(address, "delete", "Q", "--filter", "/id >= 0")
             assert deleted.returncode == 0, deleted.stderr
             assert orjson.loads(deleted.stdout) == {"records_deleted": 0}
+            acked = _sow(address, "queue-ack", "Q", "--filter", "/id >= 0")
+            assert acked.returncode == 0, acked.stderr
+            assert orjson.loads(acked.stdout) == {"ack": "filter", "commands": 1, "removed": 0}
             holder.stream.ack(holder.bookmarks())
             _until(lambda: _queued(client) == [])
         finally:

@@ -501,7 +501,7 @@ def test_the_sow_cli_consumes_and_acknowledges(backend: str, tmp_path: Path, uni
         bookmark = client.query("Q", filter="/id = 3")[0][0].sow_key
         done = _sow(app.grpc_address, "queue-ack", "Q", bookmark)
         assert done.returncode == 0, done.stderr
-        assert orjson.loads(done.stdout) == {"ack": 1, "commands": 1}
+        assert orjson.loads(done.stdout) == {"ack": 1, "commands": 1, "removed": 1}
         _until(lambda: _queued(client) == [2])
         done = _sow(app.grpc_address, "queue-ack", "Q", "--filter", "/id = 2")
         assert done.returncode == 0, done.stderr
