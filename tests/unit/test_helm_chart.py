@@ -263,6 +263,28 @@ def test_values_schema_refuses_bad_values_naming_the_value(case: str, tmp_path: 
         chart.render(values)  # an install refuses it the same way
 
 
+def test_a_static_assignment_with_more_than_one_processor_is_refused() -> None:
+    """Static processors share one transactional id and fence each other (docs/scaling.md):
+    more than one replica would be a crash loop, so the chart refuses it."""
+    chart = helm.Chart.load(CHART)
+    values = {**BOOTSTRAP, "processor": {"assignment": "static", "replicas": 2}}
+    with pytest.raises(helm.HelmRenderError, match=r"processor\.replicas must be 1"):
+        chart.render(values, name="sow", namespace="data", is_install=True)
+    values["processor"]["replicas"] = 1
+    statefulset = one(
+        [
+            doc
+            for path, text in chart.render(values, name="sow", namespace="data").items()
+            if not path.endswith("NOTES.txt")
+            for doc in yaml.safe_load_all(text)
+            if doc
+        ],
+        "StatefulSet",
+    )
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["SOW_ASSIGNMENT"]["value"] == "static"
+
+
 def test_dockerfile_copies_files_that_exist() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "FROM python:3.11-slim" in dockerfile
