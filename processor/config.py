@@ -38,6 +38,11 @@ that implements KIP-848); the embedded Apache Kafka has it and uses it by defaul
 external broker keeps ``classic`` unless told otherwise, because an older broker refuses a
 ``consumer`` member (docs/scaling.md). Every processor of a group must use the same one; a
 processor with ``assignment=static`` joins no group and uses neither.
+
+``assignment=static`` takes every partition without a group join; it is the default only
+on the embedded Tansu broker (a join costs ~3 s there). Such a processor must be its
+group's only one: it refuses to start beside group members, and a member that joins later
+fences it (docs/scaling.md, "One owner per partition").
 """
 
 from __future__ import annotations
@@ -158,13 +163,14 @@ class Settings:
             helm="processor.maxBatch",
         ),
     )
-    #: None means ``group``.
+    #: None means the broker's default (``Broker.assignment``).
     assignment: str | None = _setting(
         None,
         Spec(
             "SOW_ASSIGNMENT",
-            "`group`: partitions spread over replicas; `static`: one processor takes them all",
-            "`group`",
+            "`group`: partitions spread over replicas; `static`: one processor, alone in its "
+            "group, takes them all (docs/scaling.md)",
+            "`group`; `static` on the embedded Tansu broker",
             "choice",
             ASSIGNMENTS,
             helm="processor.assignment",
