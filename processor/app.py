@@ -41,7 +41,7 @@ from processor.replica.plain_tail import PlainTail
 from processor.replica.replica import Replica
 from processor.state.opener import store_opener
 from processor.subscriptions.hub import SubscriptionHub
-from processor.subscriptions.queues import QueueHub
+from processor.subscriptions.queues import QueueHub, queue_service_id
 from processor.topology import Topology, refuse_unserved
 from processor.wiring import derived_wiring
 from processor.worker import ProcessorChild
@@ -403,7 +403,12 @@ def start(
                 app._spawn("sow-plain-tail", app.plain_tail.run)
             app.subscriptions = SubscriptionHub(topology, app.replica, engine, plain=app.plain_tail)
             if any(topic.queue is not None for topic in topology.topics.values()):
-                app.queues = QueueHub(topology, backend.changelog_tail, app.log_writer)
+                app.queues = QueueHub(
+                    topology,
+                    backend.changelog_tail,
+                    app.log_writer,
+                    service_id=queue_service_id(settings.state_dir),
+                )
                 app._spawn("sow-queues", app.queues.run)
             app.health = Health(app.readiness)
             if settings.metrics_address:

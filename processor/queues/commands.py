@@ -34,6 +34,28 @@ DELIVERIES_HEADER = "sow.queue-deliveries"
 ENDED = "ended"
 
 
+#: Between a query service's instance and its incarnation in its service id.
+_INCARNATION = "@"
+
+
+def service_id(instance: str, started_ms: int) -> str:
+    """A query service's id: its ``instance`` (the same across restarts of one query
+    service, e.g. a hash of its host and state directory) and its incarnation (when this
+    run started). A partition that hears a later incarnation of an instance knows the
+    earlier one is gone: its subscriptions are disconnected at once (their leases
+    return) instead of after the heartbeat timeout."""
+    return f"{instance}{_INCARNATION}{started_ms}"
+
+
+def incarnation_of(service: str) -> tuple[str, int] | None:
+    """(instance, incarnation) of a service id made by :func:`service_id` (None: an id
+    without one, which is never superseded)."""
+    instance, sep, started = service.rpartition(_INCARNATION)
+    if not sep or not instance or not started.isdigit():
+        return None
+    return instance, int(started)
+
+
 class CommandKind(Enum):
     SUBSCRIBE = "subscribe"
     DISCONNECT = "disconnect"

@@ -151,10 +151,12 @@ class Ledger:
     ) -> None:
         """Take back what a partition kept (its subscriptions, then its messages with
         their counts and leases) without deciding anything: call :meth:`dispatch` after.
-        A lease whose holder is not among the subscriptions is returned, uncounted."""
+        A lease whose holder is not among the subscriptions is returned, uncounted. The
+        subscriptions come back paused (:meth:`resume`): one whose service died with the
+        restart must not be leased to (at-most-once would lose what it is sent)."""
         for subscription_id, max_backlog, matches in subscriptions:
             self._subscriptions[subscription_id] = Subscription(
-                subscription_id, self._backlog(max_backlog), matches
+                subscription_id, self._backlog(max_backlog), matches, paused=True
             )
         for message in messages:
             holder = None if message.holder is None else self._subscriptions.get(message.holder)
@@ -228,6 +230,15 @@ class Ledger:
             subscription_id, backlog, matches or (lambda _message: True), held
         )
         return self.dispatch(now_ms)
+
+    def resume(self, subscription_ids: Iterable[str], now_ms: int) -> list[Outcome]:
+        """Deliver to restored subscriptions again: their service was heard from."""
+        resumed = False
+        for subscription_id in subscription_ids:
+            subscription = self._subscriptions.get(subscription_id)
+            if subscription is not None and subscription.paused:
+                subscription.paused, resumed = False, True
+        return self.dispatch(now_ms) if resumed else []
 
     def disconnect(self, subscription_id: str, now_ms: int) -> list[Outcome]:
         """Remove a subscription: its leases return to the queue."""
@@ -352,7 +363,7 @@ class Ledger:
             if message.barrier:
                 if self._order[0][1] != bookmark:
                     break  # earlier messages are still held: it and every later one wait
-                if not any(s.matches(message) for s in self._subscriptions.values()):
+                if not any(_takes(s, message) for s in self._subscriptions.values()):
                     break  # nobody to deliver it to yet: it and every later one wait
                 outcomes.append(self._deliver_barrier(message))
                 end -= 1
@@ -428,7 +439,7 @@ class Ledger:
         return Outcome(Change.LEASED, message.bookmark, (subscription.id,), deadline)
 
     def _deliver_barrier(self, message: QueueMessage) -> Outcome:
-        to = tuple(s.id for s in self._subscriptions.values() if s.matches(message))
+        to = tuple(s.id for s in self._subscriptions.values() if _takes(s, message))
         self._remove(message)
         return Outcome(Change.BARRIER, message.bookmark, to)
 
@@ -466,3 +477,9 @@ class Ledger:
         holder = self._subscriptions.get(message.holder)
         if holder is not None:
             holder.held.discard(message.bookmark)
+
+
+def _takes(subscription: Subscription, message: QueueMessage) -> bool:
+    """Whether a barrier message goes to ``subscription`` (its filter matches and it is
+    not paused)."""
+    return not subscription.paused and subscription.matches(message)

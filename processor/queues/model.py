@@ -60,10 +60,13 @@ class Subscription:
     matches: MessageFilter = lambda _message: True
     #: Leases not yet acknowledged (at-most-once: delivered, the message already gone).
     held: set[Bookmark] = field(default_factory=set)
+    #: Restored after a restart and not heard from since: it may be gone with the
+    #: service that held it, so nothing is delivered to it until it is heard again.
+    paused: bool = False
 
     @property
     def free(self) -> int:
-        return self.backlog - len(self.held)
+        return 0 if self.paused else self.backlog - len(self.held)
 
 
 class Change(Enum):

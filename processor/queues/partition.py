@@ -26,8 +26,9 @@ transaction:
 
 Subscriptions are kept in the state too, so a restarted partition rebuilds its ledger
 (messages, counts, leases, subscriptions) exactly. A query service keeps its
-subscriptions alive with heartbeats; when the partition takes it for dead (:meth:`_gone`),
-its subscriptions are disconnected, their leases return, and an ``ended`` delivery says
+subscriptions alive with heartbeats; when the partition takes it for dead
+(:mod:`processor.queues.services`: silent too long, or restarted), its subscriptions are
+disconnected, their leases return, and an ``ended`` delivery says
 so (a service that was alive after all, a broker outage for instance, subscribes them
 again). The clock's
 work (lease deadlines, expirations, those timeouts) runs in :meth:`QueuePartition.tick`
@@ -63,15 +64,11 @@ from processor.queues.commands import (
 from processor.queues.definition import QueueDefinition, bookmark_of, publish_options
 from processor.queues.figures import COUNTED, QueueFigures
 from processor.queues.ledger import Change, Ledger, MessageFilter, Outcome, QueueMessage
+from processor.queues.services import SERVICE_TIMEOUT_MS, Services
 from processor.queues.state import MESSAGE_STATE, MessageState
 from processor.topology.model import QueueSemantics
 
 log = logging.getLogger(__name__)
-
-#: A query service not heard from for this long is gone: its subscriptions disconnect.
-SERVICE_TIMEOUT_MS = 15_000
-#: How often a query service sends its heartbeat to every partition of its queues.
-HEARTBEAT_S = 3.0
 
 _MESSAGE = MESSAGE_STATE  # state: a message's counts and lease
 _SUBSCRIPTION = b"qs"  # state: a subscription
@@ -95,11 +92,8 @@ class QueuePartition:
         self.state = state
         self.version = (b"queue-definition", definition.digest)
         self._ledger: Ledger | None = None
-        #: Query service -> when its last command was applied; subscription -> its service;
-        #: when the partition last applied a command of any service (see :meth:`_gone`).
-        self._heard: dict[str, int] = {}
-        self._service_of: dict[str, str] = {}
-        self._commanded_ms = 0
+        #: The query services holding its subscriptions, and their liveness.
+        self._services = Services()
         #: What survives an aborted transaction: deferred acknowledgements (memory only)
         #: and the origin decided for a partition with none committed yet.
         self._deferred: dict[bytes, int] = {}
@@ -142,16 +136,13 @@ class QueuePartition:
             return ledger
         definition, store, now_ms = self.definition, self.state.store, batch.now_ms
         ledger = Ledger(definition.rules)
-        self._heard.clear()
-        self._service_of.clear()
-        self._commanded_ms = now_ms
+        self._services.reset(now_ms)
         subscriptions = []
         prefix = STATE_PREFIX + _SUBSCRIPTION
         for key, raw in store.meta_items(prefix):
             subscription_id = key[len(prefix) :].decode()
             kept = json.loads(raw)
-            self._service_of[subscription_id] = kept["service"]
-            self._heard[kept["service"]] = now_ms
+            self._services.restored(subscription_id, kept["service"], now_ms)
             subscriptions.append(
                 (subscription_id, kept.get("backlog"), self._filter(kept.get("filter", "")))
             )
@@ -319,10 +310,21 @@ class QueuePartition:
         return published_ms >= since_ms and offset > after_offset
 
     def _command(self, ledger: Ledger, command: Command, batch: PartitionBatch) -> list[Outcome]:
+        self._services.commanded(batch.now_ms)
+        outcomes = self._heard_from(ledger, command.service, batch) if command.service else []
+        return outcomes + self._act(ledger, command, batch)
+
+    def _heard_from(self, ledger: Ledger, service: str, batch: PartitionBatch) -> list[Outcome]:
+        """A command of ``service``: its restored subscriptions resume, and those of an
+        earlier incarnation of it end (:mod:`processor.queues.services`)."""
+        resumed, ended = self._services.heard(service, batch.now_ms)
+        outcomes = []
+        for subscription_id in ended:
+            outcomes.extend(self._end(ledger, subscription_id, batch))
+        return outcomes + ledger.resume(resumed, batch.now_ms)
+
+    def _act(self, ledger: Ledger, command: Command, batch: PartitionBatch) -> list[Outcome]:
         now_ms, by, kind = batch.now_ms, command.subscription, command.kind
-        self._commanded_ms = now_ms
-        if command.service:
-            self._heard[command.service] = now_ms
         bookmarks = [b.encode() for b in command.bookmarks]
         if kind is CommandKind.HEARTBEAT:
             return []
@@ -336,7 +338,7 @@ class QueuePartition:
             if command.max_backlog is not None:
                 kept["backlog"] = command.max_backlog  # type: ignore[assignment]
             batch.put_state(_SUBSCRIPTION + by.encode(), json.dumps(kept).encode())
-            self._service_of[by] = command.service
+            self._services.held(by, command.service)
             return ledger.subscribe(by, now_ms, command.max_backlog, matches)
         if kind is CommandKind.DISCONNECT:
             return self._disconnect(ledger, by or "", batch)
@@ -354,7 +356,7 @@ class QueuePartition:
         if ledger.subscription(subscription_id) is None:
             return []
         batch.put_state(_SUBSCRIPTION + subscription_id.encode(), None)
-        self._service_of.pop(subscription_id, None)
+        self._services.dropped(subscription_id)
         return ledger.disconnect(subscription_id, batch.now_ms)
 
     # -- the clock ----------------------------------------------------------------------
@@ -366,25 +368,13 @@ class QueuePartition:
         due = ledger.next_due_ms()
         if due is not None and due <= now_ms:
             return True
-        return bool(self._gone(now_ms))
-
-    def _gone(self, now_ms: int) -> set[str]:
-        """The query services taken for dead: another service's command was applied
-        :data:`SERVICE_TIMEOUT_MS` after its last one, or no command at all was for that
-        long. (Measured in apply times of this partition's commands, not the clock: a
-        partition catching up a backlog applies the heartbeats queued in it first.)"""
-        if now_ms - self._commanded_ms >= SERVICE_TIMEOUT_MS:
-            return set(self._heard)
-        latest = self._commanded_ms
-        return {s for s, heard in self._heard.items() if latest - heard >= SERVICE_TIMEOUT_MS}
+        return bool(self._services.gone(now_ms))
 
     def tick(self, batch: PartitionBatch, now_ms: int, reject: Rejects) -> None:
         ledger = self._loaded(batch)
         outcomes: list[Outcome] = []
-        gone = self._gone(now_ms)
-        for service in gone:
-            del self._heard[service]
-            held = [sub for sub, owner in self._service_of.items() if owner == service]
+        for service in self._services.gone(now_ms):
+            held = self._services.forget(service)
             if held:
                 log.warning(
                     "queue %s[%d]: query service %s not heard from for %d s: its %d "
@@ -396,14 +386,18 @@ class QueuePartition:
                     len(held),
                 )
             for subscription_id in held:
-                outcomes.extend(self._disconnect(ledger, subscription_id, batch))
-                # Said on the deliveries: a service that is alive after all subscribes again.
-                headers = delivery_headers(ENDED, b"", None, 0)
-                deliveries = self.state.topic.deliveries_topic
-                key = subscription_id.encode()
-                batch.produce(deliveries, b"", key, self.state.partition, headers)
+                outcomes.extend(self._end(ledger, subscription_id, batch))
         outcomes.extend(ledger.tick(now_ms))
         self._persist(outcomes, batch, reject)
+
+    def _end(self, ledger: Ledger, subscription_id: str, batch: PartitionBatch) -> list[Outcome]:
+        """Disconnect a subscription whose service was taken for dead, and say so on the
+        deliveries: a service alive after all subscribes it again."""
+        outcomes = self._disconnect(ledger, subscription_id, batch)
+        headers = delivery_headers(ENDED, b"", None, 0)
+        deliveries = self.state.topic.deliveries_topic
+        batch.produce(deliveries, b"", subscription_id.encode(), self.state.partition, headers)
+        return outcomes
 
     # -- persisting what the ledger decided --------------------------------------------
 

@@ -13,7 +13,7 @@ makes one record per partition).
   deliveries partition (:meth:`QueueHub.wait_ready`) and its subscribe command is in the
   log: no lease it is given can be missed.
 * **Alive.** The hub sends a heartbeat to every queue partition each
-  :data:`~processor.queues.partition.HEARTBEAT_S`; a partition that stops hearing it
+  :data:`~processor.queues.services.HEARTBEAT_S`; a partition that stops hearing it
   disconnects this service's subscriptions, so a service that dies gives its leases back
   by itself. A partition that took a live service for dead (after a broker outage, say)
   says so on the deliveries (``ended``), and the hub subscribes the consumer there again.
@@ -27,13 +27,16 @@ of the deliveries.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import queue
+import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from processor.errors import BrokerError, DeadlineError, InvalidRequestError, UnknownTopicError
 from processor.expr import compile as compile_expression
@@ -45,9 +48,10 @@ from processor.queues.commands import (
     CommandKind,
     Delivery,
     decode_delivery,
+    service_id,
 )
 from processor.queues.definition import partition_of
-from processor.queues.partition import HEARTBEAT_S
+from processor.queues.services import HEARTBEAT_S
 from processor.subscriptions.queue_answers import Acknowledged, AwaitedAnswers
 from processor.topology.model import SowTopic, Topology
 
@@ -391,3 +395,13 @@ class QueueHub:
         for result in delivery.results():
             if isinstance(result, Exception):
                 raise result
+
+
+def queue_service_id(state_dir: Path) -> str:
+    """The id of a query service running on ``state_dir`` on this host: the same instance
+    for every run there (two runs cannot share a state directory), a new incarnation each
+    run, so a restarted service's consumers get back at once what the killed run held
+    (:mod:`processor.queues.services`)."""
+    place = f"{socket.gethostname()}:{state_dir.resolve()}"
+    instance = hashlib.sha256(place.encode()).hexdigest()[:10]
+    return service_id(instance, int(time.time() * 1000))

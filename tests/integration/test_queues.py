@@ -23,7 +23,7 @@ from processor.client.sow_client import SowClient
 from processor.config import Settings
 from processor.errors import ServiceError
 from processor.queues.commands import Command, CommandKind
-from processor.queues.partition import SERVICE_TIMEOUT_MS
+from processor.queues.services import SERVICE_TIMEOUT_MS
 from processor.replica.snapshot import FILE_NAME
 from processor.topology.yaml_loader import parse_yaml
 from tests.conftest import MEMORY

@@ -288,9 +288,26 @@ def test_restore_takes_back_leases_subscriptions_and_deferred_acks() -> None:
     ledger.keep_deferred_acks({b"m9": 1_000})
     assert ledger.leased == 1  # a's lease; the orphan's returned
     assert ledger.subscription("a").held == {b"m0"}  # type: ignore[union-attr]
-    assert leased(ledger.dispatch(0)) == [(b"m1", "a"), (b"m2", "a")]
+    assert leased(ledger.dispatch(0)) == []  # paused until its service is heard
+    assert leased(ledger.resume(["a"], 0)) == [(b"m1", "a"), (b"m2", "a")]
     assert [o.change for o in ledger.tick(50)] == [Change.RETURNED, Change.LEASED]
     assert ledger.enqueue(msg(9), 10) == [Outcome(Change.ACKED, b"m9")]
+
+
+def test_a_restored_subscription_gets_nothing_until_resumed_not_even_a_barrier() -> None:
+    """A subscription restored after a restart may have died with it: at-most-once would
+    lose what it is sent (issue 31 item 1)."""
+    rules = QueueRules(semantics=QueueSemantics.AT_MOST_ONCE, max_per_subscription_backlog=5)
+    ledger = Ledger(rules)
+    ledger.restore([("dead", 5, lambda _m: True)], [msg(0), msg(1, barrier=True), msg(2)])
+    assert ledger.dispatch(0) == []
+    outcomes = ledger.subscribe("new", 0, max_backlog=5)
+    assert [(o.change, o.bookmark, o.subscriptions) for o in outcomes] == [
+        (Change.LEASED, b"m0", ("new",)),
+        (Change.BARRIER, b"m1", ("new",)),  # not to the paused one
+        (Change.LEASED, b"m2", ("new",)),
+    ]
+    assert ledger.resume(["dead"], 0) == []  # resumed: nothing left for it
 
 
 @settings(max_examples=200, deadline=None)
