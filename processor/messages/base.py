@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from processor.messages import limits
 from processor.messages.fields import merge
 
 # ASCII digits only: AMPS reads bytes, so other scripts' digits are text, not numbers.
@@ -26,15 +27,16 @@ _INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)", re.ASCII)
 
 
-def typed_text(raw: str) -> Any:
+def typed_text(raw: str, where: str = "") -> Any:
     """A text value as AMPS types it: ``24`` an integer, ``24.0`` or ``1e3`` a float
-    (ASCII digits only), anything else the string itself; empty text is NULL (None)."""
+    (ASCII digits only), anything else the string itself; empty text is NULL (None). An
+    integer outside 64 bits is a DecodeError naming ``where`` (the field)."""
     if not raw:
         return None
     first = raw[0]
     if first.isdigit() or first in "+-.":
         if _INTEGER.fullmatch(raw):
-            return int(raw)
+            return int(raw) if len(raw) < 19 else limits.integer(raw, where)
         if _FLOAT.fullmatch(raw):
             return float(raw)
     return raw
@@ -45,13 +47,13 @@ _FLOAT_BYTES = re.compile(rb"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)")
 _NUMBER_START = frozenset(b"0123456789+-.")
 
 
-def typed_bytes(raw: bytes) -> Any:
+def typed_bytes(raw: bytes, where: str = "") -> Any:
     """:func:`typed_text` of UTF-8 bytes, without decoding a number first."""
     if not raw:
         return None
     if raw[0] in _NUMBER_START:
         if _INTEGER_BYTES.fullmatch(raw):
-            return int(raw)
+            return int(raw) if len(raw) < 19 else limits.integer(raw.decode(), where)
         if _FLOAT_BYTES.fullmatch(raw):
             return float(raw)
     return raw.decode("utf-8", errors="replace")

@@ -26,6 +26,7 @@ import struct
 from typing import Any
 
 from processor.errors import DecodeError
+from processor.messages import limits
 from processor.messages.base import FieldsCodec
 
 NULL, STRING, BINARY, INT8, INT16, INT32, INT64, DOUBLE, DATETIME, LEB128 = range(10)
@@ -96,13 +97,30 @@ def _value(data: bytes, pos: int, kind: int) -> tuple[Any, int]:
         raw = data[pos:end]
         return (raw.decode("utf-8", errors="replace") if kind == STRING else raw), end
     if kind == LEB128:
-        return _signed(data, pos)
+        value, pos = _signed(data, pos)
+        return limits.check_integer(value, f"the leb128 value ending at byte {pos}"), pos
     if kind == NULL:
         return None, pos
     fixed = _FIXED.get(kind)
     if fixed is None:
         raise DecodeError(f"the bflat message has a field of unknown type {kind}")
     return fixed.unpack_from(data, pos)[0], pos + fixed.size
+
+
+def _repeat(fields: dict[str, Any], repeats: dict[str, int], tag: str, value: Any) -> None:
+    """Add one more value of a tag already read: its values become a list (an array's
+    elements and the values after it, as the format's readers give them), appended to in
+    place so that repeats cost linear time."""
+    count = repeats.get(tag)
+    if count is None:
+        held = fields[tag]
+        fields[tag] = [*held, value] if isinstance(held, list) else [held, value]
+        count = 1
+    else:
+        fields[tag].append(value)
+    if count >= limits.MAX_REPEATS:
+        raise limits.too_many_repeats(tag)
+    repeats[tag] = count + 1
 
 
 def _kind(value: Any, name: str) -> int:
@@ -115,6 +133,7 @@ def _kind(value: Any, name: str) -> int:
         for kind, bound in _INT_RANGES:
             if -bound <= value < bound:
                 return kind
+        limits.check_integer(value, f"field {name!r}")
         return LEB128
     if isinstance(value, float):
         return DOUBLE
@@ -161,7 +180,10 @@ class BflatCodec(FieldsCodec):
 
     def decode(self, data: bytes) -> Any:
         fields: dict[str, Any] = {}
+        #: A repeated tag's count of values, its list owned by this decode (appended to).
+        repeats: dict[str, int] = {}
         pos, end = 0, len(data)
+        values = 0  # array elements (a field takes a byte at least: len(data) bounds them)
         try:
             while pos < end:
                 lead = data[pos]
@@ -183,10 +205,18 @@ class BflatCodec(FieldsCodec):
                 kind = (lead >> 3) & 0x0F
                 if lead & _ARRAY:
                     count, pos = _unsigned(data, pos)
-                    value: Any = []
-                    for _ in range(count):
-                        item, pos = _value(data, pos, kind)
-                        value.append(item)
+                    values += count
+                    if kind == NULL:  # a NULL takes no bytes: only the limit bounds them
+                        if values > limits.MAX_VALUES:
+                            raise limits.too_many_values(values, f"array {tag[:80]!r}")
+                        value: Any = [None] * count
+                    elif count > end - pos:  # every other value takes a byte at least
+                        raise IndexError
+                    else:
+                        value = []
+                        for _ in range(count):
+                            item, pos = _value(data, pos, kind)
+                            value.append(item)
                 elif kind in _INLINE:  # the common scalars, without a call per value
                     unpack, size = _INLINE[kind]
                     value = unpack(data, pos)[0]
@@ -200,8 +230,7 @@ class BflatCodec(FieldsCodec):
                 else:
                     value, pos = _value(data, pos, kind)
                 if tag in fields:
-                    held = fields[tag]
-                    fields[tag] = [*held, value] if isinstance(held, list) else [held, value]
+                    _repeat(fields, repeats, tag, value)
                 else:
                     fields[tag] = value
         except (IndexError, struct.error):
@@ -210,6 +239,10 @@ class BflatCodec(FieldsCodec):
             ) from None
         if pos != end:
             raise DecodeError(f"the bflat message ends inside a field (at byte {pos} of {end})")
+        if values > limits.MAX_VALUES - end:  # (a field takes two bytes at least)
+            values += len(fields) + sum(repeats.values())
+            if values > limits.MAX_VALUES:
+                raise limits.too_many_values(values)
         return fields
 
     def encode_json(self, value: Any) -> bytes:

@@ -20,6 +20,7 @@ import orjson
 from bson.errors import BSONError
 
 from processor.errors import DecodeError
+from processor.messages import limits
 from processor.messages.base import FieldsCodec, jsonable
 from processor.messages.json import json_object
 
@@ -31,9 +32,14 @@ class BsonCodec(FieldsCodec):
 
     def decode(self, data: bytes) -> Any:
         try:
-            return bson.decode(data)
-        except (BSONError, ValueError, TypeError, IndexError) as exc:
+            value = bson.decode(data)
+        except (BSONError, ValueError, TypeError, IndexError, RecursionError) as exc:
             raise DecodeError(f"the payload is not a BSON document: {exc}") from exc
+        # An embedded document or array is announced by a type byte, 3 or 4; an element
+        # takes two bytes at least (its type and the end of its name).
+        containers = 1 + data.count(b"\x03") + data.count(b"\x04")
+        limits.check_tree(value, containers, len(data) // 2)
+        return value
 
     def encode_json(self, value: Any) -> bytes:
         if not isinstance(value, dict):

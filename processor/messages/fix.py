@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from processor.errors import DecodeError
+from processor.messages import limits
 from processor.messages.base import FieldsCodec, typed_bytes
 
 #: Decoded tags by their bytes (a bounded cache: a dict is safe to share between threads).
@@ -53,7 +54,12 @@ class TagValueCodec(FieldsCodec):
 
     def decode(self, data: bytes) -> Any:
         fields: dict[str, Any] = {}
-        for number, field in enumerate(data.split(self.separator), start=1):
+        #: A repeated tag's count of values, its list owned by this decode (appended to).
+        repeats: dict[str, int] = {}
+        parts = data.split(self.separator)
+        if len(parts) > limits.MAX_VALUES:
+            raise limits.too_many_values(len(parts))
+        for number, field in enumerate(parts, start=1):
             if not field:
                 continue  # the separator that ends the last field
             tag, equals, raw = field.partition(b"=")
@@ -72,10 +78,16 @@ class TagValueCodec(FieldsCodec):
                 name = tag.decode("utf-8", errors="replace")
                 if len(_TAGS) < 4096:  # tags repeat from message to message
                     _TAGS[tag] = name
-            value = typed_bytes(raw)
+            value = typed_bytes(raw, name)
             if name in fields:
-                held = fields[name]
-                fields[name] = [*held, value] if isinstance(held, list) else [held, value]
+                count = repeats.get(name, 1)
+                if count == 1:
+                    fields[name] = [fields[name], value]
+                else:
+                    fields[name].append(value)
+                if count >= limits.MAX_REPEATS:
+                    raise limits.too_many_repeats(name)
+                repeats[name] = count + 1
             else:
                 fields[name] = value
         return fields

@@ -7,18 +7,23 @@ from typing import Any
 import orjson
 
 from processor.errors import DecodeError
+from processor.messages import limits
 from processor.messages.base import FieldsCodec
 
 
 def json_object(data: bytes, what: str, kind: str) -> dict[str, Any]:
     """``data`` as a JSON object; DecodeError naming ``what`` (the payload, the delta
-    text) when it is not JSON, or ``kind`` when it is JSON but not an object."""
+    text) when it is not JSON, or ``kind`` when it is JSON but not an object, or when it
+    is past a limit (:mod:`processor.messages.limits`; orjson reads an integer outside
+    64 bits as a float)."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise DecodeError(f"{what} is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise DecodeError(f"{kind} must be a JSON object, got a {type(value).__name__}")
+    # Every object and array opens with a bracket, and every value takes a byte.
+    limits.check_tree(value, data.count(b"{") + data.count(b"["), len(data))
     return value
 
 

@@ -33,6 +33,7 @@ from xml.sax.saxutils import escape, quoteattr
 from lxml import etree
 
 from processor.errors import DecodeError
+from processor.messages import limits
 from processor.messages.base import FieldsCodec, typed_text
 
 #: Characters of an XML name (a conservative subset: ASCII letters, digits, _ - .).
@@ -70,27 +71,39 @@ def _tag(element: Any) -> str:
     return tag.rpartition("}")[2] if tag[0] == "{" else tag
 
 
-def _value(element: Any) -> Any:
+def _value(element: Any, tag: str, depth: int) -> Any:
+    """The value of ``element`` (named ``tag``, ``depth`` elements deep), held to the
+    limits (:mod:`processor.messages.limits`)."""
     text = element.text
     attributes = element.attrib
     if not len(element) and not attributes:
-        return typed_text(text.strip()) if text else None
+        return typed_text(text.strip(), tag) if text else None
     fields: dict[str, Any] = {}
     if attributes:
-        for name, raw in attributes.items():
-            fields["@" + (name.rpartition("}")[2] if name[0] == "{" else name)] = typed_text(raw)
+        if len(attributes) > limits.MAX_ATTRIBUTES:
+            raise DecodeError(
+                f"element <{tag}> has {len(attributes)} attributes, more than "
+                f"{limits.MAX_ATTRIBUTES} (the limit of attributes of one element)"
+            )
+        for qualified, raw in attributes.items():
+            name = "@" + (qualified.rpartition("}")[2] if qualified[0] == "{" else qualified)
+            fields[name] = typed_text(raw, name)
     if text is not None and text.strip():
-        fields[_TEXT] = typed_text(text.strip())
+        fields[_TEXT] = typed_text(text.strip(), tag)
+    if depth >= limits.MAX_DEPTH and len(element):
+        raise limits.too_deep(f"element <{tag}>")
     for child in element:
         tag = child.tag
         if tag.__class__ is not str:
             continue  # an unresolved entity reference: external entities are never read
         if tag[0] == "{":
             tag = tag.rpartition("}")[2]
-        value = _value(child)
+        value = _value(child, tag, depth + 1)
         if tag in fields:
             held = fields[tag]
             if held.__class__ is list:  # values are never lists but for repetition
+                if len(held) >= limits.MAX_REPEATS:
+                    raise limits.too_many_repeats(tag, "element")
                 held.append(value)
             else:
                 fields[tag] = [held, value]
@@ -99,6 +112,32 @@ def _value(element: Any) -> Any:
     if not fields:  # only entity references: nothing readable
         return None
     return fields
+
+
+#: A run of digits as long as the shortest integer text out of 64-bit range.
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def _plainly_within(data: bytes) -> bool:
+    """Whether the document's bytes alone show it is within every limit: few elements
+    (so neither depth, repeats nor values can pass theirs), few attributes, and no
+    integer text long enough to be out of range."""
+    return (
+        data.count(b"<") <= limits.MAX_DEPTH
+        and data.count(b"=") <= limits.MAX_ATTRIBUTES
+        and _LONG_DIGITS.search(data) is None
+    )
+
+
+def _decoded(root: Any, size: int) -> Any:
+    """The message of a parsed document of ``size`` bytes (see the module doc)."""
+    # An element or attribute takes 4 bytes at least (<a/>, ' a=""').
+    if size > 4 * limits.MAX_VALUES:
+        count = sum(1 + len(element.attrib) for element in root.iter())
+        if count > limits.MAX_VALUES:
+            raise limits.too_many_values(count)
+    tag = _tag(root)
+    return {tag: _value(root, tag, 1)}
 
 
 def _text(value: Any, name: str) -> str:
@@ -161,40 +200,43 @@ class XmlCodec(FieldsCodec):
         it), then read only the Key fields: each must be the one element of its name
         under its parent, with neither children nor attributes; anything else (a
         repeated or nested field, an attribute, a subscript, a namespace) takes the full
-        decode, so the answer always equals :meth:`decode`'s."""
+        decode, so the answer always equals :meth:`decode`'s. So does a document whose
+        bytes do not show it within the limits (over 100 elements, over 256 ``=``, a
+        run of 19 digits): what the processor stores must be servable, so every value of
+        such a document is checked, as :meth:`decode` does."""
         steps = [tuple(p.strip("/").split("/")) for p in paths]
         if not steps or any(
             not all(_NAME.fullmatch(step) for step in path) or len(path) < 2 for path in steps
         ):
             return self.decode
-        decode = self.decode
 
         def key_fields(data: bytes) -> Any:
             root = _parse(data)
+            if not _plainly_within(data):
+                return _decoded(root, len(data))  # every value checked against the limits
             fields: dict[str, Any] = {}
             for path in steps:
                 if root.tag != path[0]:
-                    return decode(data)
+                    return _decoded(root, len(data))
                 node = root
                 for step in path[1:]:
                     found = node.iterchildren(step)
                     node = next(found, None)
                     if node is None or next(found, None) is not None:
-                        return decode(data)
+                        return _decoded(root, len(data))
                 if len(node) or node.attrib:
-                    return decode(data)
+                    return _decoded(root, len(data))
                 text = node.text
                 target = fields
                 for step in path[:-1]:
                     target = target.setdefault(step, {})
-                target[path[-1]] = typed_text(text.strip()) if text else None
+                target[path[-1]] = typed_text(text.strip(), path[-1]) if text else None
             return fields
 
         return key_fields
 
     def decode(self, data: bytes) -> Any:
-        root = _parse(data)
-        return {_tag(root): _value(root)}
+        return _decoded(_parse(data), len(data))
 
     def encode_json(self, value: Any) -> bytes:
         if not isinstance(value, dict) or len(value) != 1:
