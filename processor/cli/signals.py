@@ -25,14 +25,13 @@ log = logging.getLogger(__name__)
 _actions: dict[int, list[Callable[[], None]]] = {}
 #: The relay thread, once started.
 _relay: list[threading.Thread] = []
-#: The last signal received (0: none yet); a plain assignment in the handler, no lock.
+#: The last signal the relay thread read (0: none yet).
 _last = [0]
-
-
-def _noted(signum: int, _frame: object) -> None:
-    # The byte for the relay thread is already written (by the C-level handler); only a
-    # plain store here, which takes no lock.
-    _last[0] = signum
+#: The Python-level handler: a builtin that runs no bytecode (it makes a slice of its two
+#: arguments, dropped at once). A Python function would let another signal's handler run
+#: inside it, and a storm of signals nested them until the stack overflowed; the byte
+#: for the relay thread is written by the C-level handler before this runs.
+_HANDLER = slice
 
 
 def on_signals(signals: Iterable[signal.Signals], action: Callable[[], None]) -> None:
@@ -47,11 +46,11 @@ def on_signals(signals: Iterable[signal.Signals], action: Callable[[], None]) ->
         _relay[0].start()
     for sig in signals:
         _actions.setdefault(int(sig), []).append(action)
-        signal.signal(sig, _noted)
+        signal.signal(sig, _HANDLER)
 
 
 def received() -> bool:
-    """Whether a signal handled here has arrived."""
+    """Whether a signal handled here has arrived (and been relayed)."""
     return _last[0] != 0
 
 
@@ -71,6 +70,7 @@ def _run(read: int) -> None:
         except InterruptedError:
             continue
         for number in numbers:
+            _last[0] = number
             for action in list(_actions.get(number, ())):
                 try:
                     action()
