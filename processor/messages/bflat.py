@@ -206,9 +206,13 @@ class BflatCodec(FieldsCodec):
                 if lead & _ARRAY:
                     count, pos = _unsigned(data, pos)
                     values += count
-                    if kind == NULL:  # a NULL takes no bytes: only the limit bounds them
-                        if values > limits.MAX_VALUES:
-                            raise limits.too_many_values(values, f"array {tag[:80]!r}")
+                    if kind == NULL:  # a NULL takes no bytes: only a limit bounds them
+                        if count > limits.MAX_REPEATS:
+                            raise DecodeError(
+                                f"array {tag[:80]!r} holds {count} NULLs, more than "
+                                f"{limits.MAX_REPEATS} (the limit of repeats: a NULL takes "
+                                "no bytes, so nothing else bounds them)"
+                            )
                         value: Any = [None] * count
                     elif count > end - pos:  # every other value takes a byte at least
                         raise IndexError

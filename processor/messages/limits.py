@@ -11,7 +11,8 @@ was passed, and the number allowed.
 
 * :data:`MAX_DEPTH`: objects, arrays and XML elements nested in one another (JSON text
   has a depth limit of 254 nestings, Python's recursion one of about 1,000);
-* :data:`MAX_REPEATS`: the times one tag repeats (fix, nvfix, bflat tags; xml siblings);
+* :data:`MAX_REPEATS`: the times one tag repeats (fix, nvfix, bflat tags; xml siblings),
+  and the elements of a bflat array of NULLs (which take no bytes);
 * :data:`MAX_VALUES`: the values of a message (fields, array elements, attributes);
 * :data:`MAX_ATTRIBUTES`: the attributes of one XML element (lxml reads them in time
   quadratic in their number);

@@ -50,7 +50,8 @@ def test_the_trials_hostile_payloads_are_refused_quickly(
 @pytest.mark.parametrize(
     ("name", "payload", "said"),
     [
-        ("bflat", bytes.fromhex("1a 69 64 33 81 6e ff ff ff ff ff ff ff ff 7f"), "1000000"),
+        ("bflat", bytes.fromhex("1a 69 64 33 81 6e ff ff ff ff ff ff ff ff 7f"), "10000"),
+        ("bflat", bytes.fromhex("1a 69 64 33 81 6e 91 4e"), "array 'n' holds 10001 NULLs"),
         ("nvfix", b"a=1\x01" * (limits.MAX_REPEATS + 1), "10000 times"),
         ("xml", b"<O><p>" + b"9" * 5000 + b"</p></O>", "field 'p'"),
         ("fix", b"44=18446744073709551616\x01", "field '44'"),
