@@ -95,7 +95,11 @@ class FieldsCodec:
         given = self.decode_delta(delta, text_form)
         if stored is None:
             return delta if not text_form else self.encode_json(given)
-        return self.encode_json(merge(self.decode(stored), given))
+        merged = merge(self.decode(stored), given)
+        # Each side is within the limits, and a merge nests no deeper than its sides, but
+        # their values add up: the stored result must decode again.
+        limits.check_tree(merged, 0, len(stored) + len(delta))
+        return self.encode_json(merged)
 
     def text_of(self, value: Any) -> bytes:
         return orjson.dumps(value, default=jsonable)

@@ -95,3 +95,13 @@ def test_values_at_the_limits_are_accepted() -> None:
 def test_any_bytes_are_refused_or_servable(name: str, payload: bytes) -> None:
     with contextlib.suppress(DecodeError):
         check(CODECS[name], payload)
+
+
+def test_a_delta_merge_whose_result_passes_a_limit_is_refused() -> None:
+    """Each side within the limits, their merge not: stored, it would not decode again."""
+    codec = CODECS["json"]
+    stored = codec.encode_json({"id": 1, "a": [0] * 600_000})
+    delta = codec.encode_json({"id": 1, "b": [0] * 600_000})
+    with pytest.raises(DecodeError, match="1000000"):
+        codec.merge(stored, delta, False)
+    assert codec.decode(codec.merge(stored, b'{"id": 1, "c": 2}', True))["c"] == 2
