@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.errors import BrokerError, ConfigurationError
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: How long a fence or a look at the group may take before it counts as a broker failure.
 TIMEOUT_S = 30.0
+#: The states of a group without members.
+_NOBODY = frozenset({ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD})
 #: What a static processor's fenced producer means (the end of its error line).
 FENCED_STATIC = (
     "a processor of its group took its partitions (a member sharing them out, which fences "
@@ -51,16 +53,17 @@ def refuse_beside_members(bootstrap: str, group: str) -> None:
     )
     try:
         described = admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group]
-        members = described.result(TIMEOUT_S).members
+        found = described.result(TIMEOUT_S)
     except KafkaException as exc:
         if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
             return  # never used as a group: nobody in it
         raise BrokerError(f"cannot describe consumer group {group}: {exc}") from exc
-    if members:
-        hosts = ", ".join(sorted({m.host for m in members}))
+    # Tansu lists no members, but says the group is not empty (UNKNOWN while one joins).
+    if found.members or found.state not in _NOBODY:
+        hosts = ", ".join(sorted({m.host for m in found.members})) or "members not listed"
         raise ConfigurationError(
-            f"consumer group {group} has {len(members)} processor(s) sharing its partitions "
-            f"out (from {hosts}); a processor with SOW_ASSIGNMENT=static takes every "
+            f"consumer group {group} is {found.state.name.lower()} with processors sharing "
+            f"its partitions out ({hosts}); a processor with SOW_ASSIGNMENT=static takes every "
             "partition and must be the group's only processor: run it with "
             "SOW_ASSIGNMENT=group (the default of sow process; --group-id to use another "
             "group), or stop the others first"
