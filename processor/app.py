@@ -43,6 +43,7 @@ from processor.state.opener import store_opener
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.queues import QueueHub, queue_service_id
 from processor.topology import Topology, refuse_unserved
+from processor.topology.queue_topics import processor_topology
 from processor.wiring import derived_wiring
 from processor.worker import ProcessorChild
 
@@ -156,6 +157,7 @@ def processor_over(
 ) -> Processor:
     """A processor of ``topology`` over a log's ``connections``, with RocksDB stores under
     the settings' state directory, and the topology's views; ``options`` go to Processor."""
+    topology = processor_topology(topology)
     options = {**derived_wiring(topology), **options}
     return Processor(
         topology,

@@ -70,9 +70,8 @@ class PartitionState:
 
 
 def make_writers(topic: SowTopic, partition: int) -> dict[str, EnvelopeWriter]:
-    """Envelope writers for the partition's log topics (input, repartition, and a
-    queue's further inputs)."""
+    """Envelope writers for the partition's log topics (input and repartition)."""
     return {
         log_topic: EnvelopeWriter(topic.name, topic.message_type, log_topic, partition)
-        for log_topic in (topic.kafka_topic, topic.repartition_topic, *topic.extra_inputs)
+        for log_topic in (topic.kafka_topic, topic.repartition_topic)
     }

@@ -118,8 +118,7 @@ class Processor:
         self._started_ms = int(clock() * 1000)
         self._by_log_topic: dict[str, tuple[SowTopic, bool]] = {}
         for topic in topology.topics.values():
-            for log_topic in (topic.kafka_topic, *topic.extra_inputs):  # a queue's inputs
-                self._by_log_topic[log_topic] = (topic, True)
+            self._by_log_topic[topic.kafka_topic] = (topic, True)
             self._by_log_topic[topic.repartition_topic] = (topic, False)
         due_index = DueIndex()
         self._listeners: dict[str, tuple[ChangeListener, ...]] = {

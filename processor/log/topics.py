@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from processor.log import TopicSpec
 from processor.topology import Topology
+from processor.topology.queue_topics import processor_topology
 
 _HOUR = {"retention.ms": str(3_600_000)}
 
 
 def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
-    """Every Kafka topic the topology needs (a plain topic needs only its input topic)."""
+    """Every Kafka topic the topology needs (a plain topic needs only its input topic),
+    the processor's own topics (its queues' relays) included."""
+    topology = processor_topology(topology)
     specs = [TopicSpec(dead_letter_topic, 1, {})]
     for plain in topology.plain_topics.values():
         specs.append(TopicSpec(plain.kafka_topic, plain.partitions, {}))

@@ -68,10 +68,10 @@ class QueueDefinition:
         assert spec is not None, f"{topic.name} is not a queue"
         self.topic, self.spec = topic, spec
         self.codec: Codec = codec_for(topic)
-        #: Whether the queue reads its plain topic's Kafka topic itself (else SOW topics
-        #: send it their publishes: ``sources``).
+        #: Whether the queue reads its plain topics' Kafka topics itself (else relays or
+        #: SOW topics send it their publishes: ``sources``).
         plain = plain_sources(spec, topics)
-        self.direct = bool(plain)
+        self.direct = bool(plain) and topic.kafka_topic != topic.state_topic
         #: The plain topic of each Kafka topic it reads directly.
         self.plain_names: dict[str, str] = {t.kafka_topic: t.name for t in plain}
         self.sources: tuple[str, ...] = (

@@ -37,7 +37,9 @@ Rules:
   the others wait until earlier ones leave.
 * **Barrier** (``BarrierExpression``): a barrier message waits until every earlier message
   is removed, and every later one waits for it; it is then delivered to every
-  subscription whose filter matches, whatever their backlogs, and removed.
+  subscription whose filter matches (and is not paused), whatever their backlogs, and
+  removed. (Priority, barriers and TargetQueueDepth exclude each other, as in AMPS: the
+  order is the age order wherever one of the last two applies.)
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import bisect
 import heapq
 from collections.abc import Iterable
 
+from processor.queues.deferred import DeferredAcks
 from processor.queues.model import (
     Bookmark,
     Change,
@@ -91,8 +94,7 @@ class Ledger:
         self._subscriptions: dict[str, Subscription] = {}
         self._last_chosen: str | None = None
         #: Acknowledgements of messages not held yet: bookmark -> until, and by time.
-        self._deferred_acks: dict[Bookmark, int] = {}
-        self._deferred_due: list[tuple[int, Bookmark]] = []
+        self._deferred = DeferredAcks()
         #: Barrier messages held (while there are none, order alone decides).
         self._barriers = 0
         #: Whether the next dispatch scans every available message: something changed
@@ -125,22 +127,19 @@ class Ledger:
 
     def deferred_acks(self) -> dict[Bookmark, int]:
         """Acknowledgements of messages not held yet, and until when they are kept."""
-        return dict(self._deferred_acks)
+        return self._deferred.kept()
 
     def keep_deferred_acks(self, acks: dict[Bookmark, int]) -> None:
         """Take over the deferred acknowledgements of an earlier ledger (memory only)."""
         for bookmark, until in acks.items():
-            self._defer_ack(bookmark, until)
+            self._deferred.keep(bookmark, until)
 
     def next_due_ms(self) -> int | None:
         """When the clock next has work (an expiration, a lease deadline, a deferred
         acknowledgement to forget); None: nothing is timed."""
-        times = [
-            heap[0][0]
-            for heap in (self._expirations, self._lease_deadlines, self._deferred_due)
-            if heap
-        ]
-        return min(times) if times else None
+        times = [heap[0][0] for heap in (self._expirations, self._lease_deadlines) if heap]
+        deferred = self._deferred.next_due_ms()
+        return min([*times, deferred] if deferred is not None else times, default=None)
 
     # -- rebuilding after a restart -------------------------------------------------------
 
@@ -194,8 +193,7 @@ class Ledger:
         """Take a message (a publish to an underlying topic that passed the filter)."""
         if message.bookmark in self._messages:
             return []  # the same publish again (replayed input): already held
-        acked = self._deferred_acks.pop(message.bookmark, None)
-        if acked is not None and acked > now_ms:
+        if self._deferred.take(message.bookmark, now_ms):
             return [Outcome(Change.ACKED, message.bookmark)]
         self._messages[message.bookmark] = message
         place = (message.order(), message.bookmark)
@@ -270,7 +268,7 @@ class Ledger:
             message = self._messages.get(bookmark)
             if message is None:
                 if self.rules.semantics is QueueSemantics.AT_LEAST_ONCE:
-                    self._defer_ack(bookmark, now_ms + self.rules.deferred_ack_ms)
+                    self._deferred.keep(bookmark, now_ms + self.rules.deferred_ack_ms)
                 continue
             if not self._may_settle(message, by):
                 continue
@@ -324,11 +322,7 @@ class Ledger:
                 and (message.deadline_ms, message.deliveries) == (deadline, deliveries)
             ):
                 outcomes.extend(self._return(message, cancelled=False))
-        due = self._deferred_due
-        while due and due[0][0] <= now_ms:
-            until, bookmark = heapq.heappop(due)
-            if self._deferred_acks.get(bookmark) == until:
-                del self._deferred_acks[bookmark]
+        self._deferred.forget_due(now_ms)
         return outcomes + self.dispatch(now_ms)
 
     def dispatch(self, now_ms: int) -> list[Outcome]:
@@ -392,13 +386,6 @@ class Ledger:
             if message is not None and message.expires_ms == expires_ms:
                 outcomes.append(self._expire(message, "message expired"))
         return outcomes
-
-    def _defer_ack(self, bookmark: Bookmark, until: int) -> None:
-        self._deferred_acks[bookmark] = until
-        heapq.heappush(self._deferred_due, (until, bookmark))
-        if len(self._deferred_due) > 2 * len(self._deferred_acks) + _SLACK:
-            self._deferred_due = [(t, b) for b, t in self._deferred_acks.items()]
-            heapq.heapify(self._deferred_due)
 
     # -- the rules ----------------------------------------------------------------------
 

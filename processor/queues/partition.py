@@ -249,6 +249,7 @@ class QueuePartition:
             name = definition.plain_names.get(record.topic(), definition.spec.underlying)
             published_ms = record.timestamp()[1]
             own_ms, correlation_id = publish_options(record.headers(), published_ms)
+            origin_offset = offset  # where it was published (a bookmark RecoveryPoint's)
         else:
             bookmark = record.key() or b""
             if not bookmark or bookmark.count(b"/") < 2:
@@ -259,8 +260,8 @@ class QueuePartition:
             original = changelog.decode(data)
             data, name = original.data, original.topic
             published_ms, own_ms = original.publish_time_ms, original.expiration_ms
-            correlation_id = original.correlation_id
-        if not self._after_origin(published_ms, offset) or ledger.message(bookmark) is not None:
+            correlation_id, origin_offset = original.correlation_id, original.log_offset
+        if not self._after_origin(published_ms, origin_offset) or ledger.message(bookmark):
             return []  # before the RecoveryPoint, or held already (one position, twice)
         fields = definition.decode(data)
         context = MessageContext(

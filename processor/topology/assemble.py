@@ -30,7 +30,7 @@ from processor.topology.model import (
     ViewSpec,
     default_kafka_topic,
 )
-from processor.topology.queue_topics import plain_sources, queue_topic
+from processor.topology.queue_topics import queue_topic
 from processor.topology.view_topics import conflated_topic, view_topic
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
@@ -143,7 +143,7 @@ def _add_queue_topic(
         ("repartition", topic.repartition_topic),
         ("deliveries", topic.deliveries_topic),
     ]
-    if not plain_sources(spec, {**topics, **plain}):  # (several queues may read one)
+    if topic.kafka_topic == topic.state_topic:  # its own (several queues may read one)
         roles.insert(0, ("input", topic.kafka_topic))
     for role, name in roles:
         if name in kafka:

@@ -182,9 +182,10 @@ class SowTopic(Topic):
     #: topic; over SOW topics, what the processor sends it. Publishes to it go to the
     #: queue's DefaultPublishTarget.
     queue: QueueSpec | None = None
-    #: More Kafka topics the processor reads into this topic besides ``kafka_topic``,
-    #: partition for partition (a queue over several plain topics).
-    extra_inputs: tuple[str, ...] = ()
+    #: The queue this topic relays its plain topic's publishes to (None: not a relay): a
+    #: processor-only topic (never served) whose partitions send each publish to the
+    #: queue's one partition (:mod:`processor.topology.queue_topics`).
+    relay_to: str | None = None
     #: What its changelog and repartition topics are named after (default
     #: ``kafka_topic``; a queue's own name, since queues may read the same topic).
     state_topic: str = ""
@@ -193,7 +194,12 @@ class SowTopic(Topic):
     def derived(self) -> bool:
         """Whether the processor derives this topic's records (a view, a conflated topic
         or a queue): publishers never write it."""
-        return self.view is not None or self.conflated is not None or self.queue is not None
+        return (
+            self.view is not None
+            or self.conflated is not None
+            or self.queue is not None
+            or self.relay_to is not None
+        )
 
     @property
     def deliveries_topic(self) -> str:

@@ -3,26 +3,37 @@
 them and the processor keeps them (recovery, changelog, standbys) as any SOW topic's
 records; the processor derives them (:mod:`processor.queues`).
 
-* Over **plain topics** (AMPS's usual queue: the transaction-log topic of its name, or
-  a regular expression over such topics) the queue reads their Kafka topics itself,
-  partition for partition (``kafka_topic`` the first's, ``extra_inputs`` the others'; they
-  need the same partition count): a publish is enqueued by the transaction that reads it.
-* Over **SOW topics** (a name, or a regular expression matching several) the queue has
-  an input topic of its own (``<first underlying kafka_topic>.queue.<name>``), which the
-  processor writes in the transactions of the underlying topics' publishes; it has as
-  many partitions as the underlying topic with the most, and a publish on partition
-  ``p`` goes to queue partition ``p`` modulo that.
+A queue has **one partition**, whatever its input's partitioning: one ledger decides its
+order, priority, barriers and backlogs, as AMPS's queue does (issue 31).
+
+* Over **one plain topic of one partition** (AMPS's usual queue: the transaction-log
+  topic of its name) the queue reads its Kafka topic itself: a publish is enqueued by
+  the transaction that reads it.
+* Over **plain topics of several partitions** (or several plain topics: a regular
+  expression over them), each plain topic has a *relay*
+  (:func:`relay_topics`): a processor-only topic over it whose partitions send each
+  publish to the queue's own input topic (``<first underlying kafka_topic>.queue.<name>``)
+  in the transaction that reads it; the queue reads that one partition.
+* Over **SOW topics** (a name, or a regular expression matching several) the queue reads
+  its own input topic too, which the processor writes in the transactions of the
+  underlying topics' publishes.
+
+Messages of different input partitions are enqueued in the order the processor reads
+them (Kafka orders a partition, not a topic): a publish acknowledged before another is
+published is enqueued first.
 
 Its changelog, repartition (commands) and deliveries topics are named after
 ``<first underlying kafka_topic>.queue.<name>`` (``state_topic``).
 
-A queue over plain and SOW topics together, or over plain topics of different partition
-counts, is not served (:mod:`processor.topology.unserved` says why).
+A queue over plain and SOW topics together is not served
+(:mod:`processor.topology.unserved` says why).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from types import MappingProxyType
 
 from processor.topology.model import (
     PlainTopic,
@@ -37,7 +48,9 @@ from processor.topology.model import (
 def readable(topology: Topology) -> dict[str, Topic]:
     """The topics a queue of ``topology`` may read, by name (its SOW topics, views and
     plain topics; not the queues, one of which may bear its plain topic's name)."""
-    topics: dict[str, Topic] = {n: t for n, t in topology.topics.items() if t.queue is None}
+    topics: dict[str, Topic] = {
+        n: t for n, t in topology.topics.items() if t.queue is None and t.relay_to is None
+    }
     return {**topics, **topology.plain_topics}
 
 
@@ -63,19 +76,57 @@ def queue_topic(spec: QueueSpec, topics: Mapping[str, Topic]) -> SowTopic:
     sources = queue_sources(spec, topics)
     prefix = f"{sources[0].kafka_topic}." if sources else ""
     state_topic = f"{prefix}queue.{default_kafka_topic(spec.name)}"
-    if plain:
-        kafka_topic, partitions = plain[0].kafka_topic, plain[0].partitions
-        extra_inputs = tuple(t.kafka_topic for t in plain[1:])
-    else:
-        kafka_topic, extra_inputs = state_topic, ()
-        partitions = max((t.partitions for t in sources), default=1)
+    # its own input topic, but one plain topic of one partition is read directly
+    kafka_topic = plain[0].kafka_topic if plain and not relayed(plain) else state_topic
     return SowTopic(
         name=spec.name,
         message_type=spec.message_type,
         schema=spec.schema,
         kafka_topic=kafka_topic,
-        partitions=partitions,
+        partitions=1,
         queue=spec,
-        extra_inputs=extra_inputs,
         state_topic=state_topic,
     )
+
+
+def relayed(plain: Sequence[PlainTopic]) -> bool:
+    """Whether a queue over the plain topics ``plain`` reads them through relays: unless
+    it reads one partition, its messages need one order (offsets of different
+    partitions are not one)."""
+    return len(plain) > 1 or plain[0].partitions > 1
+
+
+def relay_topics(topology: Topology) -> list[SowTopic]:
+    """The relays of the topology's queues over plain topics of several partitions: one
+    per plain topic a queue reads, a topic of the processor only (never served)."""
+    relays = []
+    known = readable(topology)
+    for queue in topology.topics.values():
+        if queue.queue is None:
+            continue
+        plain = plain_sources(queue.queue, known)
+        if not plain or not relayed(plain):
+            continue
+        for source in plain:
+            relays.append(
+                SowTopic(
+                    name=f"{queue.name}.relay.{source.name}",
+                    message_type=source.message_type,
+                    schema=source.schema,
+                    kafka_topic=source.kafka_topic,
+                    partitions=source.partitions,
+                    relay_to=queue.name,
+                    state_topic=f"{queue.state_topic}.relay.{source.kafka_topic}",
+                )
+            )
+    return relays
+
+
+def processor_topology(topology: Topology) -> Topology:
+    """``topology`` as the processor runs it: with the relays of its queues
+    (:func:`relay_topics`) among its SOW topics."""
+    relays = relay_topics(topology)
+    if not relays:
+        return topology
+    topics = {**topology.topics, **{relay.name: relay for relay in relays}}
+    return replace(topology, topics=MappingProxyType(topics))

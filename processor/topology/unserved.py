@@ -3,8 +3,8 @@
 Views (of one topic or of Joins), conflated topics (of a SOW topic, view, conflated
 topic or Pattern topic, with or without Enrichment) and queues (over plain topics or over
 SOW topics, by name or regular expression) are served. Not served: a queue over plain and
-SOW topics together, over plain topics of different partition counts or over a plain
-topic another queue reads, and a view or conflated topic reading a queue. A topology
+SOW topics together or over a plain topic another queue reads, and a view or conflated
+topic reading a queue. A topology
 that has one is refused by :func:`refuse_unserved` (``sow serve``, ``app.start``) with
 one line naming each entry, its file and element, and why: a server that started without
 them would answer NOT_FOUND for every query on them.
@@ -21,7 +21,7 @@ from processor.topology.model import (
     Topology,
     ViewSpec,
 )
-from processor.topology.queue_topics import queue_sources, readable
+from processor.topology.queue_topics import plain_sources, queue_sources, readable
 from processor.topology.view_topics import underlying_topics
 
 
@@ -44,24 +44,18 @@ def why_unserved(entry: Entry, topology: Topology | None = None) -> str | None:
                 "reads plain topics or SOW topics, not both"
             )
         inputs = {t.kafka_topic for t in plain}
-        names = list(topology.topics)
+        known, names = readable(topology), list(topology.topics)
         shared = [
             other.name
             for other in topology.topics.values()
             if other.queue is not None
             and names.index(other.name) < names.index(entry.name)
-            and inputs & {other.kafka_topic, *other.extra_inputs}
+            and inputs & {t.kafka_topic for t in plain_sources(other.queue, known)}
         ]
         if shared:
             return (
                 f"queue {shared[0]!r} reads the same plain topic; one plain topic feeds one "
                 "queue here (give the topic a SOW for several queues to read it)"
-            )
-        counts = sorted({t.partitions for t in plain})
-        if len(counts) > 1:
-            return (
-                f"the plain topics it reads have {counts} partitions; a queue reads plain "
-                "topics of one partition count"
             )
         return None
     if isinstance(entry, ConflatedTopicSpec):

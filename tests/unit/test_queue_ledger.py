@@ -389,3 +389,46 @@ def test_no_message_is_lost_or_held_twice(
             bookmark = f"m{n}".encode()
             places = (bookmark in held, bookmark in delivered, bookmark in settled)
             assert sum(places) == 1, (bookmark, places)
+
+
+def _delivery_order(ledger: Ledger) -> list[bytes]:
+    """What one subscriber with a backlog of 1, acknowledging each lease, receives."""
+    order: list[bytes] = []
+    outcomes = ledger.subscribe("a", 0)
+    while outcomes:
+        sent = [o.bookmark for o in outcomes if o.change in (Change.LEASED, Change.BARRIER)]
+        order.extend(sent)
+        leases = [o.bookmark for o in outcomes if o.change is Change.LEASED]
+        outcomes = ledger.acknowledge(leases, "a", 0) if leases else []
+    return order
+
+
+def expected_order(stream: list[tuple[int | None, bool]]) -> list[bytes]:
+    """The model: a barrier splits the stream; before it, every older message by
+    priority (highest first, NULL lowest, ties by age); then the barrier; and so on."""
+    order: list[bytes] = []
+    segment: list[tuple[tuple[int, int], bytes]] = []
+    for n, (priority, barrier) in enumerate(stream):
+        if barrier:
+            order.extend(b for _, b in sorted(segment))
+            order.append(f"m{n}".encode())
+            segment = []
+        else:
+            segment.append(((1 if priority is None else -priority, n), f"m{n}".encode()))
+    return order + [b for _, b in sorted(segment)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stream=st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 4)), st.booleans()), max_size=30),
+    barriers=st.booleans(),
+)
+def test_priority_or_barriers_follow_the_model(
+    stream: list[tuple[int | None, bool]], barriers: bool
+) -> None:
+    """A queue has a Priority or a BarrierExpression (they exclude each other)."""
+    stream = [(None, b) if barriers else (p, False) for p, b in stream]
+    ledger = Ledger(QueueRules())
+    for n, (priority, barrier) in enumerate(stream):
+        ledger.enqueue(msg(n, priority=priority, barrier=barrier), 0)
+    assert _delivery_order(ledger) == expected_order(stream)
