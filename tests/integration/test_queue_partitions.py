@@ -5,7 +5,6 @@ partition's do (one ledger, fed through relays: processor/queues/relay.py)."""
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from processor.client.sow_client import SowClient
 from processor.topology.yaml_loader import parse_yaml
 from tests.integration.harness import running_sow
+from tests.integration.queue_helpers import Consumer
 from tests.unit.test_queue_ledger import expected_order
 
 WAIT_S = 30.0
@@ -48,41 +48,6 @@ def _held(client: SowClient, queue: str) -> int:
     return len(records)
 
 
-class Acking:
-    """A consumer acknowledging each lease as it comes: the ids in delivery order."""
-
-    def __init__(self, client: SowClient, queue: str, ack: bool = True, **options: Any) -> None:
-        self.stream = client.consume(queue, **options)
-        self.ids: list[int] = []
-        self.bookmarks: list[str] = []
-        self.registered = threading.Event()
-        self._ack = ack
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self.registered.wait(WAIT_S), "not registered"
-
-    def _read(self) -> None:
-        try:
-            for message in self.stream:
-                if message.WhichOneof("part") == "registered":
-                    self.registered.set()
-                    continue
-                lease = message.lease
-                self.ids.append(orjson.loads(lease.record.data)["id"])
-                self.bookmarks.append(lease.bookmark)
-                if self._ack and not lease.barrier:
-                    self.stream.ack([lease.bookmark])
-        except Exception:  # the test closed it
-            return
-
-    def quiet(self, seconds: float = 0.5) -> list[int]:
-        """The ids once nothing more has come for ``seconds``."""
-        count = -1
-        while count != len(self.ids):
-            count = len(self.ids)
-            time.sleep(seconds)
-        return list(self.ids)
-
-
 @pytest.mark.parametrize(
     "option", ["priority: /p", "barrier_expression: /barrier = 1"], ids=["priority", "barrier"]
 )
@@ -108,10 +73,10 @@ def test_a_4_partition_queue_delivers_in_a_1_partition_queues_order(
             _until(lambda n=n: _held(client, "Q1") == n + 1 and _held(client, "Q4") == n + 1)
         expected = [int(b.decode()[1:]) for b in expected_order(stream)]
         for queue in ("Q1", "Q4"):
-            consumer = Acking(client, queue)
-            _until(lambda c=consumer: len(c.ids) == len(stream))
+            consumer = Consumer(client, queue, ack=True)
+            _until(lambda c=consumer: len(c.leases) == len(stream))
             assert consumer.quiet() == expected, queue
-            consumer.stream.close()
+            consumer.close()
         _until(lambda: _held(client, "Q4") == 0)
 
 
@@ -125,13 +90,14 @@ def test_backlogs_of_a_4_partition_queue_hold_for_the_whole_queue(
         for n in range(12):
             client.publish("four", orjson.dumps({"id": n}))
         _until(lambda: _held(client, "Q4") == 12)
-        a = Acking(client, "Q4", ack=False, max_backlog=2)
+        a = Consumer(client, "Q4", max_backlog=2)
         assert len(a.quiet()) == 2
-        b = Acking(client, "Q4", ack=False, max_backlog=10)
+        b = Consumer(client, "Q4", max_backlog=10)
         assert len(b.quiet()) == 1  # MaxBacklog 3 in all
-        a.stream.ack(a.bookmarks)  # two leave: two more go out, 3 outstanding again
-        _until(lambda: len(a.ids) + len(b.ids) == 5)
+        a.stream.ack(a.bookmarks())  # two leave: two more go out, 3 outstanding again
+        _until(lambda: len(a.leases) + len(b.leases) == 5)
         assert len(a.quiet()) + len(b.quiet()) == 5
-        assert len(set(a.ids + b.ids)) == 5 and len(a.ids) <= 4
+        assert len(set(a.ids() + b.ids())) == 5
+        assert len(a.leases) <= 4
         for consumer in (a, b):
-            consumer.stream.close()
+            consumer.close()

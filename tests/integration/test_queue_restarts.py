@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from processor.client.sow_client import SowClient
+from tests.integration.queue_helpers import Consumer
 
 READY = "stop with Ctrl-C"
 WAIT_S = 60.0
@@ -72,38 +73,6 @@ def _kill(server: subprocess.Popen[str]) -> None:
     server.wait(timeout=30)
 
 
-class Leases:
-    """A queue consumer read on a thread: the ids leased to it, and when."""
-
-    def __init__(self, client: SowClient, queue: str, max_backlog: int) -> None:
-        self.stream = client.consume(queue, max_backlog=max_backlog)
-        self.ids: list[int] = []
-        self.at: list[float] = []
-        self.bookmarks: list[str] = []
-        self.registered = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self.registered.wait(WAIT_S), "not registered"
-        self.since = time.monotonic()
-
-    def _read(self) -> None:
-        try:
-            for message in self.stream:
-                if message.WhichOneof("part") == "registered":
-                    self.registered.set()
-                    continue
-                self.ids.append(orjson.loads(message.lease.record.data)["id"])
-                self.bookmarks.append(message.lease.bookmark)
-                self.at.append(time.monotonic())
-        except Exception:  # the server was killed under it: the test reads what came
-            return
-
-    def until(self, count: int, timeout_s: float = WAIT_S) -> list[int]:
-        deadline = time.monotonic() + timeout_s
-        while len(self.ids) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return sorted(self.ids)
-
-
 @pytest.mark.parametrize("semantics", ["at-most-once", "at-least-once"])
 def test_a_queue_loses_and_delays_nothing_across_a_sigkill_of_sow_serve(
     bootstrap: str, unique: str, tmp_path: Path, semantics: str
@@ -121,26 +90,26 @@ def test_a_queue_loses_and_delays_nothing_across_a_sigkill_of_sow_serve(
         with SowClient(address) as client:
             for i in range(6):
                 client.publish("Q", orjson.dumps({"id": i}))
-            first = Leases(client, "Q", max_backlog=2)
+            first = Consumer(client, max_backlog=2)
             assert first.until(2) == [0, 1]
             time.sleep(0.5)  # the leases are committed; nothing more is leased to it
-            assert first.ids == [0, 1]
+            assert first.ids() == [0, 1]
     finally:
         _kill(server)
     server = _serve(tmp_path, address, bootstrap)
     try:
         with SowClient(address) as client:
-            second = Leases(client, "Q", max_backlog=10)
+            second = Consumer(client, max_backlog=10)
             if semantics == "at-most-once":
                 # 0 and 1 were delivered (removed when leased); 2..5 never were
                 assert second.until(4) == [2, 3, 4, 5]
             else:
                 assert second.until(6) == [0, 1, 2, 3, 4, 5]
-                redelivered = [at for i, at in zip(second.ids, second.at, strict=True) if i < 2]
+                redelivered = [at for i, at in zip(second.ids(), second.at, strict=True) if i < 2]
                 assert max(redelivered) - second.since < 1.0, "redelivery waited"
             time.sleep(1.0)
-            assert len(second.ids) == len(set(second.ids)), second.ids
-            second.stream.ack(second.bookmarks)
+            assert len(second.ids()) == len(set(second.ids())), second.ids()
+            second.stream.ack(second.bookmarks())
     finally:
         server.send_signal(signal.SIGINT)
         try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,6 @@ import orjson
 import pytest
 
 from processor.app import start
-from processor.client.queues import QueueStream
 from processor.client.sow_client import SowClient
 from processor.config import Settings
 from processor.errors import ServiceError
@@ -28,6 +26,7 @@ from processor.replica.snapshot import FILE_NAME
 from processor.topology.yaml_loader import parse_yaml
 from tests.conftest import MEMORY
 from tests.integration.harness import read_topic, running_sow
+from tests.integration.queue_helpers import Consumer
 
 WAIT_S = 30.0
 
@@ -42,38 +41,6 @@ def _topology(unique: str, queue: str, topics: str = "") -> Any:
         f"  - {{name: Q, message_type: json, underlying: orders{', ' + queue if queue else ''}}}\n"
     )
     return parse_yaml(text, "queues.yaml")
-
-
-class Consumer:
-    """A queue stream read on a thread: its leases, in order, as they come."""
-
-    def __init__(self, client: SowClient, **options: Any) -> None:
-        self.stream: QueueStream = client.consume("Q", **options)
-        self.leases: list[Any] = []
-        self.registered = threading.Event()
-        self.error: ServiceError | None = None
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-        assert self.registered.wait(WAIT_S), "not registered"
-
-    def _read(self) -> None:
-        try:
-            for message in self.stream:
-                if message.WhichOneof("part") == "registered":
-                    self.registered.set()
-                else:
-                    self.leases.append(message.lease)
-        except ServiceError as exc:  # the test is over: its client closed
-            self.error = exc
-
-    def ids(self) -> list[int]:
-        return [orjson.loads(lease.record.data)["id"] for lease in self.leases]
-
-    def bookmarks(self) -> list[str]:
-        return [lease.bookmark for lease in self.leases]
-
-    def close(self) -> None:
-        self.stream.close()
 
 
 def _until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
