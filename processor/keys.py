@@ -43,6 +43,7 @@ import orjson
 from processor.errors import (
     ConfigurationError,
     InvalidSowKeyError,
+    KeyGenerationError,
     MissingKeyError,
     ValueFormatError,
 )
@@ -91,7 +92,14 @@ def key_text(value: Any) -> str:
         return repr(value)
     if isinstance(value, bytes):
         return value.hex()
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError as exc:  # orjson: a type JSON lacks (bytes in a list, an ObjectId...)
+        raise KeyGenerationError(
+            f"a Key field holds {type(value).__name__} {str(value)[:80]}, which has no key "
+            f"text ({exc}); a Key value is a string, a number, a boolean or binary, or an "
+            "array or object of strings, numbers and booleans"
+        ) from exc
 
 
 def _component(text: str) -> bytes:

@@ -12,6 +12,7 @@ import pytest
 
 from processor.app import Application
 from processor.client.sow_client import ServiceError, SowClient
+from processor.messages.bflat import BflatCodec
 from processor.testing import start_memory
 from processor.topology.model import SowTopic, Topology
 
@@ -43,6 +44,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Applicati
         SowTopic("XM", message_type="xml", keys=("/O/id",)),
         SowTopic("FX", message_type="fix", keys=("/11",)),
         SowTopic("JS", keys=("/id",)),
+        SowTopic("BF", message_type="bflat", keys=("/id",)),
     )
     topology = Topology({topic.name: topic for topic in topics})
     app = start_memory(topology, tmp_path_factory.mktemp("state"))
@@ -88,3 +90,19 @@ def test_a_hostile_line_of_a_publish_stream_is_refused_alone(
     assert all("limit" in reply.error for reply in replies[1 : 1 + bad])
     records, _, _ = client.query(topic, min_position=[replies[-1].position])
     assert len(records) == 3
+
+
+def test_a_key_value_without_key_text_is_an_invalid_argument(
+    served: tuple[Application, SowClient],
+) -> None:
+    """A Key field holding an array of binaries (orjson has no form for them) was a
+    TypeError escaping the gateway: UNKNOWN, or INTERNAL ending a stream."""
+    _, client = served
+    payload = BflatCodec().encode_json({"id": [b"\x00", b"\xff"]})
+    with pytest.raises(ServiceError) as refused:
+        client.publish("BF", payload)
+    assert refused.value.code == "INVALID_ARGUMENT"
+    assert "no key text" in refused.value.details
+    lines = [payload, BflatCodec().encode_json({"id": 1})]
+    replies = list(client.publish_stream("BF", iter(lines)))
+    assert [reply.error_code for reply in replies] == ["INVALID_ARGUMENT", ""]
