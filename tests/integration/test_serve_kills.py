@@ -324,6 +324,7 @@ def test_a_processor_that_dies_while_a_delete_waits_for_it_stops_sow_serve_in_un
             code = serve.process.wait(60)
         finally:
             took = time.monotonic() - began
+        print(f"sow serve exited {took:.2f}s after its processor died")
         assert took < 2, f"sow serve took {took:.1f}s to exit:\n{serve.output}"
         assert code == 1, serve.output
         assert "the processor (child process)" in serve.output, serve.output
