@@ -198,18 +198,22 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         waited = [p for p in positions if p[0] in sow]
         if not waited:
             return
-        # As long as the caller's deadline allows (no deadline: DEFAULT_WAIT_S).
-        timeout = _wait_budget(context, 0.0) or DEFAULT_WAIT_S
-        if not replica.wait_for(waited, timeout):
-            self._abort(
-                context,
-                errors.PositionTimeoutError(
-                    f"the publish is in the log at {_position_text(max(waited))} but was not "
-                    f"applied to the SOW within {timeout:.3g}s (a processed acknowledgement); "
-                    "the processor may be behind or stopped. Publishing again with the same "
-                    "publisher and sequence is safe"
-                ),
-            )
+        timeout = _wait_budget(context, 0.0) or DEFAULT_WAIT_S  # the deadline, or that
+        try:
+            if replica.wait_for(waited, timeout):
+                return
+        except errors.ReplicaStoppedError as exc:  # this service is stopping
+            self._abort(context, exc)
+            return
+        self._abort(
+            context,
+            errors.PositionTimeoutError(
+                f"the publish is in the log at {_position_text(max(waited))} but was not "
+                f"applied to the SOW within {timeout:.3g}s (a processed acknowledgement); "
+                "the processor may be behind or stopped. Publishing again with the same "
+                "publisher and sequence is safe"
+            ),
+        )
 
     def PublishStream(self, request_iterator: Any, context: Any) -> Iterator[Any]:
         """Bulk publish: batches are handed to the log as they arrive (up to
