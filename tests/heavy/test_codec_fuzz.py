@@ -1,7 +1,7 @@
 """The codec fault suite (heavy, issue 31 point 10): 200,000 mutated payloads of every
 message type through decode and every serving path (tests/heavy/codec_fuzzing.py). Each
 must be refused with a DecodeError or be servable, within a second (and two more per
-megabyte; fifteen for avro, whose recursive schemas are read by fastavro's Python reader
+megabyte; 25 for avro, whose recursive schemas are read by fastavro's Python reader
 past 1,000 bytes). Run with::
 
     python -m pytest -m heavy -s tests/heavy/test_codec_fuzz.py
