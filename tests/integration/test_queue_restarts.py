@@ -5,12 +5,8 @@ consumers (at-least-once: redelivered within a second of the new subscription)."
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,75 +15,24 @@ import pytest
 
 from processor.client.sow_client import SowClient
 from tests.integration.queue_helpers import Consumer
-
-READY = "stop with Ctrl-C"
-WAIT_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _serve(workdir: Path, address: str, bootstrap: str) -> subprocess.Popen[str]:
-    """`sow serve` in its own process group (SIGKILLed as a whole, as a container is)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "SOW_"))}
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "processor.cli",
-            "serve",
-            "--grpc-address",
-            address,
-            "--bootstrap-servers",
-            bootstrap,
-            "--topology",
-            str(workdir / "queues.yaml"),
-            "--state-dir",
-            str(workdir / "sow-state"),
-        ],
-        cwd=workdir,
-        env={**env, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert server.stderr is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        line = server.stderr.readline()
-        assert line, "sow serve exited before it was ready:\n" + "".join(lines)
-        lines.append(line)
-        if READY in line:
-            threading.Thread(target=server.stderr.read, daemon=True).start()  # drain
-            return server
-    raise AssertionError("sow serve was not ready in time:\n" + "".join(lines))
-
-
-def _kill(server: subprocess.Popen[str]) -> None:
-    os.killpg(server.pid, signal.SIGKILL)
-    server.wait(timeout=30)
+from tests.integration.serve_helpers import Serve
 
 
 @pytest.mark.parametrize("semantics", ["at-most-once", "at-least-once"])
 def test_a_queue_loses_and_delays_nothing_across_a_sigkill_of_sow_serve(
     bootstrap: str, unique: str, tmp_path: Path, semantics: str
 ) -> None:
-    (tmp_path / "queues.yaml").write_text(
+    (tmp_path / "topology.yaml").write_text(
         "topics:\n"
         f"  - {{name: jobs, sow: false, kafka_topic: {unique}.jobs, partitions: 1}}\n"
         "queues:\n"
         f"  - {{name: Q, message_type: json, underlying: jobs, semantics: {semantics}, "
         "max_per_subscription_backlog: 10}\n"
     )
-    address = f"127.0.0.1:{_free_port()}"
-    server = _serve(tmp_path, address, bootstrap)
+    serve = Serve(tmp_path, bootstrap, unique)
     try:
-        with SowClient(address) as client:
+        serve.until_ready()
+        with SowClient(serve.address) as client:
             for i in range(6):
                 client.publish("Q", orjson.dumps({"id": i}))
             first = Consumer(client, max_backlog=2)
@@ -95,10 +40,12 @@ def test_a_queue_loses_and_delays_nothing_across_a_sigkill_of_sow_serve(
             time.sleep(0.5)  # the leases are committed; nothing more is leased to it
             assert first.ids() == [0, 1]
     finally:
-        _kill(server)
-    server = _serve(tmp_path, address, bootstrap)
+        serve.process.send_signal(signal.SIGKILL)  # the parent only: its child follows
+        serve.process.wait(timeout=30)
+    serve = Serve(tmp_path, bootstrap, unique)  # at once
     try:
-        with SowClient(address) as client:
+        serve.until_ready()
+        with SowClient(serve.address) as client:
             second = Consumer(client, max_backlog=10)
             if semantics == "at-most-once":
                 # 0 and 1 were delivered (removed when leased); 2..5 never were
@@ -111,8 +58,8 @@ def test_a_queue_loses_and_delays_nothing_across_a_sigkill_of_sow_serve(
             assert len(second.ids()) == len(set(second.ids())), second.ids()
             second.stream.ack(second.bookmarks())
     finally:
-        server.send_signal(signal.SIGINT)
+        serve.process.send_signal(signal.SIGINT)
         try:
-            server.wait(timeout=30)
+            serve.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            _kill(server)
+            serve.process.kill()

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,92 +25,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-READY = "stop with Ctrl-C"
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "SOW_"))}
-    return {**env, "PYTHONUNBUFFERED": "1"}
-
-
-class Serve:
-    """One `sow serve` (on the session's broker, or on its embedded Kafka when
-    ``bootstrap`` is empty), its stderr collected by a thread."""
-
-    def __init__(self, workdir: Path, bootstrap: str, group: str) -> None:
-        broker = ["--bootstrap-servers", bootstrap] if bootstrap else []
-        self.began = time.monotonic()
-        self.process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "processor.cli", "serve", "--grpc-address", "127.0.0.1:0"),
-                *("--topology", "topology.yaml", "--group-id", group, *broker),
-            ],
-            cwd=workdir,
-            env=_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self.ended = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line)
-            if READY in line:
-                self.ready.set()
-        self.ended.set()
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def until_ready(self, within_s: float = 120) -> float:
-        """Seconds from the start until ready; fails if it exits first."""
-        deadline = time.monotonic() + within_s
-        while not self.ready.wait(0.1):
-            assert self.process.poll() is None, (
-                f"sow serve exited with {self.process.returncode} before it was ready:\n"
-                + self.output
-            )
-            assert time.monotonic() < deadline, f"not ready within {within_s}s:\n{self.output}"
-        return time.monotonic() - self.began
-
-    @property
-    def address(self) -> str:
-        return next(line.split()[1] for line in self.lines if "gRPC:" in line)
-
-    def children(self) -> list[int]:
-        """The processes this `sow serve` started (its processor, an embedded broker)."""
-        return _children(self.process.pid)
-
-    def processor(self) -> int:
-        """The pid of its processor child (`sow process`), once started."""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for pid in self.children():
-                if b"processor.cli\0process" in _cmdline(pid):
-                    return pid
-            time.sleep(0.05)
-        raise AssertionError("no processor child:\n" + self.output)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(word) for word in text.split()]
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+from tests.integration.serve_helpers import Serve, serve_env
 
 
 def _running(pid: int) -> bool:
@@ -295,7 +209,7 @@ def test_a_processor_that_dies_while_a_delete_waits_for_it_stops_sow_serve_in_un
     topic = f"KILLS_{unique}".replace("-", "_")
     serve = Serve(workdir, bootstrap, unique)
     serve.until_ready()
-    env = {**_env(), "SOW_GRPC_ADDRESS": serve.address}
+    env = {**serve_env(), "SOW_GRPC_ADDRESS": serve.address}
     published = subprocess.run(
         [sys.executable, "-m", "processor.cli", "publish", topic, '{"id": 1}'],
         env=env,
