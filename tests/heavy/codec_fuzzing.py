@@ -18,7 +18,6 @@ import dataclasses
 import random
 import resource
 import time
-from collections.abc import Callable
 from typing import Any
 
 import bson
@@ -37,6 +36,7 @@ from processor.messages.fix import TagValueCodec
 from processor.messages.json import JsonCodec
 from processor.messages.limits import MAX_VALUES
 from processor.messages.xml import XmlCodec
+from tests.heavy import fuzzing
 
 #: The time one case may take, and more per megabyte of payload: fastavro's Python
 #: reader, which reads a recursive schema's payloads over 1,000 bytes (the fuzz's schema
@@ -281,32 +281,18 @@ def check(codec: Codec, data: bytes) -> None:
 
 
 @dataclasses.dataclass
-class Report:
-    """What a run saw: cases, refusals, failures (anything but DecodeError), timings."""
+class Report(fuzzing.Report):
+    """What a run saw (:class:`tests.heavy.fuzzing.Report`: ``errors`` are the payloads
+    refused with a DecodeError), and how much the peak RSS grew."""
 
-    cases: int = 0
-    refused: int = 0
-    failures: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    slow: list[tuple[str, float]] = dataclasses.field(default_factory=list)
-    max_s: float = 0.0
-    wall_s: float = 0.0
     rss_growth_mb: float = 0.0
 
     def summary(self, what: str) -> str:
         return (
-            f"{what}: {self.cases} cases, {self.refused} DecodeErrors, {len(self.failures)} "
+            f"{what}: {self.cases} cases, {self.errors} DecodeErrors, {len(self.failures)} "
             f"failures, {len(self.slow)} slow, max {self.max_s * 1000:.1f} ms, wall "
             f"{self.wall_s:.1f} s, peak RSS +{self.rss_growth_mb:.0f} MB"
         )
-
-
-def _timed(check_one: Callable[[], None]) -> tuple[float, BaseException | None]:
-    started = time.perf_counter()
-    try:
-        check_one()
-    except Exception as exc:
-        return time.perf_counter() - started, exc
-    return time.perf_counter() - started, None
 
 
 def fuzz(name: str, count: int, seed: int) -> Report:
@@ -321,15 +307,15 @@ def fuzz(name: str, count: int, seed: int) -> Report:
     for index in range(count):
         data = pool[index] if index < len(pool) else mutate(rng, pool, name, codec)
         limit = LIMIT_S + LIMIT_S_PER_MB.get(name, DEFAULT_S_PER_MB) * len(data) / 1e6
-        elapsed, outcome = _timed(lambda: check(codec, data))  # noqa: B023
+        elapsed, outcome = fuzzing.timed(lambda case: check(codec, case), data)
         if elapsed > limit:  # once more, alone: a pause of a shared machine is no hang
-            elapsed, outcome = _timed(lambda: check(codec, data))  # noqa: B023
+            elapsed, outcome = fuzzing.timed(lambda case: check(codec, case), data)
             if elapsed > limit:
                 report.slow.append((repr(data[:200]), elapsed))
         report.cases += 1
         report.max_s = max(report.max_s, elapsed)
         if isinstance(outcome, DecodeError):
-            report.refused += 1
+            report.errors += 1
         elif outcome is not None and len(report.failures) < 50:
             error = f"{type(outcome).__name__}: {str(outcome)[:300]}"
             report.failures.append((repr(data[:300]) + f" ({len(data)} bytes)", error))

@@ -62,9 +62,9 @@ def run(cases: Callable[[int], Any], count: int, check: Callable[[Any], None]) -
     started = time.perf_counter()
     for index in range(count):
         case = cases(index)
-        elapsed, outcome = _timed(check, case)
+        elapsed, outcome = timed(check, case)
         if elapsed > LIMIT_S:
-            elapsed, outcome = _timed(check, case)
+            elapsed, outcome = timed(check, case)
             if elapsed > LIMIT_S:
                 report.slow.append((repr(case)[:300], elapsed))
         report.cases += 1
@@ -78,7 +78,8 @@ def run(cases: Callable[[int], Any], count: int, check: Callable[[Any], None]) -
     return report
 
 
-def _timed(check: Callable[[Any], None], case: Any) -> tuple[float, BaseException | None]:
+def timed(check: Callable[[Any], None], case: Any) -> tuple[float, BaseException | None]:
+    """How long ``check(case)`` took, and what it raised (None: nothing)."""
     started = time.perf_counter()
     try:
         check(case)

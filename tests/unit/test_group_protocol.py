@@ -355,56 +355,23 @@ def test_offsets_refused_by_a_moved_on_group_are_a_stale_group_error(code: int) 
 
 
 @pytest.mark.parametrize(
-    ("broker", "asked", "used"),
+    ("setting", "broker", "asked", "used"),
     [
-        ("consumer", None, "consumer"),  # the embedded Apache Kafka
-        ("classic", None, "classic"),  # an external broker, or Tansu
-        ("consumer", "classic", "classic"),
-        ("classic", "consumer", "consumer"),
+        ("group_protocol", "consumer", None, "consumer"),  # the embedded Apache Kafka
+        ("group_protocol", "classic", None, "classic"),  # an external broker, or Tansu
+        ("group_protocol", "consumer", "classic", "classic"),
+        ("group_protocol", "classic", "consumer", "consumer"),
+        ("assignment", "group", None, "group"),  # Apache Kafka: sow serve's joins its group
+        ("assignment", "static", None, "static"),  # the embedded Tansu broker: no group join
+        ("assignment", "static", "group", "group"),
+        ("assignment", "group", "static", "static"),
     ],
 )
-def test_a_start_takes_the_brokers_protocol_unless_one_is_set(
-    broker: str, asked: str | None, used: str, monkeypatch: pytest.MonkeyPatch
+def test_a_start_takes_the_brokers_protocol_and_assignment_unless_one_is_set(
+    setting: str, broker: str, asked: str | None, used: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from processor import app as application
-    from processor.topology.model import SowTopic, Topology
-
-    class FakeBroker:
-        bootstrap_servers = "127.0.0.1:1"
-        description = "a fake broker"
-        fetch_wait_ms = 10
-        keeps_log = True
-        group_protocol = broker
-        assignment = "group"
-
-        def stop(self) -> None:
-            pass
-
-    monkeypatch.setattr(application, "start_broker", lambda *a, **k: FakeBroker())
-    monkeypatch.setattr(application, "ensure_topics", lambda *a, **k: None)
-    topology = Topology({"ORDERS": SowTopic("ORDERS", keys=("/id",))})
-    settings = Settings(group_protocol=asked)
-    started = application.start(settings, topology=topology, processor=False, service=False)
-    try:
-        assert started.settings.group_protocol == used
-        assert started.settings.environment()["SOW_GROUP_PROTOCOL"] == used  # to the child
-    finally:
-        started.stop()
-
-
-@pytest.mark.parametrize(
-    ("broker", "asked", "used"),
-    [
-        ("group", None, "group"),  # Apache Kafka, embedded or not: sow serve's joins its group
-        ("static", None, "static"),  # the embedded Tansu broker: no group join
-        ("static", "group", "group"),
-        ("group", "static", "static"),
-    ],
-)
-def test_a_start_takes_the_brokers_assignment_unless_one_is_set(
-    broker: str, asked: str | None, used: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The assignment resolved at start goes to ``sow serve``'s processor child."""
+    """What the broker implies, unless the settings say; resolved at start, it goes to
+    ``sow serve``'s processor child too."""
     from processor import app as application
     from processor.topology.model import SowTopic, Topology
 
@@ -414,20 +381,20 @@ def test_a_start_takes_the_brokers_assignment_unless_one_is_set(
         fetch_wait_ms = 10
         keeps_log = True
         group_protocol = "classic"
-        assignment = broker
+        assignment = "group"
 
         def stop(self) -> None:
             pass
 
+    setattr(FakeBroker, setting, broker)
     monkeypatch.setattr(application, "start_broker", lambda *a, **k: FakeBroker())
     monkeypatch.setattr(application, "ensure_topics", lambda *a, **k: None)
     topology = Topology({"ORDERS": SowTopic("ORDERS", keys=("/id",))})
-    started = application.start(
-        Settings(assignment=asked), topology=topology, processor=False, service=False
-    )
+    settings = Settings(**{setting: asked})
+    started = application.start(settings, topology=topology, processor=False, service=False)
     try:
-        assert started.settings.assignment == used
-        assert started.settings.environment()["SOW_ASSIGNMENT"] == used  # to the child
+        assert getattr(started.settings, setting) == used
+        assert started.settings.environment()[f"SOW_{setting.upper()}"] == used  # to the child
     finally:
         started.stop()
 
