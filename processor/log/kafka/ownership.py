@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -34,6 +35,14 @@ log = logging.getLogger(__name__)
 
 #: How long a fence or a look at the group may take before it counts as a broker failure.
 TIMEOUT_S = 30.0
+#: Answers of a group coordinator that is not ready yet (a broker starting, a move).
+_NOT_YET = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
 #: The states of a group without members.
 _NOBODY = frozenset({ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD})
 #: What a static processor's fenced producer means (the end of its error line).
@@ -51,13 +60,21 @@ def refuse_beside_members(bootstrap: str, group: str) -> None:
     admin = AdminClient(
         {**client_settings(bootstrap), "client.id": "sow-ownership", "log_level": 0}
     )
-    try:
-        described = admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group]
-        found = described.result(TIMEOUT_S)
-    except KafkaException as exc:
-        if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
-            return  # never used as a group: nobody in it
-        raise BrokerError(f"cannot describe consumer group {group}: {exc}") from exc
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            described = admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)
+            found = described[group].result(TIMEOUT_S)
+            break
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return  # never used as a group: nobody in it
+            # A broker just started loads its group coordinator first: ask again.
+            if error.code() in _NOT_YET and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            raise BrokerError(f"cannot describe consumer group {group}: {exc}") from exc
     # Tansu lists no members, but says the group is not empty (UNKNOWN while one joins).
     if found.members or found.state not in _NOBODY:
         hosts = ", ".join(sorted({m.host for m in found.members})) or "members not listed"
