@@ -176,6 +176,18 @@ class MessageTooLargeError(InvalidRequestError):
     """A published message is larger than the log (topic, broker or changelog) accepts."""
 
 
+class AuthenticationError(SowError):
+    """A caller did not prove who it is: no credentials where security asks for them, a
+    wrong password, a token that is expired, for another audience or badly signed, a
+    client certificate from another CA (gRPC UNAUTHENTICATED). The message names the
+    cause and never echoes the secret."""
+
+
+class NotEntitledError(SowError):
+    """An authenticated principal may not do this: log on, read, write or acknowledge on
+    this topic, or write a message outside its write filter (gRPC PERMISSION_DENIED)."""
+
+
 class CatchingUpError(SowError):
     """A query needs the complete SOW but the replica has not caught up with the
     changelogs yet (after a start); retry, or ask the query to wait."""
@@ -221,6 +233,12 @@ class TooManySubscriptionsError(SowError):
 
 class BrokerError(SowError):
     """The Kafka-protocol broker cannot be started, reached or used."""
+
+
+class KafkaSecurityError(BrokerError):
+    """The Kafka cluster refused this client: authentication failed (wrong password, a
+    certificate it does not trust or that expired) or an ACL is missing. Retrying does
+    not help; ``cause`` names what to fix (the permission, the principal, the file)."""
 
 
 class StalledError(BrokerError):

@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"errors", "progress", "config", "wire"},
     {"expr"},
     {"topology"},
+    {"security"},
     {"keys", "messages"},
     {"changelog"},
     {"log", "state"},

@@ -1,0 +1,106 @@
+"""The request context: who calls, until when, and what it may see and change.
+
+Every transport builds one :class:`RequestContext` per call (gRPC: ``server/auth.py``)
+and passes it down; nothing below a transport looks at metadata, certificates or
+tokens. With security off the context is :data:`OPEN`: the anonymous principal with
+every right, so the default ``sow serve`` behaves as it always has.
+
+:class:`Rights` is what the entitlements resolved for a principal: per topic, may it
+read (and through which *entitlement filter*, AND-ed into every read), write (and which
+*write filter* every published message must match) and acknowledge queue messages. The
+checks raise :class:`~processor.errors.NotEntitledError` naming the principal, the
+right and the topic.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller. ``method``: how it proved it (``certificate``, ``token``,
+    ``password``; ``none`` when security is off)."""
+
+    name: str
+    roles: frozenset[str] = frozenset()
+    method: str = "none"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+#: The caller when security is off.
+ANONYMOUS = Principal("anonymous")
+
+
+class Rights(Protocol):
+    """What one principal may do (:mod:`processor.security.entitlements` resolves it)."""
+
+    #: Whether any right is restricted (False: every check passes, every filter is None).
+    restricted: bool
+
+    def check_logon(self) -> None:
+        """Raise NotEntitledError when the principal may not use the service at all."""
+
+    def read_filter(self, topic: str) -> str | None:
+        """The entitlement filter AND-ed into reads of ``topic`` (None: every record);
+        raise NotEntitledError when the principal may not read it."""
+
+    def readable(self, topic: str) -> bool:
+        """Whether the principal may read ``topic`` (a pattern read skips the others)."""
+
+    def write_filter(self, topic: str) -> str | None:
+        """The filter every message written to ``topic`` must match (None: any);
+        raise NotEntitledError when the principal may not write it."""
+
+    def check_acknowledge(self, queue: str) -> None:
+        """Raise NotEntitledError when the principal may not acknowledge on ``queue``."""
+
+
+class _AllRights:
+    """Every right: security off."""
+
+    restricted = False
+
+    def check_logon(self) -> None:
+        return None
+
+    def read_filter(self, topic: str) -> str | None:
+        return None
+
+    def readable(self, topic: str) -> bool:
+        return True
+
+    def write_filter(self, topic: str) -> str | None:
+        return None
+
+    def check_acknowledge(self, queue: str) -> None:
+        return None
+
+
+ALL_RIGHTS: Rights = _AllRights()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """One call: its principal, its rights, and its deadline (``time.monotonic()``
+    seconds; None: no deadline). ``generation`` is the entitlements' version the rights
+    came from (a reload makes open subscriptions re-resolve theirs)."""
+
+    principal: Principal = ANONYMOUS
+    rights: Rights = field(default=ALL_RIGHTS)
+    deadline: float | None = None
+    generation: int = 0
+
+    def time_left(self, default: float) -> float:
+        """Seconds until the deadline (``default`` without one), never negative."""
+        if self.deadline is None:
+            return default
+        return max(self.deadline - time.monotonic(), 0.0)
+
+
+#: The context of every call when security is off.
+OPEN = RequestContext()
