@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -21,6 +22,7 @@ from processor.publish.gateway import Gateway, PendingPublishes
 from processor.publish.requests import Deleted, PublishColumns, Published
 from processor.query.historical import point_of, run_historical
 from processor.query.sow import QueryEngine, SowQuery
+from processor.security import OPEN, RequestContext
 from processor.server import convert
 from processor.server.health import Health
 from processor.server.queues import QUEUE_STREAMS, QueuesServicer
@@ -48,6 +50,8 @@ DEADLINE_MARGIN_S = 0.25
 
 #: Failure reason -> gRPC status code. Order matters: the first matching class wins.
 STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
+    (errors.AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.NotEntitledError, grpc.StatusCode.PERMISSION_DENIED),
     (errors.UnknownTopicError, grpc.StatusCode.NOT_FOUND),
     (errors.SlowConsumerError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.TooManySubscriptionsError, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -61,6 +65,19 @@ STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
     (errors.BrokerError, grpc.StatusCode.UNAVAILABLE),
     (errors.SowError, grpc.StatusCode.INTERNAL),
 )
+
+
+#: Builds a call's RequestContext from its gRPC ServicerContext: authenticates the
+#: caller (aborting UNAUTHENTICATED) and resolves its rights.
+ContextOf = Callable[[Any], RequestContext]
+
+
+def open_context(context: Any) -> RequestContext:
+    """The call's context when security is off: anonymous, every right, its deadline."""
+    remaining: float | None = context.time_remaining()
+    if remaining is None:
+        return OPEN
+    return RequestContext(deadline=time.monotonic() + remaining)
 
 
 def status_for(error: errors.SowError) -> grpc.StatusCode:
@@ -459,12 +476,18 @@ def start_server(
     health: Health | None = None,
     interceptors: Sequence[Any] = (),
     queues: QueueHub | None = None,
+    contexts: ContextOf | None = None,
+    credentials: Any | None = None,
 ) -> tuple[Any, str]:
     """Start the gRPC server on ``address``; return it and the address it bound. With a
     subscription hub it also serves the Subscriptions service (one more worker thread per
     subscription stream); with ``health`` the grpc.health.v1 service. A port another
     process listens on is refused (no SO_REUSEPORT sharing: two servers on one port
-    would answer queries in turn)."""
+    would answer queries in turn). ``contexts`` builds each call's RequestContext
+    (authentication and entitlements, :mod:`processor.server.auth`; default: the open
+    context with the call's deadline); ``credentials``: grpc.ServerCredentials for TLS
+    (default: plaintext)."""
+    contexts = contexts or open_context
     workers = WORKERS + (SUBSCRIPTION_STREAMS if hub is not None else 0)
     workers += QUEUE_STREAMS if queues is not None else 0
     server = grpc.server(
@@ -487,7 +510,10 @@ def start_server(
         )
     host, _, _port = address.rpartition(":")
     try:
-        bound = server.add_insecure_port(address)
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError:  # grpcio raises where older versions returned 0
         bound = 0
     if bound == 0:
