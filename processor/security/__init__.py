@@ -3,6 +3,24 @@
 transport builds per call and hands to the gateway, the query engine, the subscription
 plan and the queue hub (docs/security.md)."""
 
-from processor.security.context import ANONYMOUS, OPEN, Principal, RequestContext, Rights
+from processor.security.context import (
+    ALL_RIGHTS,
+    ANONYMOUS,
+    EVERYONE,
+    OPEN,
+    Principal,
+    RequestContext,
+    Rights,
+    RightsSource,
+)
 
-__all__ = ["ANONYMOUS", "OPEN", "Principal", "RequestContext", "Rights"]
+__all__ = [
+    "ALL_RIGHTS",
+    "ANONYMOUS",
+    "EVERYONE",
+    "OPEN",
+    "Principal",
+    "RequestContext",
+    "Rights",
+    "RightsSource",
+]

@@ -84,6 +84,30 @@ class _AllRights:
 ALL_RIGHTS: Rights = _AllRights()
 
 
+class RightsSource(Protocol):
+    """Resolves a principal's rights (:class:`processor.security.entitlements.Entitlements`
+    when entitlements are configured); ``generation`` grows with every reload."""
+
+    @property
+    def generation(self) -> int: ...
+
+    def rights_for(self, principal: Principal) -> Rights:
+        """The rights of ``principal`` under the current definitions."""
+
+
+class _Everyone:
+    """Every principal has every right (no entitlements configured)."""
+
+    generation = 0
+
+    def rights_for(self, principal: Principal) -> Rights:
+        return ALL_RIGHTS
+
+
+#: The rights source when no entitlements are configured.
+EVERYONE: RightsSource = _Everyone()
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     """One call: its principal, its rights, and its deadline (``time.monotonic()``
