@@ -5,7 +5,7 @@ Used by the secured Kafka tests (the broker's certificate, clients' certificates
 by the gRPC TLS tests. Keys are EC P-256: quick to make, and accepted by the JVM, OpenSSL
 and gRPC alike.
 
-    ca = make_ca("test-ca", directory)
+    ca = make_ca("test-ca", directory)            # or make_ca("test-ca"): a temporary dir
     broker = issue(ca, "broker", server=True, ips=["127.0.0.1"], dns=["localhost"])
     client = issue(ca, "processor")
     expired = issue(ca, "late", not_after=datetime.now(UTC) - timedelta(days=1))
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,9 +83,12 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def make_ca(name: str, directory: Path) -> CA:
+def make_ca(name: str, directory: Path | None = None) -> CA:
     """A new self-signed CA named ``name``, its files ``<name>-ca.pem``/``<name>-ca.key``
-    in ``directory`` (created if missing)."""
+    in ``directory`` (created if missing; default: a new temporary directory, which the
+    certificates it issues share)."""
+    if directory is None:
+        directory = Path(tempfile.mkdtemp(prefix="sow-pki-"))
     directory.mkdir(parents=True, exist_ok=True)
     key = _key()
     now = datetime.datetime.now(UTC)

@@ -43,6 +43,7 @@ from processor.log.broker.common import (
     port_is_free,
 )
 from processor.log.broker.maven import classpath, kafka_version, require_java
+from processor.log.broker.secured import KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -118,15 +119,20 @@ class EmbeddedKafka:
         heap_mb: int = DEFAULT_HEAP_MB,
         overrides: Mapping[str, str] | None = None,
         port: int | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         """``directory`` None: a temporary folder, removed at ``stop()``. ``port``: the
-        client port to listen on (default: the last start's when free, else a free one)."""
+        client port to listen on (default: the last start's when free, else a free one).
+        ``security``: listen with SASL_SSL (at ``port``) and mTLS (``mtls_bootstrap_servers``)
+        only, with ACLs denied by default (:mod:`processor.log.broker.secured`); None: one
+        plaintext listener, no authorization."""
         self._temporary = directory is None
         self._directory = directory or Path(tempfile.mkdtemp(prefix="sow-kafka-"))
         self._heap_mb = heap_mb
         self._overrides = dict(overrides or {})
         self._version = kafka_version()
-        self._port, self._controller_port = self._choose_ports()
+        self.security = security
+        self._port, self._controller_port, self._mtls_port = self._choose_ports()
         if port is not None:
             self._port = port
         self._process: subprocess.Popen[bytes] | None = None
@@ -134,6 +140,18 @@ class EmbeddedKafka:
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self._port}"
+
+    @property
+    def mtls_bootstrap_servers(self) -> str:
+        """The mTLS listener of a secured broker (client certificates required)."""
+        if self.security is None:
+            raise BrokerError("this embedded Apache Kafka is not secured: it has no mTLS listener")
+        return f"127.0.0.1:{self._mtls_port}"
+
+    @property
+    def admin_properties(self) -> dict[str, str]:
+        """librdkafka properties of the broker's super user ({} when not secured)."""
+        return {} if self.security is None else self.security.admin_properties()
 
     @property
     def version(self) -> str:
@@ -197,11 +215,17 @@ class EmbeddedKafka:
         self._directory.mkdir(parents=True, exist_ok=True)
         self._stop_leftover()
         config = self._directory / "server.properties"
+        secured = {}
+        if self.security is not None:
+            secured = self.security.server_properties(
+                self._directory, self._port, self._mtls_port, self._controller_port
+            )
         properties = server_properties(
-            self.data_dir, self._port, self._controller_port, self._overrides
+            self.data_dir, self._port, self._controller_port, {**secured, **self._overrides}
         )
         config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
-        if not (self.data_dir / "meta.properties").exists():
+        formatted = (self.data_dir / "meta.properties").exists()
+        if not formatted:
             self._format(java.path, jars, config)
         command = [
             java.path,
@@ -230,10 +254,14 @@ class EmbeddedKafka:
             )
         (self._directory / "broker.pid").write_text(str(self._process.pid))
         (self._directory / "ports.json").write_text(
-            json.dumps({"broker": self._port, "controller": self._controller_port})
+            json.dumps(
+                {"broker": self._port, "controller": self._controller_port, "mtls": self._mtls_port}
+            )
         )
         try:
             self._wait_until_answers(timeout_s)
+            if formatted and self.security is not None:
+                self._upsert_users()
         except BrokerError:
             self.kill()
             raise
@@ -265,18 +293,21 @@ class EmbeddedKafka:
             process.kill()
             process.wait(30)
 
-    def _choose_ports(self) -> tuple[int, int]:
-        """The ports of the last start when both are free again, else two free ones."""
+    def _choose_ports(self) -> tuple[int, int, int]:
+        """The ports (client, controller, mTLS) of the last start when all are free
+        again, else free ones (the mTLS one is used only when secured)."""
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             saved = json.loads((self._directory / "ports.json").read_text())
             port, controller = int(saved["broker"]), int(saved["controller"])
-            if port_is_free(port) and port_is_free(controller):
-                return port, controller
-        port = free_loopback_port()
-        controller = free_loopback_port()
-        while controller == port:
-            controller = free_loopback_port()
-        return port, controller
+            mtls = int(saved.get("mtls", 0)) or free_loopback_port()
+            if all(map(port_is_free, (port, controller, mtls))):
+                return port, controller, mtls
+        chosen: list[int] = []
+        while len(chosen) < 3:
+            candidate = free_loopback_port()
+            if candidate not in chosen:
+                chosen.append(candidate)
+        return chosen[0], chosen[1], chosen[2]
 
     def _format(self, java: str, jars: str, config: Path) -> None:
         cluster = new_cluster_id()
@@ -291,6 +322,7 @@ class EmbeddedKafka:
                 cluster,
                 "-c",
                 str(config),
+                *([] if self.security is None else self.security.format_arguments()),
             ],
             capture_output=True,
             text=True,
@@ -326,7 +358,9 @@ class EmbeddedKafka:
     def _wait_until_answers(self, timeout_s: float) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient(
+            {"bootstrap.servers": self.bootstrap_servers, "log_level": 0, **self.admin_properties}
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             process = self._process
@@ -345,6 +379,30 @@ class EmbeddedKafka:
             f"the embedded Apache Kafka did not answer on {self.bootstrap_servers} within "
             f"{timeout_s:.0f}s; see {self.log_path}"
         )
+
+    def _upsert_users(self) -> None:
+        """Create or update the SCRAM users of ``security`` (a log formatted by an earlier
+        start has the users of that start only)."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialAlteration,
+            UserScramCredentialUpsertion,
+        )
+
+        assert self.security is not None
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.admin_properties})
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+        upserts: list[UserScramCredentialAlteration] = [
+            UserScramCredentialUpsertion(name, info, password.encode())
+            for name, password in self.security.users.items()
+        ]
+        for name, future in admin.alter_user_scram_credentials(upserts).items():
+            try:
+                future.result(30)
+            except Exception as exc:  # a KafkaException: say which user, stop the start
+                raise BrokerError(f"cannot create the SCRAM user {name!r}: {exc}") from exc
 
     def _output_tail(self, lines: int = 15) -> str:
         """The last lines of the JVM's own output (a temporary directory is gone once
