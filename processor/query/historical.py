@@ -30,6 +30,7 @@ from processor.query.sow import (
     select,
 )
 from processor.replica.table import SowTable
+from processor.security import OPEN, RequestContext
 
 #: A table's state as of the point, its current records, and the live memo values of
 #: the query's fields.
@@ -92,9 +93,11 @@ def historical_states(
     return tables, vector
 
 
-def run_historical(engine: QueryEngine, query: SowQuery, point: Point) -> QueryResult:
+def run_historical(
+    engine: QueryEngine, query: SowQuery, point: Point, context: RequestContext = OPEN
+) -> QueryResult:
     """Run ``query`` as of ``point`` (see the module doc)."""
-    prepared = engine.prepare(query)
+    prepared = engine.prepare(query, context)
     replica = engine.replica
     if not replica.caught_up():
         timeout = query.timeout_s or DEFAULT_TIMEOUT_S

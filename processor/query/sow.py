@@ -45,6 +45,8 @@ from processor.log import LogPosition
 from processor.query.planner import Plan, needs_scan, plan
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable
+from processor.security import OPEN, RequestContext
+from processor.security.reads import entitled, read_restriction
 from processor.topology.model import SowTopic, Topology
 from processor.topology.topics import (
     is_pattern,
@@ -156,9 +158,11 @@ class QueryEngine:
         self.topology = topology
         self.replica = replica
 
-    def prepare(self, query: SowQuery) -> PreparedQuery:
+    def prepare(self, query: SowQuery, context: RequestContext = OPEN) -> PreparedQuery:
         """Check and compile a query before anything runs; raise a typed error naming the
-        problem (InvalidRequestError and its ExpressionError branch, UnknownTopicError)."""
+        problem (InvalidRequestError and its ExpressionError branch, UnknownTopicError,
+        NotEntitledError). The caller's entitlement filter (``context``) is AND-ed into
+        the query's filter."""
         topics = resolve_topics(self.topology, query.topic)
         if query.batch_size < 0 or query.batch_size > MAX_BATCH_SIZE:
             raise InvalidRequestError(
@@ -177,8 +181,12 @@ class QueryEngine:
             )
         expression = compile_expression(query.filter) if query.filter.strip() else None
         restriction = topic_restriction(self.topology, query.topic)
-        if restriction is not None:  # a Pattern topic stores the topic with others
-            expression = compile_expression(restricted(query.filter, restriction))
+        entitlement = read_restriction(context.rights, self.topology, query.topic)
+        if restriction is not None or entitlement is not None:
+            # A Pattern topic stores the topic with others; an entitlement filter keeps
+            # the caller to what it may see. The caller's filter was checked alone above.
+            text = entitled(restricted(query.filter, restriction), entitlement)
+            expression = compile_expression(text)
         order = parse_order_by(query.order_by) if query.order_by.strip() else ()
         aggregation = None
         if query.projection.strip() or query.grouping.strip():
@@ -205,11 +213,11 @@ class QueryEngine:
             batch_size=query.batch_size or DEFAULT_BATCH_SIZE,
         )
 
-    def run(self, query: SowQuery) -> QueryResult:
+    def run(self, query: SowQuery, context: RequestContext = OPEN) -> QueryResult:
         """Validate, check the replica has caught up (or wait for it when the query asks,
         or names a ``min_position``, which is asking to wait), wait for ``min_position``,
         select under the lock, and batch."""
-        prepared = self.prepare(query)
+        prepared = self.prepare(query, context)
         if not self.replica.caught_up():
             timeout = query.timeout_s or DEFAULT_TIMEOUT_S
             if not (query.wait_for_catch_up or query.min_position):

@@ -39,8 +39,10 @@ ANONYMOUS = Principal("anonymous")
 class Rights(Protocol):
     """What one principal may do (:mod:`processor.security.entitlements` resolves it)."""
 
-    #: Whether any right is restricted (False: every check passes, every filter is None).
-    restricted: bool
+    @property
+    def restricted(self) -> bool:
+        """Whether any right is restricted (False: every check passes, every filter is
+        None)."""
 
     def check_logon(self) -> None:
         """Raise NotEntitledError when the principal may not use the service at all."""
@@ -51,6 +53,11 @@ class Rights(Protocol):
 
     def readable(self, topic: str) -> bool:
         """Whether the principal may read ``topic`` (a pattern read skips the others)."""
+
+    def pattern_read_filter(self) -> str | None:
+        """The entitlement filter of a read over the topics a regular expression names
+        (each record through its own topic's grants); raise NotEntitledError when the
+        principal may read nothing."""
 
     def write_filter(self, topic: str) -> str | None:
         """The filter every message written to ``topic`` must match (None: any);
@@ -73,6 +80,9 @@ class _AllRights:
 
     def readable(self, topic: str) -> bool:
         return True
+
+    def pattern_read_filter(self) -> str | None:
+        return None
 
     def write_filter(self, topic: str) -> str | None:
         return None

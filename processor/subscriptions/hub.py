@@ -2,10 +2,9 @@
 
 One replica listener serves every subscription. It only hands each applied unit's
 events to a queue; a dispatcher thread (:mod:`processor.subscriptions.dispatcher`) takes
-them from there in order, finds each
-change's candidate filter groups (:mod:`processor.subscriptions.fanout`), evaluates each
-group's filter once (a range family's expression once for all its groups), and offers
-each subscription its share of the unit in one call; the bounded queues never block it.
+them in order, finds each change's candidate filter groups (:mod:`.fanout`), evaluates
+each group's filter once (a range family's once for all its groups), and offers each
+subscription its share of the unit in one call; the bounded queues never block it.
 So neither the replica's applier nor other subscribers wait for a slow subscriber: its
 queue fills, and it is closed with a :class:`~processor.errors.SlowConsumerError`.
 
@@ -18,9 +17,8 @@ it reaches the subscription, and changes before it are skipped by position (see
 Plain topics (no SOW) come from a :class:`~processor.replica.plain_tail.PlainTail`, whose
 events the hub handles like the replica's: a subscription covering plain topics is
 registered under the tail's lock as well (taken inside the replica's), and its vector
-holds their input positions too. A sow_and_subscribe has no records to return for them,
-and a subscription to plain topics only holds no records (no OOF, no deletes: a message
-that does not match is simply not delivered).
+holds their input positions too. A subscription to plain topics only holds no records
+(no query result, no OOF, no deletes: a message that does not match is not delivered).
 
 Subscription features: a sow_and_subscribe with ``top_n`` and ``skip_n`` gets a
 :class:`~processor.subscriptions.window.PaginatedSubscription` (a live window); a
@@ -29,7 +27,8 @@ ConflatingQueue` between a subscription and its sender (one clock thread per hub
 :meth:`SubscriptionHub.replace` changes a live subscription in place through a marker in
 the dispatcher's queue (:mod:`processor.subscriptions.replacing`).
 
-Thread-safety: every public method may be called from any thread.
+Every public method may be called from any thread. A subscription's filter holds its
+subscriber's entitlement filter (:mod:`processor.subscriptions.rights`).
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ from processor.errors import (
     TooManySubscriptionsError,
     UnsupportedError,
 )
-from processor.keys import partition_for
 from processor.log import LogPosition
 from processor.messages import Codec, codec_for
 from processor.query.sow import (
@@ -64,6 +62,7 @@ from processor.query.sow import select as select_records
 from processor.replica.plain_tail import PlainTail
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable
+from processor.security import OPEN, RequestContext
 from processor.subscriptions.conflation import (
     ConflatingQueue,
     ConflationClock,
@@ -73,9 +72,14 @@ from processor.subscriptions.model import (
     SubscribeRequest,
 )
 from processor.subscriptions.plan import SubscriptionPlan, plan_subscription, refuse_with_replay
-from processor.subscriptions.replacing import ReplaceMarker, check_replace
+from processor.subscriptions.replacing import ReplaceMarker, check_replace, row_position
 from processor.subscriptions.replay import Replay, open_historical, open_replay
-from processor.subscriptions.subscription import Row, SharedSender, Subscription
+from processor.subscriptions.subscription import (
+    Row,
+    SharedSender,
+    Subscription,
+    start_vector,
+)
 from processor.subscriptions.window import (
     PaginatedSubscription,
 )
@@ -138,6 +142,9 @@ class SubscriptionHub:
         """CPU seconds the dispatching took so far (metrics, benchmarks)."""
         return self._dispatcher.dispatch_cpu_s
 
+    def subscriptions(self) -> list[Subscription]:
+        return self._dispatcher.subscriptions()
+
     def queued(self) -> int:
         """Units and replace markers waiting for the dispatcher."""
         return self._dispatcher.queued()
@@ -162,9 +169,15 @@ class SubscriptionHub:
     # -- subscribing ---------------------------------------------------------------------
 
     def plan(
-        self, request: SubscribeRequest, *, with_query: bool, replacing: bool = False
+        self,
+        request: SubscribeRequest,
+        *,
+        with_query: bool,
+        replacing: bool = False,
+        context: RequestContext = OPEN,
     ) -> SubscriptionPlan:
-        """``request`` parsed and validated (:mod:`processor.subscriptions.plan`)."""
+        """``request`` parsed and validated (:mod:`processor.subscriptions.plan`), for
+        the caller of ``context`` (its entitlement filter)."""
         return plan_subscription(
             request,
             with_query=with_query,
@@ -172,29 +185,36 @@ class SubscriptionHub:
             codecs=self._codecs,
             compile_filter=self._dispatcher.compiled,
             replacing=replacing,
+            context=context,
         )
 
     def subscribe(
-        self, request: SubscribeRequest, sender: SharedSender | None = None
+        self,
+        request: SubscribeRequest,
+        sender: SharedSender | None = None,
+        context: RequestContext = OPEN,
     ) -> Subscription:
         """Register a live subscription: every matching change applied from now on.
         ``sender``: one sender serving this subscription among others (a session;
-        default: a sender of its own)."""
-        plan = self._admit(self.plan(request, with_query=False))
+        default: a sender of its own); ``context``: the caller (its entitlements)."""
+        plan = self._admit(self.plan(request, with_query=False, context=context))
         if plan.replaying:
             raise InvalidRequestError("a bookmark subscription is opened with subscribe_replaying")
         subscription = self._subscription(plan, sender)
         _, vector = self._read(plan.topics, lambda _: self._register(subscription, plan))
-        subscription.start(_start_vector(vector))
+        subscription.start(start_vector(vector))
         return subscription
 
     def subscribe_replaying(
-        self, request: SubscribeRequest, sender: SharedSender | None = None
+        self,
+        request: SubscribeRequest,
+        sender: SharedSender | None = None,
+        context: RequestContext = OPEN,
     ) -> tuple[Subscription, Replay]:
         """subscribe with a bookmark: the subscription, registered (buffering), and its
         replay, which starts it (:mod:`processor.subscriptions.replay`)."""
         refuse_with_replay(request, "a bookmark subscription")
-        plan = self._admit(self.plan(request, with_query=False))
+        plan = self._admit(self.plan(request, with_query=False, context=context))
         subscription = self._subscription(plan, sender)
         _, vector = self._read(plan.topics, lambda _: self._register(subscription, plan))
         try:
@@ -214,12 +234,15 @@ class SubscriptionHub:
         return subscription, replay
 
     def sow_and_subscribe(
-        self, request: SubscribeRequest, sender: SharedSender | None = None
+        self,
+        request: SubscribeRequest,
+        sender: SharedSender | None = None,
+        context: RequestContext = OPEN,
     ) -> tuple[Subscription, QueryPhase]:
         """Query the SOW and subscribe at the same position: the result, then (through
         the subscription) every later matching change, with no gap and no duplicate.
-        ``sender`` as for :meth:`subscribe`."""
-        plan = self._admit(self.plan(request, with_query=True))
+        ``sender`` and ``context`` as for :meth:`subscribe`."""
+        plan = self._admit(self.plan(request, with_query=True, context=context))
         if plan.plain_only:
             return self._subscribe_without_sow(plan, sender)
         request = plan.request
@@ -248,7 +271,8 @@ class SubscriptionHub:
                 # Paginated: every matching record (the subscription orders them).
                 top_n=0 if plan.paginated else request.top_n,
                 order_by="" if plan.paginated else request.order_by,
-            )
+            ),
+            plan.context,
         )
         started = time.perf_counter()
         self._build_memo_indexes(prepared)
@@ -265,7 +289,7 @@ class SubscriptionHub:
         )
         envelopes = [changelog.decode(envelope) for _, envelope in selection.rows]
         subscription.start(
-            _start_vector(vector),
+            start_vector(vector),
             (
                 (topic, e.sow_key.encode(), raw)
                 for (topic, raw), e in zip(selection.rows, envelopes, strict=True)
@@ -285,7 +309,7 @@ class SubscriptionHub:
         started = time.perf_counter()
         subscription = self._subscription(plan, sender)
         _, vector = self._read(plan.topics, lambda _: self._register(subscription, plan))
-        subscription.start(_start_vector(vector))
+        subscription.start(start_vector(vector))
         elapsed_us = int((time.perf_counter() - started) * 1e6)
         stats = QueryStats(0, 0, 0, elapsed_us, "no SOW: live messages only")
         return subscription, QueryPhase(vector, [], stats)
@@ -346,12 +370,18 @@ class SubscriptionHub:
                 queue=queue,
             )
         subscription.shape = plan.shape
+        subscription.context = plan.context
         if queue is not None:
             queue.bind(subscription.release_held)
         return subscription
 
     def replace(
-        self, subscription: Subscription, request: SubscribeRequest, *, with_query: bool
+        self,
+        subscription: Subscription,
+        request: SubscribeRequest,
+        *,
+        with_query: bool,
+        context: RequestContext = OPEN,
     ) -> None:
         """Replace a live subscription's filter and options in place (spec 3.12; the
         rules: :mod:`processor.subscriptions.replacing`). For a sow_and_subscribe the
@@ -360,15 +390,24 @@ class SubscriptionHub:
         from the next change on. ``with_query``: the replacing command is a
         sow_and_subscribe. Raises a SowError, changing nothing, when refused."""
         check_replace(subscription, request, with_query)
-        plan = self._admit(self.plan(request, with_query=with_query, replacing=True), True)
+        planned = self.plan(request, with_query=with_query, replacing=True, context=context)
+        self.move(subscription, self._admit(planned, True))
+
+    def move(self, subscription: Subscription, plan: SubscriptionPlan, held: bool = False) -> None:
+        """Put a live subscription on ``plan`` (a replace, or new rights); ``held``:
+        re-read even a subscribe's held records (those outside ``plan`` leave, no other
+        is sent)."""
         if self._dispatcher.inline:
             raise UnsupportedError("replace is not supported by a hub that matches inline")
+        request = plan.request
         prepared = None
-        if plan.with_query:
+        if plan.with_query or (held and not plan.plain_only):
             prepared = self.engine.prepare(
-                SowQuery(topic=request.topic, filter=request.filter, query_id=request.query_id)
+                SowQuery(topic=request.topic, filter=request.filter, query_id=request.query_id),
+                plan.context,
             )
             self._build_memo_indexes(prepared)
+        only_held = held and not plan.with_query
         held_topics = {key[0] for key in subscription.focus_keys()}
         before = resolve_subscribed_topics(self.topology, subscription.request.topic)
         read_topics = list({t.name: t for t in [*plan.topics, *before]}.values())
@@ -380,10 +419,13 @@ class SubscriptionHub:
                 by_name = {t.topic.name: t for t in tables}
                 chosen = select_records(prepared, [by_name[t.name] for t in prepared.topics])
                 rows = [
-                    (topic, key, raw, _row_position(by_name[topic].topic, key))
+                    (topic, key, raw, row_position(by_name[topic].topic, key))
                     for topic, raw in chosen.rows
                     for key in (changelog.decode(raw).sow_key.encode(),)
                 ]
+                if only_held:
+                    focus = set(subscription.focus_keys())
+                    rows = [row for row in rows if (row[0], row[1]) in focus]
             existing = {t.topic.name: t.envelopes for t in tables if t.topic.name in held_topics}
             marker.rows = rows
             marker.gone = {
@@ -395,7 +437,7 @@ class SubscriptionHub:
 
         try:
             _, vector = self._read(read_topics, read_and_mark)
-            marker.vector = _start_vector(vector)
+            marker.vector = start_vector(vector)
         finally:
             marker.placed.set()
 
@@ -456,13 +498,3 @@ class SubscriptionHub:
                 "subscriptions; subscribe to another query-service replica or retry later"
             )
         return plan
-
-
-def _row_position(topic: SowTopic, sow_key: bytes) -> tuple[str, int, int]:
-    """The position reported with a record of a re-run query: its changelog partition
-    (offset -1: the record as of the replace, not one change)."""
-    return (topic.changelog_topic, partition_for(sow_key, topic.partitions), -1)
-
-
-def _start_vector(vector: list[LogPosition]) -> dict[tuple[str, int], int]:
-    return {(topic, partition): offset for topic, partition, offset in vector}

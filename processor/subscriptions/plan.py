@@ -21,6 +21,8 @@ from processor.errors import InvalidRequestError
 from processor.expr import Expression
 from processor.expr.ast import OrderKey
 from processor.messages import Codec
+from processor.security import OPEN, RequestContext
+from processor.security.reads import entitled, read_restriction
 from processor.subscriptions.conflation import KeyOf, key_function, parse_interval
 from processor.subscriptions.model import DEFAULT_MAX_BACKLOG, MAX_MAX_BACKLOG, SubscribeRequest
 from processor.subscriptions.shape import MessageShape
@@ -59,6 +61,9 @@ class SubscriptionPlan:
     shape: MessageShape | None
     unheld: frozenset[str]
     max_backlog: int
+    #: Who subscribed, and the rights its filter was planned with (a reload of the
+    #: entitlements re-plans the subscription with the new ones).
+    context: RequestContext = OPEN
 
     @property
     def paginated(self) -> bool:
@@ -85,9 +90,13 @@ def plan_subscription(
     codecs: Mapping[str, Codec],
     compile_filter: Compile,
     replacing: bool = False,
+    context: RequestContext = OPEN,
 ) -> SubscriptionPlan:
     """The plan of ``request`` (a sow_and_subscribe when ``with_query``); raises
-    InvalidRequestError naming what is wrong and what to do."""
+    InvalidRequestError naming what is wrong and what to do, NotEntitledError when the
+    caller may not read the topic. The caller's entitlement filter is AND-ed into the
+    subscription's filter, so every path that reads through the plan (the query phase,
+    live changes, OOF, windows, conflation, replays) gets it."""
     if request.replace and not replacing:
         raise InvalidRequestError(
             "replace=true replaces a live subscription of a Session: send it as a "
@@ -108,9 +117,11 @@ def plan_subscription(
             f"{MAX_MAX_BACKLOG} (0 means the default, {DEFAULT_MAX_BACKLOG})"
         )
     restriction = topic_restriction(topology, request.topic)
-    if restriction is not None:  # check the subscriber's filter alone first
+    entitlement = read_restriction(context.rights, topology, request.topic)
+    if restriction is not None or entitlement is not None:  # the subscriber's filter alone
         compile_filter(topics, request.filter)
-    expression = compile_filter(topics, restricted(request.filter, restriction))
+    text = entitled(restricted(request.filter, restriction), entitlement)
+    expression = compile_filter(topics, text)
     unheld = frozenset(t.name for t in topics if isinstance(t, PlainTopic))
     paginated = is_paginated(request)
     if paginated:
@@ -144,6 +155,7 @@ def plan_subscription(
         shape=shape,
         unheld=unheld,
         max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG,
+        context=context,
     )
 
 

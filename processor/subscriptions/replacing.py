@@ -24,10 +24,12 @@ import threading
 from dataclasses import dataclass, field
 
 from processor.errors import InvalidRequestError
+from processor.keys import partition_for
 from processor.subscriptions.model import SubscribeRequest
 from processor.subscriptions.plan import SubscriptionPlan
 from processor.subscriptions.subscription import Row, StartVector, Subscription
 from processor.subscriptions.window import is_paginated
+from processor.topology.model import SowTopic
 
 #: Options a replace must repeat unchanged.
 FIXED = ("conflation", "conflation_key", "delta", "select", "bookmark")
@@ -90,3 +92,9 @@ class ReplaceMarker:
     rows: list[Row] | None = None
     gone: set[tuple[str, bytes]] = field(default_factory=set)
     placed: threading.Event = field(default_factory=threading.Event)
+
+
+def row_position(topic: SowTopic, sow_key: bytes) -> tuple[str, int, int]:
+    """The position reported with a record of a re-run query: its changelog partition
+    (offset -1: the record as of the replace, not one change)."""
+    return (topic.changelog_topic, partition_for(sow_key, topic.partitions), -1)

@@ -43,11 +43,19 @@ from typing import Protocol
 from processor import changelog
 from processor.changelog.events import ChangeEvent, ChangelogPosition, ChangeReason
 from processor.errors import SlowConsumerError, SowError
+from processor.log import LogPosition
+from processor.security import OPEN, RequestContext
 from processor.subscriptions.model import ChangeKind, Notice, OofReason, SubscribeRequest
 from processor.subscriptions.shape import MessageShape
 
 #: (changelog topic, partition) -> next offset: where a subscription starts.
 StartVector = Mapping[tuple[str, int], int]
+
+
+def start_vector(vector: list[LogPosition]) -> dict[tuple[str, int], int]:
+    """A position vector as a subscription's start: (topic, partition) -> offset."""
+    return {(topic, partition): offset for topic, partition, offset in vector}
+
 
 _numbers = itertools.count(1)
 
@@ -150,6 +158,8 @@ class Subscription:
         self.closed: SowError | None = None
         #: The select list and delta rules its records are sent with (None: as they are).
         self.shape: MessageShape | None = None
+        #: The subscriber and its rights (the hub re-plans it when they change).
+        self.context: RequestContext = OPEN
         #: Called once, outside the subscription's lock, when it closes with an error.
         self.on_close: list[Callable[[], None]] = []
         self.delivered = 0

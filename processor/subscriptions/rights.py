@@ -1,0 +1,48 @@
+"""Open subscriptions follow their subscribers' rights: after the entitlements change,
+each subscription of a restricted principal is planned again with its new rights and
+moved onto that plan at a place in its stream (:meth:`SubscriptionHub.move`), so a
+record it may no longer see leaves as an out-of-focus notice (never its new body); a
+subscriber that may no longer read the topic, or log on, has the subscription ended with
+the reason (PERMISSION_DENIED)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from processor.errors import NotEntitledError, SowError
+from processor.security import RightsSource
+from processor.subscriptions.hub import SubscriptionHub
+
+log = logging.getLogger(__name__)
+
+
+def refresh_rights(hub: SubscriptionHub, source: RightsSource) -> int:
+    """Re-plan every open subscription of a restricted principal with its current
+    rights; returns how many were moved or ended."""
+    changed = 0
+    for subscription in hub.subscriptions():
+        old = subscription.context
+        if not old.rights.restricted or old.generation == source.generation:
+            continue
+        context = dataclasses.replace(
+            old, rights=source.rights_for(old.principal), generation=source.generation
+        )
+        request = dataclasses.replace(subscription.request, replace=False)
+        try:
+            context.rights.check_logon()
+            plan = hub.plan(
+                request, with_query=subscription.with_query, replacing=True, context=context
+            )
+            hub.move(subscription, plan, held=True)
+            subscription.context = context
+        except NotEntitledError as exc:
+            log.info("subscription %r of %s ended: %s", request.sub_id, old.principal, exc)
+            subscription.close(exc)
+            hub.unsubscribe(subscription)
+        except SowError as exc:  # the topic or filter no longer plans: end it with why
+            log.warning("subscription %r of %s ended: %s", request.sub_id, old.principal, exc)
+            subscription.close(exc)
+            hub.unsubscribe(subscription)
+        changed += 1
+    return changed
