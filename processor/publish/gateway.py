@@ -20,40 +20,44 @@ stays JSON on the log (the processor merges it); on a plain topic it is publishe
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
 from processor.changelog.commands import (
     DELTA_HEADER,
-    DELTA_NATIVE,
-    DELTA_TEXT,
     FILTER_DELETE_KEY,
     FILTER_HEADER,
     PUBLISHER_HEADER,
     SEQUENCE_HEADER,
-    TOPIC_HEADER,
 )
 from processor.errors import (
     InvalidRequestError,
-    MessageTooLargeError,
-    MissingKeyError,
     PositionTimeoutError,
     SowError,
     UnconfirmedWriteError,
 )
 from processor.expr import compile as compile_expression
-from processor.keys import FieldKeyGenerator, key_function, partition_for, validate_user_key
+from processor.keys import partition_for, validate_user_key
 from processor.log import Delivery, Headers, LogPosition, LogRecord, LogWriter
 from processor.messages import Codec, codec_for
-from processor.publish.headers import command_headers, option_headers, sequence_headers
+from processor.publish.headers import command_headers
 from processor.publish.requests import (
     Deleted,
     PublishColumns,
     PublishCommand,
     Published,
     PublishFields,
+)
+from processor.publish.routes import (
+    HEADERS_ALLOWANCE,
+    PublishRoute,
+    delta_form,
+    delta_key,
+    publish_key,
+    record_partition,
+    shared_headers,
+    too_large,
 )
 from processor.topology.model import SowTopic, Topic, Topology
 from processor.topology.topics import (
@@ -67,42 +71,8 @@ from processor.topology.topics import (
 )
 
 DEFAULT_TIMEOUT_S = 30.0
-#: What a changelog envelope adds to a message besides the names and the SowKey
-#: (version, partition, offset, lengths, two times, expiration; see processor.changelog).
-ENVELOPE_FIXED_BYTES = 64
 #: Publish routes kept at most (one per topic name a publish used).
 MAX_ROUTES = 4096
-#: Headers are measured exactly only for messages this close to the limit.
-HEADERS_ALLOWANCE = 4096
-
-
-class _PublishRoute:
-    """What publishing to one topic needs, worked out once: codec, key generator,
-    partition count and the size limit of a message."""
-
-    def __init__(self, topic: Topic, max_record_bytes: int, concrete: str | None = None) -> None:
-        self.topic = topic
-        self.codec = codec_for(topic)
-        #: A plain topic: the SowKey is optional and the message is checked by decoding.
-        self.plain = not isinstance(topic, SowTopic)
-        self.key_function = key_function(topic) if isinstance(topic, SowTopic) else None
-        #: Headers every record carries: a Pattern topic's records name their own topic,
-        #: whose name is their SowKeys' domain.
-        self.extra_headers: Headers = []
-        if concrete is not None and isinstance(topic, SowTopic):
-            self.key_function = FieldKeyGenerator(concrete, topic.keys)
-            self.extra_headers = [(TOPIC_HEADER, concrete.encode())]
-        self.keys = topic.keys if isinstance(topic, SowTopic) else ()
-        #: The partitions records without a key go to, in turn (plain topics).
-        self.spread = itertools.cycle(range(topic.partitions))
-        self.kafka_topic = topic.kafka_topic
-        self.partitions = topic.partitions
-        self.limit = max_record_bytes
-        if isinstance(topic, SowTopic):  # the processor writes it again, in an envelope
-            names = len(topic.name) + len(topic.message_type) + len(topic.repartition_topic)
-            self.limit -= names + ENVELOPE_FIXED_BYTES
-        if concrete is not None:
-            self.limit -= len(concrete) * 2 + len(TOPIC_HEADER)
 
 
 class PendingPublishes:
@@ -177,10 +147,10 @@ class Gateway:
         self.topology = topology
         self.writer = writer
         self.replica = replica
-        self._routes: dict[str, _PublishRoute] = {}
+        self._routes: dict[str, PublishRoute] = {}
         self._codecs: dict[str, Codec] = {}
 
-    def _route(self, topic_name: str) -> _PublishRoute:
+    def _route(self, topic_name: str) -> PublishRoute:
         route = self._routes.get(topic_name)
         if route is None:
             topic = resolve_publish_topic(self.topology, topic_name)
@@ -194,7 +164,7 @@ class Gateway:
                         f"{topic_name} is a Pattern topic: publish to a topic its pattern "
                         f"{topic.pattern!r} matches"
                     )
-            route = _PublishRoute(topic, self.writer.max_record_bytes, concrete)
+            route = PublishRoute(topic, self.writer.max_record_bytes, concrete)
             if concrete is not None and len(self._routes) >= MAX_ROUTES:
                 # Publishers name a Pattern topic's topics freely: the routes made for
                 # them are remade on demand rather than kept without bound.
@@ -216,7 +186,7 @@ class Gateway:
 
     def sow_key_for(self, topic: SowTopic, data: bytes, sow_key: str = "") -> str:
         """The SowKey of a message: generated, or validated when publisher-provided."""
-        return _sow_key(self._route(topic.name), data, sow_key)
+        return publish_key(self._route(topic.name), data, sow_key)
 
     def record_for(self, command: PublishFields) -> tuple[LogRecord, str]:
         """Validate and key a publish: its log record and SowKey (raises SowError)."""
@@ -224,11 +194,11 @@ class Gateway:
         data = command.data
         delta = command.delta and not route.plain
         if delta:
-            key = _delta_key(route, data, command.text_form, command.sow_key)
+            key = delta_key(route, data, command.text_form, command.sow_key)
         else:
             if command.text_form:
                 data = route.codec.from_text(data)
-            key = _sow_key(route, data, command.sow_key)
+            key = publish_key(route, data, command.sow_key)
         raw = key.encode()
         limit = route.limit - len(raw)
         headers: Headers | None = None
@@ -241,14 +211,14 @@ class Gateway:
         ):
             headers = command_headers(command)
             if delta:
-                headers.append((DELTA_HEADER, _delta_form(route, command.text_form)))
+                headers.append((DELTA_HEADER, delta_form(route, command.text_form)))
             if len(data) > limit - HEADERS_ALLOWANCE:
                 limit -= sum(len(name) + len(value) for name, value in headers)
         if route.extra_headers:
             headers = [*(headers or ()), *route.extra_headers]
         if len(data) > limit:
-            raise _too_large(route, len(data), limit)
-        return (route.kafka_topic, raw or None, data, _partition(route, raw), headers), key
+            raise too_large(route, len(data), limit)
+        return (route.kafka_topic, raw or None, data, record_partition(route, raw), headers), key
 
     def publish_many(self, commands: Sequence[PublishFields]) -> PendingPublishes:
         """Hand publishes to the log writer without waiting: one call for a batch, so the
@@ -275,7 +245,7 @@ class Gateway:
         count = len(batch.data)
         try:
             route = self._route(batch.topic)
-            shared = _shared_headers(batch, route, count)
+            shared = shared_headers(batch, route, count)
         except SowError as exc:
             return PendingPublishes.refused([exc] * count)
         keyed: list[str | SowError] = []
@@ -285,7 +255,7 @@ class Gateway:
         from_text = codec.from_text if batch.text_form else None
         delta = batch.delta and not route.plain
         if delta:
-            shared = [*shared, (DELTA_HEADER, _delta_form(route, batch.text_form))]
+            shared = [*shared, (DELTA_HEADER, delta_form(route, batch.text_form))]
         shared = [*shared, *route.extra_headers]
         publisher = (PUBLISHER_HEADER, batch.publisher.encode()) if batch.publisher else None
         fixed = sum(len(name) + len(value) for name, value in shared)
@@ -301,7 +271,7 @@ class Gateway:
                     data = given if from_text is None or delta else from_text(given)
                     if delta:
                         sow_key = batch.sow_keys[index] if batch.sow_keys else ""
-                        key = _delta_key(route, data, batch.text_form, sow_key)
+                        key = delta_key(route, data, batch.text_form, sow_key)
                     elif key_of is not None:
                         key = key_of(decode(data))
                     elif route.plain:
@@ -311,7 +281,7 @@ class Gateway:
                         key = validate_user_key(batch.sow_keys[index])
                     raw = key.encode()
                     if len(data) > limit - len(raw):
-                        raise _too_large(route, len(data), limit - len(raw))
+                        raise too_large(route, len(data), limit - len(raw))
                 except SowError as exc:
                     keyed.append(exc)
                     slots.append(-1)
@@ -323,7 +293,7 @@ class Gateway:
                 keyed.append(key)
                 slots.append(written)
                 written += 1
-                partition = partition_for(raw, partitions) if raw else _partition(route, raw)
+                partition = partition_for(raw, partitions) if raw else record_partition(route, raw)
                 yield kafka_topic, raw or None, data, partition, headers
 
         return PendingPublishes(keyed, self.writer.submit(records()), slots)
@@ -399,7 +369,7 @@ class Gateway:
         route = self._route(topic_name)  # a Pattern topic's topic: keyed by its own name
         if text_form:
             data = route.codec.from_text(data)
-        return self.delete(topic.name, [_sow_key(route, data, "")], timeout_s)
+        return self.delete(topic.name, [publish_key(route, data, "")], timeout_s)
 
     def _write_deletes(self, commands: list[LogRecord], timeout_s: float) -> Deleted:
         timeout = timeout_s or DEFAULT_TIMEOUT_S
@@ -423,77 +393,3 @@ class Gateway:
                 f"{timeout:g}s; they will still be applied when the processor catches up"
             )
         return Deleted(self.replica.deleted(positions), positions)
-
-
-def _sow_key(route: _PublishRoute, data: bytes, sow_key: str) -> str:
-    function = route.key_function
-    if route.plain:
-        route.codec.decode(data)  # subscribers' filters read it: refuse what cannot be
-        return validate_user_key(sow_key) if sow_key else ""
-    if function is None:
-        return validate_user_key(sow_key)
-    if sow_key:
-        raise _generated_keys(route)
-    return function(route.codec.decode(data))
-
-
-def _delta_key(route: _PublishRoute, data: bytes, text_form: bool, sow_key: str) -> str:
-    """The SowKey of a delta_publish to a SOW topic, computed from the delta's own fields
-    (or the publisher's SowKey); raises SowError when the delta cannot be merged."""
-    fields = route.codec.decode_delta(data, text_form)
-    function = route.key_function
-    if function is None:
-        return validate_user_key(sow_key)
-    if sow_key:
-        raise _generated_keys(route)
-    try:
-        return function(fields)
-    except MissingKeyError as exc:
-        raise MissingKeyError(
-            f"a delta_publish to {route.topic.name} must give the record's Key fields "
-            f"({', '.join(route.keys)}), which say which record it merges into: {exc}"
-        ) from exc
-
-
-def _delta_form(route: _PublishRoute, text_form: bool) -> bytes:
-    """How a delta travels: JSON text for avro deltas given as text, else as given."""
-    return DELTA_TEXT if text_form and route.codec.name == "avro" else DELTA_NATIVE
-
-
-def _partition(route: _PublishRoute, raw: bytes) -> int:
-    """The partition of a record: its SowKey's, or for a plain topic's record without a
-    key, the next partition in turn."""
-    if raw or not route.plain:
-        return partition_for(raw, route.partitions)
-    return next(route.spread)
-
-
-def _too_large(route: _PublishRoute, size: int, limit: int) -> MessageTooLargeError:
-    return MessageTooLargeError(
-        f"the message is {size:,} bytes; topic {route.topic.name} accepts at most "
-        f"{limit:,} (the log's record limit less the key, headers and changelog "
-        "envelope); split it or store large payloads elsewhere"
-    )
-
-
-def _shared_headers(batch: PublishColumns, route: _PublishRoute, count: int) -> Headers:
-    """The headers every message of a columnar batch carries (all but the sequence);
-    raises SowError when the batch's options are wrong."""
-    if batch.sow_keys and route.key_function is not None:
-        raise _generated_keys(route)
-    optional = route.plain and not batch.sow_keys
-    if route.key_function is None and not optional and len(batch.sow_keys) != count:
-        raise InvalidRequestError(
-            f"topic {route.topic.name} takes publisher-provided SowKeys: give one per message "
-            f"(got {len(batch.sow_keys)} for {count} messages)"
-        )
-    if batch.publisher or batch.first_sequence:
-        sequence_headers(batch.publisher, batch.first_sequence)  # validates both
-    return option_headers(batch.expiration, batch.correlation_id)
-
-
-def _generated_keys(route: _PublishRoute) -> InvalidRequestError:
-    return InvalidRequestError(
-        f"topic {route.topic.name} generates its SowKeys "
-        f"({', '.join(route.keys) or 'custom key generator'}); do not pass a SowKey"
-    )
