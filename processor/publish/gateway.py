@@ -21,8 +21,8 @@ stays JSON on the log (the processor merges it); on a plain topic it is publishe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 from processor.changelog.commands import (
     DELTA_HEADER,
@@ -41,6 +41,7 @@ from processor.expr import compile as compile_expression
 from processor.keys import partition_for, validate_user_key
 from processor.log import Delivery, Headers, LogPosition, LogRecord, LogWriter
 from processor.messages import Codec, codec_for
+from processor.publish.entitled import WriteFilters, delete_filter, keys_filter
 from processor.publish.headers import command_headers
 from processor.publish.requests import (
     Deleted,
@@ -59,8 +60,10 @@ from processor.publish.routes import (
     shared_headers,
     too_large,
 )
+from processor.security import OPEN, RequestContext
 from processor.topology.model import SowTopic, Topic, Topology
 from processor.topology.topics import (
+    is_pattern,
     pattern_topic,
     resolve_publish_topic,
     resolve_topic,
@@ -149,6 +152,7 @@ class Gateway:
         self.replica = replica
         self._routes: dict[str, PublishRoute] = {}
         self._codecs: dict[str, Codec] = {}
+        self._write_filters = WriteFilters()
 
     def _route(self, topic_name: str) -> PublishRoute:
         route = self._routes.get(topic_name)
@@ -220,15 +224,21 @@ class Gateway:
             raise too_large(route, len(data), limit)
         return (route.kafka_topic, raw or None, data, record_partition(route, raw), headers), key
 
-    def publish_many(self, commands: Sequence[PublishFields]) -> PendingPublishes:
+    def publish_many(
+        self, commands: Sequence[PublishFields], context: RequestContext = OPEN
+    ) -> PendingPublishes:
         """Hand publishes to the log writer without waiting: one call for a batch, so the
-        records share produce requests. Bad publishes are refused one by one."""
+        records share produce requests. Bad publishes, and those ``context``'s principal
+        may not write, are refused one by one."""
         keyed: list[str | SowError] = []
         slots: list[int] = []
         records: list[LogRecord] = []
+        checks: dict[str, Callable[[Any, str], None] | None] = {}
         for command in commands:
             try:
                 record, key = self.record_for(command)
+                if context.rights.restricted:
+                    self._check_write(context, command, record[2] or b"", key, checks)
             except SowError as exc:
                 keyed.append(exc)
                 slots.append(-1)
@@ -238,7 +248,28 @@ class Gateway:
             records.append(record)
         return PendingPublishes(keyed, self.writer.submit(records), slots)
 
-    def publish_columns(self, batch: PublishColumns) -> PendingPublishes:
+    def _check_write(
+        self,
+        context: RequestContext,
+        command: PublishFields,
+        data: bytes,
+        key: str,
+        checks: dict[str, Callable[[Any, str], None] | None],
+    ) -> None:
+        """Refuse a publish its principal may not write (publish/entitled.py)."""
+        if command.topic not in checks:
+            checks[command.topic] = self._write_filters.checker(context, command.topic)
+        check = checks[command.topic]
+        if check is not None:
+            route = self._route(command.topic)
+            if command.delta and not route.plain:
+                check(route.codec.decode_delta(data, command.text_form), key)
+            else:
+                check(route.codec.decode(data), key)
+
+    def publish_columns(
+        self, batch: PublishColumns, context: RequestContext = OPEN
+    ) -> PendingPublishes:
         """:meth:`publish_many` for a columnar batch: options are checked once, and each
         message costs only its decoding, SowKey and produce. A problem with the options
         refuses every message; a problem with one message refuses it alone."""
@@ -246,6 +277,7 @@ class Gateway:
         try:
             route = self._route(batch.topic)
             shared = shared_headers(batch, route, count)
+            check = self._write_filters.checker(context, batch.topic)
         except SowError as exc:
             return PendingPublishes.refused([exc] * count)
         keyed: list[str | SowError] = []
@@ -279,6 +311,13 @@ class Gateway:
                         key = validate_user_key(batch.sow_keys[index]) if batch.sow_keys else ""
                     else:
                         key = validate_user_key(batch.sow_keys[index])
+                    if check is not None:
+                        check(
+                            route.codec.decode_delta(data, batch.text_form)
+                            if delta
+                            else decode(data),
+                            key,
+                        )
                     raw = key.encode()
                     if len(data) > limit - len(raw):
                         raise too_large(route, len(data), limit - len(raw))
@@ -298,10 +337,15 @@ class Gateway:
 
         return PendingPublishes(keyed, self.writer.submit(records()), slots)
 
-    def publish(self, command: PublishCommand, timeout_s: float = DEFAULT_TIMEOUT_S) -> Published:
+    def publish(
+        self,
+        command: PublishCommand,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        context: RequestContext = OPEN,
+    ) -> Published:
         """Publish one message and wait up to ``timeout_s`` for the broker's
         acknowledgement; return its position."""
-        pending = self.publish_many([command])
+        pending = self.publish_many([command], context)
         if not pending.wait(timeout_s):
             raise UnconfirmedWriteError(
                 f"the broker did not confirm the publish to {command.topic} within "
@@ -313,14 +357,22 @@ class Gateway:
             raise result
         return result
 
-    def delete(self, topic_name: str, sow_keys: Sequence[str], timeout_s: float = 0.0) -> Deleted:
-        """Delete records by SowKey."""
+    def delete(
+        self,
+        topic_name: str,
+        sow_keys: Sequence[str],
+        timeout_s: float = 0.0,
+        context: RequestContext = OPEN,
+    ) -> Deleted:
+        """Delete records by SowKey (under a write filter: those of them it matches)."""
         topic = writable(resolve_topic(self.topology, topic_name))
         if not sow_keys:
             raise InvalidRequestError("sow_delete by keys needs at least one SowKey")
         keys = list(dict.fromkeys(sow_keys))
         if topic.user_keyed:
             keys = [validate_user_key(k) for k in keys]
+        if delete_filter(context, topic_name, "") != "":
+            return self.delete_by_filter(topic_name, keys_filter(keys), timeout_s, context)
         return self._write_deletes(
             [
                 (
@@ -335,9 +387,16 @@ class Gateway:
             timeout_s,
         )
 
-    def delete_by_filter(self, topic_name: str, text: str, timeout_s: float = 0.0) -> Deleted:
+    def delete_by_filter(
+        self,
+        topic_name: str,
+        text: str,
+        timeout_s: float = 0.0,
+        context: RequestContext = OPEN,
+    ) -> Deleted:
         """Delete every record matching a filter (``1=1`` deletes all) in the topic, or in
-        every topic a pattern matches. The filter is checked before anything is written."""
+        every topic a pattern matches, and the caller's write filter. The filter is
+        checked before anything is written."""
         topics = resolve_topics(self.topology, topic_name)
         if len(topics) == 1:
             writable(topics[0])
@@ -348,16 +407,26 @@ class Gateway:
         # filter is known to work before any command is written.
         _ = compile_expression(text).source
         text = restricted(text, topic_restriction(self.topology, topic_name))
-        headers: Headers = [(FILTER_HEADER, text.encode())]
+        literal = len(topics) == 1 and not is_pattern(topic_name)
+        headers = {
+            t.name: [(FILTER_HEADER, delete_filter(context, name, text).encode())]
+            for t in topics
+            for name in (topic_name if literal else t.name,)
+        }
         commands: list[LogRecord] = [
-            (t.kafka_topic, FILTER_DELETE_KEY, None, p, headers)
+            (t.kafka_topic, FILTER_DELETE_KEY, None, p, headers[t.name])
             for t in topics
             for p in range(t.partitions)
         ]
         return self._write_deletes(commands, timeout_s)
 
     def delete_by_data(
-        self, topic_name: str, data: bytes, timeout_s: float = 0.0, text_form: bool = False
+        self,
+        topic_name: str,
+        data: bytes,
+        timeout_s: float = 0.0,
+        text_form: bool = False,
+        context: RequestContext = OPEN,
     ) -> Deleted:
         """Delete the record that publishing this message would update."""
         topic = resolve_topic(self.topology, topic_name)
@@ -369,7 +438,7 @@ class Gateway:
         route = self._route(topic_name)  # a Pattern topic's topic: keyed by its own name
         if text_form:
             data = route.codec.from_text(data)
-        return self.delete(topic.name, [publish_key(route, data, "")], timeout_s)
+        return self.delete(topic.name, [publish_key(route, data, "")], timeout_s, context)
 
     def _write_deletes(self, commands: list[LogRecord], timeout_s: float) -> Deleted:
         timeout = timeout_s or DEFAULT_TIMEOUT_S
