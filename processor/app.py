@@ -375,6 +375,7 @@ def start(
             app._spawn("sow-processor", app.processor.run)
         check()
         if service:
+            from processor.server.auth import server_security
             from processor.server.health import Health
             from processor.server.service import start_server
 
@@ -416,6 +417,7 @@ def start(
             if settings.metrics_address:
                 app.observer = _observer(app, requests=True)
             interceptors = [] if app.observer is None else [app.observer.requests]
+            security = server_security(settings, app.observer)  # TLS, logon, entitlements
             app.grpc_server, app.grpc_address = start_server(
                 engine,
                 gateway,
@@ -424,6 +426,8 @@ def start(
                 app.health,
                 interceptors,
                 queues=app.queues,
+                contexts=security.contexts,
+                credentials=security.credentials,
             )
             app.health.start()
         if settings.metrics_address:

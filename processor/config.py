@@ -67,6 +67,11 @@ MEMBERSHIPS = ("dynamic", "static")
 EMBEDDED_BROKERS = ("auto", "kafka", "tansu")
 #: The processor's consumer-group protocol (SOW_GROUP_PROTOCOL): KIP-848 or the classic one.
 GROUP_PROTOCOLS = ("classic", "consumer")
+#: Whether the gRPC server asks clients for a certificate (SOW_GRPC_CLIENT_CERTS): grpcio's
+#: server either does not ask or requires one it verifies (there is no "optional").
+CLIENT_CERTS = ("none", "require")
+#: How gRPC callers may prove who they are (SOW_AUTH, a comma list; empty: no logon).
+AUTH_METHODS = ("certificate", "token", "password")
 
 
 def static_transactional_id(group_id: str) -> str:
@@ -244,6 +249,61 @@ class Settings:
             helm="processor.groupProtocol",
         ),
     )
+    # gRPC TLS and logon (docs/security.md): all off by default.
+    grpc_tls_cert: Path | None = _setting(
+        None, Spec("SOW_GRPC_TLS_CERT", "gRPC TLS: the server's certificate chain", "none", "path")
+    )
+    grpc_tls_key: Path | None = _setting(
+        None, Spec("SOW_GRPC_TLS_KEY", "gRPC TLS: the server's private key", "none", "path")
+    )
+    grpc_tls_client_ca: Path | None = _setting(
+        None, Spec("SOW_GRPC_TLS_CLIENT_CA", "the CAs of client certificates", "none", "path")
+    )
+    grpc_client_certs: str = _setting(
+        "none",
+        Spec(
+            "SOW_GRPC_CLIENT_CERTS",
+            "`require`: mutual TLS, every client shows a certificate of the client CAs",
+            "`none`",
+            "choice",
+            CLIENT_CERTS,
+            helm="grpc.tls.clientCerts",
+        ),
+    )
+    auth: str = _setting(
+        "",
+        Spec(
+            "SOW_AUTH",
+            "how gRPC callers log on: `certificate`, `token`, `password` (a comma list)",
+            "none: no logon",
+            "methods",
+            AUTH_METHODS,
+            helm="grpc.auth.methods",
+        ),
+    )
+    users_file: Path | None = _setting(
+        None, Spec("SOW_USERS_FILE", "users, password hashes, roles", "none", "path")
+    )
+    jwt_key: Path | None = _setting(
+        None,
+        Spec("SOW_JWT_KEY", "the token issuer's public key, or an HS256 secret", "none", "path"),
+    )
+    jwks_file: Path | None = _setting(
+        None, Spec("SOW_JWKS_FILE", "the token issuer's keys (JWKS)", "none", "path")
+    )
+    jwt_audience: str = _setting(
+        "", Spec("SOW_JWT_AUDIENCE", "the `aud` of tokens", "none", helm="grpc.auth.audience")
+    )
+    jwt_issuer: str = _setting(
+        "", Spec("SOW_JWT_ISSUER", "the `iss` of tokens", "none: any", helm="grpc.auth.issuer")
+    )
+    jwt_roles_claim: str = _setting(
+        "roles",
+        Spec("SOW_JWT_ROLES_CLAIM", "the roles claim", "`roles`", helm="grpc.auth.rolesClaim"),
+    )
+    entitlements: Path | None = _setting(
+        None, Spec("SOW_ENTITLEMENTS", "the entitlements file", "none: every right", "path")
+    )
 
     #: Setting -> its environment variable (derived from the fields).
     ENVIRONMENT: ClassVar[dict[str, str]]
@@ -334,6 +394,19 @@ def _whole(name: str, value: Any) -> int:
     return number
 
 
+def _methods(name: str, value: Any) -> str:
+    """A comma list of the setting's choices, each once, as ``a,b`` (empty: none)."""
+    spec = specs_by_name()[name]
+    given = [m.strip().lower() for m in str(value).split(",") if m.strip()]
+    wrong = [m for m in given if m not in spec.choices]
+    if wrong or len(set(given)) != len(given):
+        raise ConfigurationError(
+            f"{name} ({spec.env}) must be a comma list of {', '.join(spec.choices)}, each "
+            f"once, got {value!r}"
+        )
+    return ",".join(given)
+
+
 def _properties(name: str, value: Any) -> str:
     parse_kafka_properties(str(value))  # refuse a malformed value now
     return str(value)
@@ -347,6 +420,7 @@ _READ: dict[str, Callable[[str, Any], Any]] = {
     "whole": _whole,
     "choice": _choice,
     "properties": _properties,
+    "methods": _methods,
 }
 
 
@@ -368,6 +442,9 @@ def helm_schema() -> dict[str, dict[str, Any]]:
             continue
         if spec.kind == "choice":
             out[spec.helm] = {"type": "string", "enum": list(spec.choices)}
+        elif spec.kind == "methods":
+            items = {"type": "string", "enum": list(spec.choices)}
+            out[spec.helm] = {"type": "array", "items": items, "uniqueItems": True}
         elif spec.kind == "whole":
             least, most = spec.bounds
             out[spec.helm] = {"type": "integer", "minimum": least}

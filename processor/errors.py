@@ -180,7 +180,12 @@ class AuthenticationError(SowError):
     """A caller did not prove who it is: no credentials where security asks for them, a
     wrong password, a token that is expired, for another audience or badly signed, a
     client certificate from another CA (gRPC UNAUTHENTICATED). The message names the
-    cause and never echoes the secret."""
+    cause and never echoes the secret; ``reason`` is a short machine-readable cause
+    (``bad-password``, ``expired-token``, ``no-credentials``...) that the audit counts."""
+
+    def __init__(self, message: str, reason: str = "bad-credentials") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class NotEntitledError(SowError):

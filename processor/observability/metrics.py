@@ -233,6 +233,24 @@ def _by_topic(name: str, text: str, values: Mapping[str, float]) -> GaugeMetricF
     return family
 
 
+class RefusalCollector(Collector):
+    """Refused calls per reason (``sow_refused_calls_total``), read from the audit
+    (:class:`processor.server.audit.Audit`) when scraped."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "sow_refused_calls",
+            "gRPC calls refused: logons (UNAUTHENTICATED) and rights (PERMISSION_DENIED)",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self._counts().items()):
+            family.add_metric([reason], count)
+        yield family
+
+
 class RequestMetrics(grpc.ServerInterceptor):  # type: ignore[type-arg]
     """Counts gRPC calls by method and status code, and times unary calls (streaming
     calls are timed until their handler returns the stream)."""

@@ -10,10 +10,10 @@ counts and a message naming the cause (never the secret):
   the credentials), so a client sending its password on every call costs one scrypt a
   minute, not one per call; failed checks are throttled per source and user
   (:class:`FailureThrottle`), so a flood of wrong passwords costs little CPU.
-* :class:`TokenVerifier`: a JWT bearer token verified with PyJWT against a public key,
-  an HMAC secret or a JWKS file; the algorithms allowed follow from the keys (never
-  ``none``); expiry, not-before, audience and issuer are checked; the principal is the
-  ``sub`` claim, its roles a configurable claim.
+* :class:`~processor.security.tokens.TokenVerifier`: a JWT bearer token verified with
+  PyJWT against a public key, an HMAC secret or a JWKS file; the algorithms allowed follow
+  from the keys (never ``none``); expiry, not-before, audience and issuer are checked;
+  the principal is the ``sub`` claim, its roles a configurable claim.
 * :func:`certificate_principal`: the identity of a client certificate the transport
   has verified (its CN, else its first SAN).
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import os
 import re
 import threading
@@ -36,10 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jwt
 import yaml
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
-from cryptography.x509 import load_pem_x509_certificate
 
 from processor.errors import AuthenticationError, ConfigurationError
 from processor.security.context import Principal
@@ -49,13 +45,10 @@ MAX_CREDENTIAL_BYTES = 8192
 #: The longest user name and password accepted.
 MAX_NAME_CHARS = 256
 MAX_PASSWORD_CHARS = 1024
-#: How long a successful password check or token verification is remembered.
+#: How long a successful password check is remembered.
 PASSWORD_CACHE_S = 60.0
-TOKEN_CACHE_S = 300.0
 #: Entries the caches hold at most (they are emptied when full).
 CACHE_ENTRIES = 10_000
-#: Clock skew tolerated on a token's exp and nbf.
-TOKEN_LEEWAY_S = 10
 #: scrypt's parameters for new hashes: 16 MiB and ~50 ms per check.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 _SCRYPT_MAXMEM = 64 * 1024 * 1024
@@ -64,21 +57,21 @@ HASHING_SLOTS = 1
 #: Failed logons tolerated per (source, user) and per source within a window.
 FAILURES_PER_USER, FAILURES_PER_SOURCE, FAILURE_WINDOW_S = 5, 50, 30.0
 
-_TOKEN_SHAPE = re.compile(rb"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
-_ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
-_HMAC = ("HS256", "HS384", "HS512")
+
+#: Keys the cache keys: what the caches hold is no unsalted hash of a password.
+_PEPPER = os.urandom(32)
 
 
-def _digest(*parts: str | bytes) -> bytes:
-    """A cache key: the SHA-256 of the parts (the credentials themselves are not kept)."""
-    h = hashlib.sha256()
+def credential_digest(*parts: str | bytes) -> bytes:
+    """A cache key: a keyed SHA-256 of the parts (the credentials themselves are not kept)."""
+    h = hashlib.sha256(_PEPPER)
     for part in parts:
         h.update(part.encode() if isinstance(part, str) else part)
         h.update(b"\0")
     return h.digest()
 
 
-class _Remembered:
+class Remembered:
     """Successful checks, by the digest of their credentials, until they expire."""
 
     def __init__(self) -> None:
@@ -185,7 +178,10 @@ class FailureThrottle:
         ``user`` are over their limits."""
         now = self._clock()
         with self._lock:
-            for key, limit in (((source, user), self._limits[0]), ((source, None), self._limits[1])):
+            for key, limit in (
+                ((source, user), self._limits[0]),
+                ((source, None), self._limits[1]),
+            ):
                 if len(self._recent(key, now)) >= limit:
                     raise AuthenticationError(
                         f"too many failed logons from {source}; retry in {self._window:g}s",
@@ -212,7 +208,7 @@ class PasswordFile:
     def __init__(self, users: Mapping[str, _User], throttle: FailureThrottle | None = None) -> None:
         self._users = dict(users)
         self._throttle = throttle or FailureThrottle()
-        self._remembered = _Remembered()
+        self._remembered = Remembered()
         self._slots = threading.BoundedSemaphore(HASHING_SLOTS)
         self._lock = threading.Lock()
         self._dummy = _Hash.parse(hash_password("not a password"), "the dummy hash")
@@ -228,15 +224,15 @@ class PasswordFile:
         if re.search(r"^users\s*:", text, re.MULTILINE):
             return cls(_yaml_users(text, where))
         users: dict[str, _User] = {}
-        for number, line in enumerate(text.splitlines(), start=1):
-            line = line.strip()
+        for number, raw in enumerate(text.splitlines(), start=1):
+            line = raw.strip()
             if not line or line.startswith("#"):
                 continue
             name, _, rest = line.partition(":")
             hashed, _, roles = rest.partition(":")
             if not name or not hashed:
                 raise ConfigurationError(f"{where} line {number}: expected user:hash[:roles]")
-            users[name] = _User(_Hash.parse(hashed, f"{where} line {number}"), _roles(roles))
+            users[name] = _User(_Hash.parse(hashed, f"{where} line {number}"), roles_from(roles))
         return cls(users)
 
     def __len__(self) -> int:
@@ -254,7 +250,7 @@ class PasswordFile:
             raise AuthenticationError(
                 "the user name or password is empty or too long", "malformed-credentials"
             )
-        key = _digest(name, password)
+        key = credential_digest(name, password)
         now = time.monotonic()
         with self._lock:
             known = self._remembered.get(key, now)
@@ -274,7 +270,7 @@ class PasswordFile:
         return principal
 
 
-def _roles(text: Any) -> frozenset[str]:
+def roles_from(text: Any) -> frozenset[str]:
     if isinstance(text, str):
         return frozenset(r.strip() for r in re.split(r"[,\s]+", text) if r.strip())
     if isinstance(text, list):
@@ -291,13 +287,13 @@ def _yaml_users(text: str, where: str) -> dict[str, _User]:
     if not isinstance(entries, dict):
         raise ConfigurationError(f"{where}: `users` must map user names to their entries")
     users: dict[str, _User] = {}
-    for name, entry in entries.items():
-        entry = entry or {}
+    for name, given in entries.items():
+        entry = given or {}
         if not isinstance(entry, dict):
             raise ConfigurationError(f"{where}: users.{name} must be a mapping")
         hashed = entry.get("password")
         parsed = _Hash.parse(str(hashed), f"{where}: users.{name}") if hashed else None
-        users[str(name)] = _User(parsed, _roles(entry.get("roles")))
+        users[str(name)] = _User(parsed, roles_from(entry.get("roles")))
     return users
 
 
@@ -317,221 +313,6 @@ def basic_credentials(text: str) -> tuple[str, str]:
             "the Basic credentials are not Base64 of user:password", "malformed-credentials"
         )
     return name, password
-
-
-# ---- tokens ----
-
-
-class TokenVerifier:
-    """Verifies JWT bearer tokens: signature with the configured keys (algorithms
-    allowed: those the keys are for), then exp, nbf, aud and iss. Construct with
-    :meth:`from_key_file` or :meth:`from_jwks_file`."""
-
-    def __init__(
-        self,
-        keys: Callable[[str | None], tuple[Any, tuple[str, ...]]],
-        audience: str,
-        issuer: str | None = None,
-        roles_claim: str = "roles",
-    ) -> None:
-        """``keys(kid)``: the key for a token's ``kid`` and the algorithms it may sign
-        with (AuthenticationError ``unknown-key`` when there is none)."""
-        self._keys = keys
-        self._audience = audience
-        self._issuer = issuer or None
-        self._roles_claim = roles_claim.split(".")
-        self._remembered = _Remembered()
-        self._lock = threading.Lock()
-
-    @classmethod
-    def from_key_file(cls, path: Path, audience: str, **options: Any) -> TokenVerifier:
-        """A public key (or certificate) PEM file, or an HMAC secret file (32 bytes or more)."""
-        key, algorithms = _read_key(path)
-        return cls(lambda _kid: (key, algorithms), audience, **options)
-
-    @classmethod
-    def from_jwks_file(cls, path: Path, audience: str, **options: Any) -> TokenVerifier:
-        """A JWKS file (``{"keys": [...]}``); re-read when a token names a key it lacks
-        and the file has changed (key rotation without a restart)."""
-        return cls(_JwksFile(path).key, audience, **options)
-
-    def verify(self, token: str) -> Principal:
-        """The principal a valid token names; AuthenticationError otherwise."""
-        raw = token.encode("ascii", "replace")
-        if len(raw) > MAX_CREDENTIAL_BYTES or not _TOKEN_SHAPE.match(raw):
-            raise AuthenticationError(
-                "the bearer token is not a JWT (three Base64url parts, at most "
-                f"{MAX_CREDENTIAL_BYTES} bytes)",
-                "malformed-token",
-            )
-        key = _digest(raw)
-        now = time.time()
-        with self._lock:
-            known = self._remembered.get(key, now)
-        if known is not None:
-            return known
-        claims = self._claims(token)
-        principal = Principal(claims["sub"], self._roles(claims), "token")
-        until = min(float(claims["exp"]), now + TOKEN_CACHE_S)
-        with self._lock:
-            self._remembered.put(key, principal, until)
-        return principal
-
-    def _claims(self, token: str) -> dict[str, Any]:
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.InvalidTokenError:
-            raise AuthenticationError("the bearer token's header is not JSON", "malformed-token")
-        kid = header.get("kid")
-        key, algorithms = self._keys(kid if isinstance(kid, str) else None)
-        algorithm = header.get("alg")
-        if algorithm not in algorithms:
-            raise AuthenticationError(
-                f"the bearer token is signed with {str(algorithm)[:16]!r}; this service "
-                f"accepts {', '.join(algorithms)}",
-                "disallowed-algorithm",
-            )
-        required = ["exp", "sub", "aud"] + (["iss"] if self._issuer else [])
-        try:
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                key,
-                algorithms=[algorithm],
-                audience=self._audience,
-                issuer=self._issuer,
-                leeway=TOKEN_LEEWAY_S,
-                options={"require": required},
-            )
-        except jwt.InvalidTokenError as exc:
-            raise _token_refusal(exc) from None
-        if not isinstance(claims.get("sub"), str) or not claims["sub"]:
-            raise AuthenticationError("the bearer token's sub is not a name", "missing-claim")
-        return claims
-
-    def _roles(self, claims: Mapping[str, Any]) -> frozenset[str]:
-        value: Any = claims
-        for part in self._roles_claim:
-            value = value.get(part) if isinstance(value, Mapping) else None
-        return _roles(value)
-
-
-#: PyJWT's refusals -> (audit reason, what the caller is told).
-_TOKEN_REFUSALS: tuple[tuple[type[Exception], str, str], ...] = (
-    (jwt.ExpiredSignatureError, "expired-token", "the bearer token has expired"),
-    (jwt.ImmatureSignatureError, "token-not-yet-valid", "the bearer token is not valid yet"),
-    (jwt.InvalidAudienceError, "wrong-audience", "the bearer token is for another audience"),
-    (jwt.InvalidIssuerError, "wrong-issuer", "the bearer token is from another issuer"),
-    (jwt.InvalidSignatureError, "bad-signature", "the bearer token's signature is not valid"),
-    (jwt.MissingRequiredClaimError, "missing-claim", "the bearer token lacks a claim"),
-    (jwt.InvalidAlgorithmError, "disallowed-algorithm", "the bearer token's algorithm"),
-    (jwt.DecodeError, "malformed-token", "the bearer token cannot be decoded"),
-)
-
-
-def _token_refusal(exc: jwt.InvalidTokenError) -> AuthenticationError:
-    for kind, reason, text in _TOKEN_REFUSALS:
-        if isinstance(exc, kind):
-            detail = f": {exc}" if reason in ("missing-claim", "disallowed-algorithm") else ""
-            return AuthenticationError(text + detail, reason)
-    return AuthenticationError(f"the bearer token is not valid: {type(exc).__name__}", "bad-token")
-
-
-def _read_key(path: Path) -> tuple[Any, tuple[str, ...]]:
-    """The verification key in ``path`` and the algorithms it allows."""
-    data = _read(path, "SOW_JWT_KEY")
-    if b"PRIVATE KEY-----" in data:
-        raise ConfigurationError(
-            f"SOW_JWT_KEY ({path}) holds a private key: give the issuer's public key "
-            "(or its certificate), which is all verifying needs"
-        )
-    if data.lstrip().startswith(b"-----BEGIN"):
-        try:
-            if b"CERTIFICATE-----" in data:
-                public = load_pem_x509_certificate(data).public_key()
-            else:
-                public = load_pem_public_key(data)
-        except ValueError as exc:
-            raise ConfigurationError(f"SOW_JWT_KEY ({path}) is not a PEM key: {exc}") from None
-        kind = type(public).__name__
-        if "RSA" in kind:
-            return public, _ASYMMETRIC[:6]
-        if "EllipticCurve" in kind:
-            return public, _ASYMMETRIC[6:]
-        if "Ed25519" in kind or "Ed448" in kind:
-            return public, ("EdDSA",)
-        raise ConfigurationError(f"SOW_JWT_KEY ({path}): a {kind} cannot verify tokens")
-    secret = data.strip()
-    if len(secret) < 32:
-        raise ConfigurationError(
-            f"SOW_JWT_KEY ({path}) is neither a PEM public key nor an HMAC secret of at "
-            f"least 32 bytes (it has {len(secret)})"
-        )
-    return secret, _HMAC
-
-
-def _read(path: Path, setting: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ConfigurationError(f"{setting} ({path}) cannot be read: {exc.strerror}") from None
-
-
-class _JwksFile:
-    """The keys of a JWKS file, by ``kid``; re-read when an unknown kid arrives and the
-    file changed since (at most once a second)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._lock = threading.Lock()
-        self._checked = 0.0
-        self._stamp, self._keys = self._load()
-
-    def _load(self) -> tuple[float, dict[str | None, tuple[Any, tuple[str, ...]]]]:
-        data = _read(self._path, "SOW_JWKS_FILE")
-        stamp = self._path.stat().st_mtime
-        try:
-            keys = jwt.PyJWKSet.from_dict(json.loads(data)).keys
-        except (ValueError, jwt.PyJWTError) as exc:
-            raise ConfigurationError(
-                f"SOW_JWKS_FILE ({self._path}) is not a JWKS with a usable key: {exc}"
-            ) from None
-        found: dict[str | None, tuple[Any, tuple[str, ...]]] = {}
-        for key in keys:
-            if key.algorithm_name == "none" or key.public_key_use not in (None, "sig"):
-                continue
-            found[key.key_id] = (key, (key.algorithm_name,))
-        if not found:
-            raise ConfigurationError(f"SOW_JWKS_FILE ({self._path}) has no signing key")
-        return stamp, found
-
-    def key(self, kid: str | None) -> tuple[Any, tuple[str, ...]]:
-        keys = self._keys
-        if kid is None and len(keys) == 1:
-            return next(iter(keys.values()))
-        if kid in keys:
-            return keys[kid]
-        self._reload()
-        if kid in self._keys:
-            return self._keys[kid]
-        raise AuthenticationError(
-            "the bearer token names no key of this service's JWKS"
-            if kid
-            else "the bearer token has no kid, and the JWKS has several keys",
-            "unknown-key",
-        )
-
-    def _reload(self) -> None:
-        with self._lock:
-            now = time.monotonic()
-            if now - self._checked < 1.0:
-                return
-            self._checked = now
-            try:
-                if self._path.stat().st_mtime == self._stamp:
-                    return
-                self._stamp, self._keys = self._load()
-            except (OSError, ConfigurationError):  # a half-written file: keep the old keys
-                return
 
 
 # ---- certificates ----

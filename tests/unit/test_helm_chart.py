@@ -134,7 +134,11 @@ def test_query_service_is_ready_over_grpc_health(values: str) -> None:
     env = env_of(container)
     grpc_port = int(env["SOW_GRPC_ADDRESS"]["value"].rsplit(":", 1)[1])
     assert grpc_port == 50051
-    assert container["readinessProbe"]["grpc"] == {"port": grpc_port}
+    if values_of(values).get("grpc", {}).get("tls", {}).get("enabled"):
+        # the kubelet's gRPC probe speaks no TLS: the same readiness over /readyz
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    else:
+        assert container["readinessProbe"]["grpc"] == {"port": grpc_port}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert "emptyDir" in volumes["state"]
@@ -169,7 +173,11 @@ def test_env_names_are_exactly_settings_the_product_reads(values: str) -> None:
 
 @pytest.mark.parametrize("values", VALUES_SETS)
 def test_topology_config_map_loads_as_the_product_topology(values: str, tmp_path: Path) -> None:
-    config_map = one(manifests(values), "ConfigMap")
+    (config_map,) = [
+        o
+        for o in manifests(values)
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-topology")
+    ]
     (tmp_path / "topology.yaml").write_text(config_map["data"]["topology.yaml"])
     topology = load_topology(tmp_path / "topology.yaml")
     given = values_of(values).get("topology")
@@ -200,6 +208,54 @@ def test_sasl_and_tls_come_from_secrets_into_kafka_properties() -> None:
     monitors = [o for o in objects if o["kind"] == "ServiceMonitor"]
     assert len(monitors) == 2
     assert all(m["metadata"]["labels"]["release"] == "prometheus" for m in monitors)
+
+
+def test_grpc_tls_and_logon_come_from_secrets_mounted_where_the_settings_point() -> None:
+    """The query service's gRPC security settings name files inside the Secrets (and the
+    entitlements ConfigMap) mounted for them; processors get none of it; by default
+    nothing is set (plaintext, no logon)."""
+    objects = manifests("grpc-security-values.yaml")
+    deployment = one(objects, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = {k: e["value"] for k, e in env_of(container).items() if "value" in e}
+    settings = Settings.from_env(env)
+    assert settings.auth == "certificate,token,password"
+    assert settings.grpc_client_certs == "require"
+    assert (settings.jwt_audience, settings.jwt_issuer) == (
+        "kafka-sow",
+        "https://login.example.com",
+    )
+    assert settings.jwt_key is None
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    expected = {
+        "grpc_tls_cert": ("sow-grpc-tls", "tls.crt"),
+        "grpc_tls_key": ("sow-grpc-tls", "tls.key"),
+        "grpc_tls_client_ca": ("sow-client-ca", "ca.pem"),
+        "users_file": ("sow-users", "users"),
+        "jwks_file": ("sow-jwks", "jwks.json"),
+    }
+    for name, (secret, key) in expected.items():
+        path = getattr(settings, name)
+        assert path.name == key, name
+        volume = volumes[mounts[str(path.parent)]]
+        assert volume["secret"]["secretName"] == secret, name
+    entitlements = volumes[mounts[str(settings.entitlements.parent)]]
+    (config_map,) = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == entitlements["configMap"]["name"]
+    ]
+    assert (
+        yaml.safe_load(config_map["data"][settings.entitlements.name])
+        == (values_of("grpc-security-values.yaml")["grpc"]["entitlements"])
+    )
+    processor = one(objects, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    assert not {"SOW_AUTH", "SOW_GRPC_TLS_CERT"} & set(env_of(processor))
+    default = one(manifests("default"), "Deployment")["spec"]["template"]["spec"]
+    default_env = env_of(default["containers"][0])
+    assert not [name for name in default_env if "AUTH" in name or "TLS" in name or "JWT" in name]
 
 
 def test_scrape_annotations_by_default_and_off_when_asked() -> None:
@@ -241,6 +297,24 @@ BAD_VALUES = {
     "unknown standby placement": (
         "kafka: {bootstrapServers: 'kafka:9092'}\nprocessor: {standby: two}",
         "at '/processor/standby': value must be one of 'off', 'all'",
+    ),
+    "gRPC TLS without its Secret": (
+        "kafka: {bootstrapServers: 'kafka:9092'}\ngrpc: {tls: {enabled: true}}",
+        "at '/grpc/tls/secret': minLength: got 0, want 1",
+    ),
+    "client certificates without their CA": (
+        "kafka: {bootstrapServers: 'kafka:9092'}\n"
+        "grpc: {tls: {enabled: true, secret: t, clientCerts: require}}",
+        "at '/grpc/tls/clientCaSecret/name': minLength: got 0, want 1",
+    ),
+    "token logon without an audience": (
+        "kafka: {bootstrapServers: 'kafka:9092'}\n"
+        "grpc: {auth: {methods: [token], jwksSecret: {name: jwks}}}",
+        "missing property 'audience'",
+    ),
+    "unknown logon method": (
+        "kafka: {bootstrapServers: 'kafka:9092'}\ngrpc: {auth: {methods: [kerberos]}}",
+        "at '/grpc/auth/methods/0': value must be one of 'certificate', 'token', 'password'",
     ),
     "bootstrap without a port": (
         "kafka: {bootstrapServers: kafka}",
