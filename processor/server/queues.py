@@ -16,6 +16,7 @@ import grpc
 from processor import changelog, errors
 from processor.messages import Codec
 from processor.queues.commands import CommandKind, Delivery
+from processor.security import RequestContext
 from processor.server import convert
 from processor.subscriptions.queues import WRITE_TIMEOUT_S, QueueConsumer, QueueHub
 from processor.wire import sow_pb2, sow_pb2_grpc
@@ -44,16 +45,24 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
         hub: QueueHub,
         codecs: dict[str, Codec],
         status_for: Callable[[errors.SowError], grpc.StatusCode],
+        contexts: Callable[[Any], RequestContext],
     ) -> None:
         self._hub, self._codecs, self._status_for = hub, codecs, status_for
+        #: Each call's RequestContext (authenticated, its rights; server/auth.py).
+        self._contexts = contexts
 
     def _abort(self, context: Any, error: errors.SowError) -> None:
         context.abort(self._status_for(error), str(error))
 
     def Act(self, request: Any, context: Any) -> Any:
+        caller = self._contexts(context)
         try:
             topic = self._hub.queue(request.queue)
             kind = _ACTIONS[request.action]
+            if kind is CommandKind.CANCEL:  # returning a lease: whoever may read it
+                caller.rights.read_filter(topic.name)
+            else:
+                caller.rights.check_acknowledge(topic.name)
             if request.filter:
                 if kind is not CommandKind.ACK:
                     raise errors.InvalidRequestError("only an acknowledgement takes a filter")
@@ -61,7 +70,7 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
                     raise errors.InvalidRequestError("give bookmarks or a filter, not both")
             if kind is CommandKind.ACK:  # waits for the count it removed
                 bookmarks, wait_s = list(request.bookmarks), _wait_s(context)
-                done = self._hub.acknowledge(topic, bookmarks, request.filter, wait_s)
+                done = self._hub.acknowledge(topic, bookmarks, request.filter, wait_s, caller)
                 return sow_pb2.QueueActionReply(commands=done.commands, removed=done.removed)
             written = self._hub.act(topic, kind, list(request.bookmarks))
         except errors.SowError as exc:
@@ -69,6 +78,7 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
         return sow_pb2.QueueActionReply(commands=written)
 
     def Consume(self, commands: Iterator[Any], context: Any) -> Iterator[Any]:
+        caller = self._contexts(context)
         first = next(commands, None)
         if first is None or first.WhichOneof("command") != "subscribe":
             self._abort(
@@ -82,6 +92,7 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
                 request.queue,
                 request.filter,
                 request.max_backlog if request.HasField("max_backlog") else None,
+                caller,
             )
         except errors.SowError as exc:
             self._abort(context, exc)

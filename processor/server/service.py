@@ -177,9 +177,15 @@ class SowServicer(sow_pb2_grpc.SowServicer):
     """Translates gRPC requests to the query engine and gateway, and errors to statuses."""
 
     def __init__(
-        self, engine: QueryEngine, gateway: Gateway, queues: QueueHub | None = None
+        self,
+        engine: QueryEngine,
+        gateway: Gateway,
+        queues: QueueHub | None = None,
+        contexts: ContextOf | None = None,
     ) -> None:
         self._engine = engine
+        #: Each call's RequestContext (authenticated, its rights; server/auth.py).
+        self._contexts = contexts or open_context
         self._gateway = gateway
         #: A sow_delete on a queue acknowledges its messages (by bookmark or filter).
         self._queues = queues
@@ -194,10 +200,11 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         context.abort(status_for(error), str(error))
 
     def Publish(self, request: Any, context: Any) -> Any:
+        caller = self._contexts(context)
         if not self._publish_slots.acquire(blocking=False):
             self._abort(context, _busy())
         try:
-            published = self._gateway.publish(request, _time_left(context))
+            published = self._gateway.publish(request, _time_left(context), caller)
         except errors.SowError as exc:
             self._abort(context, exc)
         finally:
@@ -236,6 +243,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         """Bulk publish: batches are handed to the log as they arrive (up to
         STREAM_WINDOW unacknowledged), each acknowledged in order once the broker has all
         of it. A bad message is refused in its ack; the stream goes on."""
+        caller = self._contexts(context)
         if not self._publish_slots.acquire(blocking=False):
             self._abort(context, _busy())
         pending: queue.Queue[tuple[int, PendingPublishes, int] | BaseException | None]
@@ -254,7 +262,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         def read() -> None:
             try:
                 for batch in request_iterator:
-                    publishes = self._publish_batch(batch)
+                    publishes = self._publish_batch(batch, caller)
                     if not hand_over((batch.batch_id, publishes, batch.ack)):
                         return
                 hand_over(None)
@@ -291,13 +299,13 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             ended.set()
             self._publish_slots.release()
 
-    def _publish_batch(self, batch: Any) -> PendingPublishes:
+    def _publish_batch(self, batch: Any, caller: RequestContext) -> PendingPublishes:
         """Hand one PublishBatch (either form) to the gateway."""
         if batch.delta:
             for message in batch.messages:
                 message.delta = True
         if not batch.topic and not batch.data:
-            return self._gateway.publish_many(batch.messages)
+            return self._gateway.publish_many(batch.messages, caller)
         columns = PublishColumns(
             batch.topic,
             batch.data,
@@ -315,9 +323,10 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             )
             count = len(batch.messages) + len(batch.data)
             return PendingPublishes.refused([error] * count)
-        return self._gateway.publish_columns(columns)
+        return self._gateway.publish_columns(columns, caller)
 
     def SowQuery(self, request: Any, context: Any) -> Iterator[Any]:
+        caller = self._contexts(context)
         try:
             shape = self._select(request)
             point = point_of(request.bookmark) if request.bookmark else None
@@ -340,9 +349,9 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         )
         try:
             if point is None:
-                result = self._engine.run(query)
+                result = self._engine.run(query, caller)
             else:
-                result = run_historical(self._engine, query, point)
+                result = run_historical(self._engine, query, point, caller)
         except errors.SowError as exc:
             self._abort(context, exc)
         yield sow_pb2.SowQueryReply(
@@ -417,8 +426,9 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         )
 
     def SowDelete(self, request: Any, context: Any) -> Any:
+        caller = self._contexts(context)
         try:
-            deleted = self._delete(request, context)
+            deleted = self._delete(request, context, caller)
         except errors.SowError as exc:
             self._abort(context, exc)
         return sow_pb2.SowDeleteReply(
@@ -426,7 +436,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             positions=[convert.position(p) for p in deleted.positions],
         )
 
-    def _delete(self, request: Any, context: Any) -> Deleted:
+    def _delete(self, request: Any, context: Any, caller: RequestContext) -> Deleted:
         selectors = [
             name
             for name, given in (
@@ -444,18 +454,20 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         queues = self._queues
         if queues is not None and request.topic in queues.names():
             wait_s = _time_left(context, request.timeout_seconds or WRITE_TIMEOUT_S)
-            return self._acknowledge(queues, request, wait_s)
-        timeout = request.timeout_seconds
+            return self._acknowledge(queues, request, wait_s, caller)
+        timeout, gateway = request.timeout_seconds, self._gateway
         if request.filter:
-            return self._gateway.delete_by_filter(request.topic, request.filter, timeout)
+            return gateway.delete_by_filter(request.topic, request.filter, timeout, caller)
         if request.data:
-            return self._gateway.delete_by_data(
-                request.topic, request.data, timeout, request.text_form
+            return gateway.delete_by_data(
+                request.topic, request.data, timeout, request.text_form, caller
             )
-        return self._gateway.delete(request.topic, list(request.sow_keys), timeout)
+        return gateway.delete(request.topic, list(request.sow_keys), timeout, caller)
 
     @staticmethod
-    def _acknowledge(queues: QueueHub, request: Any, wait_s: float) -> Deleted:
+    def _acknowledge(
+        queues: QueueHub, request: Any, wait_s: float, caller: RequestContext
+    ) -> Deleted:
         """sow_delete on a queue: acknowledge the messages of the bookmarks given as
         SowKeys, or every message the filter matches; ``records_deleted``: how many
         messages the queue's partitions removed (QueueHub.acknowledge)."""
@@ -464,7 +476,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             raise errors.InvalidRequestError(
                 f"{topic.name} is a queue: acknowledge its messages by bookmark or filter"
             )
-        done = queues.acknowledge(topic, list(request.sow_keys), request.filter, wait_s)
+        done = queues.acknowledge(topic, list(request.sow_keys), request.filter, wait_s, caller)
         return Deleted(done.removed, [])
 
 
@@ -497,16 +509,18 @@ def start_server(
     )
     if health is not None:
         health.add_to(server)
-    sow_pb2_grpc.add_SowServicer_to_server(SowServicer(engine, gateway, queues), server)  # type: ignore[no-untyped-call]
+    sow_pb2_grpc.add_SowServicer_to_server(  # type: ignore[no-untyped-call]
+        SowServicer(engine, gateway, queues, contexts), server
+    )
     if hub is not None:
         codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}
         sow_pb2_grpc.add_SubscriptionsServicer_to_server(  # type: ignore[no-untyped-call]
-            SubscriptionsServicer(hub, codecs, status_for), server
+            SubscriptionsServicer(hub, codecs, status_for, contexts), server
         )
     if queues is not None:
         codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}
         sow_pb2_grpc.add_QueuesServicer_to_server(  # type: ignore[no-untyped-call]
-            QueuesServicer(queues, codecs, status_for), server
+            QueuesServicer(queues, codecs, status_for, contexts), server
         )
     host, _, _port = address.rpartition(":")
     try:

@@ -17,6 +17,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 import grpc
@@ -25,6 +26,7 @@ from processor import changelog, errors
 from processor.changelog import Envelope
 from processor.changelog.bookmarks import parse_bookmark
 from processor.messages import Codec
+from processor.security import OPEN, RequestContext
 from processor.server import convert
 from processor.server.sessions import Session
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
@@ -93,8 +95,11 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         hub: SubscriptionHub,
         codecs: dict[str, Codec],
         status_for: Callable[[errors.SowError], grpc.StatusCode],
+        contexts: Callable[[Any], RequestContext],
     ) -> None:
         self._hub = hub
+        #: Each call's RequestContext (authenticated, its rights; server/auth.py).
+        self._contexts = contexts
         self._codecs = codecs
         self._status_for = status_for
         self._streams = threading.BoundedSemaphore(SUBSCRIPTION_STREAMS)
@@ -123,23 +128,28 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         return lambda envelope: convert.record(envelope, self._codecs[envelope.topic].to_text)
 
     def Subscribe(self, request: Any, context: Any) -> Iterator[Any]:
-        return self._stream(request, context, self._open_subscribe)
+        caller = self._contexts(context)
+        return self._stream(request, context, partial(self._open_subscribe, caller=caller))
 
     def SowAndSubscribe(self, request: Any, context: Any) -> Iterator[Any]:
-        return self._stream(request, context, self._open_sow_and_subscribe)
+        caller = self._contexts(context)
+        opener = partial(self._open_sow_and_subscribe, caller=caller)
+        return self._stream(request, context, opener)
 
     def Session(self, commands: Iterator[Any], context: Any) -> Iterator[Any]:
-        """Many subscriptions on one stream (:mod:`processor.server.sessions`)."""
+        """Many subscriptions on one stream (:mod:`processor.server.sessions`), all of
+        the caller who opened it."""
+        caller = self._contexts(context)
         if not self._streams.acquire(blocking=False):
             self._abort(context, _too_many())
         session = Session(
             self._hub,
-            self._open_subscribe,
-            self._open_sow_and_subscribe,
+            partial(self._open_subscribe, caller=caller),
+            partial(self._open_sow_and_subscribe, caller=caller),
             self._status_for,
             self._changes,
             lambda subscription, request, with_query: self._hub.replace(
-                subscription, _request(request), with_query=with_query
+                subscription, _request(request), with_query=with_query, context=caller
             ),
         )
         try:
@@ -154,17 +164,17 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             self._streams.release()
 
     def _open_subscribe(
-        self, request: Any, sender: SharedSender | None = None
+        self, request: Any, sender: SharedSender | None = None, *, caller: RequestContext = OPEN
     ) -> tuple[Subscription, Iterable[Any]]:
         """Register a subscribe: the subscription and its ``registered`` message (for a
         bookmark subscription, then its replay and ``completed``, sent as read)."""
         if request.bookmark and not parse_bookmark(request.bookmark).now:
-            subscription, replay = self._hub.subscribe_replaying(_request(request), sender)
+            subscription, replay = self._hub.subscribe_replaying(_request(request), sender, caller)
             registered = sow_pb2.SubscriptionMessage(
                 sub_id=request.sub_id, registered=sow_pb2.Registered()
             )
             return subscription, itertools.chain([registered], self._replayed(request, replay))
-        subscription = self._hub.subscribe(_request(request), sender)
+        subscription = self._hub.subscribe(_request(request), sender, caller)
         snapshot = [convert.position(p) for p in subscription.start_vector()]
         registered = sow_pb2.SubscriptionMessage(
             sub_id=request.sub_id, registered=sow_pb2.Registered(snapshot=snapshot)
@@ -185,12 +195,12 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         )
 
     def _open_sow_and_subscribe(
-        self, request: Any, sender: SharedSender | None = None
+        self, request: Any, sender: SharedSender | None = None, *, caller: RequestContext = OPEN
     ) -> tuple[Subscription, Iterable[Any]]:
         """Register a sow_and_subscribe: the subscription and its query result (group
         begin, batches, group end; for a historical one, then the replay and
         ``completed``)."""
-        subscription, phase = self._hub.sow_and_subscribe(_request(request), sender)
+        subscription, phase = self._hub.sow_and_subscribe(_request(request), sender, caller)
         try:
             opening = self._query_phase(request, phase, subscription.shape)
         except BaseException:

@@ -52,6 +52,8 @@ from processor.queues.commands import (
 )
 from processor.queues.definition import partition_of
 from processor.queues.services import HEARTBEAT_S
+from processor.security import OPEN, RequestContext
+from processor.security.reads import entitled, read_restriction
 from processor.subscriptions.queue_answers import Acknowledged, AwaitedAnswers
 from processor.topology.model import SowTopic, Topology
 
@@ -68,21 +70,30 @@ class QueueConsumer:
     """One subscription to a queue: its leases arrive in :attr:`inbox` (None: it ended)."""
 
     def __init__(
-        self, hub: QueueHub, topic: SowTopic, subscription_id: str, subscribe: Command
+        self,
+        hub: QueueHub,
+        topic: SowTopic,
+        subscription_id: str,
+        subscribe: Command,
+        context: RequestContext = OPEN,
     ) -> None:
         self.hub, self.topic, self.id = hub, topic, subscription_id
+        #: Who consumes: acknowledging and expiring take its acknowledge right.
+        self.context = context
         #: Its subscribe command (sent again to a partition that ended it).
         self.subscribe = subscribe
         self.inbox: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
         self.closed = False
 
     def ack(self, bookmarks: Sequence[str]) -> None:
+        self.context.rights.check_acknowledge(self.topic.name)
         self.hub.act(self.topic, CommandKind.ACK, bookmarks, by=self.id, wait=False)
 
     def cancel(self, bookmarks: Sequence[str]) -> None:
         self.hub.act(self.topic, CommandKind.CANCEL, bookmarks, by=self.id, wait=False)
 
     def expire(self, bookmarks: Sequence[str]) -> None:
+        self.context.rights.check_acknowledge(self.topic.name)
         self.hub.act(self.topic, CommandKind.EXPIRE, bookmarks, by=self.id, wait=False)
 
     def close(self) -> None:
@@ -235,14 +246,22 @@ class QueueHub:
     # -- commands -----------------------------------------------------------------------
 
     def subscribe(
-        self, name: str, filter_text: str = "", max_backlog: int | None = None
+        self,
+        name: str,
+        filter_text: str = "",
+        max_backlog: int | None = None,
+        context: RequestContext = OPEN,
     ) -> QueueConsumer:
         """A new consumer of queue ``name``, registered in every partition when this
         returns (InvalidRequestError: a bad filter or backlog; CatchingUpError-like
-        BrokerError: the hub or the broker is not ready)."""
+        BrokerError: the hub or the broker is not ready; NotEntitledError: ``context``'s
+        principal may not read the queue). It leases only messages its entitlement
+        filter matches."""
         topic = self.queue(name)
         if filter_text.strip():
             compile_expression(filter_text)  # ExpressionError: the client's to fix
+        entitlement = read_restriction(context.rights, self.topology, topic.name)
+        filter_text = entitled(filter_text, entitlement)
         if max_backlog is not None and max_backlog < 0:
             raise InvalidRequestError(f"max_backlog must be 0 or more, got {max_backlog}")
         if not self.wait_ready(WRITE_TIMEOUT_S):
@@ -255,7 +274,7 @@ class QueueHub:
             max_backlog=max_backlog,
         )
         assert command.subscription is not None
-        consumer = QueueConsumer(self, topic, command.subscription, command)
+        consumer = QueueConsumer(self, topic, command.subscription, command, context)
         with self._lock:
             self._consumers[consumer.id] = consumer
         try:
@@ -322,6 +341,7 @@ class QueueHub:
         bookmarks: Sequence[str] = (),
         filter_text: str = "",
         timeout_s: float = WRITE_TIMEOUT_S,
+        context: RequestContext = OPEN,
     ) -> Acknowledged:
         """Acknowledge messages as a client without a subscription (a ``sow_delete`` on
         the queue), by bookmark or by filter, and wait for the partitions' answers: how
@@ -331,8 +351,11 @@ class QueueHub:
         DeadlineError: not every partition answered within ``timeout_s`` (the
         acknowledgement may still take effect)."""
         deadline = time.monotonic() + timeout_s
-        if filter_text:
+        context.rights.check_acknowledge(topic.name)
+        if filter_text:  # only messages the caller may see
             compile_expression(filter_text)
+            entitlement = read_restriction(context.rights, self.topology, topic.name)
+            filter_text = entitled(filter_text, entitlement)
             partitions: Iterable[int] = range(topic.partitions)
             command = Command(CommandKind.ACK_FILTER, service=self.service_id, filter=filter_text)
             commands = dict.fromkeys(partitions, command)
