@@ -309,9 +309,10 @@ def call(rpc: str, ch: grpc.Channel, md: Metadata = ()) -> Outcome:
         return Outcome(exc.code().name)
 
 
-def seed(address: str, secrets: Secrets) -> None:
-    """Records in orders and messages in the work queue, published as alice."""
-    with channel(address, secrets) as ch:
+def seed(address: str, secrets: Secrets, client: Issued | None = None) -> None:
+    """Records in orders and messages in the work queue, published as alice (over a
+    connection showing ``client``'s certificate)."""
+    with channel(address, secrets, client) as ch:
         stub = sow_pb2_grpc.SowStub(ch)  # type: ignore[no-untyped-call]
         md = basic("alice", "alice-pw")
         for n in range(3):
