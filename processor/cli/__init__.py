@@ -51,6 +51,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         cmd_subscribe,
     )
     from processor.cli.queue_commands import cmd_consume, cmd_queue_action
+    from processor.cli.security_commands import cmd_hash_password
     from processor.cli.serve import cmd_serve
     from processor.cli.status import cmd_status
     from processor.config import Settings
@@ -66,6 +67,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         "delete": cmd_delete,
         "eval": cmd_eval,
         "check-config": cmd_check_config,
+        "hash-password": cmd_hash_password,
         "status": cmd_status,
         "subscribe": cmd_subscribe,
         "sow-and-subscribe": cmd_subscribe,

@@ -193,4 +193,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             f"and conflated topics, {queues} queues, "
             f"{len(topology.plain_topics)} plain topics{refused})\n"
         )
+    from processor.cli.security_commands import security_summary
+    from processor.config import Settings
+
+    for said in security_summary(Settings.from_env()):  # the environment's, as sow serve's
+        sys.stderr.write(said + "\n")
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from processor.cli import exits
 from processor.cli.queue_commands import add_queue_parsers
+from processor.cli.security_commands import add_security_parsers
 from processor.config import DEFAULT_GRPC_ADDRESS, GROUP_PROTOCOLS
 
 EPILOG = f"""\
@@ -472,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the state directory of the sow serve to read (default: SOW_STATE_DIR or sow-state)",
     )
     _timeout(status, "each of the two reads of the metrics endpoint")
+    add_security_parsers(sub)
     check = sub.add_parser(
         "check-config",
         help="Validate topology files (YAML or AMPS XML) without starting anything.",
