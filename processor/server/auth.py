@@ -152,6 +152,9 @@ class ServerSecurity:
     contexts: Authenticator | None = None
     credentials: Any = None
     audit: Audit = field(default_factory=Audit)
+    #: Whose rights the calls get: EVERYONE, or the entitlements file loaded (its reload
+    #: is the caller's to start: ``Entitlements.watch``).
+    rights: RightsSource = EVERYONE
     #: One line per feature that is on, e.g. "gRPC TLS: on, client certificates required".
     summary: list[str] = field(default_factory=list)
 
@@ -165,7 +168,7 @@ def server_security(settings: Settings, observer: Any = None) -> ServerSecurity:
     methods = _methods(settings)
     security = ServerSecurity()
     security.credentials = _credentials(settings, methods, security.summary)
-    rights = _rights(settings)
+    rights = security.rights = _rights(settings)
     if settings.entitlements is not None:
         security.summary.append(f"entitlements: {settings.entitlements}")
     if methods:
