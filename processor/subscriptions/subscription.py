@@ -396,7 +396,8 @@ class Subscription:
         ``oof``, an OOF: ``deleted``/``expired`` (``gone``) carrying ``held``, the last
         state delivered, or ``match`` carrying ``current``, its state now (``held`` when
         not known; ``oof_last_received``: ``held``, with ``current`` beside it). Without
-        ``oof``, nothing (``send_deletes``: a delete of a gone record)."""
+        ``oof``, nothing (``send_deletes``: a delete of a gone record). Under entitlements
+        a ``match`` OOF carries ``held`` alone: the new state may be outside them."""
         topic, sow_key = key
         where = position or (topic, -1, -1)
         request = self.request
@@ -404,6 +405,8 @@ class Subscription:
             if gone:
                 reason = OofReason.EXPIRED if expired else OofReason.DELETED
                 return Notice(ChangeKind.OOF, topic, sow_key, held, where, reason, previous=held)
+            if self.context.rights.restricted:  # it may have left the caller's rights:
+                current = None  # the new state is never sent, only the last received
             if request.oof_last_received or current is None:
                 return Notice(
                     ChangeKind.OOF, topic, sow_key, held, where, OofReason.MATCH, current, held
