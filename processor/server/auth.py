@@ -2,7 +2,7 @@
 
 :func:`server_security` builds, from the settings, what :func:`start_server` takes: the
 server's TLS credentials (None: plaintext) and the ``contexts`` callable each RPC calls
-once at its start (None: :func:`processor.server.service.open_context`, anonymous with
+once at its start (None: :func:`processor.server.calls.open_context`, anonymous with
 every right, as with security off). With logon on (``SOW_AUTH``) that callable is an
 :class:`Authenticator`:
 

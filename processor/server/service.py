@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -19,11 +18,27 @@ import grpc
 from processor import errors
 from processor.log import LogPosition
 from processor.publish.gateway import Gateway, PendingPublishes
-from processor.publish.requests import Deleted, PublishColumns, Published
+from processor.publish.requests import Deleted, PublishColumns
 from processor.query.historical import point_of, run_historical
 from processor.query.sow import QueryEngine, SowQuery
-from processor.security import OPEN, RequestContext
+from processor.security import RequestContext
 from processor.server import convert
+from processor.server.calls import (
+    DEFAULT_WAIT_S,
+    PUBLISH_SLOTS,
+    STREAM_WINDOW,
+    WORKERS,
+    ContextOf,
+    busy_error,
+    last_per_partition,
+    open_context,
+    position_text,
+    publish_ack,
+    publish_reply,
+    status_for,
+    time_left,
+    wait_budget,
+)
 from processor.server.health import Health
 from processor.server.queues import QUEUE_STREAMS, QueuesServicer
 from processor.server.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
@@ -35,142 +50,6 @@ from processor.topology.topics import resolve_topic, resolve_topics
 from processor.wire import sow_pb2, sow_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-#: gRPC worker threads, and how many of them publishes may hold while they wait for the
-#: broker: the others always serve reads, which answer from memory even while the broker
-#: is unreachable.
-WORKERS = 32
-PUBLISH_SLOTS = 24
-#: Unacknowledged batches a publish stream may have in the log writer.
-STREAM_WINDOW = 16
-#: The longest a publish waits for the broker when the request has no deadline.
-DEFAULT_WAIT_S = 30.0
-#: A request's deadline is honoured with up to this much room to send the answer.
-DEADLINE_MARGIN_S = 0.25
-
-#: Failure reason -> gRPC status code. Order matters: the first matching class wins.
-STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
-    (errors.AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
-    (errors.NotEntitledError, grpc.StatusCode.PERMISSION_DENIED),
-    (errors.UnknownTopicError, grpc.StatusCode.NOT_FOUND),
-    (errors.SlowConsumerError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (errors.TooManySubscriptionsError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (errors.UnsupportedError, grpc.StatusCode.UNIMPLEMENTED),
-    (errors.InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.MessageError, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.PositionTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (errors.DeadlineError, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (errors.BookmarkTooOldError, grpc.StatusCode.FAILED_PRECONDITION),
-    (errors.CatchingUpError, grpc.StatusCode.UNAVAILABLE),
-    (errors.BrokerError, grpc.StatusCode.UNAVAILABLE),
-    (errors.SowError, grpc.StatusCode.INTERNAL),
-)
-
-
-#: Builds a call's RequestContext from its gRPC ServicerContext: authenticates the
-#: caller (aborting UNAUTHENTICATED) and resolves its rights.
-ContextOf = Callable[[Any], RequestContext]
-
-
-def open_context(context: Any) -> RequestContext:
-    """The call's context when security is off: anonymous, every right, its deadline."""
-    remaining: float | None = context.time_remaining()
-    if remaining is None:
-        return OPEN
-    return RequestContext(deadline=time.monotonic() + remaining)
-
-
-def status_for(error: errors.SowError) -> grpc.StatusCode:
-    """The gRPC status code of a failure."""
-    for kind, code in STATUS_FOR:
-        if isinstance(error, kind):
-            return code
-    return grpc.StatusCode.INTERNAL
-
-
-def _time_left(context: Any, default: float = DEFAULT_WAIT_S) -> float:
-    """How long a request may still wait: its deadline less room to answer, capped."""
-    remaining: float | None = context.time_remaining()
-    if remaining is None:
-        return default
-    return max(min(remaining - min(DEADLINE_MARGIN_S, remaining * 0.1), default), 0.0)
-
-
-def _wait_budget(context: Any, asked_s: float) -> float:
-    """How long a query may wait (for ``min_position`` or a catch-up): what it asked
-    for, else its deadline less room to answer, else the query engine's default (0)."""
-    if asked_s > 0:
-        return asked_s
-    remaining: float | None = context.time_remaining()
-    if remaining is None:
-        return 0.0
-    return max(remaining - min(DEADLINE_MARGIN_S, remaining * 0.1), 0.001)
-
-
-def _busy() -> errors.SowError:
-    return errors.BrokerError(
-        f"{PUBLISH_SLOTS} publishes are already waiting for the broker; retry shortly "
-        "(reads are still served)"
-    )
-
-
-def _reply(result: Published) -> Any:
-    topic, partition, offset = result.position
-    return sow_pb2.PublishReply(
-        position=sow_pb2.Position(topic=topic, partition=partition, offset=offset),
-        sow_key=result.sow_key,
-    )
-
-
-def _position_text(position: LogPosition) -> str:
-    topic, partition, offset = position
-    return f"{topic}/{partition}/{offset}"
-
-
-def _last_per_partition(results: list[Published | errors.SowError]) -> list[LogPosition]:
-    """The last position a batch's publishes reached in each log partition."""
-    last: dict[tuple[str, int], int] = {}
-    for result in results:
-        if not isinstance(result, errors.SowError):
-            topic, partition, offset = result.position
-            last[(topic, partition)] = max(offset, last.get((topic, partition), -1))
-    return [(topic, partition, offset) for (topic, partition), offset in last.items()]
-
-
-def _ack(batch_id: int, results: list[Published | errors.SowError]) -> Any:
-    """A batch's ack, built column by column."""
-    topics: list[str] = []
-    partitions: list[int] = []
-    offsets: list[int] = []
-    keys: list[str] = []
-    refused = []
-    for index, result in enumerate(results):
-        if isinstance(result, errors.SowError):
-            topics.append("")
-            partitions.append(-1)
-            offsets.append(-1)
-            keys.append("")
-            refused.append(
-                sow_pb2.Refusal(index=index, error_code=status_for(result).name, error=str(result))
-            )
-            continue
-        (topic, partition, offset), key = result
-        topics.append(topic)
-        partitions.append(partition)
-        offsets.append(offset)
-        keys.append(key)
-    log_topic = ""
-    if topics and not refused and len(set(topics)) == 1:
-        log_topic, topics = topics[0], []
-    return sow_pb2.PublishAck(
-        batch_id=batch_id,
-        log_topic=log_topic,
-        log_topics=topics,
-        partitions=partitions,
-        offsets=offsets,
-        sow_keys=keys,
-        refused=refused,
-    )
 
 
 class SowServicer(sow_pb2_grpc.SowServicer):
@@ -202,16 +81,16 @@ class SowServicer(sow_pb2_grpc.SowServicer):
     def Publish(self, request: Any, context: Any) -> Any:
         caller = self._contexts(context)
         if not self._publish_slots.acquire(blocking=False):
-            self._abort(context, _busy())
+            self._abort(context, busy_error())
         try:
-            published = self._gateway.publish(request, _time_left(context), caller)
+            published = self._gateway.publish(request, time_left(context), caller)
         except errors.SowError as exc:
             self._abort(context, exc)
         finally:
             self._publish_slots.release()
         if request.ack == sow_pb2.PROCESSED:
             self._until_processed([published.position], context)
-        return _reply(published)
+        return publish_reply(published)
 
     def _until_processed(self, positions: Sequence[LogPosition], context: Any) -> None:
         """Return once this service's replica has applied every one of ``positions`` (a
@@ -222,7 +101,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         waited = [p for p in positions if p[0] in sow]
         if not waited:
             return
-        timeout = _wait_budget(context, 0.0) or DEFAULT_WAIT_S  # the deadline, or that
+        timeout = wait_budget(context, 0.0) or DEFAULT_WAIT_S  # the deadline, or that
         try:
             if replica.wait_for(waited, timeout):
                 return
@@ -232,7 +111,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         self._abort(
             context,
             errors.PositionTimeoutError(
-                f"the publish is in the log at {_position_text(max(waited))} but was not "
+                f"the publish is in the log at {position_text(max(waited))} but was not "
                 f"applied to the SOW within {timeout:.3g}s (a processed acknowledgement); "
                 "the processor may be behind or stopped. Publishing again with the same "
                 "publisher and sequence is safe"
@@ -245,7 +124,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         of it. A bad message is refused in its ack; the stream goes on."""
         caller = self._contexts(context)
         if not self._publish_slots.acquire(blocking=False):
-            self._abort(context, _busy())
+            self._abort(context, busy_error())
         pending: queue.Queue[tuple[int, PendingPublishes, int] | BaseException | None]
         pending = queue.Queue(maxsize=STREAM_WINDOW)
         ended = threading.Event()
@@ -281,7 +160,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                         context.abort(grpc.StatusCode.INTERNAL, f"publish stream failed: {item!r}")
                     return
                 batch_id, publishes, ack = item
-                timeout = _time_left(context)
+                timeout = time_left(context)
                 if not publishes.wait(timeout):
                     self._abort(
                         context,
@@ -293,8 +172,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                     )
                 results = publishes.results()
                 if ack == sow_pb2.PROCESSED:
-                    self._until_processed(_last_per_partition(results), context)
-                yield _ack(batch_id, results)
+                    self._until_processed(last_per_partition(results), context)
+                yield publish_ack(batch_id, results)
         finally:
             ended.set()
             self._publish_slots.release()
@@ -338,7 +217,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             query_id=request.query_id,
             batch_size=request.batch_size,
             min_position=tuple((p.topic, p.partition, p.offset) for p in request.min_position),
-            timeout_s=_wait_budget(context, request.timeout_seconds),
+            timeout_s=wait_budget(context, request.timeout_seconds),
             filter=request.filter,
             top_n=request.top_n,
             skip_n=request.skip_n,
@@ -453,7 +332,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             )
         queues = self._queues
         if queues is not None and request.topic in queues.names():
-            wait_s = _time_left(context, request.timeout_seconds or WRITE_TIMEOUT_S)
+            wait_s = time_left(context, request.timeout_seconds or WRITE_TIMEOUT_S)
             return self._acknowledge(queues, request, wait_s, caller)
         timeout, gateway = request.timeout_seconds, self._gateway
         if request.filter:

@@ -4,7 +4,7 @@ Each stream is served by one worker thread that sends what the subscription's qu
 holds (:class:`~processor.subscriptions.subscription.Subscription`). A subscriber that
 falls behind past its backlog limit is ended with RESOURCE_EXHAUSTED and the reason
 ("slow consumer: N messages behind ..."); a client that cancels or disconnects ends
-its subscription. Errors map to statuses through :func:`processor.server.service.status_for`.
+its subscription. Errors map to statuses through :func:`processor.server.calls.status_for`.
 
 Select lists and delta updates (:mod:`processor.subscriptions.shape`) are applied here, at
 send time: a delta update is computed from the state the subscriber last received

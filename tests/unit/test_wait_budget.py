@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from processor.server.service import _wait_budget
+from processor.server.calls import wait_budget
 
 
 @dataclass
@@ -21,16 +21,16 @@ class _Deadline:
 
 
 def test_a_long_deadline_is_waited_for_whole_less_room_to_answer() -> None:
-    assert _wait_budget(_Deadline(120.0), 0.0) == pytest.approx(119.75)
+    assert wait_budget(_Deadline(120.0), 0.0) == pytest.approx(119.75)
 
 
 def test_what_the_request_asks_for_wins() -> None:
-    assert _wait_budget(_Deadline(120.0), 5.0) == 5.0
+    assert wait_budget(_Deadline(120.0), 5.0) == 5.0
 
 
 def test_no_deadline_leaves_the_default_to_the_query_engine() -> None:
-    assert _wait_budget(_Deadline(None), 0.0) == 0.0
+    assert wait_budget(_Deadline(None), 0.0) == 0.0
 
 
 def test_a_short_deadline_keeps_a_tenth_to_answer() -> None:
-    assert _wait_budget(_Deadline(1.0), 0.0) == pytest.approx(0.9)
+    assert wait_budget(_Deadline(1.0), 0.0) == pytest.approx(0.9)

@@ -1,0 +1,152 @@
+"""What every gRPC call of the Sow service shares: the failure-to-status table, the
+call's context and deadline budgets, and the shapes of publish replies and acks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from processor import errors
+from processor.log import LogPosition
+from processor.publish.requests import Published
+from processor.security import OPEN, RequestContext
+from processor.wire import sow_pb2
+
+#: gRPC worker threads, and how many of them publishes may hold while they wait for the
+#: broker: the others always serve reads, which answer from memory even while the broker
+#: is unreachable.
+WORKERS = 32
+PUBLISH_SLOTS = 24
+#: Unacknowledged batches a publish stream may have in the log writer.
+STREAM_WINDOW = 16
+#: The longest a publish waits for the broker when the request has no deadline.
+DEFAULT_WAIT_S = 30.0
+#: A request's deadline is honoured with up to this much room to send the answer.
+DEADLINE_MARGIN_S = 0.25
+
+#: Failure reason -> gRPC status code. Order matters: the first matching class wins.
+STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
+    (errors.AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.NotEntitledError, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.UnknownTopicError, grpc.StatusCode.NOT_FOUND),
+    (errors.SlowConsumerError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.TooManySubscriptionsError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.UnsupportedError, grpc.StatusCode.UNIMPLEMENTED),
+    (errors.InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.MessageError, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.PositionTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.DeadlineError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.BookmarkTooOldError, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.CatchingUpError, grpc.StatusCode.UNAVAILABLE),
+    (errors.BrokerError, grpc.StatusCode.UNAVAILABLE),
+    (errors.SowError, grpc.StatusCode.INTERNAL),
+)
+
+
+#: Builds a call's RequestContext from its gRPC ServicerContext: authenticates the
+#: caller (aborting UNAUTHENTICATED) and resolves its rights.
+ContextOf = Callable[[Any], RequestContext]
+
+
+def open_context(context: Any) -> RequestContext:
+    """The call's context when security is off: anonymous, every right, its deadline."""
+    remaining: float | None = context.time_remaining()
+    if remaining is None:
+        return OPEN
+    return RequestContext(deadline=time.monotonic() + remaining)
+
+
+def status_for(error: errors.SowError) -> grpc.StatusCode:
+    """The gRPC status code of a failure."""
+    for kind, code in STATUS_FOR:
+        if isinstance(error, kind):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def time_left(context: Any, default: float = DEFAULT_WAIT_S) -> float:
+    """How long a request may still wait: its deadline less room to answer, capped."""
+    remaining: float | None = context.time_remaining()
+    if remaining is None:
+        return default
+    return max(min(remaining - min(DEADLINE_MARGIN_S, remaining * 0.1), default), 0.0)
+
+
+def wait_budget(context: Any, asked_s: float) -> float:
+    """How long a query may wait (for ``min_position`` or a catch-up): what it asked
+    for, else its deadline less room to answer, else the query engine's default (0)."""
+    if asked_s > 0:
+        return asked_s
+    remaining: float | None = context.time_remaining()
+    if remaining is None:
+        return 0.0
+    return max(remaining - min(DEADLINE_MARGIN_S, remaining * 0.1), 0.001)
+
+
+def busy_error() -> errors.SowError:
+    return errors.BrokerError(
+        f"{PUBLISH_SLOTS} publishes are already waiting for the broker; retry shortly "
+        "(reads are still served)"
+    )
+
+
+def publish_reply(result: Published) -> Any:
+    topic, partition, offset = result.position
+    return sow_pb2.PublishReply(
+        position=sow_pb2.Position(topic=topic, partition=partition, offset=offset),
+        sow_key=result.sow_key,
+    )
+
+
+def position_text(position: LogPosition) -> str:
+    topic, partition, offset = position
+    return f"{topic}/{partition}/{offset}"
+
+
+def last_per_partition(results: list[Published | errors.SowError]) -> list[LogPosition]:
+    """The last position a batch's publishes reached in each log partition."""
+    last: dict[tuple[str, int], int] = {}
+    for result in results:
+        if not isinstance(result, errors.SowError):
+            topic, partition, offset = result.position
+            last[(topic, partition)] = max(offset, last.get((topic, partition), -1))
+    return [(topic, partition, offset) for (topic, partition), offset in last.items()]
+
+
+def publish_ack(batch_id: int, results: list[Published | errors.SowError]) -> Any:
+    """A batch's ack, built column by column."""
+    topics: list[str] = []
+    partitions: list[int] = []
+    offsets: list[int] = []
+    keys: list[str] = []
+    refused = []
+    for index, result in enumerate(results):
+        if isinstance(result, errors.SowError):
+            topics.append("")
+            partitions.append(-1)
+            offsets.append(-1)
+            keys.append("")
+            refused.append(
+                sow_pb2.Refusal(index=index, error_code=status_for(result).name, error=str(result))
+            )
+            continue
+        (topic, partition, offset), key = result
+        topics.append(topic)
+        partitions.append(partition)
+        offsets.append(offset)
+        keys.append(key)
+    log_topic = ""
+    if topics and not refused and len(set(topics)) == 1:
+        log_topic, topics = topics[0], []
+    return sow_pb2.PublishAck(
+        batch_id=batch_id,
+        log_topic=log_topic,
+        log_topics=topics,
+        partitions=partitions,
+        offsets=offsets,
+        sow_keys=keys,
+        refused=refused,
+    )
