@@ -3,6 +3,7 @@ call's context and deadline budgets, and the shapes of publish replies and acks.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -150,3 +151,33 @@ def publish_ack(batch_id: int, results: list[Published | errors.SowError]) -> An
         sow_keys=keys,
         refused=refused,
     )
+
+
+class Calls:
+    """Each call's context (``contexts``, default :func:`open_context`) and its refusals:
+    a NotEntitledError is counted and logged by ``audit`` (:class:`~processor.server.
+    audit.Audit`) under the principal of the call, before the call is aborted."""
+
+    def __init__(self, contexts: ContextOf | None = None, audit: Any = None) -> None:
+        self._contexts = contexts or open_context
+        self._audit = audit
+        #: The caller of the call this worker thread serves (for the audit).
+        self._local = threading.local()
+
+    def context(self, context: Any) -> RequestContext:
+        """The call's RequestContext (aborts an unauthenticated call)."""
+        caller = self._contexts(context)
+        self._local.caller = caller
+        return caller
+
+    def status(self, error: errors.SowError, caller: RequestContext | None = None) -> Any:
+        """The status of a failure; a refused right goes to the audit first."""
+        if self._audit is not None and isinstance(error, errors.NotEntitledError):
+            caller = caller or getattr(self._local, "caller", None)
+            name = caller.principal.name if caller is not None else "unknown"
+            self._audit.refused(name, "not-entitled", str(error))
+        return status_for(error)
+
+    def abort(self, context: Any, error: errors.SowError) -> None:
+        """End the call with the failure's status and message."""
+        context.abort(self.status(error), str(error))

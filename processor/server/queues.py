@@ -16,8 +16,8 @@ import grpc
 from processor import changelog, errors
 from processor.messages import Codec
 from processor.queues.commands import CommandKind, Delivery
-from processor.security import RequestContext
 from processor.server import convert
+from processor.server.calls import Calls
 from processor.subscriptions.queues import WRITE_TIMEOUT_S, QueueConsumer, QueueHub
 from processor.wire import sow_pb2, sow_pb2_grpc
 
@@ -44,15 +44,14 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
         self,
         hub: QueueHub,
         codecs: dict[str, Codec],
-        status_for: Callable[[errors.SowError], grpc.StatusCode],
-        contexts: Callable[[Any], RequestContext],
+        calls: Calls,
     ) -> None:
-        self._hub, self._codecs, self._status_for = hub, codecs, status_for
+        self._hub, self._codecs, self._calls = hub, codecs, calls
         #: Each call's RequestContext (authenticated, its rights; server/auth.py).
-        self._contexts = contexts
+        self._contexts = calls.context
 
     def _abort(self, context: Any, error: errors.SowError) -> None:
-        context.abort(self._status_for(error), str(error))
+        self._calls.abort(context, error)
 
     def Act(self, request: Any, context: Any) -> Any:
         caller = self._contexts(context)

@@ -28,14 +28,13 @@ from processor.server.calls import (
     PUBLISH_SLOTS,
     STREAM_WINDOW,
     WORKERS,
+    Calls,
     ContextOf,
     busy_error,
     last_per_partition,
-    open_context,
     position_text,
     publish_ack,
     publish_reply,
-    status_for,
     time_left,
     wait_budget,
 )
@@ -60,11 +59,12 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         engine: QueryEngine,
         gateway: Gateway,
         queues: QueueHub | None = None,
-        contexts: ContextOf | None = None,
+        calls: Calls | None = None,
     ) -> None:
         self._engine = engine
         #: Each call's RequestContext (authenticated, its rights; server/auth.py).
-        self._contexts = contexts or open_context
+        self._calls = calls or Calls()
+        self._contexts = self._calls.context
         self._gateway = gateway
         #: A sow_delete on a queue acknowledges its messages (by bookmark or filter).
         self._queues = queues
@@ -74,9 +74,8 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         }
         self._publish_slots = threading.BoundedSemaphore(PUBLISH_SLOTS)
 
-    @staticmethod
-    def _abort(context: Any, error: errors.SowError) -> None:
-        context.abort(status_for(error), str(error))
+    def _abort(self, context: Any, error: errors.SowError) -> None:
+        self._calls.abort(context, error)
 
     def Publish(self, request: Any, context: Any) -> Any:
         caller = self._contexts(context)
@@ -378,7 +377,8 @@ def start_server(
     (authentication and entitlements, :mod:`processor.server.auth`; default: the open
     context with the call's deadline); ``credentials``: grpc.ServerCredentials for TLS
     (default: plaintext)."""
-    contexts = contexts or open_context
+    audit = getattr(contexts, "audit", None)
+    calls = Calls(contexts, audit)
     workers = WORKERS + (SUBSCRIPTION_STREAMS if hub is not None else 0)
     workers += QUEUE_STREAMS if queues is not None else 0
     server = grpc.server(
@@ -389,17 +389,17 @@ def start_server(
     if health is not None:
         health.add_to(server)
     sow_pb2_grpc.add_SowServicer_to_server(  # type: ignore[no-untyped-call]
-        SowServicer(engine, gateway, queues, contexts), server
+        SowServicer(engine, gateway, queues, calls), server
     )
     if hub is not None:
         codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}
         sow_pb2_grpc.add_SubscriptionsServicer_to_server(  # type: ignore[no-untyped-call]
-            SubscriptionsServicer(hub, codecs, status_for, contexts), server
+            SubscriptionsServicer(hub, codecs, calls), server
         )
     if queues is not None:
         codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}
         sow_pb2_grpc.add_QueuesServicer_to_server(  # type: ignore[no-untyped-call]
-            QueuesServicer(queues, codecs, status_for, contexts), server
+            QueuesServicer(queues, codecs, calls), server
         )
     host, _, _port = address.rpartition(":")
     try:

@@ -20,14 +20,13 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
-import grpc
-
 from processor import changelog, errors
 from processor.changelog import Envelope
 from processor.changelog.bookmarks import parse_bookmark
 from processor.messages import Codec
 from processor.security import OPEN, RequestContext
 from processor.server import convert
+from processor.server.calls import Calls
 from processor.server.sessions import Session
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
 from processor.subscriptions.model import ChangeKind, Notice, SubscribeRequest
@@ -94,18 +93,18 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         self,
         hub: SubscriptionHub,
         codecs: dict[str, Codec],
-        status_for: Callable[[errors.SowError], grpc.StatusCode],
-        contexts: Callable[[Any], RequestContext],
+        calls: Calls,
     ) -> None:
         self._hub = hub
         #: Each call's RequestContext (authenticated, its rights; server/auth.py).
-        self._contexts = contexts
+        self._calls = calls
+        self._contexts = calls.context
         self._codecs = codecs
-        self._status_for = status_for
+        self._status_for = calls.status
         self._streams = threading.BoundedSemaphore(SUBSCRIPTION_STREAMS)
 
     def _abort(self, context: Any, error: errors.SowError) -> None:
-        context.abort(self._status_for(error), str(error))
+        self._calls.abort(context, error)
 
     def _converter(
         self, request: Any, shape: MessageShape | None = None
@@ -146,7 +145,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             self._hub,
             partial(self._open_subscribe, caller=caller),
             partial(self._open_sow_and_subscribe, caller=caller),
-            self._status_for,
+            partial(self._calls.status, caller=caller),
             self._changes,
             lambda subscription, request, with_query: self._hub.replace(
                 subscription, _request(request), with_query=with_query, context=caller
