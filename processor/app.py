@@ -203,6 +203,8 @@ class Application:
     log_writer: LogWriter | None = None
     #: The queues' consumers (a topology with queues and a query service only).
     queues: QueueHub | None = None
+    #: gRPC TLS, logon and entitlements (processor.server.auth.ServerSecurity).
+    security: Any = None
     processor_child: ProcessorChild | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
@@ -299,6 +301,8 @@ class Application:
             self.health.stop()
         if self.observer is not None:
             self.observer.stop()
+        if self.security is not None:
+            self.security.close()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=1).wait()
         if self.subscriptions is not None:
@@ -429,6 +433,8 @@ def start(
                 contexts=security.contexts,
                 credentials=security.credentials,
             )
+            app.security = security
+            security.follow(app.subscriptions)  # entitlements reloaded as their file changes
             app.health.start()
         if settings.metrics_address:
             if app.observer is None:
