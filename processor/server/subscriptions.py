@@ -298,6 +298,9 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                     log.warning("%s", exc)
                     self._abort(context, exc)
                     return
+                except errors.NotEntitledError as exc:  # its rights were taken away
+                    self._abort(context, exc)
+                    return
                 except errors.SowError:
                     return
                 if not deliveries and not context.is_active():
