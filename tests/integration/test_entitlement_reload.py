@@ -142,5 +142,6 @@ def test_shrunk_rights_turn_into_oofs_and_revoked_ones_end_the_subscription(
                 ended = message
                 break
             assert not _changes(message), message
-        assert ended is not None and ended.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert ended is not None
+        assert ended.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "not entitled to read 'orders'" in (ended.details() or "")
