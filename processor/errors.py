@@ -320,3 +320,11 @@ class ServiceError(SowError):
         self.code = code
         self.details = details
         super().__init__(f"{code}: {details}")
+
+
+class ChannelSecurityError(ServiceError):
+    """A client could not set up its secure channel to a query service, or could not
+    produce its own credentials: the TLS handshake failed (the service's certificate is
+    not signed by the CA given, is not for the name used, or expired; the service refused
+    the client's certificate or speaks no TLS), or the token file cannot be read. ``code``
+    is the status gRPC gave (UNAVAILABLE); retrying the same service does not help."""

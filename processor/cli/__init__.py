@@ -6,6 +6,7 @@ Output is JSON lines on stdout; progress and logs go to stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -31,6 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signals.on_signals(stopping, stop.set)
     args = parse(argv)
     if args.command not in RUNNERS:
+        if not args.verbose:
+            # gRPC's core logs a failed TLS handshake on stderr itself; the command says
+            # it in one line (processor/client/failures.py). -v keeps gRPC's lines.
+            os.environ.setdefault("GRPC_VERBOSITY", "NONE")
         signals.restore(stopping)
         if signals.received():
             return 130

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from processor.cli import connect
 from processor.cli.guards import served
 from processor.cli.signals import on_signals
 from processor.config import Settings
@@ -25,17 +26,6 @@ from processor.errors import ConfigurationError, DeadlineError, SowError
 def _out(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value).decode() + "\n")
     sys.stdout.flush()
-
-
-def _address(args: argparse.Namespace) -> str:
-    """The query service to call: --server, SOW_GRPC_ADDRESS, the `sow serve` running
-    beside this command (its state directory's record), or the default address."""
-    if args.server:
-        return str(args.server)
-    settings = Settings.from_env()
-    if os.environ.get("SOW_GRPC_ADDRESS"):
-        return settings.grpc_address
-    return served(settings.state_dir).get("grpc", settings.grpc_address)
 
 
 def _direct_route(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -64,7 +54,7 @@ def _direct_replies(
     from processor.client.direct import DirectPublisher
     from processor.client.publishing import LogPosition, PublishResult
 
-    server = _address(args) if args.ack == "processed" else None
+    server = connect.address(args) if args.ack == "processed" else None
     options: dict[str, Any] = {
         "text_form": True,
         "expiration": args.expiration,
@@ -73,7 +63,8 @@ def _direct_replies(
         "timeout": args.timeout,
         "ack": args.ack,
     }
-    with DirectPublisher(bootstrap, topology, server=server) as publisher:
+    security = connect.security(args) if server is not None else None
+    with DirectPublisher(bootstrap, topology, server=server, security=security) as publisher:
         results: Iterable[Any]
         if args.data is not None:
             data = args.data.encode()
@@ -117,8 +108,6 @@ def _record_json(record: Any) -> dict[str, Any]:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from processor.client.sow_client import SowClient
-
     options = {
         "sow_key": args.sow_key,
         "expiration": args.expiration,
@@ -139,7 +128,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             if line.strip():
                 yield line.strip().encode()
 
-    with SowClient(_address(args)) as client:
+    with connect.client(args) as client:
         if direct is not None:
             replies: Any = _direct_replies(args, *direct, counted(sys.stdin))
         elif args.data is not None:
@@ -264,11 +253,9 @@ def _parse_position(text: str) -> Any:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from processor.client.sow_client import SowClient
-
     keys = [k for k in args.sow_keys.split(",") if k]
     positions = _parse_positions(args.min_position)
-    with SowClient(_address(args)) as client:
+    with connect.client(args) as client:
         for reply in client.query_stream(
             args.topic,
             sow_keys=keys,
@@ -316,9 +303,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from processor.client.sow_client import SowClient
-
-    with SowClient(_address(args)) as client:
+    with connect.client(args) as client:
         timeout = args.timeout
         if args.filter is not None:
             reply = client.delete(args.topic, timeout=timeout, filter=args.filter)
@@ -375,8 +360,6 @@ def _timestamp_bookmark(text: str) -> str:
 
 def cmd_subscribe(args: argparse.Namespace) -> int:
     """Print a subscription's messages until stopped; Ctrl-C (or SIGTERM) exits 0."""
-    from processor.client.sow_client import SowClient
-
     options: dict[str, Any] = {
         "filter": args.filter,
         "oof": args.oof,
@@ -392,7 +375,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
         "text_form": True,
         "bookmark": args.bookmark or _timestamp_bookmark(args.from_time),
     }
-    with SowClient(_address(args)) as client:
+    with connect.client(args) as client:
         if args.command == "subscribe":
             stream = client.subscribe(args.topic, **options)
         else:
@@ -405,7 +388,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
                 **options,
             )
         on_signals((signal.SIGTERM,), stream.cancel)  # on a thread: a handler takes no lock
-        registration = _Registration(stream, args.timeout, _address(args))
+        registration = _Registration(stream, args.timeout, connect.address(args))
         try:
             for message in registration.watch(stream):
                 part = message.WhichOneof("part")

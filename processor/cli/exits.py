@@ -17,6 +17,10 @@ NOT_FOUND = 4
 UNAVAILABLE = 5
 #: The command's deadline (--timeout) passed.
 TIMEOUT = 6
+#: The query service refused the client: its TLS handshake failed, or the caller is not
+#: authenticated (UNAUTHENTICATED) or not entitled (PERMISSION_DENIED). Retrying does not
+#: help; the message says what to fix.
+DENIED = 7
 #: Ctrl-C.
 INTERRUPTED = 130
 #: The reader of standard output went away (``sow query ... | head -1``): 128 + SIGPIPE,
@@ -32,17 +36,22 @@ _BY_STATUS = {
     "NOT_FOUND": NOT_FOUND,
     "UNAVAILABLE": UNAVAILABLE,
     "DEADLINE_EXCEEDED": TIMEOUT,
+    "UNAUTHENTICATED": DENIED,
+    "PERMISSION_DENIED": DENIED,
 }
 
 HELP = f"""\
 exit codes: {OK} ok, {FAILED} failed, {USAGE} usage, {INVALID} invalid argument (filter, \
 topology, message), {NOT_FOUND} not found, {UNAVAILABLE} unavailable (no server answered, or \
-not ready), {TIMEOUT} timeout, {INTERRUPTED} interrupted, {OUTPUT_CLOSED} standard output \
+not ready), {TIMEOUT} timeout, {DENIED} denied (TLS handshake, not authenticated or not \
+entitled), {INTERRUPTED} interrupted, {OUTPUT_CLOSED} standard output \
 closed by its reader."""
 
 
 def code_for(error: errors.SowError) -> int:
     """The exit code of a command that failed with ``error``."""
+    if isinstance(error, errors.ChannelSecurityError):
+        return DENIED
     status = getattr(error, "code", None)  # a ServiceError carries the gRPC status name
     if isinstance(status, str):
         return _BY_STATUS.get(status, FAILED)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from processor.cli import exits
+from processor.cli.connect import add_service_options as _common_server
 from processor.cli.queue_commands import add_queue_parsers
 from processor.cli.security_commands import add_security_parsers
 from processor.config import DEFAULT_GRPC_ADDRESS, GROUP_PROTOCOLS
@@ -48,15 +49,6 @@ def _timeout(parser: argparse.ArgumentParser, what: str) -> None:
         default=60.0,
         help=f"seconds {what} may take before the command gives up with the timeout exit "
         "code (default: 60)",
-    )
-
-
-def _common_server(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--server",
-        default=None,
-        help=f"address of a running 'sow serve' (default: $SOW_GRPC_ADDRESS or "
-        f"{DEFAULT_GRPC_ADDRESS})",
     )
 
 

@@ -57,11 +57,11 @@ def add_queue_parsers(sub: Any, common_server: Adder, timeout: Adder) -> None:
 
 def cmd_consume(args: argparse.Namespace) -> int:
     """Print a queue's leases until stopped (or ``--count``)."""
-    from processor.cli.client_commands import _address, _out, _record_json
-    from processor.client.sow_client import SowClient
+    from processor.cli.client_commands import _out, _record_json
+    from processor.cli.connect import client
 
-    with SowClient(_address(args)) as client:
-        stream = client.consume(
+    with client(args) as service:
+        stream = service.consume(
             args.queue, filter=args.filter, max_backlog=args.max_backlog, text_form=True
         )
         on_signals((signal.SIGTERM,), stream.close)  # on a thread: a handler takes no lock
@@ -113,15 +113,15 @@ def _lease_json(lease: Any, record: dict[str, Any]) -> dict[str, Any]:
 def cmd_queue_action(args: argparse.Namespace) -> int:
     """Acknowledge, cancel or expire messages of a queue; prints the commands written
     and, for an acknowledgement, the messages it removed."""
-    from processor.cli.client_commands import _address, _out
-    from processor.client.sow_client import SowClient
+    from processor.cli.client_commands import _out
+    from processor.cli.connect import client
 
     action = args.command.removeprefix("queue-")
     given = getattr(args, "filter", "")
     if bool(args.bookmarks) == bool(given):
         raise SowError(f"sow queue-{action}: give bookmarks or --filter (ack only), not both")
-    with SowClient(_address(args)) as client:
-        reply = client.queue_act(
+    with client(args) as service:
+        reply = service.queue_act(
             args.queue, action, bookmarks=args.bookmarks, filter=given, timeout=args.timeout
         )
     done = {action: len(args.bookmarks) if args.bookmarks else "filter", "commands": reply.commands}

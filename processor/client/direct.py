@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from processor.client.credentials import ClientSecurity
 from processor.client.sow_client import PublisherSequences, SowClient, ack_type_of
 from processor.errors import (
     ConfigurationError,
@@ -47,7 +48,9 @@ class DirectPublisher:
     each publisher object (and each thread using it) publishes under a name of its own
     (``publisher`` plus a suffix; default: host, process and a random part) with
     sequence numbers 1, 2, 3, ...; ``publisher=""`` turns it off. ``server``: the gRPC
-    address of the query service that ``processed`` acknowledgements wait for.
+    address of the query service that ``processed`` acknowledgements wait for, reached
+    with ``security`` (TLS and credentials, :class:`~processor.client.credentials.ClientSecurity`;
+    the broker's own security is the Kafka client settings).
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class DirectPublisher:
         topology: Topology | str | Path,
         publisher: str | None = None,
         server: str | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         if not isinstance(topology, Topology):
             from processor.topology.loader import load_topology
@@ -65,7 +69,9 @@ class DirectPublisher:
         self._writer = KafkaLogWriter(bootstrap)
         self._gateway = Gateway(topology, self._writer, None)
         self._sequences = PublisherSequences(publisher)
-        self._service = None if server is None else SowClient(server, publisher="")
+        self._service = (
+            None if server is None else SowClient(server, publisher="", security=security)
+        )
 
     def close(self) -> None:
         """Deliver what is queued, then release the producer."""
@@ -232,7 +238,7 @@ class DirectPublisher:
             )
         except ServiceError as exc:
             if exc.code != "DEADLINE_EXCEEDED":  # unreachable, wrong topology, ...: say so
-                raise ServiceError(
+                raise type(exc)(
                     exc.code,
                     f"{exc.details} (asking whether publishes to {topic} were applied; they "
                     f"are in the log at {positions}, and publishing again is safe)",

@@ -11,6 +11,11 @@ failovers and, with a :class:`~processor.client.bookmark_store.SowBookmarkStore`
 restarts of its own process (AMPS's HAClient with a bookmark store, seed 004).
 
 Messages received but not discarded when the stream breaks are delivered again.
+
+UNAUTHENTICATED and PERMISSION_DENIED are raised at once: another service checks the same
+credentials and the same entitlements. A TLS handshake that fails moves on to the next
+address (another service may present a valid certificate), but only once per address:
+when every address failed it in a row, the last error is raised without more rounds.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from processor.client.bookmark_store import BookmarkStore, MemoryBookmarkStore, Vector, parse_vector
+from processor.client.credentials import ClientSecurity
 from processor.client.sow_client import SowClient, SubscriptionStream
-from processor.errors import InvalidRequestError, ServiceError
+from processor.errors import ChannelSecurityError, InvalidRequestError, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +40,34 @@ RECENT = "recent"
 NOW = frozenset({"", "0|1|"})
 
 #: Status codes after which a subscription moves to the next service: the service is
-#: gone or not ready (CatchingUp is UNAVAILABLE too), or it dropped the stream.
+#: gone or not ready (CatchingUp is UNAVAILABLE too), or it dropped the stream. Never
+#: UNAUTHENTICATED or PERMISSION_DENIED: every service would answer the same.
 FAILOVER_CODES = frozenset({"UNAVAILABLE", "CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "UNKNOWN"})
+
+
+class _Failures:
+    """Failures in a row of one operation, and whether the next moves on or gives up."""
+
+    def __init__(self, owner: FailoverClient) -> None:
+        self.owner = owner
+        self.count = 0
+        self.handshakes = 0
+
+    def reset(self) -> None:
+        self.count = self.handshakes = 0
+
+    def fail_over(self, error: ServiceError) -> bool:
+        """Count ``error``; whether to move to the next service (else raise it)."""
+        self.count += 1
+        if isinstance(error, ChannelSecurityError):
+            self.handshakes += 1
+            if self.handshakes >= len(self.owner.addresses):
+                return False  # every service failed the handshake: a setting to fix
+        else:
+            self.handshakes = 0
+        return error.code in FAILOVER_CODES and self.count < self.owner.rounds * len(
+            self.owner.addresses
+        )
 
 
 class FailoverClient:
@@ -44,6 +76,8 @@ class FailoverClient:
     ``name`` identifies the client in its bookmark store (SubIds are unique per client).
     ``rounds`` bounds how many times in a row every address may fail before a
     subscription gives up with the last error; ``pause_s`` is the wait between attempts.
+    ``security``: TLS and credentials for every address
+    (:class:`~processor.client.credentials.ClientSecurity`).
     Thread-safe; iterate each subscription from one thread.
     """
 
@@ -55,6 +89,7 @@ class FailoverClient:
         *,
         rounds: int = 10,
         pause_s: float = 0.2,
+        security: ClientSecurity | None = None,
     ) -> None:
         if not addresses:
             raise InvalidRequestError("a FailoverClient needs at least one query-service address")
@@ -63,9 +98,10 @@ class FailoverClient:
         self.store: BookmarkStore = bookmark_store or MemoryBookmarkStore()
         self.rounds = rounds
         self.pause_s = pause_s
+        self.security = security or ClientSecurity()
         self._lock = threading.Lock()
         self._index = 0
-        self._client = SowClient(self.addresses[0])
+        self._client = SowClient(self.addresses[0], security=self.security)
         #: How many times this client moved to another address.
         self.failovers = 0
 
@@ -88,13 +124,13 @@ class FailoverClient:
                 return
             failed.close()
             self._index = (self._index + 1) % len(self.addresses)
-            self._client = SowClient(self.addresses[self._index])
+            self._client = SowClient(self.addresses[self._index], security=self.security)
             self.failovers += 1
             log.warning("query service failed; moving to %s", self.addresses[self._index])
 
     def query(self, topic: str, **kwargs: Any) -> tuple[list[Any], Any, Any]:
         """:meth:`SowClient.query` on the service in use, moving on when it fails."""
-        attempts = 0
+        failures = _Failures(self)
         while True:
             client = self.client
             try:
@@ -105,10 +141,7 @@ class FailoverClient:
                 if self.client is client:
                     raise
             except ServiceError as error:
-                attempts += 1
-                if error.code not in FAILOVER_CODES or attempts >= self.rounds * len(
-                    self.addresses
-                ):
+                if not failures.fail_over(error):
                     raise
                 self.fail_over(client)
                 time.sleep(self.pause_s)
@@ -174,7 +207,7 @@ class BookmarkSubscription:
         return self._bookmark
 
     def __iter__(self) -> Iterator[Any]:
-        store, failures = self._owner.store, 0
+        store, failures = self._owner.store, _Failures(self._owner)
         if not self._anchored:
             store.forget(self.sub_id)  # the bookmark asked for decides, not a stale entry
         vector = _vector_of(self._bookmark) if not self._anchored else None
@@ -193,7 +226,7 @@ class BookmarkSubscription:
                     self.topic, sub_id=self.sub_id, bookmark=bookmark, **self._options
                 )
                 for message in self._stream:
-                    failures = 0
+                    failures.reset()
                     part = message.WhichOneof("part")
                     if part == "registered" and bookmark in NOW:
                         # Nothing is replayed: the subscription starts at this vector.
@@ -215,10 +248,7 @@ class BookmarkSubscription:
             except ServiceError as error:
                 if self._cancelled:
                     return
-                failures += 1
-                if error.code not in FAILOVER_CODES or failures >= self._owner.rounds * len(
-                    self._owner.addresses
-                ):
+                if not failures.fail_over(error):
                     raise
                 log.info("subscription %s lost (%s); resubscribing", self.sub_id, error)
                 self._owner.fail_over(client)

@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from processor.client.failures import translate
+from processor.client.failures import Translate, translate
 from processor.wire import sow_pb2
 
 #: How long closing waits for the service to apply the commands sent before it.
@@ -41,7 +41,9 @@ class QueueStream:
         sub_id: str = "",
         max_backlog: int | None = None,
         text_form: bool = False,
+        failure: Translate = translate,
     ) -> None:
+        self._failure = failure
         self._commands: queue.SimpleQueue[Any] = queue.SimpleQueue()
         subscribe = sow_pb2.QueueSubscribe(
             queue=queue_name, filter=filter, sub_id=sub_id, text_form=text_form
@@ -74,7 +76,7 @@ class QueueStream:
             self._ended.set()
             if self.closed and exc.code() == grpc.StatusCode.CANCELLED:
                 return
-            raise translate(exc) from exc
+            raise self._failure(exc) from exc
         except GeneratorExit:  # the caller stopped reading: close() reads the rest
             self._iterating = False
             raise
@@ -133,6 +135,7 @@ def act(
     bookmarks: Sequence[str] = (),
     filter: str = "",
     timeout: float | None = 30.0,
+    failure: Translate = translate,
 ) -> Any:
     """Acknowledge, cancel or expire messages of a queue by bookmark (or acknowledge
     those a filter matches); returns the QueueActionReply: ``commands``, the command
@@ -144,5 +147,5 @@ def act(
     try:
         reply = stub.Act(request, timeout=timeout)
     except grpc.RpcError as exc:
-        raise translate(exc) from exc
+        raise failure(exc) from exc
     return reply

@@ -14,7 +14,8 @@ from typing import Any
 
 import grpc
 
-from processor.client.failures import translate
+from processor.client.credentials import ClientSecurity
+from processor.client.failures import Translate, bound, translate
 from processor.client.publishing import (
     PublishResult,
     _position,
@@ -22,7 +23,7 @@ from processor.client.publishing import (
 )
 from processor.client.queues import QueueStream
 from processor.client.queues import act as queue_act
-from processor.errors import InvalidRequestError, ServiceError
+from processor.errors import ChannelSecurityError, InvalidRequestError, ServiceError
 from processor.wire import sow_pb2, sow_pb2_grpc
 
 __all__ = ["PublisherSequences", "ServiceError", "SowClient", "SubscriptionStream", "ack_type_of"]
@@ -88,11 +89,24 @@ class SowClient:
     UNAVAILABLE or DEADLINE_EXCEEDED is sent again with the same name and sequence up to
     ``retries`` times, and the processor applies it once. ``publisher=""`` turns this off
     (then a timed-out publish may or may not have been written; nothing is retried).
+
+    ``security``: TLS, mutual TLS and the credentials sent with every call
+    (:class:`~processor.client.credentials.ClientSecurity`; default: plaintext, none).
+    A failure of the channel's security raises ChannelSecurityError and is not retried.
     """
 
-    def __init__(self, address: str, publisher: str | None = None, retries: int = 3) -> None:
+    def __init__(
+        self,
+        address: str,
+        publisher: str | None = None,
+        retries: int = 3,
+        *,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.address = address
-        self._channel = grpc.insecure_channel(address)
+        self.security = security or ClientSecurity()
+        self._translate: Translate = bound(address, self.security)
+        self._channel = self.security.channel(address)
         self._stub = sow_pb2_grpc.SowStub(self._channel)  # type: ignore[no-untyped-call]
         self._subscriptions = sow_pb2_grpc.SubscriptionsStub(self._channel)  # type: ignore[no-untyped-call]
         self._queues = sow_pb2_grpc.QueuesStub(self._channel)  # type: ignore[no-untyped-call]
@@ -152,12 +166,12 @@ class SowClient:
             try:
                 return self._stub.Publish(request, timeout=max(deadline - time.monotonic(), 0))
             except grpc.RpcError as exc:
-                error = translate(exc)
+                error = self._translate(exc)
                 attempt += 1
                 pause = 0.05 * 2**attempt
                 if (
                     not sequence
-                    or error.code not in RETRYABLE
+                    or not _retryable(error)
                     or attempt > self._retries
                     or time.monotonic() + pause >= deadline
                 ):
@@ -215,9 +229,9 @@ class SowClient:
                     yield from replies
                 return
             except grpc.RpcError as exc:
-                error = translate(exc)
+                error = self._translate(exc)
                 failures += 1
-                if not publish.publisher or error.code not in RETRYABLE:
+                if not publish.publisher or not _retryable(error):
                     raise error from exc
                 if failures > self._retries:
                     raise error from exc
@@ -247,7 +261,7 @@ class SowClient:
         try:
             yield from self._stub.SowQuery(request, timeout=timeout)
         except grpc.RpcError as exc:
-            raise translate(exc) from exc
+            raise self._translate(exc) from exc
 
     def query(self, topic: str, **kwargs: Any) -> tuple[list[Any], Any, Any]:
         """All records of a query, with its group begin and group end."""
@@ -280,7 +294,7 @@ class SowClient:
         try:
             return self._stub.SowDelete(request, timeout=timeout)
         except grpc.RpcError as exc:
-            raise translate(exc) from exc
+            raise self._translate(exc) from exc
 
     def subscribe(self, topic: str, **options: Any) -> SubscriptionStream:
         """A live subscription: every later matching change, as SubscriptionMessages
@@ -288,31 +302,36 @@ class SowClient:
         no_empties, text_form, max_backlog). Iterate it; ``cancel()`` (or leaving its
         ``with`` block) ends it cleanly."""
         request = sow_pb2.SubscribeRequest(topic=topic, **options)
-        return SubscriptionStream(self._subscriptions.Subscribe(request))
+        return SubscriptionStream(self._subscriptions.Subscribe(request), self._translate)
 
     def sow_and_subscribe(self, topic: str, **options: Any) -> SubscriptionStream:
         """The query result (group_begin, batch..., group_end with the position vector it
         reflects), then every later matching change with no gap and no duplicate.
         ``options`` as for :meth:`subscribe`, plus batch_size and query_id."""
         request = sow_pb2.SubscribeRequest(topic=topic, **options)
-        return SubscriptionStream(self._subscriptions.SowAndSubscribe(request))
+        return SubscriptionStream(self._subscriptions.SowAndSubscribe(request), self._translate)
 
     def session(self) -> SubscriptionSession:
         """A session: many subscriptions on one stream (``subscribe``,
         ``sow_and_subscribe`` and ``unsubscribe`` on it; iterate it for every
         subscription's messages, each with its ``sub_id``)."""
-        return SubscriptionSession(self._subscriptions)
+        return SubscriptionSession(self._subscriptions, self._translate)
 
     def consume(self, queue_name: str, **options: Any) -> QueueStream:
         """Subscribe to a queue: leases as they come (options: ``filter``, ``sub_id``,
         ``max_backlog``, ``text_form``; see :class:`~processor.client.queues.QueueStream`)."""
-        return QueueStream(self._queues, queue_name, **options)
+        return QueueStream(self._queues, queue_name, failure=self._translate, **options)
 
     def queue_act(self, queue_name: str, action: str, **options: Any) -> Any:
         """``ack``, ``cancel`` or ``expire`` messages of a queue outside a stream
         (options: ``bookmarks``, ``filter``, ``timeout``); the QueueActionReply
         (``commands`` written; ``removed``: the messages an ``ack`` removed)."""
-        return queue_act(self._queues, queue_name, action, **options)
+        return queue_act(self._queues, queue_name, action, failure=self._translate, **options)
+
+
+def _retryable(error: ServiceError) -> bool:
+    """Whether a publish that failed with ``error`` is sent again (with its sequence)."""
+    return error.code in RETRYABLE and not isinstance(error, ChannelSecurityError)
 
 
 class SubscriptionStream:
@@ -324,8 +343,9 @@ class SubscriptionStream:
     RESOURCE_EXHAUSTED with "slow consumer: N messages behind").
     """
 
-    def __init__(self, call: Any) -> None:
+    def __init__(self, call: Any, failure: Translate = translate) -> None:
         self._call = call
+        self._failure = failure
         self.cancelled = False
 
     def __iter__(self) -> Iterator[Any]:
@@ -339,7 +359,7 @@ class SubscriptionStream:
         except grpc.RpcError as exc:
             if self.cancelled and exc.code() == grpc.StatusCode.CANCELLED:
                 return
-            raise translate(exc) from exc
+            raise self._failure(exc) from exc
 
     def cancel(self) -> None:
         """End the subscription (idempotent)."""
@@ -362,9 +382,9 @@ class SubscriptionSession(SubscriptionStream):
 
     _END = object()
 
-    def __init__(self, stub: Any) -> None:
+    def __init__(self, stub: Any, failure: Translate = translate) -> None:
         self._commands: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        super().__init__(stub.Session(self._command_stream()))
+        super().__init__(stub.Session(self._command_stream()), failure)
 
     def _command_stream(self) -> Iterator[Any]:
         while True:
