@@ -301,23 +301,26 @@ class Gateway:
             for index, given in enumerate(batch.data):
                 try:
                     data = given if from_text is None or delta else from_text(given)
+                    message = None
                     if delta:
                         sow_key = batch.sow_keys[index] if batch.sow_keys else ""
                         key = delta_key(route, data, batch.text_form, sow_key)
                     elif key_of is not None:
-                        key = key_of(decode(data))
+                        message = decode(data)
+                        key = key_of(message)
                     elif route.plain:
-                        decode(data)
+                        message = decode(data)
                         key = validate_user_key(batch.sow_keys[index]) if batch.sow_keys else ""
                     else:
                         key = validate_user_key(batch.sow_keys[index])
-                    if check is not None:
-                        check(
-                            route.codec.decode_delta(data, batch.text_form)
-                            if delta
-                            else decode(data),
-                            key,
-                        )
+                    if check is not None:  # the write filter, on the message decoded once
+                        if message is None:
+                            message = (
+                                route.codec.decode_delta(data, batch.text_form)
+                                if delta
+                                else decode(data)
+                            )
+                        check(message, key)
                     raw = key.encode()
                     if len(data) > limit - len(raw):
                         raise too_large(route, len(data), limit - len(raw))
