@@ -14,6 +14,7 @@ from processor.engine.processor import Processor
 from processor.errors import (
     ComponentFailedError,
     ConfigurationError,
+    KafkaSecurityError,
     SowError,
     StartCancelledError,
 )
@@ -27,6 +28,7 @@ from processor.log import (
 )
 from processor.log.broker import Broker, start_broker
 from processor.log.broker.common import CLASSIC_GROUP_PROTOCOL
+from processor.log.kafka.acls import written_topics
 from processor.log.kafka.input import KafkaEndOffsets, KafkaInputLog
 from processor.log.kafka.ownership import FENCED_STATIC, refuse_beside_members
 from processor.log.kafka.ranges import KafkaRangeReader
@@ -105,6 +107,7 @@ class KafkaBackend:
         member = {}
         if settings.group_instance_id is not None and not static:
             member["group.instance.id"] = settings.group_instance_id
+        writes = written_topics(topology, settings.dead_letter_topic)
         standby_tail = None
         if settings.standby == "all":
             if static:
@@ -125,7 +128,7 @@ class KafkaBackend:
                 **member,
             ),
             transactional_log=lambda: KafkaTransactionalLog(
-                bootstrap, settings.transactional_id, fenced_means=FENCED_STATIC if static else ""
+                bootstrap, settings.transactional_id, FENCED_STATIC if static else "", writes
             ),
             reader=lambda: KafkaPartitionReader(bootstrap),
             end_offsets=lambda: KafkaEndOffsets(bootstrap),
@@ -224,7 +227,8 @@ class Application:
             try:
                 target()
             except BaseException as exc:  # the thread ends here: record why, for the app to act
-                log.exception("%s stopped with an error", name)
+                quiet = isinstance(exc, KafkaSecurityError)  # its one line says it all
+                log.error("%s stopped with an error: %s", name, exc, exc_info=not quiet)
                 self.errors.append(exc)
                 self.failures.append(ComponentFailedError(f"{name} thread", exc))
                 return

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from processor import errors
 from processor.engine.apply import Applier
 from processor.engine.assignment import Assignment, StoreOpener
 from processor.engine.commit import CrashHook, commit
@@ -251,8 +252,8 @@ class Processor:
 
         A broker failure tears the pipeline down and restarts it from the committed
         offsets after a back-off (0.5 s doubling to 10 s, back to 0.5 s once a
-        transaction commits again). Anything else (FencedError, StoreError, a bug) is
-        raised: the caller must stop the process rather than run without a processor.
+        transaction commits again). Anything else (FencedError, KafkaSecurityError, a
+        bug) is raised: the caller must stop the process rather than run without one.
         """
         backoff = 0.5
         batch_friendly_gc()
@@ -278,8 +279,8 @@ class Processor:
             try:
                 self._run_pipeline()
                 return
-            except FencedError:
-                raise
+            except (FencedError, errors.KafkaSecurityError):
+                raise  # another owner, or a refusal no restart changes: stop the process
             except StalledError:
                 continue  # the watchdog said why; a new consumer starts at once
             except BrokerError as exc:

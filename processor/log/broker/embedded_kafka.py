@@ -261,7 +261,7 @@ class EmbeddedKafka:
         try:
             self._wait_until_answers(timeout_s)
             if formatted and self.security is not None:
-                self._upsert_users()
+                self.add_scram_users(self.security.users)
         except BrokerError:
             self.kill()
             raise
@@ -380,9 +380,9 @@ class EmbeddedKafka:
             f"{timeout_s:.0f}s; see {self.log_path}"
         )
 
-    def _upsert_users(self) -> None:
-        """Create or update the SCRAM users of ``security`` (a log formatted by an earlier
-        start has the users of that start only)."""
+    def add_scram_users(self, users: Mapping[str, str]) -> None:
+        """Create or update SCRAM-SHA-512 users (name -> password) through the Admin API,
+        as the super user (a log formatted by an earlier start has that start's users)."""
         from confluent_kafka.admin import (  # type: ignore[attr-defined]
             AdminClient,
             ScramCredentialInfo,
@@ -396,7 +396,7 @@ class EmbeddedKafka:
         info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
         upserts: list[UserScramCredentialAlteration] = [
             UserScramCredentialUpsertion(name, info, password.encode())
-            for name, password in self.security.users.items()
+            for name, password in users.items()
         ]
         for name, future in admin.alter_user_scram_credentials(upserts).items():
             try:

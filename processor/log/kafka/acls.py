@@ -291,3 +291,13 @@ def revoke(
             future.result(30)
         except KafkaException as exc:
             raise BrokerError(f"cannot delete the ACL {bound}: {exc}") from exc
+
+
+def written_topics(topology: Topology, dead_letter_topic: str) -> list[str]:
+    """The topics a processor of ``topology`` writes (its transactions' topics)."""
+    context = AclContext(dead_letter_topic=dead_letter_topic)
+    return [
+        acl.name
+        for acl in component_acls("processor", topology, context)
+        if acl.resource == TOPIC and acl.operation == WRITE
+    ]

@@ -12,6 +12,7 @@ from typing import Any, cast
 from confluent_kafka import (
     Consumer,
     IsolationLevel,
+    KafkaError,
     KafkaException,
     TopicPartition,
 )
@@ -23,6 +24,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from processor.errors import (
     BrokerError,
     ConfigurationError,
+    KafkaSecurityError,
 )
 from processor.log import (
     OnAssign,
@@ -35,8 +37,10 @@ from processor.log.kafka.settings import (
     CLASSIC,
     COMMITTED,
     CONSUMER,
+    Refusals,
     client_settings,
     consumer_settings,
+    refusal,
     seek,
 )
 
@@ -81,10 +85,12 @@ class KafkaInputLog:
         self._bootstrap, self._group, self._static_id = bootstrap, group_id, static_id
         self._lag: dict[TopicPartitionKey, int] = {}
         self._group_state = ""
+        self._refusals = Refusals("the processor's consumer")
         settings = {
             "group.id": group_id,
             "statistics.interval.ms": self.STATISTICS_INTERVAL_MS,
             "stats_cb": self._note_statistics,
+            "error_cb": self._refusals,
             **extra,
         }
         # A static instance joins no group: its protocol is irrelevant, and classic keeps
@@ -180,7 +186,9 @@ class KafkaInputLog:
             try:
                 found = self._consumer.committed(partitions, 30)
             except KafkaException as exc:
-                raise BrokerError(f"cannot read committed offsets: {exc}") from exc
+                raise self._refused(exc.args[0]) or BrokerError(
+                    f"cannot read committed offsets: {exc}"
+                ) from exc
             committed = {(tp.topic, tp.partition): tp.offset for tp in found}
         starts = on_assign(keys, committed)
         held = []
@@ -238,7 +246,21 @@ class KafkaInputLog:
         self._active.update(((tp.topic, tp.partition), tp) for tp in resumed)
 
     def consume(self, max_records: int, timeout_s: float) -> Sequence[Record]:
-        return cast(list[Record], self._consumer.consume(max_records, timeout_s))
+        records = self._consumer.consume(max_records, timeout_s)
+        self._refusals.check()
+        if records and any(map(type(records[0]).error, records)):  # in C: cheap per record
+            for record in records:
+                error = record.error()
+                refused = None if error is None else self._refused(error, record.topic())
+                if refused is not None:
+                    raise refused
+        return cast(list[Record], records)
+
+    def _refused(self, error: Any, topic: str | None = None) -> KafkaSecurityError | None:
+        """What an authorization refusal of this consumer means (None: not one)."""
+        if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return refusal(error, "the processor's consumer", "Read", self._group)
+        return refusal(error, "the processor's consumer", "Read", topic or "")
 
     def rewind(self, starts: Mapping[TopicPartitionKey, int]) -> None:
         for (topic, partition), offset in sorted(starts.items()):

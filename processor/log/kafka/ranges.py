@@ -15,13 +15,12 @@ import contextlib
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, cast
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from processor.errors import BrokerError, UnknownTopicError
 from processor.log import Record
 from processor.log.kafka.readers import KafkaPartitionReader
-from processor.log.kafka.settings import BASE
+from processor.log.kafka.settings import Refusals, client_settings, list_topics, refusal
 
 
 def partition_count(
@@ -30,13 +29,24 @@ def partition_count(
     settings: Mapping[str, Any] | None = None,
     timeout_s: float = 20.0,
 ) -> int:
-    """How many partitions ``topic`` has; UnknownTopicError when it does not exist.
+    """How many partitions ``topic`` has; UnknownTopicError when it does not exist,
+    KafkaSecurityError when the broker refuses this client or its reading ``topic``.
     ``settings``: extra client settings (security and the like)."""
-    admin = AdminClient({**BASE, "bootstrap.servers": bootstrap, **(settings or {})})
+    refusals = Refusals("the reader")
+    config: dict[str, Any] = {**client_settings(bootstrap), **(settings or {})}
+    config["error_cb"] = refusals
+    admin = AdminClient(config)
     try:
-        found = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    except KafkaException as exc:
+        found = list_topics(admin, refusals, timeout_s, topic).topics.get(topic)
+    except BrokerError as exc:
         raise BrokerError(f"cannot read the metadata of {topic} at {bootstrap}: {exc}") from exc
+    refused = (
+        None
+        if found is None or found.error is None
+        else refusal(found.error, refusals.who, "Read", topic)
+    )
+    if refused is not None:
+        raise refused
     if found is None or found.error is not None or not found.partitions:
         raise UnknownTopicError(
             f"topic {topic} does not exist at {bootstrap}; check the topic name (a SOW "

@@ -27,7 +27,7 @@ from processor.log import (
     TopicPartitionKey,
     lost_log_level,
 )
-from processor.log.kafka.settings import consumer_settings, seek
+from processor.log.kafka.settings import Refusals, consumer_settings, refusal, seek
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,10 @@ class KafkaPartitionReader:
     def __init__(self, bootstrap: str, **extra: Any) -> None:
         # Restores read whole partitions: fewer, bigger fetches.
         fetch = {"max.partition.fetch.bytes": 16 * 1024 * 1024, "fetch.min.bytes": 1}
-        self._consumer = _groupless(bootstrap, "sow-reader-unused", {**fetch, **extra})
+        self._refusals = Refusals("a partition reader")
+        self._consumer = _groupless(
+            bootstrap, "sow-reader-unused", {**fetch, **extra}, self._refusals
+        )
         self.last_end_offset = -1
 
     def read_to_end(self, topic: str, partition: int, start: int) -> Iterator[Sequence[Record]]:
@@ -51,6 +54,7 @@ class KafkaPartitionReader:
         try:
             while True:
                 batch: list[Any] = self._consumer.consume(self.BATCH, 0.05)
+                self._refusals.check()
                 if not batch and position > 0:
                     # Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE (then
                     # auto.offset.reset); some brokers (Tansu) answer with nothing, forever.
@@ -65,10 +69,12 @@ class KafkaPartitionReader:
                     records = [m for m in batch if m.error() is None]
                     for message in batch:
                         error = message.error()
-                        if error is None:
+                        if error is None or _unused_group(error):
                             continue
                         if error.code() != KafkaError._PARTITION_EOF:
-                            raise BrokerError(f"cannot read {topic}[{partition}]: {error}")
+                            raise refusal(error, self._refusals.who, "Read", topic) or (
+                                BrokerError(f"cannot read {topic}[{partition}]: {error}")
+                            )
                         self.last_end_offset = int(message.offset() or 0)
                         done = True
                 if records:
@@ -170,7 +176,10 @@ class KafkaChangelogTail:
             "statistics.interval.ms": self.STATS_INTERVAL_MS,
             "stats_cb": self._on_stats,
         }
-        self._consumer = _groupless(bootstrap, "sow-replica-unused", {**settings, **extra})
+        self._refusals = Refusals("a changelog reader")
+        self._consumer = _groupless(
+            bootstrap, "sow-replica-unused", {**settings, **extra}, self._refusals
+        )
         self._position: dict[TopicPartitionKey, int] = {}
         self._end: dict[TopicPartitionKey, int] = {}
         self._at_end: dict[TopicPartitionKey, bool] = {}
@@ -198,6 +207,7 @@ class KafkaChangelogTail:
             batch: list[Any] = self._consumer.consume(max_records, timeout_s)
         except KafkaException as exc:
             raise BrokerError(f"cannot read changelogs: {exc}") from exc
+        self._refusals.check()
         records: list[Record] = []
         now = time.monotonic()
         for message in batch:
@@ -214,6 +224,10 @@ class KafkaChangelogTail:
                 self._end[key] = offset
                 self._at_end[key] = True
                 self._confirmed[key] = now
+            elif _unused_group(error):
+                continue
+            elif (refused := refusal(error, self._refusals.who, "Read", key[0])) is not None:
+                raise refused
             elif error.fatal():
                 raise BrokerError(f"cannot read changelog {key[0]}[{key[1]}]: {error}")
             else:
@@ -296,11 +310,21 @@ class KafkaChangelogTail:
 #: librdkafka counts a record's framing against ``message.max.bytes`` too.
 
 
-def _groupless(bootstrap: str, group: str, settings: dict[str, Any]) -> Consumer:
+def _groupless(
+    bootstrap: str, group: str, settings: dict[str, Any], refusals: Refusals
+) -> Consumer:
     """A read_committed consumer that joins no group (``group`` only names it) and
-    reports partition ends, with ``settings`` on top."""
+    reports partition ends, with ``settings`` on top; ``refusals`` hears its errors."""
     return Consumer(
         consumer_settings(
-            bootstrap, **{"group.id": group, "enable.partition.eof": True, **settings}
+            bootstrap,
+            **{"group.id": group, "enable.partition.eof": True, "error_cb": refusals, **settings},
         )
     )
+
+
+def _unused_group(error: KafkaError) -> bool:
+    """A group-less consumer still looks its group's coordinator up once (librdkafka
+    wants a group.id): a principal without Describe on that group, which it never
+    uses, is refused that look-up, harmlessly."""
+    return bool(error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
@@ -24,6 +25,7 @@ from processor.errors import (
     BrokerError,
     ConfigurationError,
     FencedError,
+    KafkaSecurityError,
 )
 from processor.log import (
     TopicSpec,
@@ -49,6 +51,124 @@ def use_client_properties(properties: Mapping[str, str]) -> None:
 def client_settings(bootstrap: str) -> dict[str, Any]:
     """What every client gets: the base settings, the broker, the deployment's properties."""
     return {**BASE, "bootstrap.servers": bootstrap, **_client_properties}
+
+
+#: Where the ACLs each component needs are listed (the end of every refusal's line).
+ACL_DOC = "docs/security.md, Kafka ACLs; `sow acls` prints them"
+#: Seeing a topic: Describe, or an operation that implies it.
+DESCRIBE = "Describe (or Read or Write, which imply it)"
+#: Kafka's authorization refusals: the error code -> the resource, as an ACL names it.
+_REFUSED = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "Topic",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "Group",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TransactionalId",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "Cluster",
+}
+#: What a TLS peer's alert means for the certificate this client presented.
+_CERTIFICATE_ALERTS = ("alert certificate", "alert bad certificate", "alert unknown ca")
+
+
+def identity() -> str:
+    """Who this process is to Kafka, from the deployment's properties: the SASL user,
+    the client certificate, or nobody."""
+    user = _client_properties.get("sasl.username")
+    if user:
+        return f"sasl user '{user}'"
+    certificate = _client_properties.get("ssl.certificate.location")
+    if certificate:
+        return f"the certificate {certificate}"
+    return "a client without credentials (SOW_KAFKA_PROPERTIES sets them)"
+
+
+def refusal(
+    error: KafkaError, who: str, operation: str, name: str = ""
+) -> KafkaSecurityError | None:
+    """A KafkaSecurityError naming the permission ``who`` lacks when ``error`` is an
+    authorization refusal of ``operation`` on the resource ``name`` (None otherwise)."""
+    kind = _REFUSED.get(error.code())
+    if kind is None:
+        return None
+    target = f"{kind} '{name}'" if name else kind
+    return KafkaSecurityError(
+        f"Kafka refused {who} ({identity()}): {error.name()} on {target} -- grant "
+        f"{operation} on {target} ({ACL_DOC})"
+    )
+
+
+def authentication_failure(error: KafkaError) -> KafkaSecurityError | None:
+    """A KafkaSecurityError saying why the broker and this client did not trust each
+    other, for an error librdkafka reports to a client's ``error_cb`` (None for others:
+    a broker down, a timeout)."""
+    text = error.str()
+    match = re.match(r"\w+://([^/ ]+)", text)
+    where = match.group(1) if match else "the broker"
+    code = error.code()
+    if code == KafkaError._AUTHENTICATION:
+        return KafkaSecurityError(
+            f"Kafka authentication failed for {identity()} at {where}: wrong password or "
+            f"unknown user ({text})"
+        )
+    if code == KafkaError._SSL and "verify failed" in text:
+        ca = _client_properties.get("ssl.ca.location", "the system's trust store")
+        return KafkaSecurityError(
+            f"the TLS certificate of Kafka at {where} is not trusted by ssl.ca.location "
+            f"({ca}): expired, for another host, or signed by another CA ({text})"
+        )
+    if code in (KafkaError._TRANSPORT, KafkaError._SSL) and any(
+        alert in text for alert in _CERTIFICATE_ALERTS
+    ):
+        if "ssl.certificate.location" not in _client_properties:
+            return KafkaSecurityError(
+                f"Kafka at {where} requires a client certificate and this client has none: "
+                f"set ssl.certificate.location and ssl.key.location ({text})"
+            )
+        return KafkaSecurityError(
+            f"Kafka at {where} refused {identity()}: expired, not yet valid, or signed by a "
+            f"CA the broker does not trust ({text})"
+        )
+    return None
+
+
+class Refusals:
+    """A client's ``error_cb``: keeps the first authentication or TLS failure
+    (:func:`authentication_failure`) for the client's owner to raise (:meth:`check`),
+    and logs it once. Other errors (a broker down) are left to the calls that time out."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.failure: KafkaSecurityError | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        if self.failure is not None:
+            return
+        failure = authentication_failure(error)
+        if failure is None:
+            log.debug("%s: %s", self.who, error)
+            return
+        self.failure = failure
+        log.error("%s: %s", self.who, failure)
+
+    def check(self) -> None:
+        """Raise the failure seen, if any."""
+        if self.failure is not None:
+            raise self.failure
+
+
+def list_topics(
+    admin: AdminClient, refusals: Refusals, timeout_s: float, topic: str | None = None
+) -> Any:
+    """``admin.list_topics`` asked again each second until ``timeout_s``, ending early
+    with KafkaSecurityError when the broker refused this client's credentials; BrokerError
+    when it does not answer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return admin.list_topics(topic, timeout=min(1.0, timeout_s))
+        except KafkaException as exc:
+            admin.poll(0)  # serves error_cb: Refusals
+            refusals.check()
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"cannot list topics: {exc}") from exc
 
 
 #: ``group_protocol`` values: the classic protocol, KIP-848's (Kafka 4.0+).
@@ -120,17 +240,22 @@ def producer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
 
 
 def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> None:
-    """Create missing topics; check existing ones have the partition count asked for."""
+    """Create missing topics; check existing ones have the partition count asked for.
+    KafkaSecurityError when the broker refuses this client's credentials or an ACL the
+    start needs (Describe or Create on a topic)."""
+    who = "this start (topic creation)"
+    refusals = Refusals(who)
+    settings: dict[str, Any] = {**client_settings(bootstrap), "error_cb": refusals}
     try:
-        admin = AdminClient(client_settings(bootstrap))
+        admin = AdminClient(settings)
     except KafkaException as exc:  # the first client a start makes: refuse bad properties
         raise ConfigurationError(
             f"the Kafka client refused its configuration: {exc.args[0].str()}; check the "
             f"properties given in SOW_KAFKA_PROPERTIES ({sorted(_client_properties)})"
         ) from exc
     try:
-        existing = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
+        existing = list_topics(admin, refusals, timeout_s).topics
+    except BrokerError as exc:
         raise BrokerError(f"cannot list topics at {bootstrap}: {exc}") from exc
     missing = []
     for spec in specs:
@@ -152,14 +277,25 @@ def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float =
         try:
             future.result(timeout_s)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BrokerError(f"cannot create topic {name}: {exc}") from exc
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise refusal(error, who, "Create", name) or BrokerError(
+                f"cannot create topic {name}: {exc}"
+            ) from exc
     deadline = time.monotonic() + timeout_s
     names = {s.name for s in missing}
     while time.monotonic() < deadline:
-        topics = admin.list_topics(timeout=timeout_s).topics
+        topics = list_topics(admin, refusals, timeout_s).topics
         if all(n in topics and topics[n].error is None for n in names):
             return
+        for name in sorted(n for n in names if n not in topics):
+            # A topic this principal may not describe is left out of a listing: asked by
+            # name, the broker says so.
+            error = list_topics(admin, refusals, timeout_s, name).topics[name].error
+            refused = None if error is None else refusal(error, who, DESCRIBE, name)
+            if refused is not None:
+                raise refused
         time.sleep(0.1)
     raise BrokerError(f"topics {sorted(names)} did not appear within {timeout_s:.0f}s")
 
@@ -190,7 +326,14 @@ _STALE_GROUP = frozenset(
 )
 
 
-def _raise_for(exc: KafkaException, what: str) -> NoReturn:
+def _raise_for(
+    exc: KafkaException, what: str, refused: KafkaSecurityError | None = None
+) -> NoReturn:
+    """Raise what a Kafka error means: ``refused`` (the caller's translation of an
+    authorization refusal, :func:`refusal`) when given, FencedError for a fenced or
+    fatal producer, else BrokerError."""
+    if refused is not None:
+        raise refused from exc
     error = exc.args[0]
     if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or error.fatal():
         raise FencedError(f"{what}: {error}; another processor took over") from exc

@@ -4,23 +4,27 @@ offsets together (:class:`KafkaTransactionalLog`)."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
 from confluent_kafka import (
     KafkaError,
     KafkaException,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
+from confluent_kafka.admin import AclOperation, AdminClient  # type: ignore[attr-defined]
 
 from processor.errors import (
     BrokerError,
     FencedError,
+    KafkaSecurityError,
     RecordTooLargeError,
     SowError,
     StaleGroupError,
@@ -33,12 +37,39 @@ from processor.log import (
 )
 from processor.log.kafka.settings import (
     _STALE_GROUP,
+    Refusals,
     _client_properties,
     _raise_for,
+    client_settings,
     producer_settings,
+    refusal,
 )
 
 log = logging.getLogger(__name__)
+
+
+def unwritable(bootstrap: str, topics: Sequence[str]) -> str:
+    """Which of ``topics`` this principal may not write, asked of the broker (a
+    transaction's refusal does not say), as one name or a list; "" if it cannot tell."""
+    if not topics:
+        return ""
+    admin = AdminClient({**client_settings(bootstrap), "log_level": 0})
+    refused = []
+    try:
+        futures = admin.describe_topics(
+            TopicCollection(list(topics)), include_authorized_operations=True
+        )
+        for name, future in futures.items():
+            try:
+                allowed = future.result(10).authorized_operations or []
+            except KafkaException:  # not even Describe: certainly not Write
+                allowed = []
+            if AclOperation.WRITE not in allowed and AclOperation.ALL not in allowed:
+                refused.append(name)
+    except Exception:  # no answer: the line names no topic, rather than none at all
+        log.debug("cannot tell which topic refused the write", exc_info=True)
+        return ""
+    return "', '".join(sorted(refused))
 
 
 class _CallThread:
@@ -131,10 +162,19 @@ class KafkaTransactionalLog:
     commit_settle_s = 0.003
 
     def __init__(
-        self, bootstrap: str, transactional_id: str, fenced_means: str = "", **extra: Any
+        self,
+        bootstrap: str,
+        transactional_id: str,
+        fenced_means: str = "",
+        writes: Sequence[str] = (),
+        **extra: Any,
     ) -> None:
+        """``writes``: the topics its transactions write, named in a refusal to write."""
         #: Said when this producer is fenced ("": another processor took over).
         self._fenced_means = fenced_means
+        self._bootstrap, self._writes = bootstrap, tuple(writes)
+        self._transactional_id = transactional_id
+        self._refusals = Refusals("the processor's transactional producer")
         backoff = {k: v for k, v in self.RETRY_BACKOFF.items() if k not in _client_properties}
         resumed = _UNINITIALISED.take(transactional_id)
         self._producer = resumed or Producer(
@@ -150,6 +190,7 @@ class KafkaTransactionalLog:
                     "client.id": "sow-processor",
                     "transactional.id": transactional_id,
                     "transaction.timeout.ms": self.TRANSACTION_TIMEOUT_MS,
+                    "error_cb": self._refusals,
                 },
                 **extra,
             )
@@ -164,9 +205,12 @@ class KafkaTransactionalLog:
             self._producer.init_transactions(30)
         except KafkaException as exc:
             self._helper.stop()
-            if exc.args[0].retriable() and not exc.args[0].fatal():
+            with contextlib.suppress(KafkaException):  # a fatal error is raised again here
+                self._producer.poll(0)  # serves error_cb: an authentication failure
+            refused = self._refusals.failure or self._refused(exc.args[0])
+            if refused is None and exc.args[0].retriable() and not exc.args[0].fatal():
                 _UNINITIALISED.keep(transactional_id, self._producer)
-            _raise_for(exc, f"cannot initialise transactions for {transactional_id}")
+            _raise_for(exc, f"cannot initialise transactions for {transactional_id}", refused)
         self.raw_produce = self._producer.produce
 
     def drain(self) -> None:
@@ -198,6 +242,9 @@ class KafkaTransactionalLog:
         age is at least the coordinator's: ``begin`` precedes the transaction's first
         record, where the coordinator's clock starts.)"""
         error = exc.args[0]
+        refused = self._refused(error)
+        if refused is not None:  # an ACL missing: no new producer helps
+            raise refused from exc
         age_s = time.monotonic() - self._began
         fenced = error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
         if (fenced or error.fatal()) and age_s * 1000 >= self.TRANSACTION_TIMEOUT_MS:
@@ -209,6 +256,18 @@ class KafkaTransactionalLog:
         if fenced and self._fenced_means:
             raise FencedError(f"{what}: {error}; {self._fenced_means}") from exc
         _raise_for(exc, what)
+
+    def _refused(self, error: KafkaError) -> KafkaSecurityError | None:
+        """What an authorization refusal of this producer means (None: not one)."""
+        who = "the processor's transactional producer"
+        code = error.code()
+        if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return refusal(error, who, "Write", self._transactional_id)
+        if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return refusal(error, who, "Read", "<its consumer group: SOW_GROUP_ID>")
+        if code != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            return refusal(error, who, "Write")
+        return refusal(error, who, "Write", unwritable(self._bootstrap, self._writes))
 
     def begin(self) -> None:
         self._tracked.clear()

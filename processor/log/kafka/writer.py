@@ -24,7 +24,7 @@ from processor.errors import (
 from processor.log import (
     LogRecord,
 )
-from processor.log.kafka.settings import _close_producer, producer_settings
+from processor.log.kafka.settings import Refusals, _close_producer, producer_settings, refusal
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,17 @@ _TOO_LARGE = frozenset(
 )
 
 
+#: Refusals already logged (one line each, however many records they refuse).
+_said: set[str] = set()
+
+
 def _delivery_error(error: KafkaError, topic: str, limit: int) -> SowError:
+    refused = refusal(error, "the publisher", "Write", topic)
+    if refused is not None:
+        if str(refused) not in _said and len(_said) < 1000:
+            _said.add(str(refused))
+            log.error("%s", refused)
+        return refused
     if error.code() in _TOO_LARGE:
         return MessageTooLargeError(
             f"the broker refused a record for {topic} as too large ({error.str()}); the "
@@ -175,8 +185,10 @@ class KafkaLogWriter:
     QUEUE_FULL_WAIT_S = 5.0
 
     def __init__(self, bootstrap: str, **extra: Any) -> None:
+        self._refusals = Refusals("the publisher")
         settings = producer_settings(
-            bootstrap, **{"client.id": "sow-publish", "linger.ms": 0.5, **extra}
+            bootstrap,
+            **{"client.id": "sow-publish", "linger.ms": 0.5, "error_cb": self._refusals, **extra},
         )
         self._producer = Producer(settings)
         self.max_record_bytes = (
@@ -194,6 +206,12 @@ class KafkaLogWriter:
 
     def submit(self, records: Iterable[LogRecord]) -> KafkaDelivery:
         delivery = KafkaDelivery(self.max_record_bytes)
+        failure = self._refusals.failure
+        if failure is not None:  # the broker refused this client's credentials: say so now
+            for topic, key, _, partition, _ in records:
+                delivery.unexpect(delivery.expect(topic, key, partition), topic, partition, failure)
+            delivery.seal()
+            return delivery
         # Any: the stubs want list[tuple[str, str | bytes | None]], and lists are invariant.
         produce: Any = self._producer.produce
         expect, report = delivery.expect, delivery.reported

@@ -1,0 +1,140 @@
+"""Least privilege, checked: each component runs with exactly the ACLs that
+``processor.log.kafka.acls`` computes (docs/security.md, "Kafka ACLs"), and with any one
+of them removed it fails with a line naming the missing permission, never a stall.
+
+The sweep over every ACL is heavy (a process start per ACL); CI runs one removal per kind
+of resource (a topic, the group, the transactional id) and the publisher's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from processor.client.sow_client import SowClient
+from processor.errors import ServiceError
+from processor.log.kafka.acls import Acl
+from processor.topology.model import Topology
+from tests.integration.harness import namespaced
+from tests.integration.secured_kafka import (
+    ORDERS,
+    SecuredKafka,
+    Sow,
+    acls,
+    dead_letter_topic,
+    refusal_lines,
+    secured_kafka,
+    topology_file,
+)
+
+__all__ = ["secured_kafka"]  # the fixture, used by name
+
+#: The ACL lists of a reference topology: the tests' topologies differ in names only.
+_REFERENCE = namespaced("ref", ORDERS)
+PROCESSOR = acls("processor", _REFERENCE, "ref-group")
+QUERY_SERVICE = acls("query-service", _REFERENCE, "ref-group")
+
+
+def _case(acl: Acl) -> str:
+    return f"{acl.operation}-{acl.resource}-{acl.name.removeprefix('ref.')}"
+
+
+def _feed(secured: SecuredKafka, topology: Topology) -> None:
+    """Records that need every permission of a processor: one applied (its changelog),
+    one in the wrong partition for its SowKey (re-keyed through the repartition topic),
+    and one that cannot be decoded (the dead-letter topic)."""
+    producer = Producer({"bootstrap.servers": secured.bootstrap, **secured.admin})
+    topic = topology.topics["ORDERS"].kafka_topic
+    for partition in (0, 1):  # one of them is the wrong partition for orderId 7
+        producer.produce(topic, b'{"orderId": 7, "price": 1}', partition=partition)
+    producer.produce(topic, b"not json", partition=0)
+    assert producer.flush(30) == 0
+
+
+def names_it(line: str, acl: Acl) -> bool:
+    """Whether a refusal line names the permission ``acl`` grants (for a PREFIXED one,
+    the line names the id refused, which starts with the prefix). Seeing a topic takes
+    Describe, which Read and Write imply: such a line names all three."""
+    return f"on {acl.resource} '{acl.name}" in line and f"{acl.operation}" in line
+
+
+def run_processor_without(secured: SecuredKafka, tmp_path: Path, index: int) -> None:
+    unique = f"p{uuid.uuid4().hex[:8]}"
+    group = f"{unique}-group"
+    _, topology = topology_file(tmp_path, unique)
+    full = acls("processor", topology, group)
+    removed = full[index]
+    principal, properties = secured.user()
+    secured.grant(principal, [a for a in full if a is not removed])
+    dead_letters = dead_letter_topic(topology)
+    with Sow(
+        "process", tmp_path, secured.bootstrap, properties, group, dead_letters=dead_letters
+    ) as process:
+        while not process.ready.wait(0.1) and process.process.poll() is None:
+            pass
+        if process.process.poll() is None:
+            _feed(secured, topology)
+        code = process.until_exit(60)
+    lines = refusal_lines(process.output)
+    (tmp_path / "output.txt").write_text(process.output)
+    assert code != 0, process.output
+    if not any(names_it(line, removed) for line in lines):
+        (tmp_path / "output.txt").write_text(process.output)
+        raise AssertionError(f"no line names {removed.permission}; see {tmp_path}/output.txt")
+
+
+def publish_refused(address: str) -> str:
+    """The error of one publish through the query service at ``address`` ("" if none)."""
+    with SowClient(address) as client:
+        try:
+            client.publish("ORDERS", b'{"orderId": 1}')
+        except ServiceError as exc:
+            return str(exc)
+    return ""
+
+
+def run_query_service_without(secured: SecuredKafka, tmp_path: Path, index: int) -> None:
+    unique = f"q{uuid.uuid4().hex[:8]}"
+    _, topology = topology_file(tmp_path, unique)
+    full = acls("query-service", topology)
+    removed = full[index]
+    principal, properties = secured.user()
+    secured.grant(principal, [a for a in full if a is not removed])
+    dead_letters = dead_letter_topic(topology)
+    with Sow(
+        "query-service", tmp_path, secured.bootstrap, properties, "g", dead_letters=dead_letters
+    ) as service:
+        while not service.ready.wait(0.1) and service.process.poll() is None:
+            pass
+        if service.process.poll() is None:
+            refused = publish_refused(service.address)
+            if refused:  # the service goes on serving reads; the publish names the refusal
+                assert names_it(refused, removed), refused
+                service.stop()
+                assert any(names_it(x, removed) for x in refusal_lines(service.output))
+                return
+            code = service.until_exit(60)
+        else:
+            code = service.process.returncode
+    assert code != 0, service.output
+    lines = refusal_lines(service.output)
+    assert any(names_it(line, removed) for line in lines), (removed, service.output)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("index", range(len(PROCESSOR)), ids=[_case(a) for a in PROCESSOR])
+def test_processor_without_each_acl(
+    secured_kafka: SecuredKafka, tmp_path: Path, index: int
+) -> None:
+    run_processor_without(secured_kafka, tmp_path, index)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("index", range(len(QUERY_SERVICE)), ids=[_case(a) for a in QUERY_SERVICE])
+def test_query_service_without_each_acl(
+    secured_kafka: SecuredKafka, tmp_path: Path, index: int
+) -> None:
+    run_query_service_without(secured_kafka, tmp_path, index)
