@@ -32,6 +32,11 @@ _HANDSHAKE = (
         f"signed it with {named('ca')}",
     ),
     (
+        "ALERT_",  # the service's TLS alert: unknown CA, bad or missing client certificate
+        "it refused this client's certificate, or wants one: give one its client CAs "
+        f"signed with {named('cert')} and {named('key')}",
+    ),
+    (
         "WRONG_VERSION_NUMBER",
         f"it does not speak TLS (a plaintext port?): drop {named('ca')}, or use its TLS port",
     ),

@@ -193,6 +193,13 @@ CLOSED = (
             ChannelSecurityError,
             "cannot send this client's credentials: cannot read the token file /t",
         ),
+        (
+            "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:4: "
+            "SSL_ERROR_SSL: error:1000045c:SSL routines:OPENSSL_internal:TLSV1_ALERT_UNKNOWN_CA",
+            ClientSecurity(ca=Path("ca.pem")),
+            ChannelSecurityError,
+            "refused this client's certificate",
+        ),
         ("failed to connect to all addresses; Connection refused", None, ServiceError, "refused"),
     ],
 )
@@ -206,6 +213,14 @@ def test_a_failure_of_the_channel_says_what_to_fix_in_one_line(
     assert "\n" not in str(error)
     expected = exits.DENIED if kind is ChannelSecurityError else exits.UNAVAILABLE
     assert exits.code_for(error) == expected
+
+
+def test_a_publish_is_sent_again_after_an_outage_but_not_after_a_failed_handshake() -> None:
+    from processor.client.sow_client import _retryable
+
+    assert _retryable(ServiceError("UNAVAILABLE", "Connection refused"))
+    assert not _retryable(ChannelSecurityError("UNAVAILABLE", "handshake failed"))
+    assert not _retryable(ServiceError("UNAUTHENTICATED", "no credentials"))
 
 
 def test_refusals_by_the_service_say_what_to_do_and_exit_denied() -> None:
