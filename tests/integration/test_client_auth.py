@@ -259,3 +259,40 @@ def test_the_commands_log_on_with_a_token_or_a_password(
     unreadable = sow("query", "ORDERS", *tls, "--token-file", str(tmp_path / "missing"))
     assert unreadable.returncode == exits.INVALID
     assert "cannot read the token file" in unreadable.stderr
+
+
+def test_the_clients_reach_sow_serves_own_secured_service(
+    tmp_path: Path, unique: str, pki: Pki, logon_files: dict[str, str]
+) -> None:
+    """The service as ``sow serve`` starts it from its settings (TLS and token logon)."""
+    from processor.testing import start_memory
+
+    settings = Settings.from_env(
+        {
+            **logon_files,
+            "SOW_AUTH": "token",
+            "SOW_GRPC_TLS_CERT": str(pki.server.chain),
+            "SOW_GRPC_TLS_KEY": str(pki.server.key),
+        }
+    )
+    chosen = {
+        name: getattr(settings, name)
+        for name in ("auth", "jwt_key", "jwt_audience", "grpc_tls_cert", "grpc_tls_key")
+    }
+    app = start_memory(make_topology(unique), tmp_path, **chosen)
+    try:
+        deadline = time.monotonic() + 30
+        while app.readiness() is not None:
+            assert time.monotonic() < deadline, app.readiness()
+            time.sleep(0.05)
+        with SowClient(app.grpc_address, security=_tls(pki, token=token())) as client:
+            _works(client, 1)
+        with FailoverClient([app.grpc_address], "f", security=_tls(pki, token=token())) as f:
+            assert len(f.query("ORDERS")[0]) == 1
+        anonymous = sow(
+            "query", "ORDERS", "--server", app.grpc_address, "--tls-ca", str(pki.ca.cert)
+        )
+        assert anonymous.returncode == exits.DENIED
+        assert "no credentials were sent" in anonymous.stderr
+    finally:
+        app.stop()
