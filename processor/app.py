@@ -425,7 +425,7 @@ def start(
             if settings.metrics_address:
                 app.observer = _observer(app, requests=True)
             interceptors = [] if app.observer is None else [app.observer.requests]
-            security = server_security(settings, app.observer)  # TLS, logon, entitlements
+            security = server_security(settings, app.observer, topology)  # TLS, logon, entitlements
             app.grpc_server, app.grpc_address = start_server(
                 engine,
                 gateway,

@@ -1,7 +1,8 @@
 """``sow check-config``: validate topology files without starting anything.
 
 One JSON line per topic (what the product does with it) and per view, conflated topic or
-queue (its parsed settings, and that ``sow serve`` refuses it until its issue lands).
+queue (its parsed settings, and that ``sow serve`` refuses it until its issue lands), and
+one for the security the topology names (its entitlements file and logon).
 """
 
 from __future__ import annotations
@@ -169,8 +170,9 @@ def describe_entry(entry: Entry, topology: Topology | None = None) -> dict[str, 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Load each file (or directory), build every topic's codec and key function, and
-    print one JSON line per topic, then per view, conflated topic and queue; the first
-    problem fails the command."""
+    print one JSON line per topic, then per view, conflated topic and queue, then the
+    security the topology names; the first problem fails the command."""
+    secured: list[tuple[str, Topology]] = []
     for path in args.paths:
         topology = load_topology(path)
         lines: list[dict[str, Any]] = []
@@ -182,6 +184,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                 key_function(topic)  # imports a custom KeyGenerator
             lines.append(describe(topic))
         lines.extend(describe_entry(entry, topology) for entry in topology.entries())
+        if topology.security is not None:
+            lines.append({"security": topology.security.describe()})
+            secured.append((str(path), topology))
         for line in lines:
             sys.stdout.write(orjson.dumps({"source": str(path), **line}).decode() + "\n")
         entries = [entry for entry in topology.entries() if unserved(entry, topology)]
@@ -196,6 +201,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from processor.cli.security_commands import security_summary
     from processor.config import Settings
 
-    for said in security_summary(Settings.from_env()):  # the environment's, as sow serve's
-        sys.stderr.write(said + "\n")
+    settings = Settings.from_env()  # the environment's, as sow serve's
+    for path, topology in secured:  # each under the settings, which win
+        for said in security_summary(settings, topology):
+            sys.stderr.write(f"{path}: {said}\n")
+    if not secured:
+        for said in security_summary(settings):
+            sys.stderr.write(said + "\n")
     return 0

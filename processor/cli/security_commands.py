@@ -9,6 +9,7 @@ import sys
 
 from processor.config import Settings
 from processor.errors import ConfigurationError
+from processor.topology.model import Topology
 
 
 def add_security_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,10 +44,11 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
     return 0
 
 
-def security_summary(settings: Settings) -> list[str]:
-    """What gRPC security the settings turn on, checked as ``sow serve`` would check
-    them (files read, combinations refused), one line each."""
+def security_summary(settings: Settings, topology: Topology | None = None) -> list[str]:
+    """What gRPC security the settings (and the security ``topology`` names, where the
+    settings leave it) turn on, checked as ``sow serve`` would check them (files read,
+    combinations refused), one line each."""
     from processor.server.auth import server_security
 
-    lines = server_security(settings).summary
+    lines = server_security(settings, topology=topology).summary
     return lines or ["gRPC security: off (plaintext, no logon)"]

@@ -1,8 +1,9 @@
 """Entitlements, as AMPS's: who may log on, read, write and acknowledge which topics, and
 through which filters (docs/security.md).
 
-The definitions are a YAML file (``SOW_ENTITLEMENTS``; an AMPS configuration names it
-in ``<Entitlement><Options><ResourceURI>``)::
+The definitions are a YAML file (``SOW_ENTITLEMENTS``; a YAML topology names it in
+``security: {entitlements: ...}``, an AMPS configuration in
+``<Entitlement><Options><ResourceURI>``)::
 
     roles:
       traders:

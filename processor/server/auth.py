@@ -40,6 +40,7 @@ from processor.security.authentication import (
 )
 from processor.security.tokens import TokenVerifier
 from processor.server.audit import Audit
+from processor.topology.model import Topology
 
 #: Names of the security settings, for messages.
 _ENV = Settings.ENVIRONMENT
@@ -159,14 +160,21 @@ class ServerSecurity:
     summary: list[str] = field(default_factory=list)
 
 
-def server_security(settings: Settings, observer: Any = None) -> ServerSecurity:
+def server_security(
+    settings: Settings, observer: Any = None, topology: Topology | None = None
+) -> ServerSecurity:
     """TLS credentials and the logon from ``settings``; ConfigurationError naming the
     setting when they do not fit together or a file is missing. With ``observer``
     (:class:`processor.observability.metrics.Observer`) the refused calls are exported.
-    With no security setting given this returns plaintext, no logon: ``sow serve``'s
-    default."""
+    With ``topology``, the entitlements file and logon it names fill in the settings left
+    at their default (the settings win: :meth:`SecuritySpec.under`). With no security
+    setting given this returns plaintext, no logon: ``sow serve``'s default."""
+    named: list[str] = []
+    given = settings
+    if topology is not None and topology.security is not None:
+        settings, named = topology.security.under(settings)
     methods = _methods(settings)
-    security = ServerSecurity()
+    security = ServerSecurity(summary=named)
     security.credentials = _credentials(settings, methods, security.summary)
     rights = security.rights = _rights(settings)
     if settings.entitlements is not None:
@@ -186,9 +194,14 @@ def server_security(settings: Settings, observer: Any = None) -> ServerSecurity:
         )
         security.summary.append(f"gRPC logon: {', '.join(methods)}")
     elif settings.entitlements is not None:
+        named_by = (
+            f"{_ENV['entitlements']} is set"
+            if given.entitlements is not None
+            else f"the topology names entitlements ({settings.entitlements})"
+        )
         raise ConfigurationError(
-            f"{_ENV['entitlements']} is set but no logon is ({_ENV['auth']}): entitlements "
-            "need to know who calls; set SOW_AUTH to certificate, token and/or password"
+            f"{named_by} but no logon is ({_ENV['auth']}): entitlements need to know who "
+            "calls; set SOW_AUTH (or the topology's logon) to certificate, token and/or password"
         )
     if observer is not None:
         from processor.observability.metrics import RefusalCollector

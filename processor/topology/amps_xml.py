@@ -26,12 +26,16 @@ declared message types and modules).
   ``KafkaTopic``, ``Partitions``); one that names a SOW topic is that topic's log and
   adds nothing. A ``Name`` that is a regular expression (AMPS logs every matching topic)
   is ignored with a warning: kafka-sow needs each plain topic by name.
+* The top-level ``Authentication`` and ``Entitlement`` name the logon and the
+  entitlements file (:mod:`processor.topology.amps_security`); inside a ``Transport``
+  they are an error (kafka-sow serves one gRPC endpoint).
 * Any other element inside SOW or Topic is an error. Top-level sections other than SOW,
-  MessageTypes, Modules and TransactionLog are not read.
+  MessageTypes, Modules, TransactionLog, Authentication and Entitlement are not read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -44,6 +48,7 @@ from processor.errors import TopologyError
 from processor.topology.amps_entries import SYNONYMS, read_conflated_topic
 from processor.topology.amps_queues import QUEUE_ELEMENTS, read_queue
 from processor.topology.amps_reader import AmpsReader, Child, children
+from processor.topology.amps_security import read_security
 from processor.topology.amps_views import read_view
 from processor.topology.assemble import assemble, check_topic, read_text
 from processor.topology.entry_rules import Catalog, Known
@@ -332,4 +337,6 @@ def parse_amps_config(
             entry = read_queue(reader, element, where, catalog)
         entries.append(entry)
         catalog.add(Known.of(entry, SYNONYMS.get(element.tag, element.tag), where, position))
-    return assemble(topics, (source,), entries)
+    security = read_security(reader, root)
+    topology = assemble(topics, (source,), entries)
+    return topology if security is None else dataclasses.replace(topology, security=security)

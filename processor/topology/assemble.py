@@ -49,7 +49,16 @@ def read_text(path: str | Path) -> str:
 
 
 def merge_topologies(parts: Sequence[Topology]) -> Topology:
-    """One topology holding every topic of ``parts``; a topic name defined twice is an error."""
+    """One topology holding every topic of ``parts``; a topic name defined twice is an error,
+    and so is security named by two of them."""
+    named = [part.security for part in parts if part.security is not None]
+    if len(named) > 1:
+        raise TopologyError(
+            f"security is named here and in {named[0].source} ({named[0].where}); name the "
+            "entitlements file and logon in one file of the directory",
+            source=named[1].source,
+            where=named[1].where,
+        )
     entries: list[Loaded] = []
     others: list[Entry] = []
     sources: list[str] = []
@@ -62,7 +71,8 @@ def merge_topologies(parts: Sequence[Topology]) -> Topology:
             if not (isinstance(topic, SowTopic) and topic.derived)  # rebuilt below
         )
         others.extend(part.entries())
-    return assemble(entries, tuple(sources), others)
+    merged = assemble(entries, tuple(sources), others)
+    return dataclasses.replace(merged, security=named[0]) if named else merged
 
 
 def _at(source: str, where: str, current: str) -> str:

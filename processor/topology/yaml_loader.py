@@ -1,8 +1,9 @@
 """The kafka-sow YAML topology format (documented in ``docs/topology.md``).
 
-A document is a mapping with ``topics`` (a list, required), ``defaults`` (optional), and
+A document is a mapping with ``topics`` (a list, required), ``defaults`` (optional),
 ``queues``, ``views`` and ``conflated_topics`` (optional lists, read by
-:mod:`processor.topology.yaml_entries` once the topics are loaded)::
+:mod:`processor.topology.yaml_entries` once the topics are loaded), and ``security``
+(optional: the entitlements file and logon, :mod:`processor.topology.yaml_security`)::
 
     defaults: {partitions: 2}
     topics:
@@ -25,6 +26,7 @@ by :mod:`processor.topology.yaml_fields`.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,9 @@ from processor.topology.assemble import Loaded, assemble, check_topic, read_text
 from processor.topology.model import PlainTopic, SowTopic, Topic, Topology
 from processor.topology.yaml_entries import read_entries
 from processor.topology.yaml_fields import PARSERS, describe, named, parse_field, schema_path
+from processor.topology.yaml_security import read_security
 
-TOP_LEVEL_KEYS = ("defaults", "topics", "queues", "views", "conflated_topics")
+TOP_LEVEL_KEYS = ("defaults", "topics", "queues", "views", "conflated_topics", "security")
 TOPIC_FIELDS = (
     "name",
     "message_type",
@@ -165,7 +168,7 @@ def _parse_yaml(text: str, source: str) -> Topology:
     if not isinstance(document, dict):
         raise TopologyError(
             "the top level must be a mapping with 'topics' (and optional 'defaults', "
-            f"'queues', 'views' and 'conflated_topics'), got {describe(document)}",
+            f"'queues', 'views', 'conflated_topics' and 'security'), got {describe(document)}",
             source=source,
         )
     for key in document:
@@ -186,7 +189,10 @@ def _parse_yaml(text: str, source: str) -> Topology:
         (_topic(raw, index, defaults, source, base), source, f"topics[{index}]")
         for index, raw in enumerate(topics)
     ]
-    return assemble(entries, (source,), read_entries(document, entries, source, base))
+    topology = assemble(entries, (source,), read_entries(document, entries, source, base))
+    if "security" not in document:
+        return topology
+    return replace(topology, security=read_security(document["security"], source, base))
 
 
 def _defaults(raw: object, source: str) -> dict[str, Any]:
