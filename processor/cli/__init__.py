@@ -47,6 +47,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
 
     from processor import progress
     from processor.cli import exits
+    from processor.cli.acls_command import cmd_acls
     from processor.cli.check import cmd_check_config
     from processor.cli.client_commands import (
         cmd_delete,
@@ -73,6 +74,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         "eval": cmd_eval,
         "check-config": cmd_check_config,
         "hash-password": cmd_hash_password,
+        "acls": cmd_acls,
         "status": cmd_status,
         "subscribe": cmd_subscribe,
         "sow-and-subscribe": cmd_subscribe,

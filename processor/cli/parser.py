@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from processor.cli import exits
+from processor.cli.acls_command import add_acls_parser
 from processor.cli.connect import add_service_options as _common_server
 from processor.cli.queue_commands import add_queue_parsers
 from processor.cli.security_commands import add_security_parsers
@@ -466,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _timeout(status, "each of the two reads of the metrics endpoint")
     add_security_parsers(sub)
+    add_acls_parser(sub)
     check = sub.add_parser(
         "check-config",
         help="Validate topology files (YAML or AMPS XML) without starting anything.",

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from processor.client.credentials import ClientSecurity
 from processor.client.sow_client import PublisherSequences, SowClient, ack_type_of
+from processor.config import Settings
 from processor.errors import (
     ConfigurationError,
     PositionTimeoutError,
@@ -50,7 +51,9 @@ class DirectPublisher:
     sequence numbers 1, 2, 3, ...; ``publisher=""`` turns it off. ``server``: the gRPC
     address of the query service that ``processed`` acknowledgements wait for, reached
     with ``security`` (TLS and credentials, :class:`~processor.client.credentials.ClientSecurity`;
-    the broker's own security is the Kafka client settings).
+    the broker's own security is the Kafka client settings). ``kafka``: librdkafka
+    properties of its producer (``security.protocol``, ``sasl.*``, ``ssl.*``: docs/security.md,
+    Kafka ACLs); None: ``SOW_KAFKA_PROPERTIES``, as every client of the product.
     """
 
     def __init__(
@@ -60,13 +63,16 @@ class DirectPublisher:
         publisher: str | None = None,
         server: str | None = None,
         security: ClientSecurity | None = None,
+        kafka: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(topology, Topology):
             from processor.topology.loader import load_topology
 
             topology = load_topology(topology)
         self.topology = topology
-        self._writer = KafkaLogWriter(bootstrap)
+        if kafka is None:
+            kafka = Settings.from_env().client_properties
+        self._writer = KafkaLogWriter(bootstrap, **kafka)
         self._gateway = Gateway(topology, self._writer, None)
         self._sequences = PublisherSequences(publisher)
         self._service = (

@@ -3,13 +3,16 @@
 It declares the table as docs/faust.md shows and writes the table's contents (SowKey ->
 record) to a JSON file five times a second, for the test to compare with a sow query.
 Configured by the environment: SOW_FAUST_BOOTSTRAP, SOW_FAUST_APP_ID, SOW_FAUST_TOPIC
-(the SOW topic's Kafka topic), SOW_FAUST_PARTITIONS, SOW_FAUST_OUT, SOW_FAUST_DATADIR.
+(the SOW topic's Kafka topic), SOW_FAUST_PARTITIONS, SOW_FAUST_OUT, SOW_FAUST_DATADIR;
+on a secured Kafka (SASL_SSL, SCRAM-SHA-512) SOW_FAUST_USER, SOW_FAUST_PASSWORD and
+SOW_FAUST_CA (the CA file that signed the broker's certificate), as docs/security.md shows.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 from pathlib import Path
 
 import faust
@@ -25,9 +28,18 @@ ORDERS = SowTopic(
 )
 OUT = Path(os.environ["SOW_FAUST_OUT"])
 
+secured = {}
+if os.environ.get("SOW_FAUST_USER"):
+    secured["broker_credentials"] = faust.SASLCredentials(
+        username=os.environ["SOW_FAUST_USER"],
+        password=os.environ["SOW_FAUST_PASSWORD"],
+        mechanism="SCRAM-SHA-512",
+        ssl_context=ssl.create_default_context(cafile=os.environ["SOW_FAUST_CA"]),
+    )
 app = faust.App(
     os.environ["SOW_FAUST_APP_ID"],
     broker=f"kafka://{os.environ['SOW_FAUST_BOOTSTRAP']}",
+    **secured,
     processing_guarantee="exactly_once",
     datadir=os.environ["SOW_FAUST_DATADIR"],
     web_enabled=False,

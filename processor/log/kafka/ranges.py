@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from confluent_kafka.admin import AdminClient
 
-from processor.errors import BrokerError, UnknownTopicError
+from processor.errors import BrokerError, KafkaSecurityError, UnknownTopicError
 from processor.log import Record
 from processor.log.kafka.readers import KafkaPartitionReader
 from processor.log.kafka.settings import Refusals, client_settings, list_topics, refusal
@@ -38,6 +38,8 @@ def partition_count(
     admin = AdminClient(config)
     try:
         found = list_topics(admin, refusals, timeout_s, topic).topics.get(topic)
+    except KafkaSecurityError:
+        raise
     except BrokerError as exc:
         raise BrokerError(f"cannot read the metadata of {topic} at {bootstrap}: {exc}") from exc
     refused = (

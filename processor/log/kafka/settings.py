@@ -255,6 +255,8 @@ def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float =
         ) from exc
     try:
         existing = list_topics(admin, refusals, timeout_s).topics
+    except KafkaSecurityError:
+        raise
     except BrokerError as exc:
         raise BrokerError(f"cannot list topics at {bootstrap}: {exc}") from exc
     missing = []
