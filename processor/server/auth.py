@@ -38,8 +38,11 @@ from processor.security.authentication import (
     basic_credentials,
     certificate_principal,
 )
+from processor.security.entitlements import Entitlements
 from processor.security.tokens import TokenVerifier
 from processor.server.audit import Audit
+from processor.subscriptions.hub import SubscriptionHub
+from processor.subscriptions.rights import refresh_rights
 from processor.topology.model import Topology
 
 #: Names of the security settings, for messages.
@@ -158,6 +161,22 @@ class ServerSecurity:
     rights: RightsSource = EVERYONE
     #: One line per feature that is on, e.g. "gRPC TLS: on, client certificates required".
     summary: list[str] = field(default_factory=list)
+
+    def follow(self, hub: SubscriptionHub | None) -> None:
+        """Reload the entitlements file when it changes, and move the open
+        subscriptions onto their principals' new rights (records they may no longer see
+        leave as OOFs: :mod:`processor.subscriptions.rights`)."""
+        rights = self.rights
+        if not isinstance(rights, Entitlements):
+            return
+        if hub is not None:
+            rights.on_reload(lambda: refresh_rights(hub, rights))
+        rights.watch()
+
+    def close(self) -> None:
+        """Stop following the entitlements file."""
+        if isinstance(self.rights, Entitlements):
+            self.rights.close()
 
 
 def server_security(
