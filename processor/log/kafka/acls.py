@@ -136,7 +136,7 @@ def _processor(acls: _Acls, topology: Topology, context: AclContext) -> None:
         TRANSACTIONAL_ID,
         context.group_id,
         WRITE,
-        "exactly-once transactions (<group>-<instance>, <group>.static)",
+        "exactly-once transactions (`<group>-<instance>`, `<group>.static`)",
         prefixed=True,
     )
 
