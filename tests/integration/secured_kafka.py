@@ -9,6 +9,7 @@ with ``KAFKA_BOOTSTRAP_SERVERS`` and ``SOW_KAFKA_PROPERTIES``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 from processor.log.broker import EmbeddedKafka
 from processor.log.broker.secured import KafkaSecurity, properties_text
 from processor.log.kafka.acls import Acl, AclContext, component_acls, grant
+from processor.log.kafka.settings import use_client_properties
 from processor.topology.model import SowTopic, Topology
 from tests.integration.harness import namespaced
 from tests.integration.serve_helpers import serve_env
@@ -201,6 +203,16 @@ class Sow:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def client_properties(properties: dict[str, str]) -> Iterator[None]:
+    """This process's Kafka clients made with ``properties`` (as SOW_KAFKA_PROPERTIES)."""
+    use_client_properties(properties)
+    try:
+        yield
+    finally:
+        use_client_properties({})
 
 
 def refusal_lines(output: str) -> list[str]:

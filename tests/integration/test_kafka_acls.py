@@ -14,9 +14,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from processor.client.direct import DirectPublisher
 from processor.client.sow_client import SowClient
-from processor.errors import ServiceError
+from processor.errors import KafkaSecurityError, ServiceError
 from processor.log.kafka.acls import Acl
+from processor.log.kafka.ranges import partition_count
+from processor.log.kafka.settings import ensure_topics
+from processor.log.topics import topic_specs
 from processor.topology.model import Topology
 from tests.integration.harness import namespaced
 from tests.integration.secured_kafka import (
@@ -24,13 +28,11 @@ from tests.integration.secured_kafka import (
     SecuredKafka,
     Sow,
     acls,
+    client_properties,
     dead_letter_topic,
     refusal_lines,
-    secured_kafka,
     topology_file,
 )
-
-__all__ = ["secured_kafka"]  # the fixture, used by name
 
 #: The ACL lists of a reference topology: the tests' topologies differ in names only.
 _REFERENCE = namespaced("ref", ORDERS)
@@ -138,3 +140,54 @@ def test_query_service_without_each_acl(
     secured_kafka: SecuredKafka, tmp_path: Path, index: int
 ) -> None:
     run_query_service_without(secured_kafka, tmp_path, index)
+
+
+def _index(acl_list: list[Acl], resource: str, operation: str, suffix: str = "") -> int:
+    return next(
+        i
+        for i, a in enumerate(acl_list)
+        if a.resource == resource and a.operation == operation and a.name.endswith(suffix)
+    )
+
+
+#: CI's removals: one per kind of resource a processor is refused.
+CI_PROCESSOR = {
+    "transactional-id": _index(PROCESSOR, "TransactionalId", "Write"),
+    "group": _index(PROCESSOR, "Group", "Read"),
+    "changelog-write": _index(PROCESSOR, "Topic", "Write", ".sow-changelog"),
+}
+
+
+@pytest.mark.parametrize("index", CI_PROCESSOR.values(), ids=CI_PROCESSOR.keys())
+def test_processor_without_an_acl(secured_kafka: SecuredKafka, tmp_path: Path, index: int) -> None:
+    run_processor_without(secured_kafka, tmp_path, index)
+
+
+def test_query_service_without_read_on_its_changelogs(
+    secured_kafka: SecuredKafka, tmp_path: Path
+) -> None:
+    index = _index(QUERY_SERVICE, "Topic", "Read", ".sow-changelog")
+    run_query_service_without(secured_kafka, tmp_path, index)
+
+
+def test_direct_publisher_and_spark_reader_without_their_acl(
+    secured_kafka: SecuredKafka, tmp_path: Path
+) -> None:
+    """Each has one ACL: without it, the publish and the read plan say which."""
+    unique = f"d{uuid.uuid4().hex[:8]}"
+    _, topology = topology_file(tmp_path, unique)
+    specs = topic_specs(topology, dead_letter_topic(topology))
+    with client_properties(secured_kafka.admin):
+        ensure_topics(secured_kafka.bootstrap, specs)
+    [write] = acls("direct-publisher", topology)
+    [read] = acls("spark-reader", topology)
+    _, properties = secured_kafka.user()  # no ACL at all
+    with (
+        DirectPublisher(secured_kafka.bootstrap, topology, kafka=properties) as publisher,
+        pytest.raises(KafkaSecurityError) as refused,
+    ):
+        publisher.publish("ORDERS", b'{"orderId": 1}', timeout=20)
+    assert names_it(str(refused.value), write), refused.value
+    with pytest.raises(KafkaSecurityError) as refused:
+        partition_count(secured_kafka.bootstrap, read.name, properties)  # the plan's first call
+    assert names_it(str(refused.value), read), refused.value

@@ -20,21 +20,19 @@ import pytest
 
 from processor.client.direct import DirectPublisher
 from processor.client.sow_client import SowClient
-from processor.errors import KafkaSecurityError
+from processor.errors import KafkaSecurityError, ServiceError
 from processor.log import TopicSpec
-from processor.log.kafka.settings import ensure_topics, use_client_properties
+from processor.log.kafka.settings import ensure_topics
 from processor.topology.model import Topology
 from tests.integration.secured_kafka import (
     SecuredKafka,
     Sow,
     acls,
+    client_properties,
     dead_letter_topic,
     refusal_lines,
-    secured_kafka,
     topology_file,
 )
-
-__all__ = ["secured_kafka"]  # the fixture, used by name
 
 
 def records_at(address: str, topic: str = "ORDERS", want: int = 1, within_s: float = 30) -> dict:
@@ -42,7 +40,12 @@ def records_at(address: str, topic: str = "ORDERS", want: int = 1, within_s: flo
     deadline = time.monotonic() + within_s
     with SowClient(address) as client:
         while True:
-            found, _, _ = client.query(topic)
+            try:
+                found, _, _ = client.query(topic)
+            except ServiceError as exc:  # the replica still catching up: ask again
+                if exc.code != "UNAVAILABLE" or time.monotonic() > deadline:
+                    raise
+                found = []
             records = {r.sow_key: orjson.loads(r.data) for r in found}
             if len(records) >= want or time.monotonic() > deadline:
                 return records
@@ -192,16 +195,6 @@ def test_wrong_password_stops_sow_process_with_one_line(
         for line in lines
     ), process.output
     assert "Traceback" not in process.output
-
-
-@contextlib.contextmanager
-def client_properties(properties: dict[str, str]) -> Iterator[None]:
-    """This process's Kafka clients made with ``properties`` (SOW_KAFKA_PROPERTIES)."""
-    use_client_properties(properties)
-    try:
-        yield
-    finally:
-        use_client_properties({})
 
 
 def refused_start(secured: SecuredKafka, bootstrap: str, properties: dict[str, str]) -> str:
