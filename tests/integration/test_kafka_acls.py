@@ -38,6 +38,7 @@ from tests.integration.secured_kafka import (
 _REFERENCE = namespaced("ref", ORDERS)
 PROCESSOR = acls("processor", _REFERENCE, "ref-group")
 QUERY_SERVICE = acls("query-service", _REFERENCE, "ref-group")
+SERVE = acls("serve", _REFERENCE, "ref-group")
 
 
 def _case(acl: Acl) -> str:
@@ -63,31 +64,6 @@ def names_it(line: str, acl: Acl) -> bool:
     return f"on {acl.resource} '{acl.name}" in line and f"{acl.operation}" in line
 
 
-def run_processor_without(secured: SecuredKafka, tmp_path: Path, index: int) -> None:
-    unique = f"p{uuid.uuid4().hex[:8]}"
-    group = f"{unique}-group"
-    _, topology = topology_file(tmp_path, unique)
-    full = acls("processor", topology, group)
-    removed = full[index]
-    principal, properties = secured.user()
-    secured.grant(principal, [a for a in full if a is not removed])
-    dead_letters = dead_letter_topic(topology)
-    with Sow(
-        "process", tmp_path, secured.bootstrap, properties, group, dead_letters=dead_letters
-    ) as process:
-        while not process.ready.wait(0.1) and process.process.poll() is None:
-            pass
-        if process.process.poll() is None:
-            _feed(secured, topology)
-        code = process.until_exit(60)
-    lines = refusal_lines(process.output)
-    (tmp_path / "output.txt").write_text(process.output)
-    assert code != 0, process.output
-    if not any(names_it(line, removed) for line in lines):
-        (tmp_path / "output.txt").write_text(process.output)
-        raise AssertionError(f"no line names {removed.permission}; see {tmp_path}/output.txt")
-
-
 def publish_refused(address: str) -> str:
     """The error of one publish through the query service at ``address`` ("" if none)."""
     with SowClient(address) as client:
@@ -98,32 +74,48 @@ def publish_refused(address: str) -> str:
     return ""
 
 
-def run_query_service_without(secured: SecuredKafka, tmp_path: Path, index: int) -> None:
-    unique = f"q{uuid.uuid4().hex[:8]}"
+def run_without(
+    secured: SecuredKafka, tmp_path: Path, command: str, component: str, index: int
+) -> None:
+    """``sow <command>`` under a principal with the ACLs of ``component`` but the
+    ``index``-th: it must stop (or, for a refused publish, refuse it) with a line naming
+    that permission, once it is given what needs each permission."""
+    unique = f"x{uuid.uuid4().hex[:8]}"
+    group = f"{unique}-group"
     _, topology = topology_file(tmp_path, unique)
-    full = acls("query-service", topology)
+    full = acls(component, topology, group)
     removed = full[index]
     principal, properties = secured.user()
     secured.grant(principal, [a for a in full if a is not removed])
     dead_letters = dead_letter_topic(topology)
+    refused = ""
     with Sow(
-        "query-service", tmp_path, secured.bootstrap, properties, "g", dead_letters=dead_letters
-    ) as service:
-        while not service.ready.wait(0.1) and service.process.poll() is None:
+        command, tmp_path, secured.bootstrap, properties, group, dead_letters=dead_letters
+    ) as sow:
+        while not sow.ready.wait(0.1) and sow.process.poll() is None:
             pass
-        if service.process.poll() is None:
-            refused = publish_refused(service.address)
-            if refused:  # the service goes on serving reads; the publish names the refusal
-                assert names_it(refused, removed), refused
-                service.stop()
-                assert any(names_it(x, removed) for x in refusal_lines(service.output))
-                return
-            code = service.until_exit(60)
+        if sow.process.poll() is None:
+            if command != "query-service":
+                _feed(secured, topology)
+            if command != "process":
+                refused = publish_refused(sow.address)
+        if refused:  # the service goes on serving reads; the publish names the refusal
+            sow.stop()
         else:
-            code = service.process.returncode
-    assert code != 0, service.output
-    lines = refusal_lines(service.output)
-    assert any(names_it(line, removed) for line in lines), (removed, service.output)
+            assert sow.until_exit(60) != 0, sow.output
+    (tmp_path / "output.txt").write_text(sow.output)
+    lines = refusal_lines(sow.output) + ([refused] if refused else [])
+    if not any(names_it(line, removed) for line in lines):
+        raise AssertionError(f"no line names {removed.permission}; see {tmp_path}/output.txt")
+    assert "Traceback" not in sow.output, sow.output
+
+
+def run_processor_without(secured: SecuredKafka, tmp_path: Path, index: int) -> None:
+    run_without(secured, tmp_path, "process", "processor", index)
+
+
+def run_query_service_without(secured: SecuredKafka, tmp_path: Path, index: int) -> None:
+    run_without(secured, tmp_path, "query-service", "query-service", index)
 
 
 @pytest.mark.heavy
@@ -140,6 +132,12 @@ def test_query_service_without_each_acl(
     secured_kafka: SecuredKafka, tmp_path: Path, index: int
 ) -> None:
     run_query_service_without(secured_kafka, tmp_path, index)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("index", range(len(SERVE)), ids=[_case(a) for a in SERVE])
+def test_serve_without_each_acl(secured_kafka: SecuredKafka, tmp_path: Path, index: int) -> None:
+    run_without(secured_kafka, tmp_path, "serve", "serve", index)
 
 
 def _index(acl_list: list[Acl], resource: str, operation: str, suffix: str = "") -> int:
