@@ -179,7 +179,7 @@ def _faust_table(acls: _Acls, topology: Topology, context: AclContext) -> None:
     acls.add(GROUP, app, READ, "the Faust app's consumer group")
     acls.add(TOPIC, app, CREATE, "the app's own topics (its leader topic)", prefixed=True)
     acls.add(TOPIC, app, READ, "the app's own topics", prefixed=True)
-    acls.add(TOPIC, app, WRITE, "the app's own topics", prefixed=True)
+    acls.add(TOPIC, app, WRITE, "the app's own topics; its producer's id", prefixed=True)
     acls.add(TRANSACTIONAL_ID, app, WRITE, "processing_guarantee=exactly_once", prefixed=True)
 
 
