@@ -29,7 +29,7 @@ from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, Prod
 from confluent_kafka.admin import AdminClient
 
 from processor.errors import BrokerError, ConfigurationError
-from processor.log.kafka.settings import client_settings, producer_settings
+from processor.log.kafka.settings import client_settings, producer_settings, refusal
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,10 @@ def refuse_beside_members(bootstrap: str, group: str) -> None:
             if error.code() in _NOT_YET and time.monotonic() < deadline:
                 time.sleep(0.2)
                 continue
-            raise BrokerError(f"cannot describe consumer group {group}: {exc}") from exc
+            who = "the processor (static assignment)"
+            raise refusal(error, who, "Read", group) or BrokerError(
+                f"cannot describe consumer group {group}: {exc}"
+            ) from exc
     # Tansu lists no members, but says the group is not empty (UNKNOWN while one joins).
     if found.members or found.state not in _NOBODY:
         hosts = ", ".join(sorted({m.host for m in found.members})) or "members not listed"
@@ -100,7 +103,8 @@ def fence_static_processor(bootstrap: str, static_id: str) -> None:
     try:
         producer.init_transactions(TIMEOUT_S)
     except KafkaException as exc:
-        raise BrokerError(
+        who = "the processor (fencing static processors)"
+        raise refusal(exc.args[0], who, "Write", static_id) or BrokerError(
             f"cannot fence a static processor (transactional id {static_id}) before taking "
             f"partitions: {exc}"
         ) from exc
