@@ -340,14 +340,11 @@ def start(
 ) -> Application:
     """Start the broker (or use the configured one), create topics, and start components.
 
-    The topology is loaded from ``settings.topology`` unless given. With
-    ``processor_process`` the processor runs as a child process (``sow process``, reading
-    the topology from ``settings.topology``) instead of a thread: its own interpreter
-    lock, so it does not slow publishes and queries down (``sow serve`` does this).
-    When ``cancelled`` is set during start-up, whatever was started is stopped and
-    StartCancelledError raised (checked between steps). ``backend``: the log to run on
-    (None: the configured Kafka broker, else an embedded one, started here).
-    """
+    The topology is loaded from ``settings.topology`` unless given. ``processor_process``:
+    the processor runs as a child process (``sow process``) with its own interpreter lock,
+    not slowing publishes and queries down (``sow serve``). ``cancelled`` set during
+    start-up stops what was started and raises StartCancelledError. ``backend``: the log
+    to run on (None: the configured Kafka broker, else an embedded one, started here)."""
 
     def check() -> None:
         if cancelled is not None and cancelled.is_set():
@@ -425,7 +422,7 @@ def start(
             if settings.metrics_address:
                 app.observer = _observer(app, requests=True)
             interceptors = [] if app.observer is None else [app.observer.requests]
-            security = server_security(settings, app.observer, topology)  # TLS, logon, entitlements
+            security = app.security = server_security(settings, app.observer, topology)
             app.grpc_server, app.grpc_address = start_server(
                 engine,
                 gateway,
@@ -437,7 +434,6 @@ def start(
                 contexts=security.contexts,
                 credentials=security.credentials,
             )
-            app.security = security
             security.follow(app.subscriptions)  # entitlements reloaded as their file changes
             app.health.start()
         if settings.metrics_address:
