@@ -192,9 +192,12 @@ def test_direct_publisher_and_spark_reader_without_their_acl(
     ):
         publisher.publish("ORDERS", b'{"orderId": 1}', timeout=20)
     assert names_it(str(refused.value), write), refused.value
+    user = f"sasl user '{properties['sasl.username']}'"  # its own properties, not the process's
+    assert user in str(refused.value), refused.value
     with pytest.raises(KafkaSecurityError) as refused:
         partition_count(secured_kafka.bootstrap, read.name, properties)  # the plan's first call
     assert names_it(str(refused.value), read), refused.value
+    assert user in str(refused.value), refused.value
 
 
 FAUST = acls_with_app("faust-table", _REFERENCE, "ref-faust")

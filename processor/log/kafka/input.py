@@ -85,7 +85,7 @@ class KafkaInputLog:
         self._bootstrap, self._group, self._static_id = bootstrap, group_id, static_id
         self._lag: dict[TopicPartitionKey, int] = {}
         self._group_state = ""
-        self._refusals = Refusals("the processor's consumer")
+        self._refusals = Refusals("the processor's consumer", extra)
         settings = {
             "group.id": group_id,
             "statistics.interval.ms": self.STATISTICS_INTERVAL_MS,
@@ -259,8 +259,8 @@ class KafkaInputLog:
     def _refused(self, error: Any, topic: str | None = None) -> KafkaSecurityError | None:
         """What an authorization refusal of this consumer means (None: not one)."""
         if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-            return refusal(error, "the processor's consumer", "Read", self._group)
-        return refusal(error, "the processor's consumer", "Read", topic or "")
+            return refusal(error, self._refusals.who, "Read", self._group)
+        return refusal(error, self._refusals.who, "Read", topic or "")
 
     def rewind(self, starts: Mapping[TopicPartitionKey, int]) -> None:
         for (topic, partition), offset in sorted(starts.items()):

@@ -29,7 +29,12 @@ from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, Prod
 from confluent_kafka.admin import AdminClient
 
 from processor.errors import BrokerError, ConfigurationError
-from processor.log.kafka.settings import client_settings, producer_settings, refusal
+from processor.log.kafka.settings import (
+    client_name,
+    client_settings,
+    producer_settings,
+    refusal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +79,7 @@ def refuse_beside_members(bootstrap: str, group: str) -> None:
             if error.code() in _NOT_YET and time.monotonic() < deadline:
                 time.sleep(0.2)
                 continue
-            who = "the processor (static assignment)"
+            who = client_name("the processor (static assignment)")
             raise refusal(error, who, "Read", group) or BrokerError(
                 f"cannot describe consumer group {group}: {exc}"
             ) from exc
@@ -103,7 +108,7 @@ def fence_static_processor(bootstrap: str, static_id: str) -> None:
     try:
         producer.init_transactions(TIMEOUT_S)
     except KafkaException as exc:
-        who = "the processor (fencing static processors)"
+        who = client_name("the processor (fencing static processors)")
         raise refusal(exc.args[0], who, "Write", static_id) or BrokerError(
             f"cannot fence a static processor (transactional id {static_id}) before taking "
             f"partitions: {exc}"

@@ -32,7 +32,7 @@ def partition_count(
     """How many partitions ``topic`` has; UnknownTopicError when it does not exist,
     KafkaSecurityError when the broker refuses this client or its reading ``topic``.
     ``settings``: extra client settings (security and the like)."""
-    refusals = Refusals("the reader")
+    refusals = Refusals("the reader", settings)
     config: dict[str, Any] = {**client_settings(bootstrap), **(settings or {})}
     config["error_cb"] = refusals
     admin = AdminClient(config)

@@ -41,7 +41,7 @@ class KafkaPartitionReader:
     def __init__(self, bootstrap: str, **extra: Any) -> None:
         # Restores read whole partitions: fewer, bigger fetches.
         fetch = {"max.partition.fetch.bytes": 16 * 1024 * 1024, "fetch.min.bytes": 1}
-        self._refusals = Refusals("a partition reader")
+        self._refusals = Refusals("a partition reader", extra)
         self._consumer = _groupless(
             bootstrap, "sow-reader-unused", {**fetch, **extra}, self._refusals
         )
@@ -176,7 +176,7 @@ class KafkaChangelogTail:
             "statistics.interval.ms": self.STATS_INTERVAL_MS,
             "stats_cb": self._on_stats,
         }
-        self._refusals = Refusals("a changelog reader")
+        self._refusals = Refusals("a changelog reader", extra)
         self._consumer = _groupless(
             bootstrap, "sow-replica-unused", {**settings, **extra}, self._refusals
         )

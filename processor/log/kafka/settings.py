@@ -68,48 +68,58 @@ _REFUSED = {
 _CERTIFICATE_ALERTS = ("alert certificate", "alert bad certificate", "alert unknown ca")
 
 
-def identity() -> str:
-    """Who this process is to Kafka, from the deployment's properties: the SASL user,
-    the client certificate, or nobody."""
-    user = _client_properties.get("sasl.username")
+def identity(extra: Mapping[str, Any] | None = None) -> str:
+    """Who a client is to Kafka, from the deployment's properties and the client's own
+    ``extra`` ones: the SASL user, the client certificate, or nobody."""
+    properties = {**_client_properties, **(extra or {})}
+    user = properties.get("sasl.username")
     if user:
         return f"sasl user '{user}'"
-    certificate = _client_properties.get("ssl.certificate.location")
+    certificate = properties.get("ssl.certificate.location")
     if certificate:
         return f"the certificate {certificate}"
     return "a client without credentials (SOW_KAFKA_PROPERTIES sets them)"
 
 
+def client_name(name: str, extra: Mapping[str, Any] | None = None) -> str:
+    """``name`` and who the client is: "the publisher (sasl user 'u')" (:func:`identity`)."""
+    return f"{name} ({identity(extra)})"
+
+
 def refusal(
     error: KafkaError, who: str, operation: str, name: str = ""
 ) -> KafkaSecurityError | None:
-    """A KafkaSecurityError naming the permission ``who`` lacks when ``error`` is an
-    authorization refusal of ``operation`` on the resource ``name`` (None otherwise)."""
+    """A KafkaSecurityError naming the permission ``who`` (:func:`client_name`) lacks when
+    ``error`` is an authorization refusal of ``operation`` on the resource ``name``
+    (None otherwise)."""
     kind = _REFUSED.get(error.code())
     if kind is None:
         return None
     target = f"{kind} '{name}'" if name else kind
     return KafkaSecurityError(
-        f"Kafka refused {who} ({identity()}): {error.name()} on {target} -- grant "
+        f"Kafka refused {who}: {error.name()} on {target} -- grant "
         f"{operation} on {target} ({ACL_DOC})"
     )
 
 
-def authentication_failure(error: KafkaError) -> KafkaSecurityError | None:
-    """A KafkaSecurityError saying why the broker and this client did not trust each
-    other, for an error librdkafka reports to a client's ``error_cb`` (None for others:
-    a broker down, a timeout)."""
+def authentication_failure(
+    error: KafkaError, extra: Mapping[str, Any] | None = None
+) -> KafkaSecurityError | None:
+    """A KafkaSecurityError saying why the broker and a client (with its own ``extra``
+    properties) did not trust each other, for an error librdkafka reports to the client's
+    ``error_cb`` (None for others: a broker down, a timeout)."""
+    properties = {**_client_properties, **(extra or {})}
     text = error.str()
     match = re.match(r"\w+://([^/ ]+)", text)
     where = match.group(1) if match else "the broker"
     code = error.code()
     if code == KafkaError._AUTHENTICATION:
         return KafkaSecurityError(
-            f"Kafka authentication failed for {identity()} at {where}: wrong password or "
+            f"Kafka authentication failed for {identity(extra)} at {where}: wrong password or "
             f"unknown user ({text})"
         )
     if code == KafkaError._SSL and "verify failed" in text:
-        ca = _client_properties.get("ssl.ca.location", "the system's trust store")
+        ca = properties.get("ssl.ca.location", "the system's trust store")
         return KafkaSecurityError(
             f"the TLS certificate of Kafka at {where} is not trusted by ssl.ca.location "
             f"({ca}): expired, for another host, or signed by another CA ({text})"
@@ -117,13 +127,13 @@ def authentication_failure(error: KafkaError) -> KafkaSecurityError | None:
     if code in (KafkaError._TRANSPORT, KafkaError._SSL) and any(
         alert in text for alert in _CERTIFICATE_ALERTS
     ):
-        if "ssl.certificate.location" not in _client_properties:
+        if "ssl.certificate.location" not in properties:
             return KafkaSecurityError(
                 f"Kafka at {where} requires a client certificate and this client has none: "
                 f"set ssl.certificate.location and ssl.key.location ({text})"
             )
         return KafkaSecurityError(
-            f"Kafka at {where} refused {identity()}: expired, not yet valid, or signed by a "
+            f"Kafka at {where} refused {identity(extra)}: expired, not yet valid, or signed by a "
             f"CA the broker does not trust ({text})"
         )
     return None
@@ -134,14 +144,18 @@ class Refusals:
     (:func:`authentication_failure`) for the client's owner to raise (:meth:`check`),
     and logs it once. Other errors (a broker down) are left to the calls that time out."""
 
-    def __init__(self, who: str) -> None:
-        self.who = who
+    def __init__(self, name: str, extra: Mapping[str, Any] | None = None) -> None:
+        """``name``: what the client is for; ``extra``: its own properties (not the
+        deployment's), which may name its credentials."""
+        self._extra = {k: v for k, v in (extra or {}).items() if isinstance(v, str)}
+        #: The client and who it is to Kafka (:func:`client_name`).
+        self.who = client_name(name, self._extra)
         self.failure: KafkaSecurityError | None = None
 
     def __call__(self, error: KafkaError) -> None:
         if self.failure is not None:
             return
-        failure = authentication_failure(error)
+        failure = authentication_failure(error, self._extra)
         if failure is None:
             log.debug("%s: %s", self.who, error)
             return
@@ -243,8 +257,8 @@ def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float =
     """Create missing topics; check existing ones have the partition count asked for.
     KafkaSecurityError when the broker refuses this client's credentials or an ACL the
     start needs (Describe or Create on a topic)."""
-    who = "this start (topic creation)"
-    refusals = Refusals(who)
+    refusals = Refusals("this start (topic creation)")
+    who = refusals.who
     settings: dict[str, Any] = {**client_settings(bootstrap), "error_cb": refusals}
     try:
         admin = AdminClient(settings)

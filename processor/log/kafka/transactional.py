@@ -174,7 +174,7 @@ class KafkaTransactionalLog:
         self._fenced_means = fenced_means
         self._bootstrap, self._writes = bootstrap, tuple(writes)
         self._transactional_id = transactional_id
-        self._refusals = Refusals("the processor's transactional producer")
+        self._refusals = Refusals("the processor's transactional producer", extra)
         backoff = {k: v for k, v in self.RETRY_BACKOFF.items() if k not in _client_properties}
         resumed = _UNINITIALISED.take(transactional_id)
         self._producer = resumed or Producer(
@@ -259,7 +259,7 @@ class KafkaTransactionalLog:
 
     def _refused(self, error: KafkaError) -> KafkaSecurityError | None:
         """What an authorization refusal of this producer means (None: not one)."""
-        who = "the processor's transactional producer"
+        who = self._refusals.who
         code = error.code()
         if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
             return refusal(error, who, "Write", self._transactional_id)

@@ -38,8 +38,10 @@ _TOO_LARGE = frozenset(
 _said: set[str] = set()
 
 
-def _delivery_error(error: KafkaError, topic: str, limit: int) -> SowError:
-    refused = refusal(error, "the publisher", "Write", topic)
+def _delivery_error(
+    error: KafkaError, topic: str, limit: int, who: str = "the publisher"
+) -> SowError:
+    refused = refusal(error, who, "Write", topic)
     if refused is not None:
         if str(refused) not in _said and len(_said) < 1000:
             _said.add(str(refused))
@@ -76,9 +78,12 @@ class KafkaDelivery:
         "_results",
         "_topics",
         "_unreported",
+        "_who",
     )
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, who: str = "the publisher") -> None:
+        """``who``: the writer, as a refusal names it (:func:`settings.client_name`)."""
+        self._who = who
         #: Per record: its offset once delivered, a SowError, a KafkaError, or None.
         self._results: list[Any] = []
         self._keys: list[bytes | None] = []
@@ -150,7 +155,7 @@ class KafkaDelivery:
             if isinstance(result, SowError):
                 out.append(result)
             elif isinstance(result, KafkaError):
-                out.append(_delivery_error(result, topic, self._limit))
+                out.append(_delivery_error(result, topic, self._limit, self._who))
             else:
                 out.append((topic, partition, result))
         return out
@@ -185,7 +190,7 @@ class KafkaLogWriter:
     QUEUE_FULL_WAIT_S = 5.0
 
     def __init__(self, bootstrap: str, **extra: Any) -> None:
-        self._refusals = Refusals("the publisher")
+        self._refusals = Refusals("the publisher", extra)
         settings = producer_settings(
             bootstrap,
             **{"client.id": "sow-publish", "linger.ms": 0.5, "error_cb": self._refusals, **extra},
@@ -205,7 +210,7 @@ class KafkaLogWriter:
             self._producer.poll(0.05)
 
     def submit(self, records: Iterable[LogRecord]) -> KafkaDelivery:
-        delivery = KafkaDelivery(self.max_record_bytes)
+        delivery = KafkaDelivery(self.max_record_bytes, self._refusals.who)
         failure = self._refusals.failure
         if failure is not None:  # the broker refused this client's credentials: say so now
             for topic, key, _, partition, _ in records:
@@ -222,7 +227,9 @@ class KafkaLogWriter:
             except BufferError:
                 self._produce_when_room(delivery, index, (topic, key, value, partition, headers))
             except KafkaException as exc:
-                error = _delivery_error(exc.args[0], topic, self.max_record_bytes)
+                error = _delivery_error(
+                    exc.args[0], topic, self.max_record_bytes, self._refusals.who
+                )
                 delivery.unexpect(index, topic, partition, error)
         delivery.seal()
         return delivery
@@ -252,7 +259,9 @@ class KafkaLogWriter:
                     "broker is not taking records; retry later"
                 )
             except KafkaException as exc:
-                error = _delivery_error(exc.args[0], topic, self.max_record_bytes)
+                error = _delivery_error(
+                    exc.args[0], topic, self.max_record_bytes, self._refusals.who
+                )
             delivery.unexpect(index, topic, partition, error)
             return
 
