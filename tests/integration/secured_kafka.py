@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import itertools
 import subprocess
 import sys
@@ -99,6 +100,7 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
     try:
         yield SecuredKafka(broker, security, ca, stranger, directory)
     finally:
+        gc.collect()  # the tests' clients go while the broker answers (as tests/conftest.py)
         broker.stop()
 
 

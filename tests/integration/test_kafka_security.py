@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import time
 import uuid
 from collections.abc import Iterator
@@ -201,7 +202,10 @@ def refused_start(secured: SecuredKafka, bootstrap: str, properties: dict[str, s
     """What a start (its first Kafka call: topic creation) says with these properties."""
     with client_properties(properties), pytest.raises(KafkaSecurityError) as refused:
         ensure_topics(bootstrap, [TopicSpec(f"x{uuid.uuid4().hex[:6]}", 1, {})], timeout_s=20)
-    return str(refused.value)
+    text = str(refused.value)
+    del refused  # its traceback holds the refused client, which would go on trying
+    gc.collect()
+    return text
 
 
 def test_certificates_refused_say_why(secured_kafka: SecuredKafka) -> None:

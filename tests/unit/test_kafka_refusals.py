@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError
 
-from processor.cli import main
+from processor.cli.acls_command import cmd_acls
+from processor.cli.parser import build_parser
 from processor.errors import KafkaSecurityError
 from processor.log.broker.embedded_kafka import server_properties
 from processor.log.broker.secured import KafkaSecurity
@@ -132,7 +133,7 @@ def test_the_default_broker_is_unchanged_and_security_adds_listeners(tmp_path: P
 def test_sow_acls_prints_kafka_acls_lines() -> None:
     out = io.StringIO()
     with redirect_stdout(out):
-        code = main(
+        args = build_parser().parse_args(
             [
                 "acls",
                 *("--topology", str(ROOT / "topologies" / "orders.yaml")),
@@ -140,6 +141,7 @@ def test_sow_acls_prints_kafka_acls_lines() -> None:
                 *("--bootstrap-servers", "kafka:9093"),
             ]
         )
+        code = cmd_acls(args)  # not main(): it installs the progress log handler for good
     assert code == 0
     assert out.getvalue().splitlines() == [
         "# direct-publisher: 1 ACLs for User:pub",

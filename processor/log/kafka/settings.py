@@ -162,10 +162,18 @@ class Refusals:
         self.failure = failure
         log.error("%s: %s", self.who, failure)
 
+    def error(self) -> KafkaSecurityError | None:
+        """The failure seen (None: none), as a new exception each time: one raised keeps
+        the frames that hold the client in its traceback, which the client's callback
+        (this object) must not hold in turn (a cycle through librdkafka's handle is never
+        collected, and the client would go on connecting)."""
+        return None if self.failure is None else KafkaSecurityError(*self.failure.args)
+
     def check(self) -> None:
-        """Raise the failure seen, if any."""
-        if self.failure is not None:
-            raise self.failure
+        """Raise the failure seen, if any (:meth:`error`)."""
+        error = self.error()
+        if error is not None:
+            raise error
 
 
 def list_topics(

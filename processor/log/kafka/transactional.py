@@ -207,7 +207,7 @@ class KafkaTransactionalLog:
             self._helper.stop()
             with contextlib.suppress(KafkaException):  # a fatal error is raised again here
                 self._producer.poll(0)  # serves error_cb: an authentication failure
-            refused = self._refusals.failure or self._refused(exc.args[0])
+            refused = self._refusals.error() or self._refused(exc.args[0])
             if refused is None and exc.args[0].retriable() and not exc.args[0].fatal():
                 _UNINITIALISED.keep(transactional_id, self._producer)
             _raise_for(exc, f"cannot initialise transactions for {transactional_id}", refused)

@@ -211,7 +211,7 @@ class KafkaLogWriter:
 
     def submit(self, records: Iterable[LogRecord]) -> KafkaDelivery:
         delivery = KafkaDelivery(self.max_record_bytes, self._refusals.who)
-        failure = self._refusals.failure
+        failure = self._refusals.error()
         if failure is not None:  # the broker refused this client's credentials: say so now
             for topic, key, _, partition, _ in records:
                 delivery.unexpect(delivery.expect(topic, key, partition), topic, partition, failure)
