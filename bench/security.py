@@ -2,8 +2,9 @@
 with TLS + bearer-token logon + an entitlement filter (read and write), against the same
 service in plaintext without logon, in one run.
 
-Both services run in this process on the memory log (no broker: what is measured is the
-service's own path, where TLS, the token check and the filters are; a broker adds the
+The secured client's channel is the product's (``ClientSecurity``: TLS, and the token
+added to each call's metadata). Both services run in this process on the memory log (no
+broker: what is measured is the service's own path, where TLS, the token check and the filters are; a broker adds the
 same latency to both). The entitlement filter matches every record (``/desk IN (...)``
 over every desk), so both services return the same records and the difference is the
 cost of evaluating it. Each service:
@@ -39,6 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from processor.app import Application
+from processor.client.credentials import ClientSecurity
 from processor.testing import start_memory
 from processor.topology.yaml_loader import parse_yaml
 from processor.wire import sow_pb2, sow_pb2_grpc
@@ -74,7 +76,7 @@ class Secured:
 
     def __init__(self, directory: Path) -> None:
         ca = make_ca("bench-ca", directory / "pki")
-        self.ca_pem = ca.cert.read_bytes()
+        self.ca = ca.cert
         self.server = issue(ca, "query-service", server=True, ips=["127.0.0.1"], dns=["localhost"])
         self.key = ec.generate_private_key(ec.SECP256R1())
         self.public = directory / "issuer.pem"
@@ -102,11 +104,8 @@ class Secured:
             self.key,
             algorithm="ES256",
         )
-        credentials = grpc.composite_channel_credentials(
-            grpc.ssl_channel_credentials(root_certificates=self.ca_pem),
-            grpc.access_token_call_credentials(token),
-        )
-        return grpc.secure_channel(address, credentials)
+        # The product's client channel (what SowClient and the sow commands use).
+        return ClientSecurity(ca=self.ca, token=token).channel(address)
 
 
 def _started(state_dir: Path, **settings: Any) -> Application:

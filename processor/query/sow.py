@@ -46,7 +46,7 @@ from processor.query.planner import Plan, needs_scan, plan
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable
 from processor.security import OPEN, RequestContext
-from processor.security.reads import entitled, read_restriction
+from processor.security.reads import read_restriction
 from processor.topology.model import SowTopic, Topology
 from processor.topology.topics import (
     is_pattern,
@@ -127,6 +127,9 @@ class PreparedQuery:
     aggregation: Aggregation | None
     sow_keys: tuple[bytes, ...]
     batch_size: int
+    #: The caller's entitlement filter, compiled on its own (its text is the same for
+    #: every query of the caller, so it is compiled once): a record must pass it too.
+    entitlement: Expression | None = None
 
 
 @dataclass(slots=True)
@@ -181,12 +184,9 @@ class QueryEngine:
             )
         expression = compile_expression(query.filter) if query.filter.strip() else None
         restriction = topic_restriction(self.topology, query.topic)
-        entitlement = read_restriction(context.rights, self.topology, query.topic)
-        if restriction is not None or entitlement is not None:
-            # A Pattern topic stores the topic with others; an entitlement filter keeps
-            # the caller to what it may see. The caller's filter was checked alone above.
-            text = entitled(restricted(query.filter, restriction), entitlement)
-            expression = compile_expression(text)
+        if restriction is not None:  # a Pattern topic stores the topic with others
+            expression = compile_expression(restricted(query.filter, restriction))
+        entitled = read_restriction(context.rights, self.topology, query.topic)
         order = parse_order_by(query.order_by) if query.order_by.strip() else ()
         aggregation = None
         if query.projection.strip() or query.grouping.strip():
@@ -211,6 +211,7 @@ class QueryEngine:
             aggregation=aggregation,
             sow_keys=tuple(k.encode() for k in query.sow_keys),
             batch_size=query.batch_size or DEFAULT_BATCH_SIZE,
+            entitlement=None if entitled is None else compile_expression(entitled),
         )
 
     def run(self, query: SowQuery, context: RequestContext = OPEN) -> QueryResult:
@@ -285,6 +286,8 @@ def memo_fields(prepared: PreparedQuery) -> list[FieldInput]:
     expression = prepared.filter
     if expression is not None and not prepared.sow_keys and needs_scan(expression.node):
         fields += [i for i in expression.inputs if isinstance(i, FieldInput)]
+    if prepared.entitlement is not None:
+        fields += [i for i in prepared.entitlement.inputs if isinstance(i, FieldInput)]
     return fields
 
 
@@ -304,6 +307,13 @@ def _matches(prepared: PreparedQuery, table: SowTable, selection: _Selection) ->
         columns = [table.column(i, candidates) for i in expression.inputs]
         # Over a whole table every column holds every record in record order.
         matched = expression.scan(candidates, columns, aligned=chosen.candidates is None)
+    entitlement = prepared.entitlement
+    if entitlement is not None:  # what the caller may see, of what its query chose
+        if len(matched) <= FEW_CANDIDATES:
+            matched = _passing(entitlement, matched, table)
+        else:
+            columns = [table.column(i, matched) for i in entitlement.inputs]
+            matched = entitlement.scan(matched, columns, aligned=False)
     selection.matches += len(matched)
     selection.plans.append(name if len(prepared.topics) == 1 else f"{table.topic.name}: {name}")
     return matched
@@ -320,10 +330,15 @@ def _check_few(expression: Expression, chosen: Plan, table: SowTable) -> list[by
             for sow_key, message in table.messages(chosen.candidates)
             if all(in_list(get(message), values) for get, values in tests)
         ]
+    return _passing(expression, list(chosen.candidates), table)
+
+
+def _passing(expression: Expression, sow_keys: list[bytes], table: SowTable) -> list[bytes]:
+    """The records among ``sow_keys`` that ``expression`` matches, from their messages."""
     needs_context = any(isinstance(i, ContextInput) for i in expression.inputs)
     return [
         sow_key
-        for sow_key, message in table.messages(chosen.candidates)
+        for sow_key, message in table.messages(sow_keys)
         if expression.matches(message, table.context(sow_key) if needs_context else None)
     ]
 

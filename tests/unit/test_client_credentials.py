@@ -21,15 +21,8 @@ from processor.errors import ChannelSecurityError, ConfigurationError, ServiceEr
 
 
 def _authorization(security: ClientSecurity) -> str:
-    """The ``authorization`` value the call credentials of ``security`` send."""
-    sent: list[Any] = []
-    security._plugin()(None, lambda metadata, error: sent.append((metadata, error)))  # type: ignore[arg-type]
-    ((metadata, error),) = sent
-    if error is not None:
-        raise error
-    ((key, value),) = metadata
-    assert key == "authorization"
-    return str(value)
+    """The ``authorization`` value every call of ``security``'s channels carries."""
+    return security._authorization().value()
 
 
 @pytest.mark.parametrize(
@@ -101,19 +94,17 @@ def test_a_bearer_token_and_a_password_become_the_authorization_header(tmp_path:
 def test_a_token_file_is_read_again_when_it_changes_and_not_before(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text("first.token.x\n")
-    plugin = ClientSecurity(token_file=path)._plugin()
-    assert plugin.value() == "Bearer first.token.x"  # type: ignore[attr-defined]
-    assert plugin.value() == "Bearer first.token.x"  # type: ignore[attr-defined]
-    assert plugin.reads == 1  # type: ignore[attr-defined]
+    plugin = ClientSecurity(token_file=path)._authorization()
+    assert plugin.value() == "Bearer first.token.x"
+    assert plugin.value() == "Bearer first.token.x"
+    assert plugin.reads == 1  # type: ignore[union-attr]
     renewed = tmp_path / "token.new"
     renewed.write_text("second.token.y\n")
     os.replace(renewed, path)  # as a refreshed Kubernetes secret or an atomic rewrite
-    assert plugin.value() == "Bearer second.token.y"  # type: ignore[attr-defined]
+    assert plugin.value() == "Bearer second.token.y"
     path.unlink()
-    sent: list[Any] = []
-    plugin(None, lambda metadata, error: sent.append((metadata, error)))  # type: ignore[arg-type]
-    assert sent[0][0] == ()
-    assert "cannot read the token file" in str(sent[0][1])
+    with pytest.raises(ConfigurationError, match="cannot read the token file"):
+        plugin.value()  # the call fails with this message, before anything is sent
 
 
 def test_unreadable_files_are_said_when_the_channel_is_made(tmp_path: Path) -> None:
