@@ -4,10 +4,10 @@ service in plaintext without logon, in one run.
 
 The secured client's channel is the product's (``ClientSecurity``: TLS, and the token
 added to each call's metadata). Both services run in this process on the memory log (no
-broker: what is measured is the service's own path, where TLS, the token check and the filters are; a broker adds the
-same latency to both). The entitlement filter matches every record (``/desk IN (...)``
-over every desk), so both services return the same records and the difference is the
-cost of evaluating it. Each service:
+broker: what is measured is the service's own path, where TLS, the token check and the
+filters are; a broker adds the same latency to both). The entitlement filter matches
+every record (``/desk IN (...)`` over every desk), so both services return the same
+records and the difference is the cost of evaluating it. Each service:
 
 1. is filled with ``--records`` orders through PublishStream (columns form, batches of
    ``--batch``, up to 16 unacknowledged): messages per second and each batch's ack
