@@ -25,7 +25,8 @@ from processor.security.authentication import hash_password
 from processor.testing import start_memory
 from processor.topology.yaml_loader import parse_yaml
 from processor.wire import sow_pb2, sow_pb2_grpc
-from tests.pki import CA, Issued, issue, make_ca
+from tests.integration.security_helpers import make_pki
+from tests.pki import CA, Issued
 
 AUDIENCE = "kafka-sow"
 ISSUER = "https://login.example"
@@ -68,9 +69,7 @@ class Secrets:
 
 
 def make_secrets(directory: Path) -> Secrets:
-    ca = make_ca("sow", directory / "pki")
-    other = make_ca("other", directory / "other-pki")
-    server = issue(ca, "query-service", server=True, ips=["127.0.0.1"], dns=["localhost"])
+    pki = make_pki(directory / "pki")
     users = directory / "users"
     users.write_text(
         f"alice:{hash_password('alice-pw')}:traders\ncarol:{hash_password('carol-pw')}\n"
@@ -85,15 +84,7 @@ def make_secrets(directory: Path) -> Secrets:
     entitlements = directory / "entitlements.yaml"
     entitlements.write_text(ENTITLEMENTS)
     return Secrets(
-        ca,
-        server,
-        issue(ca, "alice"),
-        other,
-        issue(other, "mallory"),
-        users,
-        public,
-        key,
-        entitlements,
+        pki.ca, pki.server, pki.alice, pki.other_ca, pki.mallory, users, public, key, entitlements
     )
 
 
@@ -234,24 +225,24 @@ def _sow_delete(ch: grpc.Channel, md: Metadata) -> Outcome:
     return Outcome("OK")
 
 
+def _opening(call: Any, last: str) -> Outcome:
+    """A subscription call's opening, up to its ``last`` message part."""
+    try:
+        return _first_messages(call, lambda m: m.WhichOneof("part") == last)
+    finally:
+        call.cancel()
+
+
 def _subscribe(ch: grpc.Channel, md: Metadata) -> Outcome:
     stub = sow_pb2_grpc.SubscriptionsStub(ch)  # type: ignore[no-untyped-call]
     request = sow_pb2.SubscribeRequest(topic="orders", sub_id="s1")
-    call = stub.Subscribe(request, metadata=md, timeout=CALL_S)
-    try:
-        return _first_messages(call, lambda m: m.WhichOneof("part") == "registered")
-    finally:
-        call.cancel()
+    return _opening(stub.Subscribe(request, metadata=md, timeout=CALL_S), "registered")
 
 
 def _sow_and_subscribe(ch: grpc.Channel, md: Metadata) -> Outcome:
     stub = sow_pb2_grpc.SubscriptionsStub(ch)  # type: ignore[no-untyped-call]
     request = sow_pb2.SubscribeRequest(topic="orders", sub_id="s2")
-    call = stub.SowAndSubscribe(request, metadata=md, timeout=CALL_S)
-    try:
-        return _first_messages(call, lambda m: m.WhichOneof("part") == "group_end")
-    finally:
-        call.cancel()
+    return _opening(stub.SowAndSubscribe(request, metadata=md, timeout=CALL_S), "group_end")
 
 
 def _session(ch: grpc.Channel, md: Metadata) -> Outcome:
