@@ -23,6 +23,7 @@ from mode import Seconds
 
 from processor import changelog
 from processor.errors import ConfigurationError, SowError, UnsupportedError
+from processor.faust.preflight import check_permissions
 from processor.messages import Codec, codec_for
 from processor.topology.model import SowTopic, Topic
 
@@ -132,7 +133,11 @@ class SowTable(GlobalTable):
         )
 
     async def on_start(self) -> None:
-        """Start the store only: the SOW processor creates and owns the changelog topic."""
+        """Check that Kafka lets the app read its group and the changelog
+        (:func:`~processor.faust.preflight.check_permissions`: a refusal raises
+        KafkaSecurityError, which stops the worker), then start the store only: the SOW
+        processor creates and owns the changelog topic."""
+        await check_permissions(self.app, self._changelog_topic_name())
         await self.add_runtime_dependency(self.data)
 
     def apply_changelog_batch(self, batch: Iterable[EventT[Any]]) -> None:

@@ -30,6 +30,17 @@ ROOT = Path(__file__).resolve().parents[2]
 @contextlib.contextmanager
 def faust_worker(bootstrap: str, topic: SowTopic, tmp_path: Path, unique: str) -> Iterator[Path]:
     """Run tests/integration/faust_sow_app.py as a worker; yield the file of its table."""
+    with faust_process(bootstrap, topic, tmp_path, unique):
+        yield tmp_path / "table.json"
+
+
+@contextlib.contextmanager
+def faust_process(
+    bootstrap: str, topic: SowTopic, tmp_path: Path, unique: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run tests/integration/faust_sow_app.py as a worker (app id ``<unique>-faust``, its
+    table written to ``tmp_path/table.json``, its log to ``tmp_path/faust.log``); yield
+    the process, and stop it at the end if it still runs."""
     out = tmp_path / "table.json"
     log = tmp_path / "faust.log"
     env = {
@@ -51,7 +62,7 @@ def faust_worker(bootstrap: str, topic: SowTopic, tmp_path: Path, unique: str) -
             stderr=subprocess.STDOUT,
         )
         try:
-            yield out
+            yield worker
         finally:
             worker.terminate()
             try:

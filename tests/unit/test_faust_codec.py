@@ -1,5 +1,6 @@
-"""processor.faust without a broker: the envelope codec, and a SOW table applying changelog
-records (upserts, tombstones, control records, resets) and refusing writes."""
+"""processor.faust without a broker: the envelope codec, a SOW table applying changelog
+records (upserts, tombstones, control records, resets) and refusing writes, and the line
+its preflight logs when Kafka refuses it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,14 @@ import pytest
 from faust.serializers.codecs import get_codec
 
 from processor import changelog
-from processor.errors import ConfigurationError, EnvelopeError, UnsupportedError
+from processor.errors import (
+    ConfigurationError,
+    EnvelopeError,
+    KafkaSecurityError,
+    UnsupportedError,
+)
 from processor.faust import CODEC_NAME, EnvelopeCodec, SowTable, sow_table
+from processor.faust.preflight import refusal
 from processor.topology.model import SowTopic
 
 ORDERS = SowTopic("ORDERS", keys=("/id",), partitions=2)
@@ -94,3 +101,16 @@ def test_a_table_needs_an_app_that_reads_committed_records() -> None:
     app = faust.App("unit-faust-alo", web_enabled=False)
     with pytest.raises(ConfigurationError, match="exactly_once"):
         sow_table(app, ORDERS)
+
+
+def test_a_refusal_names_the_permission_the_table_lacks() -> None:
+    refused = refusal(30, "the faust table (sasl user 'u')", "my-app")
+    assert isinstance(refused, KafkaSecurityError)
+    assert str(refused).startswith(
+        "Kafka refused the faust table (sasl user 'u'): GROUP_AUTHORIZATION_FAILED on Group "
+        "'my-app' -- grant Read on Group 'my-app' (docs/security.md"
+    )
+    topic = str(refusal(29, "the faust table", ORDERS.changelog_topic))
+    assert f"TOPIC_AUTHORIZATION_FAILED on Topic '{ORDERS.changelog_topic}'" in topic
+    assert refusal(0, "the faust table", "my-app") is None
+    assert refusal(3, "the faust table", "my-app") is None  # unknown topic: Faust's to say
