@@ -287,6 +287,29 @@ def test_every_read_path_returns_exactly_what_both_filters_match(
     hub.unsubscribe(subscription)
     assert _checked_subscription_view(notices, start, model) == model.expected()
 
+    # A bookmark replay from before the later changes: each replayed publish is one
+    # both filters match, and each such later publish is replayed.
+    replaying, replay = hub.subscribe_replaying(
+        SubscribeRequest(topic="orders", filter=model.filter_text(), bookmark=before),
+        None,
+        caller,
+    )
+    replayed = set()
+    for deliveries in replay:
+        for notice in deliveries:
+            message = orjson.loads(changelog.data_of(notice.envelope))
+            assert model.allowed(message), f"replayed outside the entitlement: {message}"
+            if notice.kind is ChangeKind.PUBLISH:
+                assert model.user.test(message)
+                replayed.add((message["id"], message["desk"], message["qty"], message["px"]))
+    hub.unsubscribe(replaying)
+    wanted = {
+        (f"{model.run}-{ident}", body["desk"], body["qty"], body["px"])
+        for action, ident, body in later
+        if action == "publish" and model.visible(body)
+    }
+    assert replayed == wanted
+
     # The SOW as of before the later changes (a historical query).
     point = point_of(before)
     assert point is not None
