@@ -99,3 +99,33 @@ def own_broker() -> Iterator[StartOwnBroker]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(broker.pid, signal.SIGCONT)
             broker.stop()
+
+
+#: Variants of tests that run in the heavy tier only (``pytest -m heavy``), to keep the
+#: CI run under 30 minutes: each keeps a sibling in CI that takes the same path (the other
+#: backend, another delay or crash point of the same test).
+HEAVY_VARIANTS = frozenset(
+    {
+        "tests/integration/test_kafka_semantics.py::test_the_broker_killed_and_restarted"
+        "_under_a_publish_stream_loses_nothing[down-past-the-timeout]",
+        "tests/integration/test_serve_lifecycle.py::test_ctrl_c_during_start_up_stops_cleanly[0.8]",
+        "tests/integration/test_serve_lifecycle.py::test_ctrl_c_during_start_up_stops_cleanly[2.5]",
+        "tests/integration/test_serve_lifecycle.py::test_a_restart_never_answers_a_partial"
+        "_or_empty_sow[tansu]",
+        "tests/integration/test_queues.py::test_a_live_service_taken_for_dead_subscribes_again"
+        "[memory]",
+        "tests/integration/test_queues.py::test_a_dead_services_subscriptions_are_disconnected"
+        "_and_their_leases_return[memory]",
+        "tests/integration/test_publish_ack.py::test_the_cli_publishes_with_processed_acks[memory]",
+        "tests/integration/test_crash_recovery.py::test_crash_between_commit_steps[stored]",
+        "tests/integration/test_crash_recovery.py::test_crash_between_commit_steps[produced]",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark :data:`HEAVY_VARIANTS` heavy before ``-m`` selects what runs."""
+    for item in items:
+        if item.nodeid in HEAVY_VARIANTS:
+            item.add_marker(pytest.mark.heavy)

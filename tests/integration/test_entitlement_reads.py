@@ -201,7 +201,7 @@ def _checked_subscription_view(
 
 
 @settings(
-    max_examples=25,
+    max_examples=12,  # quick in CI; the property holds per example
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -320,6 +320,19 @@ def test_every_read_path_returns_exactly_what_both_filters_match(
         caller,
     )
     assert _ids([e for b in past.batches for e in b]) == expected_before
+
+
+@pytest.mark.heavy
+def test_every_read_path_through_many_more_examples(
+    service: tuple[Application, SowClient],
+) -> None:
+    """The property above over 300 examples (CI runs 12)."""
+    many = settings(
+        max_examples=300,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    many(test_every_read_path_returns_exactly_what_both_filters_match)(service=service)
 
 
 def test_a_queue_subscriber_leases_only_what_both_filters_match(

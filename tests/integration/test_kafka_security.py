@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -76,9 +77,23 @@ def running(
         assert not refusal_lines(sow.output), sow.output
 
 
-def test_serve_direct_publisher_and_spark_reader_with_least_privilege(
+def test_serve_and_direct_publisher_with_least_privilege(
     secured_kafka: SecuredKafka, tmp_path: Path
 ) -> None:
+    serve_and_publish(secured_kafka, tmp_path)
+
+
+@pytest.mark.heavy  # a local Spark session's start (test_spark runs the reader in CI)
+def test_spark_reader_with_least_privilege(secured_kafka: SecuredKafka, tmp_path: Path) -> None:
+    topology, records = serve_and_publish(secured_kafka, tmp_path)
+    spark_reads(secured_kafka, topology, records)
+
+
+def serve_and_publish(
+    secured_kafka: SecuredKafka, tmp_path: Path
+) -> tuple[Topology, dict[str, Any]]:
+    """``sow serve`` and a direct publisher, each with its own principal's ACLs: two
+    orders published, one through each; the topology and the records the SOW holds."""
     unique = f"s{uuid.uuid4().hex[:8]}"
     _, topology = topology_file(tmp_path, unique)
     serve, serve_props = secured_kafka.user()
@@ -96,7 +111,7 @@ def test_serve_direct_publisher_and_spark_reader_with_least_privilege(
             )
         records = records_at(sow.address, want=2)
         assert sorted(r["orderId"] for r in records.values()) == [1, 2]
-    spark_reads(secured_kafka, topology, records)
+    return topology, records
 
 
 def spark_reads(secured: SecuredKafka, topology: Topology, expected: dict) -> None:
