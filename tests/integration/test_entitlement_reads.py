@@ -192,30 +192,45 @@ def _checked_subscription_view(
             assert model.allowed(message), f"a publish outside the entitlement: {message}"
             view[ident] = message
         else:
-            assert notice.current is None or model.allowed(
-                orjson.loads(changelog.data_of(notice.current))
-            )
+            assert notice.current is None  # its new state may be outside the rights
             assert model.allowed(message), f"an OOF carrying a body outside it: {message}"
             view.pop(ident, None)
     return view
 
 
-@settings(
-    max_examples=12,  # quick in CI; the property holds per example
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(
-    first=st.lists(records, min_size=1, max_size=12),
-    later=st.lists(
+#: One example: the first records, later changes, the user's filter, the entitlement
+#: filter (None: a read grant without one) and whether the subscription is a delta one.
+EXAMPLE = {
+    "first": st.lists(records, min_size=1, max_size=12),
+    "later": st.lists(
         st.tuples(st.sampled_from(["publish", "delete"]), st.integers(0, 15), records),
         max_size=12,
     ),
-    user=filters,
-    entitlement=st.one_of(st.none(), filters),
-    delta=st.booleans(),
-)
+    "user": filters,
+    "entitlement": st.one_of(st.none(), filters),
+    "delta": st.booleans(),
+}
+QUIET = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=QUIET)  # heavy: 300
+@given(**EXAMPLE)
 def test_every_read_path_returns_exactly_what_both_filters_match(
+    service: tuple[Application, SowClient], **example: Any
+) -> None:
+    check_every_read_path(service, **example)
+
+
+@pytest.mark.heavy
+@settings(max_examples=300, deadline=None, suppress_health_check=QUIET)
+@given(**EXAMPLE)
+def test_every_read_path_through_many_more_examples(
+    service: tuple[Application, SowClient], **example: Any
+) -> None:
+    check_every_read_path(service, **example)
+
+
+def check_every_read_path(
     service: tuple[Application, SowClient],
     first: list[dict[str, Any]],
     later: list[tuple[str, int, dict[str, Any]]],
@@ -320,19 +335,6 @@ def test_every_read_path_returns_exactly_what_both_filters_match(
         caller,
     )
     assert _ids([e for b in past.batches for e in b]) == expected_before
-
-
-@pytest.mark.heavy
-def test_every_read_path_through_many_more_examples(
-    service: tuple[Application, SowClient],
-) -> None:
-    """The property above over 300 examples (CI runs 12)."""
-    many = settings(
-        max_examples=300,
-        deadline=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
-    many(test_every_read_path_returns_exactly_what_both_filters_match)(service=service)
 
 
 def test_a_queue_subscriber_leases_only_what_both_filters_match(
