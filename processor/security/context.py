@@ -14,7 +14,6 @@ right and the topic.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -51,9 +50,6 @@ class Rights(Protocol):
         """The entitlement filter AND-ed into reads of ``topic`` (None: every record);
         raise NotEntitledError when the principal may not read it."""
 
-    def readable(self, topic: str) -> bool:
-        """Whether the principal may read ``topic`` (a pattern read skips the others)."""
-
     def pattern_read_filter(self) -> str | None:
         """The entitlement filter of a read over the topics a regular expression names
         (each record through its own topic's grants); raise NotEntitledError when the
@@ -77,9 +73,6 @@ class _AllRights:
 
     def read_filter(self, topic: str) -> str | None:
         return None
-
-    def readable(self, topic: str) -> bool:
-        return True
 
     def pattern_read_filter(self) -> str | None:
         return None
@@ -128,12 +121,6 @@ class RequestContext:
     rights: Rights = field(default=ALL_RIGHTS)
     deadline: float | None = None
     generation: int = 0
-
-    def time_left(self, default: float) -> float:
-        """Seconds until the deadline (``default`` without one), never negative."""
-        if self.deadline is None:
-            return default
-        return max(self.deadline - time.monotonic(), 0.0)
 
 
 #: The context of every call when security is off.

@@ -117,9 +117,6 @@ class PrincipalRights:
                 "`logon: true` in the entitlements file"
             )
 
-    def readable(self, topic: str) -> bool:
-        return any(g.covers(topic) for g in self.read)
-
     def read_filter(self, topic: str) -> str | None:
         grants = [g for g in self.read if g.covers(topic)]
         if not grants:
@@ -240,7 +237,7 @@ class Definitions:
     def rights_for(self, principal: Principal) -> PrincipalRights:
         own = self.principals.get(principal.name, Grants())
         entries = [own]
-        for role in (*principal.roles, *own.roles):
+        for role in (*sorted(principal.roles), *own.roles):  # one order: one filter text
             grants = self.roles.get(role)
             if grants is not None:
                 entries.append(grants)
