@@ -434,7 +434,7 @@ def start(
                 contexts=security.contexts,
                 credentials=security.credentials,
             )
-            security.follow(app.subscriptions)  # entitlements reloaded as their file changes
+            security.follow(app.subscriptions, app.queues)  # entitlements reloaded when changed
             app.health.start()
         if settings.metrics_address:
             if app.observer is None:

@@ -42,7 +42,8 @@ from processor.security.entitlements import Entitlements
 from processor.security.tokens import TokenVerifier
 from processor.server.audit import Audit
 from processor.subscriptions.hub import SubscriptionHub
-from processor.subscriptions.rights import refresh_rights
+from processor.subscriptions.queues import QueueHub
+from processor.subscriptions.rights import refresh_queue_rights, refresh_rights
 from processor.topology.model import Topology
 
 #: Names of the security settings, for messages.
@@ -162,7 +163,7 @@ class ServerSecurity:
     #: One line per feature that is on, e.g. "gRPC TLS: on, client certificates required".
     summary: list[str] = field(default_factory=list)
 
-    def follow(self, hub: SubscriptionHub | None) -> None:
+    def follow(self, hub: SubscriptionHub | None, queues: QueueHub | None = None) -> None:
         """Reload the entitlements file when it changes, and move the open
         subscriptions onto their principals' new rights (records they may no longer see
         leave as OOFs: :mod:`processor.subscriptions.rights`)."""
@@ -171,6 +172,8 @@ class ServerSecurity:
             return
         if hub is not None:
             rights.on_reload(lambda: refresh_rights(hub, rights))
+        if queues is not None:
+            rights.on_reload(lambda: refresh_queue_rights(queues, rights))
         rights.watch()
 
     def close(self) -> None:

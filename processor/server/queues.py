@@ -130,6 +130,8 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
                     yield sow_pb2.QueueMessage(sub_id=sub_id, leases=batch)
                 if ended:
                     break
+            if consumer.error is not None:  # its rights changed (subscriptions.rights)
+                self._abort(context, consumer.error)
         finally:
             consumer.close()
 

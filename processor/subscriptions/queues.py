@@ -38,7 +38,13 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from processor.errors import BrokerError, DeadlineError, InvalidRequestError, UnknownTopicError
+from processor.errors import (
+    BrokerError,
+    DeadlineError,
+    InvalidRequestError,
+    SowError,
+    UnknownTopicError,
+)
 from processor.expr import compile as compile_expression
 from processor.log import ChangelogTail, LogRecord, LogWriter, Record, read_ready
 from processor.queues.answers import request_headers
@@ -84,6 +90,8 @@ class QueueConsumer:
         self.subscribe = subscribe
         self.inbox: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
         self.closed = False
+        #: Why the service ended it (its rights changed), for its stream to say.
+        self.error: SowError | None = None
 
     def ack(self, bookmarks: Sequence[str]) -> None:
         self.context.rights.check_acknowledge(self.topic.name)
@@ -95,6 +103,12 @@ class QueueConsumer:
     def expire(self, bookmarks: Sequence[str]) -> None:
         self.context.rights.check_acknowledge(self.topic.name)
         self.hub.act(self.topic, CommandKind.EXPIRE, bookmarks, by=self.id, wait=False)
+
+    def end(self, error: SowError) -> None:
+        """Disconnect it for ``error`` (its stream ends with it); its leases return."""
+        self.error = error
+        self.close()
+        self.inbox.put(None)
 
     def close(self) -> None:
         """Disconnect: the leases it holds return to the queue."""
@@ -130,6 +144,10 @@ class QueueHub:
 
     def __len__(self) -> int:
         return len(self._consumers)
+
+    def consumers(self) -> list[QueueConsumer]:
+        with self._lock:
+            return list(self._consumers.values())
 
     def names(self) -> frozenset[str]:
         """The queues' names."""

@@ -3,7 +3,8 @@ each subscription of a restricted principal is planned again with its new rights
 moved onto that plan at a place in its stream (:meth:`SubscriptionHub.move`), so a
 record it may no longer see leaves as an out-of-focus notice (never its new body); a
 subscriber that may no longer read the topic, or log on, has the subscription ended with
-the reason (PERMISSION_DENIED)."""
+the reason (PERMISSION_DENIED). A queue consumer whose rights over its queue changed is
+ended the same way and subscribes again; its leases return to the queue."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import logging
 
 from processor.errors import NotEntitledError, SowError
 from processor.security import RightsSource
+from processor.security.reads import read_restriction
 from processor.subscriptions.hub import SubscriptionHub
+from processor.subscriptions.queues import QueueHub
 
 log = logging.getLogger(__name__)
 
@@ -46,3 +49,35 @@ def refresh_rights(hub: SubscriptionHub, source: RightsSource) -> int:
             hub.unsubscribe(subscription)
         changed += 1
     return changed
+
+
+def refresh_queue_rights(queues: QueueHub, source: RightsSource) -> int:
+    """End every queue consumer whose principal's rights over its queue changed: its
+    subscription's filter holds the old entitlement filter, so it must subscribe again
+    (its leases return to the queue: nothing is lost). Returns how many were ended."""
+    ended = 0
+    for consumer in queues.consumers():
+        old = consumer.context
+        if not old.rights.restricted or old.generation == source.generation:
+            continue
+        rights = source.rights_for(old.principal)
+        name = consumer.topic.name
+        before = read_restriction(old.rights, queues.topology, name)
+        try:
+            rights.check_logon()
+            after = read_restriction(rights, queues.topology, name)
+        except NotEntitledError as exc:
+            consumer.end(exc)
+            ended += 1
+            continue
+        if after != before:
+            consumer.end(
+                NotEntitledError(
+                    f"the entitlements of {old.principal} on queue {name!r} changed: "
+                    "subscribe again to consume under the new ones"
+                )
+            )
+            ended += 1
+            continue
+        consumer.context = dataclasses.replace(old, rights=rights, generation=source.generation)
+    return ended

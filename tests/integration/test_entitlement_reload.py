@@ -145,3 +145,79 @@ def test_shrunk_rights_turn_into_oofs_and_revoked_ones_end_the_subscription(
         assert ended is not None
         assert ended.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "not entitled to read 'orders'" in (ended.details() or "")
+
+
+QUEUE_WIDE = """\
+principals:
+  alice:
+    logon: true
+    read: [{topic: work}]
+    write: [{topic: jobs}]
+    acknowledge: [{topic: work}]
+"""
+QUEUE_NARROW = QUEUE_WIDE.replace(
+    "read: [{topic: work}]", "read: [{topic: work, filter: '/n < 2'}]"
+)
+
+
+def test_a_queue_consumer_whose_rights_change_is_ended_and_its_leases_return(
+    tmp_path: Path,
+) -> None:
+    secrets = make_secrets(tmp_path)
+    _rewrite(secrets.entitlements, QUEUE_WIDE)
+    auth = basic("alice", "alice-pw")
+    with secured_service(secrets, tmp_path / "state") as app:
+        stub = sow_pb2_grpc.SowStub(channel(app.grpc_address, secrets))
+        queues = sow_pb2_grpc.QueuesStub(channel(app.grpc_address, secrets))
+        done = threading.Event()
+
+        def commands() -> Iterator[Any]:
+            subscribe = sow_pb2.QueueSubscribe(queue="work", sub_id="c")
+            yield sow_pb2.QueueCommand(subscribe=subscribe)
+            done.wait(60)
+
+        call = queues.Consume(commands(), metadata=auth, timeout=60)
+        messages, _ = _reader(call)
+        for n in (1, 2):
+            stub.Publish(
+                sow_pb2.PublishRequest(topic="jobs", data=orjson.dumps({"n": n})),
+                metadata=auth,
+                timeout=10,
+            )
+        leased = set()
+        for message in _drain(messages, time.monotonic() + 15):
+            assert not isinstance(message, Exception), message
+            if message.WhichOneof("part") == "lease":
+                leased.add(orjson.loads(message.lease.record.data)["n"])
+            if leased:
+                break
+        assert leased == {1}  # held, not acknowledged (a backlog of one)
+
+        _rewrite(secrets.entitlements, QUEUE_NARROW)
+        ended = None
+        for message in _drain(messages, time.monotonic() + 15):
+            if isinstance(message, grpc.RpcError):
+                ended = message
+                break
+        done.set()
+        assert ended is not None
+        assert ended.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "subscribe again" in (ended.details() or "")
+
+        # Subscribed again under the new rights: the lease of 1 it held came back to the
+        # queue, and 2 is outside the new entitlement filter.
+        again = threading.Event()
+
+        def more() -> Iterator[Any]:
+            yield sow_pb2.QueueCommand(subscribe=sow_pb2.QueueSubscribe(queue="work", sub_id="d"))
+            again.wait(60)
+
+        messages, _ = _reader(queues.Consume(more(), metadata=auth, timeout=60))
+        seen = []
+        for message in _drain(messages, time.monotonic() + 20):
+            assert not isinstance(message, Exception), message
+            if message.WhichOneof("part") == "lease":
+                seen.append(orjson.loads(message.lease.record.data)["n"])
+                break
+        again.set()
+        assert seen == [1]
