@@ -319,7 +319,10 @@ class Entitlements:
 
         def run() -> None:
             while not self._stop.wait(interval_s):
-                self.reload()
+                try:
+                    self.reload()
+                except Exception:  # a listener's bug: say it, and keep following the file
+                    log.exception("applying reloaded entitlements failed; still watching")
 
         thread = threading.Thread(target=run, name="sow-entitlements", daemon=True)
         thread.start()
