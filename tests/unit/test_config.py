@@ -235,7 +235,7 @@ def test_a_timeout_must_be_a_positive_number_of_seconds(
 
 def test_the_docs_table_is_the_settings() -> None:
     """docs/operations.md shows the table derived from the settings' one definition."""
-    from processor.config import settings_table
+    from processor.config.docs import settings_table
 
     assert settings_table() in Path("docs/operations.md").read_text()
 
@@ -245,7 +245,7 @@ def test_the_chart_schema_types_the_values_that_set_settings() -> None:
     from the setting (its choices, its bounds)."""
     import json
 
-    from processor.config import helm_schema
+    from processor.config.docs import helm_schema
 
     schema = json.loads(Path("helm/kafka-sow/values.schema.json").read_text())
     for path, expected in helm_schema().items():

@@ -373,6 +373,7 @@ def test_a_start_takes_the_brokers_protocol_and_assignment_unless_one_is_set(
     """What the broker implies, unless the settings say; resolved at start, it goes to
     ``sow serve``'s processor child too."""
     from processor import app as application
+    from processor.app import backend
     from processor.topology.model import SowTopic, Topology
 
     class FakeBroker:
@@ -387,8 +388,8 @@ def test_a_start_takes_the_brokers_protocol_and_assignment_unless_one_is_set(
             pass
 
     setattr(FakeBroker, setting, broker)
-    monkeypatch.setattr(application, "start_broker", lambda *a, **k: FakeBroker())
-    monkeypatch.setattr(application, "ensure_topics", lambda *a, **k: None)
+    monkeypatch.setattr(backend, "start_broker", lambda *a, **k: FakeBroker())
+    monkeypatch.setattr(backend, "ensure_topics", lambda *a, **k: None)
     topology = Topology({"ORDERS": SowTopic("ORDERS", keys=("/id",))})
     settings = Settings(**{setting: asked})
     started = application.start(settings, topology=topology, processor=False, service=False)

@@ -95,6 +95,10 @@ which the kubelet expands. */}}
   value: {{ printf "0.0.0.0:%v" .Values.metrics.port | quote }}
 - name: SOW_DEAD_LETTER_TOPIC
   value: {{ .Values.deadLetterTopic | quote }}
+- name: SOW_REPLICATION_FACTOR
+  value: {{ .Values.kafka.replicationFactor | quote }}
+- name: SOW_MIN_INSYNC_REPLICAS
+  value: {{ .Values.kafka.minInsyncReplicas | quote }}
 {{- with include "kafka-sow.kafkaProperties" . }}
 - name: SOW_KAFKA_PROPERTIES
   value: {{ . | quote }}

@@ -54,13 +54,21 @@ _PR_SET_PDEATHSIG = 1
 
 
 def server_properties(
-    data: Path, port: int, controller_port: int, overrides: Mapping[str, str] | None = None
+    data: Path,
+    port: int,
+    controller_port: int,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    node_id: int = 1,
+    voters: str | None = None,
 ) -> dict[str, str]:
-    """The broker's configuration: one combined broker+controller node on loopback."""
+    """The broker's configuration: a combined broker+controller node on loopback, alone
+    (``voters`` None) or one of the static controller quorum ``voters``
+    (``id@host:port,...``, :mod:`processor.log.broker.cluster`)."""
     properties = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -136,6 +144,18 @@ class EmbeddedKafka:
         if port is not None:
             self._port = port
         self._process: subprocess.Popen[bytes] | None = None
+        #: Set by :meth:`join` for a member of a cluster: its node id, the quorum's
+        #: voters and the cluster id every member's log is formatted with.
+        self.node_id = 1
+        self._voters: str | None = None
+        self._cluster_id: str | None = None
+
+    def join(self, node_id: int, voters: str, cluster_id: str) -> None:
+        """Make this node member ``node_id`` of a cluster whose controller quorum is
+        ``voters`` (before its first start; :mod:`processor.log.broker.cluster`)."""
+        if self.security is not None:
+            raise BrokerError("a secured embedded Apache Kafka runs as one node only")
+        self.node_id, self._voters, self._cluster_id = node_id, voters, cluster_id
 
     @property
     def bootstrap_servers(self) -> str:
@@ -149,6 +169,15 @@ class EmbeddedKafka:
         return f"127.0.0.1:{self._mtls_port}"
 
     @property
+    def controller_port(self) -> int:
+        return self._controller_port
+
+    @property
+    def running(self) -> bool:
+        """True while the JVM this object started has not exited."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
     def admin_properties(self) -> dict[str, str]:
         """librdkafka properties of the broker's super user ({} when not secured)."""
         return {} if self.security is None else self.security.admin_properties()
@@ -160,7 +189,8 @@ class EmbeddedKafka:
     @property
     def description(self) -> str:
         return (
-            f"embedded Apache Kafka {self._version} (KRaft, one node) at "
+            f"embedded Apache Kafka {self._version} (KRaft, "
+            f"{'one node' if self._voters is None else f'node {self.node_id} of a cluster'}) at "
             f"{self.bootstrap_servers}, log in {self.data_dir}"
         )
 
@@ -210,6 +240,14 @@ class EmbeddedKafka:
     def start(self, timeout_s: float = 90.0) -> EmbeddedKafka:
         """Start the broker (formatting its storage the first time) and wait until it
         answers; returns self. BrokerError, naming the file to read, when it does not."""
+        formatted = self.launch()
+        self.await_answer(timeout_s, formatted)
+        return self
+
+    def launch(self) -> bool:
+        """Start the JVM (formatting the log the first time) without waiting for it to
+        answer (a cluster's members start together: none answers before the quorum
+        forms). Returns whether the log was formatted before."""
         java = require_java()
         jars = classpath(self._version)
         self._directory.mkdir(parents=True, exist_ok=True)
@@ -221,7 +259,12 @@ class EmbeddedKafka:
                 self._directory, self._port, self._mtls_port, self._controller_port
             )
         properties = server_properties(
-            self.data_dir, self._port, self._controller_port, {**secured, **self._overrides}
+            self.data_dir,
+            self._port,
+            self._controller_port,
+            {**secured, **self._overrides},
+            node_id=self.node_id,
+            voters=self._voters,
         )
         config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
         formatted = (self.data_dir / "meta.properties").exists()
@@ -258,6 +301,11 @@ class EmbeddedKafka:
                 {"broker": self._port, "controller": self._controller_port, "mtls": self._mtls_port}
             )
         )
+        return formatted
+
+    def await_answer(self, timeout_s: float = 90.0, formatted: bool = True) -> None:
+        """Wait until the launched JVM answers (then create the SCRAM users of a secured
+        log formatted by an earlier start); kill it and raise BrokerError if it does not."""
         try:
             self._wait_until_answers(timeout_s)
             if formatted and self.security is not None:
@@ -266,7 +314,6 @@ class EmbeddedKafka:
             self.kill()
             raise
         log.info("started %s", self.description)
-        return self
 
     def stop(self, grace_s: float = 20.0) -> None:
         process, self._process = self._process, None
@@ -293,6 +340,18 @@ class EmbeddedKafka:
             process.kill()
             process.wait(30)
 
+    def pause(self) -> None:
+        """SIGSTOP the JVM: alive but silent (a slow broker, for fault tests)."""
+        if self.running:
+            assert self._process is not None
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused JVM (harmless when it is not paused)."""
+        if self.running:
+            assert self._process is not None
+            self._process.send_signal(signal.SIGCONT)
+
     def _choose_ports(self) -> tuple[int, int, int]:
         """The ports (client, controller, mTLS) of the last start when all are free
         again, else free ones (the mTLS one is used only when secured)."""
@@ -310,7 +369,7 @@ class EmbeddedKafka:
         return chosen[0], chosen[1], chosen[2]
 
     def _format(self, java: str, jars: str, config: Path) -> None:
-        cluster = new_cluster_id()
+        cluster = self._cluster_id or new_cluster_id()
         answer = subprocess.run(
             [
                 java,

@@ -30,6 +30,7 @@ from processor.errors import (
 from processor.log import (
     TopicSpec,
 )
+from processor.log.replication import Replication
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +252,9 @@ def producer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
         **BASE,
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
+        # What idempotence implies, said outright: a write is acknowledged once every
+        # in-sync replica (at least min.insync.replicas) has it.
+        "acks": "all",
         "linger.ms": 5,
         "batch.num.messages": 10000,
         "queue.buffering.max.messages": 1000000,
@@ -261,8 +265,17 @@ def producer_settings(bootstrap: str, **extra: Any) -> dict[str, Any]:
     return settings
 
 
-def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> None:
-    """Create missing topics; check existing ones have the partition count asked for.
+def ensure_topics(
+    bootstrap: str,
+    specs: Sequence[TopicSpec],
+    timeout_s: float = 30.0,
+    *,
+    replication: Replication | None = None,
+) -> None:
+    """Create missing topics with the ``replication`` the cluster's size resolves
+    (:meth:`Replication.resolve`; ``min.insync.replicas`` set on each topic of more than
+    one copy); check existing ones have the partition count asked for, and warn about one
+    with fewer copies than asked (Kafka does not add them by itself).
     KafkaSecurityError when the broker refuses this client's credentials or an ACL the
     start needs (Describe or Create on a topic)."""
     refusals = Refusals("this start (topic creation)")
@@ -276,11 +289,13 @@ def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float =
             f"properties given in SOW_KAFKA_PROPERTIES ({sorted(_client_properties)})"
         ) from exc
     try:
-        existing = list_topics(admin, refusals, timeout_s).topics
+        metadata = list_topics(admin, refusals, timeout_s)
     except KafkaSecurityError:
         raise
     except BrokerError as exc:
         raise BrokerError(f"cannot list topics at {bootstrap}: {exc}") from exc
+    existing = metadata.topics
+    factor, min_insync = (replication or Replication()).resolve(len(metadata.brokers))
     missing = []
     for spec in specs:
         found = existing.get(spec.name)
@@ -291,10 +306,16 @@ def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float =
                 f"topic {spec.name} has {len(found.partitions)} partitions but the topology "
                 f"asks for {spec.partitions}; change the topology or recreate the topic"
             )
+        else:
+            _warn_if_fewer_copies(spec.name, found, factor)
     if not missing:
         return
+    replicated = {"min.insync.replicas": str(min_insync)} if factor > 1 else {}
     futures = admin.create_topics(
-        [NewTopic(s.name, s.partitions, 1, config=dict(s.config)) for s in missing],
+        [
+            NewTopic(s.name, s.partitions, factor, config={**replicated, **s.config})
+            for s in missing
+        ],
         operation_timeout=timeout_s,
     )
     for name, future in futures.items():
@@ -322,6 +343,21 @@ def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec], timeout_s: float =
                 raise refused
         time.sleep(0.1)
     raise BrokerError(f"topics {sorted(names)} did not appear within {timeout_s:.0f}s")
+
+
+def _warn_if_fewer_copies(name: str, topic: Any, factor: int) -> None:
+    """Log once per start that an existing topic has fewer replicas than asked for."""
+    copies = min((len(p.replicas) for p in topic.partitions.values()), default=factor)
+    if copies < factor:
+        log.warning(
+            "topic %s has %d cop%s but the replication factor asked for is %d; Kafka does "
+            "not add replicas to an existing topic: reassign its partitions "
+            "(kafka-reassign-partitions) or recreate it",
+            name,
+            copies,
+            "y" if copies == 1 else "ies",
+            factor,
+        )
 
 
 def _close_producer(producer: Producer, timeout_s: float = 5.0) -> None:

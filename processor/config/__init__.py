@@ -2,13 +2,23 @@
 
 Each setting is defined once, in :class:`Settings`, with its environment variable, what it
 means, how its text is read and, when the Helm chart sets it, its chart value: the
-environment names, the table of docs/operations.md (:func:`settings_table`;
+environment names, the table of docs/operations.md (:func:`processor.config.docs.settings_table`;
 ``python -m processor.config`` prints it) and the chart's values schema
 (:func:`helm_schema`) are derived from there, and tests hold them to it.
 
 ``embedded_broker`` picks the broker ``sow serve`` starts when no bootstrap servers are given:
 ``auto`` starts the embedded Apache Kafka when Java 17+ is installed, else the embedded Tansu
 broker (memory only); ``kafka`` or ``tansu`` insist on one (processor/log/broker/).
+
+``embedded_brokers=3`` starts the embedded Apache Kafka as a cluster of three KRaft
+members on loopback (each its own log directory under ``<state dir>/kafka``, a controller
+quorum of three), where a broker may die without losing an acknowledged write
+(docs/reliability.md). ``replication_factor`` and ``min_insync_replicas`` are the copies of
+every topic the product creates (changelogs, repartition, dead-letter, view and queue
+topics) and how many must hold a write before it is acknowledged; every producer is
+idempotent with ``acks=all``. Left unset they follow the cluster: as many copies as
+brokers, at most 3, and 2 in sync once there are 3; ``sow check-config`` warns when an
+external cluster would get a single copy.
 
 ``kafka_properties`` go into every Kafka client the product makes (consumers, producers,
 admin), after the product's own settings: security (``security.protocol=SASL_SSL;
@@ -48,7 +58,6 @@ fences it (docs/scaling.md, "One owner per partition").
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -119,6 +128,43 @@ class Settings:
             "`auto`; or `kafka`, `tansu`",
             "choice",
             EMBEDDED_BROKERS,
+        ),
+    )
+    embedded_brokers: int = _setting(
+        1,
+        Spec(
+            "SOW_EMBEDDED_BROKERS",
+            "members of the embedded Apache Kafka: 3 runs a replicated cluster (below)",
+            "`1`",
+            "whole",
+            bounds=(1, 5),
+            unit="brokers",
+        ),
+    )
+    #: None: the cluster's size up to 3 (``processor.log.Replication``).
+    replication_factor: int | None = _setting(
+        None,
+        Spec(
+            "SOW_REPLICATION_FACTOR",
+            "copies of every topic the product creates (below)",
+            "the number of brokers, at most 3",
+            "whole",
+            bounds=(1, 32),
+            unit="replicas",
+            helm="kafka.replicationFactor",
+        ),
+    )
+    #: None: 2 with 3 copies or more, else 1 (``processor.log.Replication``).
+    min_insync_replicas: int | None = _setting(
+        None,
+        Spec(
+            "SOW_MIN_INSYNC_REPLICAS",
+            "copies that must hold a write before it is acknowledged (below)",
+            "2 with 3 copies or more, else 1",
+            "whole",
+            bounds=(1, 32),
+            unit="replicas",
+            helm="kafka.minInsyncReplicas",
         ),
     )
     topology: Path = _setting(
@@ -424,37 +470,6 @@ _READ: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-def settings_table() -> str:
-    """The settings as the markdown table of docs/operations.md."""
-    rows = ["| setting | environment variable | default | meaning |", "| --- | --- | --- | --- |"]
-    rows += [
-        f"| {name} | {spec.env} | {spec.default_text} | {spec.meaning} |"
-        for name, spec in specs_by_name().items()
-    ]
-    return "\n".join(rows) + "\n"
-
-
-def helm_schema() -> dict[str, dict[str, Any]]:
-    """The JSON schema of each chart value that sets a setting, by its dotted path."""
-    out: dict[str, dict[str, Any]] = {}
-    for spec in specs_by_name().values():
-        if not spec.helm:
-            continue
-        if spec.kind == "choice":
-            out[spec.helm] = {"type": "string", "enum": list(spec.choices)}
-        elif spec.kind == "methods":
-            items = {"type": "string", "enum": list(spec.choices)}
-            out[spec.helm] = {"type": "array", "items": items, "uniqueItems": True}
-        elif spec.kind == "whole":
-            least, most = spec.bounds
-            out[spec.helm] = {"type": "integer", "minimum": least}
-            if most is not None:
-                out[spec.helm]["maximum"] = most
-        else:
-            out[spec.helm] = {"type": "string", "minLength": 1}
-    return out
-
-
 def parse_kafka_properties(text: str) -> dict[str, str]:
     """``key=value;key=value`` (blank entries ignored) as a map, or a ConfigurationError
     naming the entry that is not ``key=value``. Values may contain ``=``; keys are
@@ -473,7 +488,3 @@ def parse_kafka_properties(text: str) -> dict[str, str]:
             )
         properties[key] = value.strip()
     return properties
-
-
-if __name__ == "__main__":
-    sys.stdout.write(settings_table())
