@@ -17,7 +17,14 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
-from processor.log.broker import EMBEDDED_ENV, Broker, EmbeddedKafka, TansuBroker, start_broker
+from processor.log.broker import (
+    EMBEDDED_ENV,
+    Broker,
+    EmbeddedKafka,
+    EmbeddedKafkaCluster,
+    TansuBroker,
+    start_broker,
+)
 
 _counter = itertools.count()
 
@@ -99,6 +106,34 @@ def own_broker() -> Iterator[StartOwnBroker]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(broker.pid, signal.SIGCONT)
             broker.stop()
+
+
+#: Starts a cluster of the test's own (three Apache Kafka members unless told, new logs,
+#: :data:`TEST_BROKER_SETTINGS` plus the given properties) and waits until all answer.
+StartOwnCluster = Callable[..., EmbeddedKafkaCluster]
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[StartOwnCluster]:
+    """Start embedded Apache Kafka clusters of the test's own, for tests of replication and
+    of broker faults; each is thawed and stopped at the end (skipped under Tansu, which
+    runs one node)."""
+    if os.environ.get(EMBEDDED_ENV, "").strip().lower() == "tansu":
+        pytest.skip("the embedded Tansu broker runs one node, not a cluster")
+    started: list[EmbeddedKafkaCluster] = []
+
+    def start(nodes: int = 3, overrides: Mapping[str, str] | None = None) -> EmbeddedKafkaCluster:
+        settings = {**TEST_BROKER_SETTINGS, **(overrides or {})}
+        cluster = EmbeddedKafkaCluster(nodes=nodes, overrides=settings)
+        started.append(cluster)
+        return cluster.start()
+
+    try:
+        yield start
+    finally:
+        gc.collect()
+        for cluster in started:
+            cluster.stop()
 
 
 #: Variants of tests that run in the heavy tier only (``pytest -m heavy``), to keep the
