@@ -1,0 +1,198 @@
+"""Exactly-once through broker faults on a replicated cluster (issue 33).
+
+Three embedded Apache Kafka members (replication factor 3, min in-sync 2). The CI smoke
+test kills the leader of an input partition while publishing and querying go on; the
+heavy tests (``python -m pytest -m heavy tests/integration/test_cluster_faults.py -s``)
+run the faults of docs/reliability.md under the load of :mod:`cluster_faults`, each ending
+with its checks, and print one ``FAULT`` line of figures per fault.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from processor.log.broker import EmbeddedKafkaCluster
+from processor.log.topics import topic_specs
+from processor.topology.model import SowTopic
+from tests.conftest import StartOwnCluster
+from tests.integration.cluster_faults import Figures, Workload
+from tests.integration.harness import namespaced, running_sow
+
+ORDERS = SowTopic("ORDERS", keys=("/id",), partitions=2)
+
+
+def test_publishing_and_querying_go_on_when_an_input_leader_dies(
+    own_cluster: StartOwnCluster, tmp_path: Path, unique: str
+) -> None:
+    cluster = own_cluster()
+    topology = namespaced(unique, ORDERS)
+    topic = topology.topics["ORDERS"]
+    with running_sow(cluster.bootstrap_servers, topology, tmp_path, unique) as (_, client):
+        specs = topic_specs(topology, f"{unique}.dead-letter")
+        _assert_replicated(cluster, [s.name for s in specs])
+        first = [orjson.dumps({"id": n, "v": 1}) for n in range(300)]
+        replies = list(client.publish_stream("ORDERS", first, ack="processed"))
+        assert not [r for r in replies if r.error_code]
+        leader = cluster.leader_of(topic.kafka_topic, 0)
+        cluster.node(leader).kill()
+        began = time.monotonic()
+        later = [orjson.dumps({"id": n, "v": 2}) for n in range(0, 300, 2)]
+        for data in later:
+            client.publish("ORDERS", data, ack="processed", timeout=30)
+        took = time.monotonic() - began
+        records, _, _ = client.query("ORDERS", batch_size=1000)
+        got = {orjson.loads(r.data)["id"]: orjson.loads(r.data)["v"] for r in records}
+        assert got == {n: 2 if n % 2 == 0 else 1 for n in range(300)}
+        assert cluster.leader_of(topic.kafka_topic, 0) != leader
+        print(f"150 publishes through the leader's death in {took:.1f} s")
+        cluster.start_node(leader)
+
+
+def _assert_replicated(cluster: EmbeddedKafkaCluster, names: list[str]) -> None:
+    """Every topic has three copies and min.insync.replicas=2."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    metadata = admin.list_topics(timeout=10)
+    for name in names:
+        copies = {len(p.replicas) for p in metadata.topics[name].partitions.values()}
+        assert copies == {3}, (name, copies)
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    for resource, future in admin.describe_configs(resources).items():
+        assert future.result(10)["min.insync.replicas"].value == "2", resource
+
+
+# -- heavy: each fault under load -------------------------------------------------------
+
+Fault = Callable[[Workload], list[Figures]]
+
+
+@pytest.fixture
+def workload(own_cluster: StartOwnCluster, tmp_path: Path, unique: str) -> Iterator[Workload]:
+    running = Workload(own_cluster(), tmp_path, unique)
+    try:
+        running.start()
+        time.sleep(5)  # steady load before the fault
+        yield running
+    finally:
+        running.close()
+
+
+def _finish(workload: Workload, figures: list[Figures]) -> None:
+    workload.wait_for_publishes(40)
+    workload.cluster.wait_fully_replicated()
+    time.sleep(3)
+    for figure in figures:
+        print(figure.line())
+    workload.verify()
+
+
+def _kill_and_restart(workload: Workload, node: int, fault: str, down_s: float) -> Figures:
+    """SIGKILL member ``node``, leave it down ``down_s`` (the load must go on: one
+    member down is within the replication), start it again and wait until it is back
+    in every in-sync replica set."""
+    cluster = workload.cluster
+    began = time.monotonic()
+    cluster.node(node).kill()
+    workload.wait_for_publishes(20)  # before the member returns
+    time.sleep(max(0.0, down_s - (time.monotonic() - began)))
+    cluster.start_node(node)
+    ended = time.monotonic()
+    cluster.wait_fully_replicated()
+    return workload.figures(fault, began, ended)
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_the_input_leader_then_the_coordinators_killed(workload: Workload) -> None:
+    cluster = workload.cluster
+    orders = workload.topology.topics["ORDERS"].kafka_topic
+    settings = workload.settings
+    figures = [_kill_and_restart(workload, cluster.leader_of(orders, 0), "input leader", 15)]
+    coordinator = cluster.transaction_coordinator(settings.transactional_id)
+    figures.append(_kill_and_restart(workload, coordinator, "transaction coordinator", 15))
+    group = _group_coordinator(cluster, settings.group_id)
+    figures.append(_kill_and_restart(workload, group, "group coordinator", 15))
+    _finish(workload, figures)
+
+
+def _group_coordinator(cluster: EmbeddedKafkaCluster, group: str) -> int:
+    """The group's coordinator as the broker names it (and as the hash finds it)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert described.coordinator.id == cluster.group_coordinator(group)
+    return int(described.coordinator.id)
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_a_broker_frozen_for_30s(workload: Workload) -> None:
+    cluster = workload.cluster
+    node = cluster.leader_of(workload.topology.topics["ORDERS"].kafka_topic, 0)
+    began = time.monotonic()
+    cluster.node(node).pause()
+    try:
+        time.sleep(30)
+    finally:
+        cluster.node(node).resume()
+    figures = [workload.figures("one broker frozen 30 s (SIGSTOP)", began, time.monotonic())]
+    _finish(workload, figures)
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(1200)
+def test_a_rolling_restart_under_load(workload: Workload) -> None:
+    cluster = workload.cluster
+    began = time.monotonic()
+    for node in (1, 2, 3):
+        cluster.node(node).stop()  # a controlled shutdown (SIGTERM)
+        cluster.start_node(node)
+        cluster.wait_fully_replicated()
+    figures = [workload.figures("rolling restart", began, time.monotonic())]
+    _finish(workload, figures)
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_two_brokers_down_then_back(workload: Workload) -> None:
+    cluster = workload.cluster
+    app = workload.app
+    assert app is not None
+    began = time.monotonic()
+    cluster.node(2).kill()
+    cluster.node(3).kill()
+    deadline = began + 10
+    while app.readiness() is None:
+        assert time.monotonic() < deadline, "still ready 10 s after two of three brokers died"
+        time.sleep(0.1)
+    print(f"not ready after {time.monotonic() - began:.1f} s: {app.readiness()}")
+    time.sleep(max(0.0, began + 25 - time.monotonic()))
+    cluster.node(2).start(120)
+    cluster.node(3).start(120)
+    cluster.wait_for_brokers(3, 120)
+    ended = time.monotonic()
+    figures = workload.figures("two brokers down 25 s", began, ended)
+    assert figures.refused > 0, "no publish was refused while writes could not be replicated"
+    errors = [o.error for o in workload.outcomes if o.error]
+    print("errors:", collections.Counter(e[:120] for e in errors).most_common(3))
+    deadline = time.monotonic() + 60
+    while app.readiness() is not None:
+        assert time.monotonic() < deadline, f"not ready 60 s after: {app.readiness()}"
+        time.sleep(0.2)
+    _finish(workload, [figures])
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_the_active_controller_killed(workload: Workload) -> None:
+    cluster = workload.cluster
+    controller = cluster.active_controller()
+    assert controller > 0
+    figures = [_kill_and_restart(workload, controller, "active controller", 15)]
+    assert cluster.active_controller() not in (-1,)
+    _finish(workload, figures)
