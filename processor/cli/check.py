@@ -2,7 +2,9 @@
 
 One JSON line per topic (what the product does with it) and per view, conflated topic or
 queue (its parsed settings, and that ``sow serve`` refuses it until its issue lands), and
-one for the security the topology names (its entitlements file and logon).
+one for the security the topology names (its entitlements file and logon); then the
+replication ``sow serve`` would give the topics it creates, with a warning when an external
+cluster would keep a single copy (:func:`replication_summary`).
 """
 
 from __future__ import annotations
@@ -10,13 +12,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
 import orjson
 
+from processor.config import Settings
+from processor.errors import BrokerError
 from processor.keys import key_function
+from processor.log.replication import MAX_DEFAULT_REPLICATION, Replication
 from processor.messages import codec_for
 from processor.topology.loader import load_topology
 from processor.topology.model import (
@@ -199,13 +205,93 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             f"{len(topology.plain_topics)} plain topics{refused})\n"
         )
     from processor.cli.security_commands import security_summary
-    from processor.config import Settings
 
-    settings = Settings.from_env()  # the environment's, as sow serve's
+    # the environment's, as sow serve's
+    settings = Settings.from_env(bootstrap_servers=getattr(args, "bootstrap_servers", None))
     for path, topology in secured:  # each under the settings, which win
         for said in security_summary(settings, topology):
             sys.stderr.write(f"{path}: {said}\n")
     if not secured:
         for said in security_summary(settings):
             sys.stderr.write(said + "\n")
+    for said in replication_summary(settings):
+        sys.stderr.write(said + "\n")
     return 0
+
+
+#: How long check-config waits for an external cluster to say how many brokers it has.
+ASK_TIMEOUT_S = 3.0
+#: What to set on a cluster that can keep copies (docs/operations.md, "Replication").
+ADVICE = (
+    "set SOW_REPLICATION_FACTOR=3 and SOW_MIN_INSYNC_REPLICAS=2 on a cluster of 3 brokers "
+    "or more (or leave both unset there: they follow its size)"
+)
+
+
+def replication_summary(
+    settings: Settings, count: Callable[[str, float], int] | None = None
+) -> list[str]:
+    """The replication ``sow serve`` would give every topic it creates, one line, and a
+    line starting ``warning:`` when an external cluster would keep one copy (the settings
+    say 1, or leave it to a cluster of one broker) or has fewer brokers than copies asked.
+    ``count`` asks the cluster its size (default :func:`broker_count`, with a short
+    timeout; a cluster that does not answer is said, not failed). ConfigurationError when
+    no write could succeed (more in sync than copies) or the embedded broker cannot hold
+    the copies asked."""
+    factor, in_sync = settings.replication_factor, settings.min_insync_replicas
+    if factor is not None and in_sync is not None:
+        Replication(factor, in_sync).resolve(factor)  # more in sync than copies: refused
+    bootstrap = settings.bootstrap_servers
+    if not bootstrap:
+        nodes = settings.embedded_brokers
+        copies, least = Replication(factor, in_sync).resolve(nodes)  # as sow serve would
+        cluster = f"a cluster of {nodes} nodes" if nodes > 1 else "a single node"
+        return [
+            f"replication: {copies} cop{'y' if copies == 1 else 'ies'} of every topic the "
+            f"product creates, {least} in sync (the embedded Apache Kafka, {cluster})"
+        ]
+    lines: list[str] = []
+    unasked = ""
+    try:
+        from processor.log.kafka.brokers import broker_count
+
+        brokers: int | None = (count or broker_count)(bootstrap, ASK_TIMEOUT_S)
+    except BrokerError as exc:
+        brokers, unasked = None, f"could not ask {bootstrap} how many brokers it has ({exc})"
+    if brokers is None and factor is None:
+        said = f"{in_sync} in sync" if in_sync is not None else "2 in sync once there are 3"
+        lines.append(
+            f"replication: {unasked}: every topic the product creates will get as many "
+            f"copies as it has brokers, at most {MAX_DEFAULT_REPLICATION}, {said}"
+        )
+        return lines
+    copies = factor or min(brokers or 1, MAX_DEFAULT_REPLICATION)
+    _, least_in_sync = Replication(copies, in_sync).resolve(copies)  # refused as above
+    source = (
+        "SOW_REPLICATION_FACTOR"
+        if factor is not None
+        else f"{bootstrap} has {brokers} broker{'s' if brokers != 1 else ''}"
+    )
+    if brokers is None:
+        source += f"; {unasked}"
+    lines.append(
+        f"replication: {copies} cop{'y' if copies == 1 else 'ies'} of every topic the "
+        f"product creates, {least_in_sync} in sync ({source})"
+    )
+    if copies == 1:
+        why = (
+            "SOW_REPLICATION_FACTOR=1 is set"
+            if factor is not None
+            else f"{bootstrap} has one broker and SOW_REPLICATION_FACTOR is unset"
+        )
+        lines.append(
+            f"warning: {why}: every topic the product creates keeps a single copy, and a "
+            f"broker lost loses acknowledged writes; {ADVICE}"
+        )
+    if brokers is not None and copies > brokers:
+        lines.append(
+            f"warning: SOW_REPLICATION_FACTOR={copies} but {bootstrap} lists {brokers} live "
+            f"broker{'s' if brokers != 1 else ''}: sow serve cannot create its topics until "
+            f"{copies} are up; set SOW_REPLICATION_FACTOR to at most {brokers}, or add brokers"
+        )
+    return lines

@@ -476,6 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
         "will do with it, and exit 3 at the first problem, naming the file and the place.",
     )
     check.add_argument("paths", nargs="+", type=Path, help="topology files or directories")
+    check.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="the Kafka cluster sow serve would use (default: KAFKA_BOOTSTRAP_SERVERS): asked "
+        "how many brokers it has, to say the replication its topics would get",
+    )
     evaluate = sub.add_parser(
         "eval",
         help="Evaluate an AMPS expression against a message.",

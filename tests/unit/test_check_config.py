@@ -81,3 +81,149 @@ def test_each_topic_states_the_delivery_order_it_gets(tmp_path: Path) -> None:
     assert order["A"].startswith("per SowKey")
     assert "partitions: 1" in order["A"]
     assert order["B"] == "publish order (one partition)"
+
+
+def _replication(count: int | None = None, **environ: str) -> list[str]:
+    """replication_summary's lines for the environment ``environ``, on a cluster of
+    ``count`` brokers (None: one that does not answer)."""
+    from processor.cli.check import replication_summary
+    from processor.config import Settings
+    from processor.errors import BrokerError
+
+    def ask(bootstrap: str, timeout_s: float) -> int:
+        assert timeout_s <= 5  # a short question: check-config stays quick
+        if count is None:
+            raise BrokerError("no answer within 3s")
+        return count
+
+    return replication_summary(Settings.from_env(environ), ask)
+
+
+EXTERNAL = {"KAFKA_BOOTSTRAP_SERVERS": "k1:9092,k2:9092"}
+
+
+@pytest.mark.parametrize(
+    ("count", "environ", "said", "warned"),
+    [
+        (
+            3,
+            {},
+            "3 copies of every topic the product creates, 2 in sync "
+            "(k1:9092,k2:9092 has 3 brokers)",
+            "",
+        ),
+        (
+            5,
+            {"SOW_REPLICATION_FACTOR": "2"},
+            "2 copies of every topic the product creates, 1 in sync (SOW_REPLICATION_FACTOR)",
+            "",
+        ),
+        (
+            1,
+            {},
+            "1 copy of every topic the product creates, 1 in sync (k1:9092,k2:9092 has 1 broker)",
+            "k1:9092,k2:9092 has one broker and SOW_REPLICATION_FACTOR is unset",
+        ),
+        (3, {"SOW_REPLICATION_FACTOR": "1"}, "1 copy", "SOW_REPLICATION_FACTOR=1 is set"),
+        (
+            None,
+            {"SOW_REPLICATION_FACTOR": "1"},
+            "could not ask k1:9092,k2:9092 how many brokers it has (no answer within 3s)",
+            "SOW_REPLICATION_FACTOR=1 is set",
+        ),
+        (
+            None,
+            {},
+            "could not ask k1:9092,k2:9092 how many brokers it has (no answer within 3s): "
+            "every topic the product creates will get as many copies as it has brokers, "
+            "at most 3, 2 in sync once there are 3",
+            "",
+        ),
+        (
+            2,
+            {"SOW_REPLICATION_FACTOR": "3"},
+            "3 copies",
+            "SOW_REPLICATION_FACTOR=3 but k1:9092,k2:9092 lists 2 live brokers",
+        ),
+    ],
+)
+def test_check_config_says_the_replication_and_warns_of_a_single_copy(
+    count: int | None, environ: dict[str, str], said: str, warned: str
+) -> None:
+    lines = _replication(count, **EXTERNAL, **environ)
+    assert lines[0].startswith("replication: "), lines
+    assert said in lines[0], lines
+    warnings = [line for line in lines if line.startswith("warning: ")]
+    if not warned:
+        assert warnings == [], lines
+        return
+    assert len(warnings) == 1, lines
+    assert warned in warnings[0], lines
+    if "one broker" in warned or "=1 " in warned:
+        # what to set, and why one copy is a risk
+        assert "set SOW_REPLICATION_FACTOR=3 and SOW_MIN_INSYNC_REPLICAS=2" in warnings[0]
+        assert "loses acknowledged writes" in warnings[0]
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_the_embedded_broker_is_never_asked_nor_warned_about(nodes: int) -> None:
+    lines = _replication(None, SOW_EMBEDDED_BROKERS=str(nodes))  # asking would fail
+    copies, in_sync = (1, 1) if nodes == 1 else (3, 2)
+    assert lines == [
+        f"replication: {copies} cop{'y' if copies == 1 else 'ies'} of every topic the product "
+        f"creates, {in_sync} in sync (the embedded Apache Kafka, "
+        + ("a single node)" if nodes == 1 else "a cluster of 3 nodes)")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("count", "environ"),
+    [
+        (3, {**EXTERNAL, "SOW_REPLICATION_FACTOR": "2", "SOW_MIN_INSYNC_REPLICAS": "3"}),
+        (None, {**EXTERNAL, "SOW_REPLICATION_FACTOR": "2", "SOW_MIN_INSYNC_REPLICAS": "3"}),
+        (1, {**EXTERNAL, "SOW_MIN_INSYNC_REPLICAS": "2"}),  # one copy, two in sync
+        (None, {"SOW_MIN_INSYNC_REPLICAS": "2"}),  # on the embedded single node
+    ],
+)
+def test_more_in_sync_than_copies_is_an_error(count: int | None, environ: dict[str, str]) -> None:
+    from processor.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="no write could ever succeed"):
+        _replication(count, **environ)
+
+
+def _check_env(**environ: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "SOW_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "processor.cli", "check-config", "topologies/orders.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**env, **environ},
+    )
+
+
+def test_an_unreachable_cluster_is_said_quickly_and_the_check_passes() -> None:
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    began = time.monotonic()
+    done = _check_env(KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{port}", SOW_REPLICATION_FACTOR="1")
+    assert time.monotonic() - began < 20
+    assert done.returncode == 0, done.stderr
+    assert f"could not ask 127.0.0.1:{port} how many brokers it has" in done.stderr
+    assert "warning: SOW_REPLICATION_FACTOR=1 is set" in done.stderr
+    assert "%3|" not in done.stderr  # librdkafka's own lines stay out
+
+
+def test_more_in_sync_than_copies_fails_the_check() -> None:
+    done = _check_env(SOW_REPLICATION_FACTOR="2", SOW_MIN_INSYNC_REPLICAS="3")
+    assert done.returncode == 3, done.stderr
+    assert "min in-sync replicas (3) exceed the replication factor (2)" in done.stderr
+    assert "SOW_MIN_INSYNC_REPLICAS to at most 2" in done.stderr
