@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import random
 import threading
 import time
@@ -102,6 +103,9 @@ class Figures:
     fault: str
     began: float = 0.0
     ended: float = 0.0
+    #: The longest wait between two successful publishes of one partition, from the
+    #: fault's start until 20 s after its end: how long writes stalled.
+    stall_s: float = 0.0
     not_ready_s: float = 0.0
     not_ready_after_s: float | None = None
     ready_again_after_s: float | None = None
@@ -117,8 +121,9 @@ class Figures:
 
         return (
             f"FAULT {self.fault}: {self.published} publishes, {self.refused} refused "
-            f"{collections.Counter(self.errors).most_common(2)}; resumed "
-            f"{seconds(self.resumed_after_s)} s after the fault ended; worst publish -> "
+            f"{collections.Counter(self.errors).most_common(2)}; writes stalled at most "
+            f"{self.stall_s:.1f} s; first success {seconds(self.resumed_after_s)} s after "
+            f"the fault ended; worst publish -> "
             f"visible {self.worst_visible_s:.2f} s; not ready {self.not_ready_s:.1f} s (went "
             f"false {seconds(self.not_ready_after_s)} s after the fault began, true "
             f"{seconds(self.ready_again_after_s)} s after it ended)"
@@ -249,17 +254,18 @@ class Workload:
         """What the load saw from ``began`` (fault injected) to ``ended`` (fault over)
         and after: publishes refused, the first success after the end, readiness."""
         figures = Figures(fault, began, ended)
-        during = [o for o in self.outcomes if o.sent + o.took >= began]
+        during = [o for o in self.outcomes if began <= o.sent + o.took <= ended + 20]
         figures.published = len(during)
         refused = [o for o in during if o.error]
         figures.refused = len(refused)
         figures.errors = [o.error.split(":", 1)[0] for o in refused]
         ok = [o for o in during if o.position is not None]
         figures.worst_visible_s = max((o.took for o in ok), default=0.0)
+        figures.stall_s = _longest_stall(self.outcomes, began, ended + 20)
         resumed = [o.sent + o.took for o in ok if o.sent + o.took >= ended]
         if resumed:
             figures.resumed_after_s = max(0.0, min(resumed) - ended)
-        samples = [(t, r) for t, r in self.readiness if t >= began]
+        samples = [(t, r) for t, r in self.readiness if began <= t <= ended + 20]
         figures.not_ready_s = 0.2 * sum(1 for _, r in samples if r is not None)
         first_false = next((t for t, r in samples if r is not None), None)
         if first_false is not None:
@@ -319,10 +325,10 @@ class Workload:
         self.client.close()
         self.app.stop()
         self.app = None
-        topic = self.topology.topics["ORDERS"]
-        stores = by_id(store_contents(self.settings.state_dir, topic))
+        orders = self.topology.topics["ORDERS"]
+        stores = by_id(store_contents(self.settings.state_dir, orders))
         assert stores == folded, _difference(stores, folded)
-        applied = self._changelog(topic.changelog_topic)
+        applied = self._changelog(orders.changelog_topic)
         missing = [o.position for o in acked if o.position not in applied]
         assert not missing, f"{len(missing)} acknowledged publishes never applied: {missing[:5]}"
 
@@ -420,6 +426,20 @@ class Workload:
                 self.client.close()
             self.app.stop()
             self.app = None
+
+
+def _longest_stall(outcomes: list[Outcome], began: float, until: float) -> float:
+    """The longest time between successive successful publishes of one partition in
+    [began, until] (the window's edges count as successes)."""
+    done: dict[int, list[float]] = collections.defaultdict(list)
+    for o in outcomes:
+        if o.position is not None and began <= o.sent + o.took <= until:
+            done[o.position[1]].append(o.sent + o.took)
+    worst = 0.0
+    for times in done.values():
+        edges = [began, *sorted(times), until]
+        worst = max(worst, *(b - a for a, b in itertools.pairwise(edges)))
+    return worst
 
 
 def by_id(records: dict[bytes, bytes]) -> dict[int, bytes]:
