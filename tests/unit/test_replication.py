@@ -219,3 +219,18 @@ def test_every_producer_gets_its_settings_from_producer_settings() -> None:
                 assert literal not in text, f"{where} sets {literal} outside producer_settings"
     # the publisher, the processor's transactional producer, the static fence
     assert len(made) >= 3, made
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [{"enable.idempotence": "false"}, {"acks": "1"}, {"request.required.acks": "0"}],
+)
+def test_deployment_properties_cannot_weaken_the_producers_acks(
+    properties: dict[str, str],
+) -> None:
+    from processor.log.kafka.settings import use_client_properties
+
+    with pytest.raises(ConfigurationError, match="acks=all"):
+        use_client_properties(properties)
+    use_client_properties({"acks": "all", "enable.idempotence": "true"})
+    use_client_properties({})

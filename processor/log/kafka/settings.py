@@ -36,7 +36,11 @@ log = logging.getLogger(__name__)
 
 
 #: Settings every client gets; quiet librdkafka's connection chatter to errors only.
-BASE = {"log_level": 3, "socket.keepalive.enable": True}
+#: ``socket.timeout.ms``: a request to a broker that stopped answering (frozen, or cut off
+#: without a reset) fails after 10 s rather than librdkafka's 60, so the client asks the
+#: cluster again and finds the partition's new leader (docs/reliability.md: a member
+#: frozen for 30 s stalled writes for the whole 30 s before).
+BASE = {"log_level": 3, "socket.keepalive.enable": True, "socket.timeout.ms": 10_000}
 #: Properties the deployment adds to every client (security, TLS): set once at start by
 #: :func:`use_client_properties`, applied after the product's own settings.
 _client_properties: dict[str, str] = {}
@@ -44,7 +48,20 @@ _client_properties: dict[str, str] = {}
 
 def use_client_properties(properties: Mapping[str, str]) -> None:
     """Add ``properties`` (librdkafka names) to every client built from now on, replacing
-    any given before (``Settings.kafka_properties``; the processor child gets them too)."""
+    any given before (``Settings.kafka_properties``; the processor child gets them too).
+    ConfigurationError for a property that would weaken what a write's acknowledgement
+    means: every producer is idempotent and waits for every in-sync replica."""
+    weakened = {
+        key: value
+        for key, value in properties.items()
+        if (key == "enable.idempotence" and value.strip().lower() != "true")
+        or (key in ("acks", "request.required.acks") and value.strip() not in ("all", "-1"))
+    }
+    if weakened:
+        raise ConfigurationError(
+            f"SOW_KAFKA_PROPERTIES sets {weakened}: kafka-sow's producers are idempotent with "
+            "acks=all (an acknowledged write is on every in-sync replica, once); remove them"
+        )
     _client_properties.clear()
     _client_properties.update(properties)
 
