@@ -39,6 +39,7 @@ from processor.topology import Topology, refuse_unserved
 from processor.worker import ProcessorChild
 
 if TYPE_CHECKING:
+    from processor.log.kafka.condition import ClusterWatch
     from processor.observability.metrics import Observer
     from processor.server.health import Health
 
@@ -80,6 +81,9 @@ class Application:
     #: gRPC TLS, logon and entitlements (processor.server.auth.ServerSecurity).
     security: Any = None
     processor_child: ProcessorChild | None = None
+    #: The Kafka cluster's condition for this application's topics (a query service on a
+    #: Kafka cluster only; a single broker is not watched).
+    cluster: ClusterWatch | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
     #: Component threads that stopped on their own, first first (see :meth:`failure`).
@@ -151,10 +155,14 @@ class Application:
     def readiness(self) -> str | None:
         """None when this application is ready to serve, else why not: a component
         failed, the processor has not joined and restored, or the read replica has not
-        caught up with the changelogs."""
+        caught up with the changelogs, or the Kafka cluster is blocking (said before the
+        processor's reasons, which then follow from it)."""
         failed = self.failure()
         if failed is not None:
             return str(failed)
+        blocking = None if self.cluster is None else self.cluster.blocking()
+        if blocking is not None:
+            return f"the Kafka cluster is blocking: {blocking}"
         ready = self.processor_ready
         if ready is not None and not ready.is_set():
             return "the processor has not joined its group and restored its stores yet"
@@ -172,6 +180,8 @@ class Application:
         self.stopping.set()
         if self.replica is not None:
             self.replica.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
         if self.health is not None:
             self.health.stop()
         if self.observer is not None:
@@ -290,6 +300,9 @@ def start(
                 )
                 app._spawn("sow-queues", app.queues.run)
             app.health = Health(app.readiness)
+            if isinstance(backend, KafkaBackend):
+                specs = topic_specs(topology, settings.dead_letter_topic)
+                app.cluster = backend.watch_cluster([spec.name for spec in specs])
             if settings.metrics_address:
                 app.observer = _observer(app, requests=True)
             interceptors = [] if app.observer is None else [app.observer.requests]
@@ -337,6 +350,7 @@ def _release_when_set(
 def _observer(app: Application, *, requests: bool) -> Observer:
     """The metrics endpoint of ``app``: its components' figures, read when scraped (and
     gRPC calls, counted by an interceptor, when it serves gRPC)."""
+    from processor.observability.condition import ConditionCollector
     from processor.observability.metrics import ComponentCollector, Observer
 
     collector = ComponentCollector(
@@ -345,4 +359,6 @@ def _observer(app: Application, *, requests: bool) -> Observer:
         lambda: app.subscriptions,
         broker=app.backend.description,
     )
-    return Observer(app.readiness, collector, requests=requests)
+    observer = Observer(app.readiness, collector, requests=requests)
+    observer.registry.register(ConditionCollector(lambda: app.cluster))
+    return observer

@@ -23,6 +23,7 @@ from processor.log import (
 from processor.log.broker import Broker, start_broker
 from processor.log.broker.common import CLASSIC_GROUP_PROTOCOL
 from processor.log.kafka.acls import written_topics
+from processor.log.kafka.condition import ClusterWatch
 from processor.log.kafka.input import KafkaEndOffsets, KafkaInputLog
 from processor.log.kafka.ownership import FENCED_STATIC, refuse_beside_members
 from processor.log.kafka.ranges import KafkaRangeReader
@@ -129,6 +130,11 @@ class KafkaBackend:
 
     def log_writer(self) -> LogWriter:
         return KafkaLogWriter(self.bootstrap)
+
+    def watch_cluster(self, topics: Sequence[str]) -> ClusterWatch:
+        """The cluster's condition for ``topics``, asked once a second from now on (a
+        single broker is not watched: :mod:`processor.log.kafka.condition`)."""
+        return ClusterWatch(self.bootstrap, topics, self._replication).start()
 
     def stop(self) -> None:
         if self.broker is not None:

@@ -13,6 +13,9 @@ from processor.errors import BrokerError, DeadlineError, SowError
 
 #: Metrics shown, in this order, with their labels as printed.
 SHOWN = {
+    "sow_brokers_answering": "brokers answering",
+    "sow_broker_blocking_seconds_total": "time blocking (s)",
+    "sow_broker_degraded_seconds_total": "time degraded (s)",
     "sow_processor_stalls_total": "processor stalls",
     "sow_records": "records",
     "sow_processor_records_total": "input records applied",
@@ -67,12 +70,20 @@ def cmd_status(args: argparse.Namespace) -> int:
         for sample in family.samples:
             if sample.name == "sow_broker_info" and "broker" in sample.labels:
                 rows.append(("broker", sample.labels["broker"]))
+            if sample.name == "sow_broker_condition" and "state" in sample.labels:
+                why = sample.labels.get("condition", "")
+                rows.append(
+                    ("broker condition", ": ".join(filter(None, (sample.labels["state"], why))))
+                )
             if sample.name in SHOWN:
                 labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
                 samples.setdefault(sample.name, []).append((labels, sample.value))
     for name, label in SHOWN.items():
         for labels, figure in samples.get(name, []):
-            shown = f"{figure:,.3f}" if name.endswith("_seconds") else f"{figure:,.0f}"
+            if name.endswith("_seconds_total"):
+                shown = f"{figure:,.1f}"
+            else:
+                shown = f"{figure:,.3f}" if name.endswith("_seconds") else f"{figure:,.0f}"
             rows.append((f"{label} {{{labels}}}" if labels else label, shown))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
