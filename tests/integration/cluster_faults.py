@@ -296,7 +296,7 @@ class Workload:
             thread.join(PUBLISH_TIMEOUT_S + 60)
         assert self.app is not None
         acked = [o for o in self.outcomes if o.position is not None]
-        assert len(acked) > 100, f"only {len(acked)} publishes succeeded"
+        assert len(acked) > 30, f"only {len(acked)} publishes succeeded"
         assert not self.ack_lies, self.ack_lies[:5]
         ends: dict[int, Any] = {}
         for o in acked:
