@@ -1,10 +1,11 @@
 """Exactly-once through broker faults on a replicated cluster (issue 33).
 
 Three embedded Apache Kafka members (replication factor 3, min in-sync 2). The CI smoke
-test kills the leader of an input partition while publishing and querying go on; the
-heavy tests (``python -m pytest -m heavy tests/integration/test_cluster_faults.py -s``)
-run the faults of docs/reliability.md under the load of :mod:`cluster_faults`, each ending
-with its checks, and print one ``FAULT`` line of figures per fault.
+test (test_cluster_replication.py) kills the leader of an input partition while publishing
+and querying go on. The heavy tests here run the faults of docs/reliability.md under the
+load of :mod:`tests.integration.cluster_faults`, each ending with its checks, and print
+one ``FAULT`` line of figures per fault:
+``python -m pytest -m heavy tests/integration/test_cluster_faults.py -s``.
 """
 
 from __future__ import annotations
@@ -14,58 +15,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from processor.log.broker import EmbeddedKafkaCluster
-from processor.log.topics import topic_specs
-from processor.topology.model import SowTopic
 from tests.conftest import StartOwnCluster
 from tests.integration.cluster_faults import Figures, Workload
-from tests.integration.harness import namespaced, running_sow
-
-ORDERS = SowTopic("ORDERS", keys=("/id",), partitions=2)
-
-
-def test_publishing_and_querying_go_on_when_an_input_leader_dies(
-    own_cluster: StartOwnCluster, tmp_path: Path, unique: str
-) -> None:
-    cluster = own_cluster()
-    topology = namespaced(unique, ORDERS)
-    topic = topology.topics["ORDERS"]
-    with running_sow(cluster.bootstrap_servers, topology, tmp_path, unique) as (_, client):
-        specs = topic_specs(topology, f"{unique}.dead-letter")
-        _assert_replicated(cluster, [s.name for s in specs])
-        first = [orjson.dumps({"id": n, "v": 1}) for n in range(300)]
-        replies = list(client.publish_stream("ORDERS", first, ack="processed"))
-        assert not [r for r in replies if r.error_code]
-        leader = cluster.leader_of(topic.kafka_topic, 0)
-        cluster.node(leader).kill()
-        began = time.monotonic()
-        later = [orjson.dumps({"id": n, "v": 2}) for n in range(0, 300, 2)]
-        for data in later:
-            client.publish("ORDERS", data, ack="processed", timeout=30)
-        took = time.monotonic() - began
-        records, _, _ = client.query("ORDERS", batch_size=1000)
-        got = {orjson.loads(r.data)["id"]: orjson.loads(r.data)["v"] for r in records}
-        assert got == {n: 2 if n % 2 == 0 else 1 for n in range(300)}
-        assert cluster.leader_of(topic.kafka_topic, 0) != leader
-        print(f"150 publishes through the leader's death in {took:.1f} s")
-        cluster.start_node(leader)
-
-
-def _assert_replicated(cluster: EmbeddedKafkaCluster, names: list[str]) -> None:
-    """Every topic has three copies and min.insync.replicas=2."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    metadata = admin.list_topics(timeout=10)
-    for name in names:
-        copies = {len(p.replicas) for p in metadata.topics[name].partitions.values()}
-        assert copies == {3}, (name, copies)
-    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
-    for resource, future in admin.describe_configs(resources).items():
-        assert future.result(10)["min.insync.replicas"].value == "2", resource
-
 
 # -- heavy: each fault under load -------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Replication on a three-member embedded Apache Kafka (issue 33, points 1 and 2): every
 topic the product creates (dead letters, inputs, repartition, changelogs, a view's and a
 queue's topics) gets three copies with two in sync, or what SOW_REPLICATION_FACTOR says;
-``sow check-config`` finds nothing to warn about; and ``sow serve`` with
+``sow check-config`` finds nothing to warn about; publishing and querying go on through
+an input leader's death (the CI smoke test of broker faults); and ``sow serve`` with
 SOW_EMBEDDED_BROKERS=3 runs its own cluster under its state directory, serves, stops
 cleanly with no JVM left, and finds its SOW again on the next start.
 
@@ -31,9 +32,9 @@ from processor.config import Settings
 from processor.log.broker import EMBEDDED_ENV, EmbeddedKafkaCluster
 from processor.log.topics import topic_specs
 from processor.topology import load_topology
-from processor.topology.model import Topology
+from processor.topology.model import SowTopic, Topology
 from tests.conftest import TEST_BROKER_SETTINGS
-from tests.integration.harness import namespaced_topology
+from tests.integration.harness import namespaced, namespaced_topology, running_sow
 from tests.integration.serve_helpers import READY, cmdline, serve_env
 
 pytestmark = pytest.mark.skipif(
@@ -147,6 +148,32 @@ class TestOnOneCluster:
         names = [spec.name for spec in topic_specs(topology, dead_letter)]
         got = _replication(cluster.bootstrap_servers, names)
         assert got == dict.fromkeys(names, ({2}, "1")), got
+
+    def test_publishing_and_querying_go_on_when_an_input_leader_dies(
+        self, cluster: EmbeddedKafkaCluster, tmp_path: Path, unique: str
+    ) -> None:
+        """The CI smoke test of broker faults (the heavy ones: test_cluster_faults.py):
+        publishes with processed acks and queries go on through the death of an input
+        partition's leader, and nothing acknowledged is lost."""
+        topology = namespaced(unique, SowTopic("ORDERS", keys=("/id",), partitions=2))
+        kafka_topic = topology.topics["ORDERS"].kafka_topic
+        with running_sow(cluster.bootstrap_servers, topology, tmp_path, unique) as (_, client):
+            first = [orjson.dumps({"id": n, "v": 1}) for n in range(300)]
+            replies = list(client.publish_stream("ORDERS", first, ack="processed"))
+            assert not [r for r in replies if r.error_code]
+            leader = cluster.leader_of(kafka_topic, 0)
+            cluster.node(leader).kill()
+            try:
+                for n in range(0, 300, 2):
+                    data = orjson.dumps({"id": n, "v": 2})
+                    client.publish("ORDERS", data, ack="processed", timeout=30)
+                records, _, _ = client.query("ORDERS", batch_size=1000)
+                got = {orjson.loads(r.data)["id"]: orjson.loads(r.data)["v"] for r in records}
+                assert got == {n: 2 if n % 2 == 0 else 1 for n in range(300)}
+                assert cluster.leader_of(kafka_topic, 0) != leader
+            finally:
+                cluster.start_node(leader)
+                cluster.wait_fully_replicated()
 
 
 def _java_of(state: Path) -> list[int]:
