@@ -155,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         "when Java 17+ is installed, else Tansu), kafka or tansu (default: "
         "SOW_EMBEDDED_BROKER, else auto)",
     )
+    serve.add_argument(
+        "--embedded-brokers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="members of the embedded Apache Kafka: 3 runs a replicated cluster on loopback "
+        "(default: SOW_EMBEDDED_BROKERS, else 1)",
+    )
     _group_protocol(serve)
     process = runner("process", "Run only the processor against a configured Kafka.")
     _group_protocol(process)

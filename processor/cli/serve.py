@@ -39,6 +39,7 @@ FLAGS = (
     "standby",
     "membership",
     "embedded_broker",
+    "embedded_brokers",
     "group_protocol",
 )
 

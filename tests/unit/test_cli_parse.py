@@ -110,3 +110,12 @@ def test_sow_publish_goes_straight_to_kafka_beside_a_running_serve(
     assert _direct_route(parse(["publish", "ORDERS", "--ack", "processed"])) == route
     kafka_processed = ["publish", "ORDERS", "--via", "kafka", "--ack", "processed"]
     assert _direct_route(parse(kafka_processed)) == route
+
+
+def test_sow_serve_takes_the_embedded_cluster_size() -> None:
+    from processor.cli.serve import _settings
+    from processor.errors import ConfigurationError
+
+    assert _settings(parse(["serve", "--embedded-brokers", "3"])).embedded_brokers == 3
+    with pytest.raises(ConfigurationError, match="between 1 and 5"):
+        _settings(parse(["serve", "--embedded-brokers", "9"]))
