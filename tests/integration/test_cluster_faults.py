@@ -63,6 +63,9 @@ def _kill_and_restart(workload: Workload, node: int, fault: str, down_s: float) 
     cluster.start_node(node)
     ended = time.monotonic()
     cluster.wait_fully_replicated()
+    # The load settles before anything else happens: each fault's figures cover 20 s
+    # past its end, and no other fault's.
+    time.sleep(max(0.0, ended + 20 - time.monotonic()))
     return fault, began, ended
 
 
