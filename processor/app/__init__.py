@@ -317,6 +317,7 @@ def start(
                 queues=app.queues,
                 contexts=security.contexts,
                 credentials=security.credentials,
+                blocking=None if app.cluster is None else app.cluster.blocking,
             )
             security.follow(app.subscriptions, app.queues)  # entitlements reloaded when changed
             app.health.start()

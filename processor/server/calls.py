@@ -153,14 +153,24 @@ def publish_ack(batch_id: int, results: list[Published | errors.SowError]) -> An
     )
 
 
+#: Statuses of calls that waited on the broker in vain.
+_BROKER_WAITS = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
 class Calls:
     """Each call's context (``contexts``, default :func:`open_context`) and its refusals:
     a NotEntitledError is counted and logged by ``audit`` (:class:`~processor.server.
     audit.Audit`) under the principal of the call, before the call is aborted."""
 
-    def __init__(self, contexts: ContextOf | None = None, audit: Any = None) -> None:
+    def __init__(
+        self,
+        contexts: ContextOf | None = None,
+        audit: Any = None,
+        blocking: Callable[[], str | None] | None = None,
+    ) -> None:
         self._contexts = contexts or open_context
         self._audit = audit
+        self._blocking = blocking
         #: The caller of the call this worker thread serves (for the audit).
         self._local = threading.local()
 
@@ -179,5 +189,12 @@ class Calls:
         return status_for(error)
 
     def abort(self, context: Any, error: errors.SowError) -> None:
-        """End the call with the failure's status and message."""
-        context.abort(self.status(error), str(error))
+        """End the call with the failure's status and message; a call that failed for
+        want of the broker while the Kafka cluster is blocking also says why."""
+        status = self.status(error)
+        message = str(error)
+        if status in _BROKER_WAITS and self._blocking is not None:
+            blocking = self._blocking()
+            if blocking is not None:
+                message = f"{message} (the Kafka cluster is blocking: {blocking})"
+        context.abort(status, message)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -368,6 +368,7 @@ def start_server(
     queues: QueueHub | None = None,
     contexts: ContextOf | None = None,
     credentials: Any | None = None,
+    blocking: Callable[[], str | None] | None = None,
 ) -> tuple[Any, str]:
     """Start the gRPC server on ``address``; return it and the address it bound. With a
     subscription hub it also serves the Subscriptions service (one more worker thread per
@@ -376,9 +377,10 @@ def start_server(
     would answer queries in turn). ``contexts`` builds each call's RequestContext
     (authentication and entitlements, :mod:`processor.server.auth`; default: the open
     context with the call's deadline); ``credentials``: grpc.ServerCredentials for TLS
-    (default: plaintext)."""
+    (default: plaintext); ``blocking``: what stops the Kafka cluster taking writes now
+    (None: nothing), said in the message of a call that fails for want of the broker."""
     audit = getattr(contexts, "audit", None)
-    calls = Calls(contexts, audit)
+    calls = Calls(contexts, audit, blocking)
     workers = WORKERS + (SUBSCRIPTION_STREAMS if hub is not None else 0)
     workers += QUEUE_STREAMS if queues is not None else 0
     server = grpc.server(

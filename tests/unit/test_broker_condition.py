@@ -242,3 +242,28 @@ def test_the_metrics_show_the_condition_and_the_time_in_it() -> None:
     assert "sow_broker_degraded 0.0" in text
     assert "sow_broker_blocking_seconds_total 2.0" in text
     assert 'sow_broker_condition{condition="2 of 3 brokers are down (ids 2, 3); t[0] has' in text
+
+
+def test_a_call_that_waited_on_a_blocking_cluster_says_why() -> None:
+    import grpc
+
+    from processor import errors
+    from processor.server.calls import Calls
+
+    class Context:
+        def abort(self, code: grpc.StatusCode, message: str) -> None:
+            self.ended = (code, message)
+
+    said: list[str | None] = ["orders[0] has 1 in-sync replica"]
+    calls = Calls(blocking=lambda: said[0])
+    context = Context()
+    calls.abort(context, errors.UnconfirmedWriteError("the broker did not confirm"))
+    assert context.ended[0] == grpc.StatusCode.UNAVAILABLE
+    assert context.ended[1].endswith(
+        "(the Kafka cluster is blocking: orders[0] has 1 in-sync replica)"
+    )
+    calls.abort(context, errors.UnknownTopicError("no topic X"))  # not a wait on the broker
+    assert "blocking" not in context.ended[1]
+    said[0] = None
+    calls.abort(context, errors.UnconfirmedWriteError("the broker did not confirm"))
+    assert context.ended[1] == "the broker did not confirm"
