@@ -46,7 +46,11 @@ STATES = (HEALTHY, DEGRADED, BLOCKING)
 #: it is published, and how long no broker may answer before that is the condition.
 POLL_S = 1.0
 HOLD_POLLS = 2
-SILENT_AFTER_S = 3.0
+#: Longer than a client's request timeout (``socket.timeout.ms``, 10 s): a request sent to
+#: one frozen member is only then given up and asked of another, so a shorter silence
+#: would call a cluster with one frozen member dead. (A whole cluster gone silent is
+#: said sooner by the processor's watchdog, "the broker has not answered".)
+SILENT_AFTER_S = 12.0
 
 
 @dataclass(frozen=True, slots=True)
