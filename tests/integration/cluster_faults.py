@@ -44,7 +44,7 @@ from processor.log.broker import EmbeddedKafkaCluster
 from processor.topology import Topology
 from processor.topology.loader import load_topology
 from processor.wire import sow_pb2
-from tests.integration.harness import read_topic, store_contents
+from tests.integration.harness import difference, read_topic, store_contents
 from tests.integration.queue_helpers import Consumer
 from tests.integration.subscription_helpers import Collector
 
@@ -316,7 +316,7 @@ class Workload:
         folded: dict[int, bytes] = {}
         for record in sorted(inputs, key=lambda r: (r.partition(), r.offset())):
             folded[orjson.loads(record.value())["id"]] = record.value()
-        assert by_id(sow) == folded, _difference(by_id(sow), folded)
+        assert by_id(sow) == folded, difference(by_id(sow), folded)
         self._verify_subscriber(sow)
         self._verify_view(sow)
         self._verify_queue()
@@ -327,7 +327,7 @@ class Workload:
         self.app = None
         orders = self.topology.topics["ORDERS"]
         stores = by_id(store_contents(self.settings.state_dir, orders))
-        assert stores == folded, _difference(stores, folded)
+        assert stores == folded, difference(stores, folded)
         applied = self._changelog(orders.changelog_topic)
         missing = [o.position for o in acked if o.position not in applied]
         assert not missing, f"{len(missing)} acknowledged publishes never applied: {missing[:5]}"
@@ -364,7 +364,7 @@ class Workload:
             return state
 
         assert collector.wait_for(lambda c: rebuilt(c) == sow, 120), (
-            f"the subscriber ended with {_difference(rebuilt(collector), sow)}; "
+            f"the subscriber ended with {difference(rebuilt(collector), sow)}; "
             f"its error: {collector.error}"
         )
         assert collector.error is None, collector.error
@@ -445,13 +445,3 @@ def _longest_stall(outcomes: list[Outcome], began: float, until: float) -> float
 def by_id(records: dict[bytes, bytes]) -> dict[int, bytes]:
     """SOW records by their /id."""
     return {orjson.loads(data)["id"]: data for data in records.values()}
-
-
-def _difference(got: dict[Any, bytes], expected: dict[Any, bytes]) -> str:
-    missing = sorted(expected.keys() - got.keys())
-    extra = sorted(got.keys() - expected.keys())
-    changed = sorted(k for k in got.keys() & expected.keys() if got[k] != expected[k])
-    return (
-        f"missing {len(missing)} {missing[:3]}, extra {len(extra)} {extra[:3]}, "
-        f"different {len(changed)} {[(k, got[k], expected[k]) for k in changed[:3]]}"
-    )

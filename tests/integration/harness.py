@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -141,3 +143,25 @@ def group_type(bootstrap: str, group: str) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     described = admin.describe_consumer_groups([group])[group].result(10)
     return str(described.type.name)
+
+
+def waited_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Seconds until ``condition`` held; fails the test after ``timeout_s``."""
+    began = time.monotonic()
+    while not condition():
+        if time.monotonic() - began > timeout_s:
+            pytest.fail(f"{what} did not happen within {timeout_s:.0f}s")
+        time.sleep(0.1)
+    return time.monotonic() - began
+
+
+def difference(got: Mapping[Any, bytes], expected: Mapping[Any, bytes]) -> str:
+    """What a state lacks, has too much of, or holds differently (a few each)."""
+    missing = sorted(expected.keys() - got.keys())
+    extra = sorted(got.keys() - expected.keys())
+    changed = sorted(k for k in got.keys() & expected.keys() if got[k] != expected[k])
+    return (
+        f"missing {len(missing)} {[(k, expected[k]) for k in missing[:3]]}, "
+        f"extra {len(extra)} {[(k, got[k]) for k in extra[:3]]}, "
+        f"different {len(changed)} {[(k, got[k], expected[k]) for k in changed[:3]]}"
+    )

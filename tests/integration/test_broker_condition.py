@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from processor.cli.status import cmd_status
 from processor.config import Settings
 from processor.topology.model import SowTopic, Topology
 from tests.conftest import StartOwnCluster
+from tests.integration.harness import waited_for
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +29,6 @@ NOTICED_WITHIN_S = 10.0
 RESUMED_WITHIN_S = 60.0
 
 pytestmark = pytest.mark.heavy
-
-
-def waited_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Seconds until ``condition`` held; fails the test after ``timeout_s``."""
-    began = time.monotonic()
-    while not condition():
-        if time.monotonic() - began > timeout_s:
-            pytest.fail(f"{what} did not happen within {timeout_s:.0f}s")
-        time.sleep(0.1)
-    return time.monotonic() - began
 
 
 def metrics(app: Application) -> dict[str, float]:

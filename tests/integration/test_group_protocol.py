@@ -22,9 +22,9 @@ from processor.errors import StaleGroupError
 from processor.log import TopicPartitionKey
 from processor.log.broker import Broker, TansuBroker
 from processor.topology.model import SowTopic, Topology
-from tests.integration.harness import group_type
+from tests.integration.harness import group_type, waited_for
 from tests.integration.test_fault_suite import StreamedModel, paced
-from tests.integration.test_stuck_processor import matches_the_model, waited_for
+from tests.integration.test_stuck_processor import matches_the_model
 
 REFUSALS = 3
 

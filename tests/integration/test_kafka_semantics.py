@@ -28,7 +28,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,7 +52,7 @@ from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
 from processor.wire import sow_pb2
 from tests.conftest import StartOwnBroker
-from tests.integration.harness import store_contents
+from tests.integration.harness import store_contents, waited_for
 from tests.integration.test_crash_recovery import (
     Model,
     ProcessorProcess,
@@ -143,16 +143,6 @@ def running(
         yield app
     finally:
         app.stop()
-
-
-def waited_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Seconds until ``condition`` held; fails the test after ``timeout_s``."""
-    began = time.monotonic()
-    while not condition():
-        if time.monotonic() - began > timeout_s:
-            pytest.fail(f"{what} did not happen within {timeout_s:.0f}s")
-        time.sleep(0.1)
-    return time.monotonic() - began
 
 
 def order_ids_on(topic: SowTopic, partition: int, first: int, count: int) -> list[int]:

@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -27,6 +27,7 @@ from processor.log import Record
 from processor.topology.model import SowTopic, Topology
 from processor.wire import sow_pb2
 from tests.conftest import StartOwnBroker
+from tests.integration.harness import waited_for
 from tests.integration.test_crash_recovery import assert_changelog_exactly_once
 from tests.integration.test_fault_suite import StreamedModel, paced
 
@@ -41,16 +42,6 @@ def health(address: str) -> int:
         stub = health_pb2_grpc.HealthStub(channel)
         reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
         return int(reply.status)
-
-
-def waited_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Seconds until ``condition`` held; fails the test after ``timeout_s``."""
-    began = time.monotonic()
-    while not condition():
-        if time.monotonic() - began > timeout_s:
-            pytest.fail(f"{what} did not happen within {timeout_s:.0f}s")
-        time.sleep(0.1)
-    return time.monotonic() - began
 
 
 def stuck(app: Application) -> bool:

@@ -21,7 +21,7 @@ import pytest
 from processor.client.sow_client import SowClient
 from processor.topology.model import SowTopic
 from processor.wire import sow_pb2
-from tests.integration.harness import namespaced, running_sow
+from tests.integration.harness import difference, namespaced, running_sow
 from tests.integration.subscription_helpers import Collector
 
 QUOTES = SowTopic("QUOTES", keys=("/id",), partitions=2)
@@ -61,18 +61,6 @@ def _rebuild(collector: Collector) -> tuple[dict[str, bytes], list[tuple[str, in
             assert change.sow_key in state, "a delete or OOF of a record the client did not hold"
             state.pop(change.sow_key)
     return state, positions
-
-
-def _difference(got: dict[str, bytes], expected: dict[str, bytes]) -> str:
-    """What a client's state lacks, has too much of, or holds differently (a few each)."""
-    missing = sorted(expected.keys() - got.keys())
-    extra = sorted(got.keys() - expected.keys())
-    changed = sorted(k for k in got.keys() & expected.keys() if got[k] != expected[k])
-    return (
-        f"missing {len(missing)} {[(k, expected[k]) for k in missing[:3]]}, "
-        f"extra {len(extra)} {[(k, got[k]) for k in extra[:3]]}, "
-        f"different {len(changed)} {[(k, got[k], expected[k]) for k in changed[:3]]}"
-    )
 
 
 def _expected(client: SowClient, filter_text: str) -> dict[str, bytes]:
@@ -142,7 +130,7 @@ def run_no_gap(
 
             assert collector.wait_for(caught_up, 60), (
                 f"client {collector.messages[0].sub_id} ({filter_text!r}) does not end with "
-                f"the SOW: error {collector.error}; {_difference(_rebuild(collector)[0], expected)}"
+                f"the SOW: error {collector.error}; {difference(_rebuild(collector)[0], expected)}"
             )
             _, positions = _rebuild(collector)
             assert len(positions) == len(set(positions)), "a log position was received twice"
