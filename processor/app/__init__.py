@@ -160,7 +160,10 @@ class Application:
         failed = self.failure()
         if failed is not None:
             return str(failed)
-        blocking = None if self.cluster is None else self.cluster.blocking()
+        # A query service alone still answers from its replica while the cluster blocks:
+        # only a process whose processor cannot progress is unready for it.
+        runs_processor = self.processor is not None or self.processor_child is not None
+        blocking = None if self.cluster is None or not runs_processor else self.cluster.blocking()
         if blocking is not None:
             return f"the Kafka cluster is blocking: {blocking}"
         ready = self.processor_ready

@@ -214,6 +214,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if not secured:
         for said in security_summary(settings):
             sys.stderr.write(said + "\n")
+    from processor.log.kafka.settings import use_client_properties
+
+    use_client_properties(settings.client_properties)  # security, as sow serve's clients
     for said in replication_summary(settings):
         sys.stderr.write(said + "\n")
     return 0

@@ -431,7 +431,7 @@ class Workload:
 def _longest_stall(outcomes: list[Outcome], began: float, until: float) -> float:
     """The longest time between successive successful publishes of one partition in
     [began, until] (the window's edges count as successes)."""
-    done: dict[int, list[float]] = collections.defaultdict(list)
+    done: dict[int, list[float]] = {p: [] for p in range(PARTITIONS)}  # none: all of it
     for o in outcomes:
         if o.position is not None and began <= o.sent + o.took <= until:
             done[o.position[1]].append(o.sent + o.took)

@@ -180,7 +180,9 @@ class Clock:
 
 def test_the_watch_publishes_held_judgements_and_silence() -> None:
     clock, admin = Clock(), FakeAdmin()
-    watch = ClusterWatch("b:9092", ["t"], clock=clock, poll_s=0.001, silent_after_s=3.0)
+    watch = ClusterWatch(
+        "b:9092", ["t"], clock=clock, poll_s=0.001, silent_after_s=3.0, probe=lambda _: set()
+    )
     assert not watch.active  # nothing to show before the first answer
     admin.answer = metadata(ALL, {("t", 0): (1, ALL, ALL)})
     watch.poll(admin, Refusals("test"))
@@ -208,13 +210,13 @@ def test_the_watch_publishes_held_judgements_and_silence() -> None:
     for _ in range(2):
         clock.now += 1
         watch.poll(admin, Refusals("test"))
-    assert (watch.blocking() or "").startswith("no broker answers at b:9092 (for 4s)")
+    assert (watch.blocking() or "").startswith("no broker answers at b:9092 (none for 3s or more)")
 
 
 def test_a_single_broker_is_not_watched() -> None:
     admin = FakeAdmin()
     admin.answer = metadata([1], {("t", 0): (1, [1], [1])})
-    watch = ClusterWatch("b:9092", ["t"], poll_s=0.001)
+    watch = ClusterWatch("b:9092", ["t"], poll_s=0.001, probe=lambda _: set())
     watch.poll(admin, Refusals("test"))
     assert not watch.watching
     assert not watch.active
@@ -228,7 +230,7 @@ def test_the_metrics_show_the_condition_and_the_time_in_it() -> None:
     from processor.observability.condition import ConditionCollector
 
     clock, admin = Clock(), FakeAdmin()
-    watch = ClusterWatch("b:9092", ["t"], clock=clock, poll_s=0.001)
+    watch = ClusterWatch("b:9092", ["t"], clock=clock, poll_s=0.001, probe=lambda _: set())
     registry = CollectorRegistry()
     registry.register(ConditionCollector(lambda: watch))
     assert generate_latest(registry) == b""  # not judged yet
@@ -267,3 +269,31 @@ def test_a_call_that_waited_on_a_blocking_cluster_says_why() -> None:
     said[0] = None
     calls.abort(context, errors.UnconfirmedWriteError("the broker did not confirm"))
     assert context.ended[1] == "the broker did not confirm"
+
+
+def test_brokers_that_refuse_connections_are_down_even_when_stale_metadata_lists_them() -> None:
+    """Two of three members SIGKILLed: the controller quorum is lost, and the survivor's
+    metadata still lists all three with their old leaders and in-sync replicas."""
+    import socket
+
+    from processor.log.kafka.condition import unreachable
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        up = listening.getsockname()[1]
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            down = closed.getsockname()[1]  # bound, not listening: refused
+            brokers = {
+                1: SimpleNamespace(host="127.0.0.1", port=up),
+                2: SimpleNamespace(host="127.0.0.1", port=down),
+            }
+            assert unreachable(brokers) == {2}
+    stale = metadata(
+        [1, 2, 3], {("t", 0): (1, [1, 2, 3], [1, 2, 3]), ("t", 1): (2, [1, 2, 3], [1, 2, 3])}
+    )
+    assert judge(ClusterView.of(stale, ["t"]), MIN_2).state == "healthy"  # as it claims
+    seen = judge(ClusterView.of(stale, ["t"], unreachable={2, 3}), MIN_2)
+    assert seen.state == "blocking"
+    assert seen.text.startswith("2 of 3 brokers are down (ids 2, 3); t[1] has no leader")

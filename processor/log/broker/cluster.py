@@ -96,10 +96,14 @@ class EmbeddedKafkaCluster:
         self._directory = directory or Path(tempfile.mkdtemp(prefix="sow-kafka-cluster-"))
         self._directory.mkdir(parents=True, exist_ok=True)
         settings = {**cluster_properties(nodes), **(overrides or {})}
-        self.nodes = [
-            EmbeddedKafka(self._directory / f"node-{n}", heap_mb=heap_mb, overrides=settings)
-            for n in range(1, nodes + 1)
-        ]
+        self.nodes: list[EmbeddedKafka] = []
+        taken: set[int] = set()  # no two members on one port, saved ones included
+        for n in range(1, nodes + 1):
+            node = EmbeddedKafka(
+                self._directory / f"node-{n}", heap_mb=heap_mb, overrides=settings, taken=taken
+            )
+            taken |= node.ports
+            self.nodes.append(node)
         voters = ",".join(
             f"{n}@127.0.0.1:{node.controller_port}" for n, node in enumerate(self.nodes, 1)
         )
@@ -164,6 +168,8 @@ class EmbeddedKafkaCluster:
             self.wait_for_brokers(len(self.nodes), max(1.0, deadline - time.monotonic()))
         except BaseException:
             self.kill()
+            if self._temporary:
+                shutil.rmtree(self._directory, ignore_errors=True)
             raise
         log.info("started %s", self.description)
         return self

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from processor.errors import BrokerError
@@ -128,6 +128,7 @@ class EmbeddedKafka:
         overrides: Mapping[str, str] | None = None,
         port: int | None = None,
         security: KafkaSecurity | None = None,
+        taken: Collection[int] = (),
     ) -> None:
         """``directory`` None: a temporary folder, removed at ``stop()``. ``port``: the
         client port to listen on (default: the last start's when free, else a free one).
@@ -140,7 +141,7 @@ class EmbeddedKafka:
         self._overrides = dict(overrides or {})
         self._version = kafka_version()
         self.security = security
-        self._port, self._controller_port, self._mtls_port = self._choose_ports()
+        self._port, self._controller_port, self._mtls_port = self._choose_ports(set(taken))
         if port is not None:
             self._port = port
         self._process: subprocess.Popen[bytes] | None = None
@@ -167,6 +168,11 @@ class EmbeddedKafka:
         if self.security is None:
             raise BrokerError("this embedded Apache Kafka is not secured: it has no mTLS listener")
         return f"127.0.0.1:{self._mtls_port}"
+
+    @property
+    def ports(self) -> set[int]:
+        """Every port this broker listens on (client, controller, mTLS)."""
+        return {self._port, self._controller_port, self._mtls_port}
 
     @property
     def controller_port(self) -> int:
@@ -352,19 +358,21 @@ class EmbeddedKafka:
             assert self._process is not None
             self._process.send_signal(signal.SIGCONT)
 
-    def _choose_ports(self) -> tuple[int, int, int]:
+    def _choose_ports(self, taken: set[int]) -> tuple[int, int, int]:
         """The ports (client, controller, mTLS) of the last start when all are free
-        again, else free ones (the mTLS one is used only when secured)."""
+        again and none is ``taken`` (another cluster member's), else free ones (the mTLS
+        one is used only when secured)."""
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             saved = json.loads((self._directory / "ports.json").read_text())
             port, controller = int(saved["broker"]), int(saved["controller"])
             mtls = int(saved.get("mtls", 0)) or free_loopback_port()
-            if all(map(port_is_free, (port, controller, mtls))):
+            ports = (port, controller, mtls)
+            if len(set(ports)) == 3 and not taken & set(ports) and all(map(port_is_free, ports)):
                 return port, controller, mtls
         chosen: list[int] = []
         while len(chosen) < 3:
             candidate = free_loopback_port()
-            if candidate not in chosen:
+            if candidate not in chosen and candidate not in taken:
                 chosen.append(candidate)
         return chosen[0], chosen[1], chosen[2]
 

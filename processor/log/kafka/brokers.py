@@ -11,7 +11,8 @@ from processor.log.kafka.settings import client_settings
 
 
 def broker_count(bootstrap: str, timeout_s: float = 3.0) -> int:
-    """The number of live brokers the cluster at ``bootstrap`` lists (with the
+    """The number of brokers the cluster at ``bootstrap`` has: those it lists alive and
+    those holding replicas (a member that is down still counts) (with the
     deployment's client properties); BrokerError when it does not answer within
     ``timeout_s`` or the client cannot be made."""
     try:
@@ -22,4 +23,8 @@ def broker_count(bootstrap: str, timeout_s: float = 3.0) -> int:
         error = exc.args[0]
         said = error.str() if hasattr(error, "str") else str(error)
         raise BrokerError(f"no answer within {timeout_s:g}s: {said}") from exc
-    return len(metadata.brokers)
+    members = set(metadata.brokers)  # and a member that is down holds replicas still
+    for topic in metadata.topics.values():
+        for partition in topic.partitions.values():
+            members.update(partition.replicas)
+    return len(members)

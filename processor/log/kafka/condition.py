@@ -18,6 +18,7 @@ there is nothing to judge but its silence, which the processor's watchdog report
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -51,6 +52,8 @@ HOLD_POLLS = 2
 #: would call a cluster with one frozen member dead. (A whole cluster gone silent is
 #: said sooner by the processor's watchdog, "the broker has not answered".)
 SILENT_AFTER_S = 12.0
+#: How long a listed broker may take to accept a TCP connection before it counts as down.
+PROBE_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +80,28 @@ class ClusterView:
     partitions: tuple[PartitionState, ...]
 
     @classmethod
-    def of(cls, metadata: Any, topics: Collection[str]) -> ClusterView:
+    def of(
+        cls, metadata: Any, topics: Collection[str], unreachable: Collection[int] = ()
+    ) -> ClusterView:
         """From a confluent-kafka ClusterMetadata, keeping ``topics`` (the others, and a
-        topic this client may not describe, are left out)."""
+        topic this client may not describe, are left out). ``unreachable``: brokers the
+        metadata lists that refuse connections: they count as down, and out of every
+        in-sync set (a cluster that lost its controller quorum cannot say so itself: its
+        last metadata lists the dead as alive, leaders and in-sync replicas unchanged)."""
+        gone = set(unreachable)
         partitions = [
             PartitionState(
-                name, p, int(part.leader), tuple(part.replicas), tuple(getattr(part, "isrs", ()))
+                name,
+                p,
+                int(part.leader),
+                tuple(part.replicas),
+                tuple(r for r in getattr(part, "isrs", ()) if r not in gone),
             )
             for name in sorted(topics)
             if (topic := metadata.topics.get(name)) is not None and topic.error is None
             for p, part in sorted(topic.partitions.items())
         ]
-        return cls(frozenset(metadata.brokers), tuple(partitions))
+        return cls(frozenset(set(metadata.brokers) - gone), tuple(partitions))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +174,29 @@ def judge(
 
 
 def silence(bootstrap: str, seconds: float) -> Condition:
-    """The condition when no broker has answered for ``seconds``."""
+    """The condition when no broker has answered for ``seconds`` or more (the text names
+    the threshold, not the time so far: it stays the same while the silence lasts)."""
     return Condition(
         BLOCKING,
-        f"no broker answers at {bootstrap} (for {seconds:.0f}s): check that the brokers "
-        "run and that this host reaches them",
+        f"no broker answers at {bootstrap} (none for {seconds:.0f}s or more): check that "
+        "the brokers run and that this host reaches them",
         0,
     )
+
+
+def unreachable(brokers: Mapping[int, Any], timeout_s: float = PROBE_TIMEOUT_S) -> set[int]:
+    """The ids of the listed brokers (confluent-kafka BrokerMetadata: ``host``, ``port``)
+    that refuse a TCP connection or do not accept one within ``timeout_s``. A frozen
+    broker's kernel still accepts connections: it counts as reachable (its partitions
+    move once the controller fences it)."""
+    down = set()
+    for broker_id, broker in brokers.items():
+        try:
+            with socket.create_connection((broker.host, int(broker.port)), timeout_s):
+                pass
+        except OSError:
+            down.add(int(broker_id))
+    return down
 
 
 def _more(partitions: Sequence[PartitionState]) -> str:
@@ -239,6 +268,7 @@ class ClusterWatch:
         hold: int = HOLD_POLLS,
         silent_after_s: float = SILENT_AFTER_S,
         clock: Callable[[], float] = time.monotonic,
+        probe: Callable[[Mapping[int, Any]], set[int]] = unreachable,
     ) -> None:
         self.bootstrap = bootstrap
         self.topics = frozenset(topics)
@@ -246,6 +276,7 @@ class ClusterWatch:
         self._poll_s = poll_s
         self._silent_after_s = silent_after_s
         self._clock = clock
+        self._probe = probe
         self._steady = Steady(hold)
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -280,7 +311,10 @@ class ClusterWatch:
             return self.watching and self._steady.judged
 
     def blocking(self) -> str | None:
-        """The condition's text while nothing can progress, else None."""
+        """The condition's text while nothing can progress, else None (also once the
+        watch has stopped: what it last saw is no longer known to hold)."""
+        if not self.watching:
+            return None
         condition = self.condition
         return condition.text if condition.state == BLOCKING else None
 
@@ -321,10 +355,11 @@ class ClusterWatch:
         except SowError:
             silent = self._clock() - self._answered_at
             if silent >= self._silent_after_s:
-                self._publish(silence(self.bootstrap, silent))
+                self._publish(silence(self.bootstrap, self._silent_after_s))
             return
         self._answered_at = self._clock()
-        view = ClusterView.of(metadata, self.topics)
+        listed = metadata.brokers
+        view = ClusterView.of(metadata, self.topics, self._probe(listed) if len(listed) > 1 else ())
         copies = {r for p in view.partitions for r in p.replicas} | set(view.brokers)
         if not self._known and len(copies) == 1:
             log.debug("a single broker: the cluster watch ends (the watchdog reports it)")

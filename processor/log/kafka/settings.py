@@ -30,7 +30,7 @@ from processor.errors import (
 from processor.log import (
     TopicSpec,
 )
-from processor.log.replication import Replication
+from processor.log.replication import MAX_DEFAULT_REPLICATION, Replication
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +312,15 @@ def ensure_topics(
     except BrokerError as exc:
         raise BrokerError(f"cannot list topics at {bootstrap}: {exc}") from exc
     existing = metadata.topics
-    factor, min_insync = (replication or Replication()).resolve(len(metadata.brokers))
+    # Every broker the cluster knows: those listed alive and those holding replicas of
+    # any topic (one down is still a member, and a start while it is down is no reason
+    # to make fewer copies, nor to refuse topics made before).
+    members = set(metadata.brokers)
+    for topic in existing.values():
+        for partition in topic.partitions.values():
+            members.update(partition.replicas)
+    replication = replication or Replication()
+    wanted = replication.factor or min(max(len(members), 1), MAX_DEFAULT_REPLICATION)
     missing = []
     for spec in specs:
         found = existing.get(spec.name)
@@ -324,10 +332,12 @@ def ensure_topics(
                 f"asks for {spec.partitions}; change the topology or recreate the topic"
             )
         else:
-            _warn_if_fewer_copies(spec.name, found, factor)
+            _warn_if_fewer_copies(spec.name, found, wanted)
     if not missing:
         return
-    replicated = {"min.insync.replicas": str(min_insync)} if factor > 1 else {}
+    factor, min_insync = replication.resolve(len(members))
+    explicit = replication.min_insync is not None
+    replicated = {"min.insync.replicas": str(min_insync)} if factor > 1 or explicit else {}
     futures = admin.create_topics(
         [
             NewTopic(s.name, s.partitions, factor, config={**replicated, **s.config})
