@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,26 @@ def test_the_first_start_fetches_the_jars_with_maven_showing_progress(
     caplog.clear()
     assert classpath().split(os.pathsep) == jars  # the second time: from the cache, at once
     assert not [r for r in caplog.records if "fetching" in r.getMessage()]
+
+
+def test_a_broker_started_from_the_main_thread_ends_with_its_killed_parent(
+    tmp_path: Path,
+) -> None:
+    """The JVM gets SIGTERM from Linux when its parent dies (PR_SET_PDEATHSIG, set by a
+    shim before the JVM starts, so the parent's fork never runs gRPC's fork handlers)."""
+    script = (
+        "from pathlib import Path\n"
+        "from processor.log.broker import EmbeddedKafka\n"
+        f"EmbeddedKafka(Path({str(tmp_path / 'kafka')!r})).start()\n"
+        "print('up', flush=True)\n"
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "up" in done.stdout, done.stderr
+    jvm = int((tmp_path / "kafka" / "broker.pid").read_text())
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{jvm}").exists() and not _zombie(jvm):
+        assert time.monotonic() < deadline, "the JVM outlived its killed parent"
+        time.sleep(0.2)

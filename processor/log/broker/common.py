@@ -3,7 +3,10 @@ and waiting for a broker to answer."""
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -140,3 +143,28 @@ def wait_until_answers(bootstrap_servers: str, timeout_s: float) -> None:
         f"the broker at {bootstrap_servers} did not answer within {timeout_s:.0f}s "
         f"(last error: {last}); check that it is running and reachable"
     )
+
+
+#: Run by :func:`dying_with_parent` before the command: Linux is to send it SIGTERM when
+#: the parent (argv[1]) ends; if the parent is already gone, it does not start at all.
+_DEATH_SIGNAL_SHIM = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"
+    "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
+def dying_with_parent(command: list[str]) -> list[str]:
+    """``command`` as started so that Linux sends it SIGTERM when this process ends
+    (``PR_SET_PDEATHSIG``): through a short Python shim that sets it and then execs the
+    command. A shim, not a pre-exec hook: a hook makes subprocess fork() rather than
+    vfork(), and a fork of a process whose gRPC server runs can abort in the child (gRPC's
+    fork handlers; a broker restarted beside a live service died so). Only from the main
+    thread, which lives as long as the process (the signal follows the thread that
+    started the child), and only on Linux; elsewhere the command as it is."""
+    if not sys.platform.startswith("linux"):
+        return command
+    if threading.current_thread() is not threading.main_thread():
+        return command
+    return [sys.executable, "-S", "-E", "-c", _DEATH_SIGNAL_SHIM, str(os.getpid()), *command]

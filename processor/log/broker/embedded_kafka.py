@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -27,10 +26,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from processor.errors import BrokerError
@@ -39,6 +37,7 @@ from processor.log.broker.common import (
     CONSUMER_GROUP_PROTOCOL,
     GROUP_ASSIGNMENT,
     KAFKA_FETCH_WAIT_MS,
+    dying_with_parent,
     free_loopback_port,
     port_is_free,
 )
@@ -50,7 +49,6 @@ log = logging.getLogger(__name__)
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 #: The JVM heap cap (MB): the broker of one development machine needs little.
 DEFAULT_HEAP_MB = 512
-_PR_SET_PDEATHSIG = 1
 
 
 def server_properties(
@@ -293,13 +291,11 @@ class EmbeddedKafka:
         ]
         with open(self._directory / "broker.out", "ab") as output:
             self._process = subprocess.Popen(
-                command,
+                dying_with_parent(command),
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                # Only prctl runs between fork and exec (no lock is taken).
-                preexec_fn=_dies_with_parent(),  # noqa: PLW1509
             )
         (self._directory / "broker.pid").write_text(str(self._process.pid))
         (self._directory / "ports.json").write_text(
@@ -479,22 +475,3 @@ class EmbeddedKafka:
         except OSError as exc:
             return f"(unreadable: {exc})"
         return "\n".join(text.splitlines()[-lines:]) or "(nothing)"
-
-
-def _dies_with_parent() -> Callable[[], None] | None:
-    """A pre-exec hook that has Linux send the child SIGTERM when the thread that started
-    it ends: only from the main thread, which lives as long as the process."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    prctl = getattr(libc, "prctl", None)
-    if prctl is None:
-        return None
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-    return hook
