@@ -117,11 +117,12 @@ def start_serve(
 
 
 def raw_producer(
-    bootstrap: str, count: int, keys: int, processes: dict[str, int]
+    bootstrap: str, count: int, keys: int, processes: dict[str, int], copies: int = 1
 ) -> dict[str, Any]:
+    """The raw producer's run, to a topic of ``copies`` replicas (as kafka-sow's get)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = f"bench-raw-{os.getpid()}"
-    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+    for future in admin.create_topics([NewTopic(topic, 2, copies)]).values():
         future.result(30)
     producer = Producer(
         {
@@ -308,9 +309,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--background", type=int, default=20_000)
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument(
+        "--brokers", type=int, default=1, help="3: the embedded replicated cluster (RF 3)"
+    )
     args = parser.parse_args()
 
-    broker = start_broker()
+    broker = start_broker(nodes=args.brokers)
     print(f"broker: {broker.description}", file=sys.stderr, flush=True)
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -333,8 +337,10 @@ def main() -> None:
             broker_pid = getattr(broker, "pid", None)  # the embedded brokers have one
             if broker_pid:
                 processes["broker"] = broker_pid
+            for node in getattr(broker, "nodes", ()):  # a cluster's members, each
+                processes[f"broker {node.node_id}"] = node.pid
             results["raw_producer"] = raw_producer(
-                broker.bootstrap_servers, args.messages, args.keys, processes
+                broker.bootstrap_servers, args.messages, args.keys, processes, min(args.brokers, 3)
             )
             say(f"  {results['raw_producer']['msgs_per_s']:,.0f} msg/s; streaming publish")
             meter = CpuMeter(processes, with_children=("sow serve",))
