@@ -47,11 +47,13 @@ STATES = (HEALTHY, DEGRADED, BLOCKING)
 #: it is published, and how long no broker may answer before that is the condition.
 POLL_S = 1.0
 HOLD_POLLS = 2
-#: Longer than a client's request timeout (``socket.timeout.ms``, 10 s): a request sent to
-#: one frozen member is only then given up and asked of another, so a shorter silence
-#: would call a cluster with one frozen member dead. (A whole cluster gone silent is
-#: said sooner by the processor's watchdog, "the broker has not answered".)
+#: Several of the watch's request timeouts (:data:`WATCH_REQUEST_TIMEOUT_MS`): a request
+#: sent to one frozen member is only then given up and asked of another, so a shorter
+#: silence would call a cluster with one frozen member dead. (A whole cluster gone silent
+#: is said sooner by the processor's watchdog, "the broker has not answered".)
 SILENT_AFTER_S = 12.0
+#: How long the watch's own requests wait for one broker.
+WATCH_REQUEST_TIMEOUT_MS = 3000
 #: How long a listed broker may take to accept a TCP connection before it counts as down.
 PROBE_TIMEOUT_S = 1.0
 
@@ -330,6 +332,12 @@ class ClusterWatch:
             **client_settings(self.bootstrap),
             "client.id": "sow-cluster-watch",
             "log_level": 0,
+            # Its own requests give up on a frozen member soon and ask another: the
+            # watch must see the cluster, not wait on one member (the product's other
+            # clients keep librdkafka's 60 s: an acks=all write may rightly wait for a
+            # follower's death to be noticed, replica.lag.time.max.ms, and a new
+            # controller; at 10 s a processor gave up and restarted, over and over).
+            "socket.timeout.ms": WATCH_REQUEST_TIMEOUT_MS,
             "error_cb": refusals,
         }
         admin = AdminClient(settings)

@@ -36,11 +36,7 @@ log = logging.getLogger(__name__)
 
 
 #: Settings every client gets; quiet librdkafka's connection chatter to errors only.
-#: ``socket.timeout.ms``: a request to a broker that stopped answering (frozen, or cut off
-#: without a reset) fails after 10 s rather than librdkafka's 60, so the client asks the
-#: cluster again and finds the partition's new leader (docs/reliability.md: a member
-#: frozen for 30 s stalled writes for the whole 30 s before).
-BASE = {"log_level": 3, "socket.keepalive.enable": True, "socket.timeout.ms": 10_000}
+BASE = {"log_level": 3, "socket.keepalive.enable": True}
 #: Properties the deployment adds to every client (security, TLS): set once at start by
 #: :func:`use_client_properties`, applied after the product's own settings.
 _client_properties: dict[str, str] = {}
