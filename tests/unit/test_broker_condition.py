@@ -297,3 +297,31 @@ def test_brokers_that_refuse_connections_are_down_even_when_stale_metadata_lists
     seen = judge(ClusterView.of(stale, ["t"], unreachable={2, 3}), MIN_2)
     assert seen.state == "blocking"
     assert seen.text.startswith("2 of 3 brokers are down (ids 2, 3); t[1] has no leader")
+
+
+def test_an_answer_the_watch_cannot_judge_is_said_and_asked_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The watch thread outlives a bad answer (never a dead thread behind a stale state)."""
+    import threading
+
+    asked = threading.Event()
+    calls: list[int] = []
+
+    class Watch(ClusterWatch):
+        def poll(self, admin: Any, refusals: Any) -> None:
+            calls.append(1)
+            if len(calls) < 3:
+                raise ValueError("an odd answer")
+            asked.set()
+
+    watch = Watch("127.0.0.1:1", ["t"], poll_s=0.01).start()
+    try:
+        assert asked.wait(10), "the watch did not ask again after a bad answer"
+        assert watch.watching
+    finally:
+        watch.stop()
+    assert not watch.watching
+    assert watch.blocking() is None
+    said = [r for r in caplog.records if "could not judge" in r.getMessage()]
+    assert len(said) == 1

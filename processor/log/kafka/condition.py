@@ -341,6 +341,7 @@ class ClusterWatch:
             "error_cb": refusals,
         }
         admin = AdminClient(settings)
+        failed = False
         try:
             while self.watching and not self._stopped.is_set():
                 began = self._clock()
@@ -348,10 +349,17 @@ class ClusterWatch:
                     self.poll(admin, refusals)
                 except KafkaSecurityError as exc:
                     log.error("the cluster watch stops: %s", exc)
-                    self.watching = False
                     return
+                except Exception as exc:  # an answer it could not judge: said, asked again
+                    if not failed:
+                        log.exception("the cluster watch could not judge an answer: %s", exc)
+                    failed = True
+                else:
+                    failed = False
                 self._stopped.wait(max(0.0, self._poll_s - (self._clock() - began)))
         finally:
+            # Whatever ends the thread, what it last saw is no longer known to hold.
+            self.watching = False
             del admin  # its connections close now, not whenever collected
 
     def poll(self, admin: Any, refusals: Refusals) -> None:
