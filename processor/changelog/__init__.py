@@ -8,8 +8,9 @@ it byte for byte against fastavro.
 Record kinds in a changelog topic partition (key, value, headers):
 
 * upsert: key = SowKey, value = envelope.
-* delete: key = SowKey, value = None (a tombstone), headers ``sow.reason`` (``deleted``)
-  and ``sow.position`` (``topic/partition/offset`` of the command).
+* delete: key = SowKey, value = None (a tombstone), headers ``sow.reason`` (``deleted``,
+  or ``expired`` for an expiry) and ``sow.position`` (``topic/partition/offset`` of the
+  command; none for the engine's expiry of a record, which no command caused).
 * control records, key starting with NUL, never a SowKey:
   ``PROGRESS_KEY`` (value: JSON ``{"log": [[topic, partition, next_offset], ...]}``, the
   processor's input progress as of the end of a transaction, for every input of the
@@ -43,6 +44,9 @@ PUBLISHER_PREFIX = b"\x00sow:publisher:"
 STATE_PREFIX = b"\x00sow:state:"
 REASON_HEADER = "sow.reason"
 POSITION_HEADER = "sow.position"
+#: The ``sow.reason`` of a delete's tombstone and of an expiry's.
+DELETED = b"deleted"
+EXPIRED = b"expired"
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from processor import changelog
-from processor.changelog import POSITION_HEADER, REASON_HEADER, format_position
+from processor.changelog import format_position
 from processor.changelog.commands import FILTER_DELETE_KEY, FILTER_HEADER
 from processor.changelog.events import ChangeReason
 from processor.engine.dead_letter import (
@@ -49,7 +49,7 @@ from processor.engine.delta_merge import delta_key, merge_delta
 from processor.engine.headers import Sequenced, delta_form, publish_options, sequenced
 from processor.engine.partition import PartitionState
 from processor.engine.route import Route
-from processor.engine.transaction import PartitionBatch, Transaction
+from processor.engine.transaction import PartitionBatch, Produce, Transaction
 from processor.errors import (
     BrokerError,
     ExpressionError,
@@ -61,16 +61,11 @@ from processor.errors import (
 from processor.expr import Expression, MessageContext
 from processor.expr import compile as compile_expression
 from processor.keys import partition_for, validate_user_key
-from processor.log import Headers, Record, TopicPartitionKey
+from processor.log import Record, TopicPartitionKey
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ERROR_HEADERS", "Applier", "Route"]
-
-DELETED = b"deleted"
-
-Produce = Callable[..., None]
-
 
 _PUBLISH = ChangeReason.PUBLISH
 _DELETE = ChangeReason.DELETE
@@ -92,23 +87,22 @@ class Applier:
     """Applies batches of records to the partitions they belong to.
 
     ``routes`` maps (log topic, partition) to its Route; the processor keeps it current as
-    partitions are assigned and revoked. ``produce`` is the transactional producer's raw
-    ``produce(topic, value, key, partition, headers=...)``, which may raise BufferError when
-    its queue is full (then the record is retried after the queue drains) and other
-    exceptions that ``produce_error`` translates (a record over the size limit is the
-    record's failure; anything else is the log's).
+    partitions are assigned and revoked. ``produce`` is the produce the processor gives its
+    transactions (:func:`processor.engine.transaction.retrying` over the transactional
+    producer's raw one, waiting while its queue is full), the dead letters' too; what it
+    raises besides, ``produce_error`` translates (a record over the size limit is the
+    record's failure; anything else is the log's). Records are written through their
+    batch (:meth:`PartitionBatch.write`), which produces the changelog record.
     """
 
     def __init__(
         self,
         produce: Produce,
         dead_letter_topic: str,
-        drain: Callable[[], None] = lambda: None,
         produce_error: ProduceError = no_translation,
     ) -> None:
         self.produce = produce
-        self.drain = drain
-        self.dead_letters = DeadLetters(produce, dead_letter_topic, drain, produce_error)
+        self.dead_letters = DeadLetters(produce, dead_letter_topic, produce_error)
         self.routes: dict[TopicPartitionKey, Route] = {}
         self.repartitioned = 0
         #: Commands discarded by duplicate detection since start.
@@ -139,7 +133,6 @@ class Applier:
         once per run. Raises only for failures that are not one record's (broker,
         store); the caller then abandons the whole transaction.
         """
-        produce = self.produce
         routes = self.routes
         now_ms = transaction.now_ms
         offsets: dict[TopicPartitionKey, int] = {}
@@ -177,8 +170,9 @@ class Applier:
             value = record.value()
             key = record.key()
             key_function = route.key_function
-            # Every step below may fail for this record alone; a try costs nothing until
-            # something raises, and then the record takes the slow path to the dead letters.
+            # Every step below may fail for this record alone (its changelog record too: over
+            # the size limit); a try costs nothing until something raises, and then the
+            # record takes the slow path to the dead letters.
             try:
                 headers = record.headers()
                 if value is None or key_function is None or (headers and delta_form(headers)):
@@ -198,20 +192,15 @@ class Applier:
                     and (key != sow_key or sow_key not in route.placed)
                     and route.misplaced(key, sow_key, partition)
                 ):
-                    self._repartition(record, route.state, sow_key)
+                    self._repartition(record, route.state, batch, sow_key)
                     continue
                 stamp = record.timestamp()[1]
                 envelope = route.writer.encode(
                     offset, sow_key, value, stamp, now_ms, expiration_ms, correlation_id
                 )
-                try:
-                    produce(route.changelog, envelope, sow_key, partition)
-                except BufferError:
-                    self.produce_after_drain(route.changelog, envelope, sow_key, partition, None)
+                batch.write(sow_key, envelope, _PUBLISH, log_topic, offset, expiration_ms)
             except Exception as exc:  # any failure of one record dead-letters it; the loop goes on
                 self._reject(record, route, exc)
-                continue
-            batch.write(sow_key, envelope, _PUBLISH, log_topic, offset, expiration_ms)
         if derived:
             self._apply_derived(route, batch, derived)
         if batch is not None and last >= 0:
@@ -324,14 +313,11 @@ class Applier:
             return
         partition = record.partition()
         if route.from_input and route.misplaced(key, sow_key, partition):
-            self._repartition(record, state, sow_key)
+            self._repartition(record, state, batch, sow_key)
             return
         if value is None:
             if batch.lookup(sow_key) is None:
                 return  # deleting what is not there changes nothing
-            position = format_position(record.topic(), partition, record.offset())
-            headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
-            self.produce_after_drain(route.changelog, None, sow_key, partition, headers)
             batch.write(sow_key, None, _DELETE, record.topic(), record.offset())
             return
         if route.shaping is not None:
@@ -348,7 +334,6 @@ class Applier:
         envelope = (route.writer if route.family is None else writer).encode(
             offset, sow_key, value, stamp, now_ms, expiration_ms, correlation_id
         )
-        self.produce_after_drain(route.changelog, envelope, sow_key, partition, None)
         batch.write(sow_key, envelope, _PUBLISH, record.topic(), record.offset(), expiration_ms)
 
     def _delete_by_filter(self, record: Record, route: Route, batch: PartitionBatch) -> None:
@@ -379,35 +364,16 @@ class Applier:
             # Nothing was written yet: the command goes to the dead-letter topic whole
             # and the loop goes on (a filter too deep to compile, a damaged record).
             raise MessageError(f"the filter delete failed: {exc!r}") from exc
-        partition = record.partition()
-        position = format_position(record.topic(), partition, record.offset())
-        tombstone = [(REASON_HEADER, DELETED), (POSITION_HEADER, position)]
+        log_topic, partition, offset = record.topic(), record.partition(), record.offset()
         for sow_key in matched:
-            self.produce_after_drain(route.changelog, None, sow_key, partition, tombstone)
-            batch.write(sow_key, None, _DELETE, record.topic(), record.offset())
+            batch.write(sow_key, None, _DELETE, log_topic, offset)
         log.info(
             "filter delete at %s deleted %d records of %s[%d]",
-            position.decode(),
+            format_position(log_topic, partition, offset).decode(),
             len(matched),
             state.topic.name,
             partition,
         )
-
-    def produce_after_drain(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int,
-        headers: Headers | None = None,
-    ) -> None:
-        """Produce, waiting for the producer's queue to drain while it is full."""
-        while True:
-            try:
-                self.produce(topic, value, key, partition, headers=headers)
-                return
-            except BufferError:
-                self.drain()
 
     def _delete_key(self, state: PartitionState, key: bytes | None) -> bytes:
         if state.key_function is None:
@@ -418,9 +384,13 @@ class Applier:
             )
         return key
 
-    def _repartition(self, record: Record, state: PartitionState, sow_key: bytes) -> None:
+    def _repartition(
+        self, record: Record, state: PartitionState, batch: PartitionBatch, sow_key: bytes
+    ) -> None:
+        """Send a record keyed by its SowKey through its topic's repartition topic, in the
+        batch's transaction."""
         topic = state.topic
-        self.produce_after_drain(
+        batch.produce(
             topic.repartition_topic,
             record.value(),
             sow_key,

@@ -209,7 +209,7 @@ class Assignment:
             yield from reset_steps(state, *derivation.version, self.producer)
         for listener in self.listeners.get(state.topic.name, ()):
             if isinstance(listener, Feeding) and feeding_needed(state, listener):
-                produce = self.applier.produce_after_drain
+                produce = self.applier.produce
                 yield from feed_steps(
                     state,
                     listener,

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from processor.engine.transaction import Produce
 from processor.errors import (
     KeyGenerationError,
     MessageError,
@@ -41,33 +42,32 @@ SOURCE_HEADERS = ("sow.source.topic", "sow.source.partition", "sow.source.offset
 #: Error messages are cut to this many characters in the header.
 MESSAGE_LIMIT = 4000
 
-Produce = Callable[..., None]
 ProduceError = Callable[[Exception], SowError | None]
 
 
 def no_translation(exc: Exception) -> SowError | None:
-    """A ``produce_error`` for producers that raise nothing but BufferError."""
+    """A ``produce_error`` for producers that raise nothing of their own."""
     return None
 
 
 class DeadLetters:
-    """Writes rejected records to the dead-letter topic through the batch's producer.
+    """Writes rejected records to the dead-letter topic in the batch's transaction.
 
-    ``produce`` and ``drain`` are the transactional producer's (see
-    :class:`processor.log.TransactionalLog`); ``produce_error`` translates what
-    ``produce`` raises. Single-threaded, like the applier that owns it.
+    ``produce`` is the produce of the processor's transactions
+    (:func:`processor.engine.transaction.retrying`: it waits while the producer's queue is
+    full); ``produce_error`` translates what else it raises (see
+    :class:`processor.log.TransactionalLog`). Single-threaded, like the applier that owns
+    it.
     """
 
     def __init__(
         self,
         produce: Produce,
         topic: str,
-        drain: Callable[[], None],
         produce_error: ProduceError = no_translation,
     ) -> None:
         self.produce = produce
         self.topic = topic
-        self.drain = drain
         self.produce_error = produce_error
         #: Records dead-lettered since start.
         self.count = 0
@@ -109,7 +109,7 @@ class DeadLetters:
         attempts.append((None, None, reason + omitted))
         for attempt_value, attempt_key, headers in attempts:
             try:
-                self._produce(attempt_value, attempt_key, headers)
+                self.produce(self.topic, attempt_value, attempt_key, -1, headers)
                 break
             except Exception as exc:  # the producer's own errors, translated just below
                 if not isinstance(self.produce_error(exc), RecordTooLargeError):
@@ -128,14 +128,6 @@ class DeadLetters:
             error.reason_code,
             error,
         )
-
-    def _produce(self, value: bytes | None, key: bytes | None, headers: Headers) -> None:
-        while True:
-            try:
-                self.produce(self.topic, value, key, -1, headers=headers)
-                return
-            except BufferError:
-                self.drain()
 
 
 def explain(

@@ -31,21 +31,18 @@ Between a record's due time and the commit of its tombstone, queries still retur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 
-from processor.changelog import REASON_HEADER, expiration_of
+from processor.changelog import EXPIRED, expiration_of
 from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import PartitionBatch, Transaction
 
-#: The ``sow.reason`` of an expiry tombstone (the replica maps it to ChangeReason.EXPIRE).
-EXPIRED = b"expired"
-_TOMBSTONE_HEADERS = [(REASON_HEADER, EXPIRED)]
+__all__ = ["EXPIRED", "DueIndex", "Expirer", "due_key", "expiring_states", "split_due_key"]
 
 #: Index entries handled per transaction, over all partitions.
 MAX_PER_TRANSACTION = 20_000
-
-Produce = Callable[..., None]
+_EXPIRE = ChangeReason.EXPIRE
 
 
 def due_key(due_ms: int, sow_key: bytes) -> bytes:
@@ -95,19 +92,13 @@ def expiring_states(
 
 
 class Expirer:
-    """Deletes due records of the partitions it is given, within a transaction.
-
-    ``produce`` is the transactional producer's raw ``produce(topic, value, key,
-    partition, headers=...)`` (it may raise BufferError while its queue is full; then
-    ``drain`` is called and the record retried). Not thread-safe: the processor's loop
-    owns it.
+    """Deletes due records of the partitions it is given, within a transaction: each
+    through its batch (:meth:`PartitionBatch.write`, which produces the tombstone with
+    ``sow.reason: expired``, the replica's ChangeReason.EXPIRE). Not thread-safe: the
+    processor's loop owns it.
     """
 
-    def __init__(
-        self, produce: Produce, drain: Callable[[], None], limit: int = MAX_PER_TRANSACTION
-    ) -> None:
-        self._produce = produce
-        self._drain = drain
+    def __init__(self, limit: int = MAX_PER_TRANSACTION) -> None:
         self.limit = limit
         #: Records deleted as expired since start.
         self.expired = 0
@@ -149,10 +140,8 @@ class Expirer:
         """Drop the index entries ``keys`` and delete those of their records that are
         still due (an entry whose record was since deleted, or updated to a later or no
         expiration, is stale)."""
-        due, lookup = batch.due, batch.lookup
-        state = batch.state
-        changelog, partition = state.topic.changelog_topic, state.partition
-        produce = self._produce
+        due, lookup, write = batch.due, batch.lookup, batch.write
+        changelog = batch.state.topic.changelog_topic
         expired = 0
         for key in keys:
             due[key] = None
@@ -163,12 +152,6 @@ class Expirer:
             expiration_ms = expiration_of(envelope)
             if expiration_ms is None or expiration_ms > now_ms:
                 continue
-            while True:
-                try:
-                    produce(changelog, None, sow_key, partition, headers=_TOMBSTONE_HEADERS)
-                    break
-                except BufferError:
-                    self._drain()
-            batch.write(sow_key, None, ChangeReason.EXPIRE, changelog, -1)
+            write(sow_key, None, _EXPIRE, changelog, -1)  # -1: no command caused it
             expired += 1
         return expired

@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from processor import errors
 from processor.engine.apply import Applier
@@ -43,8 +44,10 @@ from processor.engine.commit import CrashHook, commit
 from processor.engine.derived import DerivedTopic
 from processor.engine.expiry import DueIndex, Expirer, expiring_states
 from processor.engine.gc_tuning import batch_friendly_gc
+from processor.engine.live import LiveFeed, LiveSink
+from processor.engine.refusals import GroupRefusals
 from processor.engine.standby import Standby
-from processor.engine.transaction import ChangeListener, Listeners, Transaction
+from processor.engine.transaction import ChangeListener, Listeners, Transaction, retrying
 from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopState, Watchdog
 from processor.errors import BrokerError, FencedError, StaleGroupError, StalledError
 from processor.log import (
@@ -155,8 +158,22 @@ class Processor:
         )
         #: Times the watchdog found the processor stuck (monitoring, tests).
         self.stalls = 0
-        #: Transactions in a row whose offsets the group refused (see _read_again).
-        self._stale_group = 0
+        #: Transactions in a row whose offsets the group refused.
+        self._refusals = GroupRefusals(self._stop)
+        #: Hands changes to the replica beside this processor before the commit.
+        self._live: LiveFeed | None = None
+
+    def attach_live(self, sink: LiveSink) -> None:
+        """Hand the changes of the topics that allow it to ``sink`` as soon as they are
+        applied (:mod:`processor.engine.live`); call before :meth:`run`."""
+        feed = self._live = LiveFeed(self.topology, sink)
+        for name in feed.topics:
+            self._listeners[name] = (*self._listeners[name], feed)
+
+    @property
+    def live_records(self) -> int:
+        """Records handed over live since start (monitoring, tests)."""
+        return 0 if self._live is None else self._live.records
 
     @property
     def applied(self) -> int:
@@ -322,19 +339,19 @@ class Processor:
 
     def _run_pipeline(self) -> None:
         self._loop.positions = {}
-        self._stale_group = 0
+        self._refusals.accepted()
         self._loop.pipelines += 1
         self._restart.clear()
         producer = self._producer = self._connections.transactional_log()
         consumer = self._input = self._connections.input_log()
         reader = self._connections.reader()
-        applier = self._applier = Applier(
-            producer.raw_produce, self._dead_letter_topic, producer.drain, producer.produce_error
-        )
-        produce = applier.produce_after_drain
+        # The one produce of every transaction (and of the dead letters): it waits while
+        # the producer's queue is full.
+        produce = retrying(producer.raw_produce, producer.drain)
+        applier = self._applier = Applier(produce, self._dead_letter_topic, producer.produce_error)
         if self._expirer is not None:
             self._expired_before += self._expirer.expired
-        expirer = self._expirer = Expirer(producer.raw_produce, producer.drain)
+        expirer = self._expirer = Expirer()
         if self._standby is not None:
             self._standby_records_before += self._standby.records
         standby = self._standby = None
@@ -356,6 +373,9 @@ class Processor:
             listeners=self._listeners,
         )
         assignment.input = consumer
+        live = self._live
+        if live is not None:
+            live.reset(consumer.quiet)
         try:
             if standby is not None:
                 standby.follow(set())  # warm while the group join runs
@@ -393,7 +413,6 @@ class Processor:
                 # partition's pending state and restarts from the committed offsets; but
                 # offsets refused by a group that moved on abort the batch alone.
                 local = assignment.local()
-                produce = applier.produce_after_drain
                 transaction = Transaction(
                     self.transactions, now_ms, self._listeners, produce, local
                 )
@@ -406,18 +425,23 @@ class Processor:
                     derivation.tick(transaction.batch(state), now_ms, applier.reject)
                 try:
                     if transaction.batches:
-                        commit(
-                            transaction, producer, offsets, consumer.group_metadata(), self._crash
-                        )
+                        group, crash = consumer.group_metadata(), self._crash
+                        sent = None if live is None else partial(live.send, transaction)
+                        ends = commit(transaction, producer, offsets, group, crash, sent)
                         self._settled_at = time.monotonic() + producer.commit_settle_s
+                        if live is not None:
+                            live.committed(transaction, ends)
                     else:
                         producer.abort()
                 except StaleGroupError as exc:
-                    self._read_again(records, producer, assignment, exc)
+                    if live is not None:
+                        live.failed(transaction)
+                    self._refusals.refused(producer, exc)  # read again (engine/refusals.py)
+                    assignment.read_again(records)
                     applier.restore_counters(counted)
                     continue
                 self._loop.positions.update(offsets)
-                self._stale_group = 0
+                self._refusals.accepted()
                 self.transactions += 1
                 self.records += len(records)
         finally:
@@ -462,38 +486,8 @@ class Processor:
         try:
             producer.send_offsets(offsets, consumer.group_metadata())
         except StaleGroupError as exc:
-            self._stale(producer, exc)
+            self._refusals.refused(producer, exc)
             assignment.offsets_behind = {**offsets, **assignment.offsets_behind}  # tried again
             return
         producer.commit()
-        self._stale_group = 0
-
-    #: Batches in a row whose offsets a moved-on group may refuse before the pipeline
-    #: restarts (the consumer should catch up with the group within one consume).
-    STALE_GROUP_RETRIES = 5
-
-    def _stale(self, producer: TransactionalLog, exc: StaleGroupError) -> None:
-        """Abort the transaction the group refused; raise ``exc`` (a pipeline restart)
-        when that keeps happening."""
-        self._stale_group += 1
-        if self._stale_group > self.STALE_GROUP_RETRIES:
-            raise exc
-        log.info("%s; aborting the transaction and reading its batch again", exc)
-        producer.abort()
-        self._stop.wait(0.01 * self._stale_group)
-
-    def _read_again(
-        self,
-        records: Sequence[Record],
-        producer: TransactionalLog,
-        assignment: Assignment,
-        exc: StaleGroupError,
-    ) -> None:
-        """The group refused the batch's offsets: it moved to a new generation or member
-        epoch while the transaction was open (KIP-848 hands out a new epoch as it gives
-        this member partitions, between two polls). Abort the transaction and apply its
-        records again (:meth:`Assignment.read_again`): the next consume runs the pending
-        rebalance callback first, and the batch is applied again under the group's new
-        metadata. Nothing of it was committed or written to a store."""
-        self._stale(producer, exc)
-        assignment.read_again(records)
+        self._refusals.accepted()

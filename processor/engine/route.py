@@ -13,7 +13,6 @@ class Route:
     """Where records of one (log topic, partition) go, with what applying them needs."""
 
     __slots__ = (
-        "changelog",
         "decode",
         "decode_for_key",
         "derived",
@@ -40,7 +39,6 @@ class Route:
     ) -> None:
         self.state = state
         self.from_input = from_input
-        self.changelog = state.topic.changelog_topic
         self.partitions = state.topic.partitions
         self.writer = state.writers[log_topic]
         self.decode = state.codec.decode

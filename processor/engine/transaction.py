@@ -7,6 +7,14 @@ status: once it failed or completed, its batches refuse reads and writes
 (TransactionStateError), so a failed batch can never leak into the next one. The commit
 protocol (:func:`processor.engine.commit.commit`) writes the batches to the stores.
 
+Writing a record: :meth:`PartitionBatch.write` is the one way a record of a SOW topic (or
+of a derived topic) changes. It produces the changelog record in the transaction (the
+envelope, or a tombstone whose headers say why: ``sow.reason`` and the ``sow.position`` of
+the command behind it), caches the write for the commit, and records the change event.
+Every record the transaction produces goes through its ``produce``, made by
+:func:`retrying` over the producer's raw one: the one place that waits while the
+producer's queue is full.
+
 Change events: every write of a record (publish, delete, expiry) is also a
 :class:`~processor.changelog.events.ChangeEvent` (old value, new value, position,
 reason). The :class:`ChangeListener` objects of the record's topic each give every batch
@@ -27,7 +35,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
-from processor.changelog import STATE_PREFIX
+from processor.changelog import (
+    DELETED,
+    EXPIRED,
+    POSITION_HEADER,
+    REASON_HEADER,
+    STATE_PREFIX,
+    format_position,
+)
 from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.partition import PartitionState
 from processor.errors import TransactionStateError
@@ -64,8 +79,39 @@ class ChangeListener(Protocol):
 Listeners = Mapping[str, Sequence[ChangeListener]]
 
 #: Produces one record in the transaction: ``produce(topic, value, key, partition,
-#: headers)``, waiting while the producer's queue is full.
+#: headers)``, waiting while the producer's queue is full (see :func:`retrying`).
 Produce = Callable[[str, bytes | None, bytes | None, int, "list[tuple[str, bytes]] | None"], None]
+
+_EXPIRE = ChangeReason.EXPIRE
+#: The headers of the tombstone of an expiry no command caused (offset -1).
+_EXPIRED_ALONE = [(REASON_HEADER, EXPIRED)]
+
+
+def retrying(raw_produce: Callable[..., None], drain: Callable[[], None]) -> Produce:
+    """The transactions' produce over a producer's raw ``raw_produce(topic, value, key,
+    partition, headers=None)``, which raises BufferError while its queue is full: then
+    ``drain`` (wait briefly for queued records to be sent) and try again. Anything else
+    ``raw_produce`` raises goes to the caller (a record over the size limit is that
+    record's failure: :meth:`processor.engine.dead_letter.DeadLetters.failure`)."""
+
+    def produce(
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        while True:
+            try:
+                if headers is None:
+                    raw_produce(topic, value, key, partition)
+                else:
+                    raw_produce(topic, value, key, partition, headers=headers)
+                return
+            except BufferError:
+                drain()
+
+    return produce
 
 
 #: The derived partitions this processor owns (recovered) that can take changes directly,
@@ -163,6 +209,7 @@ class PartitionBatch:
     """
 
     __slots__ = (
+        "_changelog",
         "_events",
         "_listeners",
         "_needs_old",
@@ -181,6 +228,7 @@ class PartitionBatch:
         self.due: dict[bytes, bytes | None] = {}
         self.meta: dict[bytes, bytes | None] = {}
         self.progress: dict[str, int] = {}
+        self._changelog = state.topic.changelog_topic
         listeners = transaction.listeners.get(state.topic.name, ())
         self._needs_old = any(listener.needs_old for listener in listeners)
         self._listeners: list[Listener] = [listener.listen(self) for listener in listeners]
@@ -213,7 +261,7 @@ class PartitionBatch:
         a changelog control record now, the store's meta column at commit (recovery
         restores it from the control record)."""
         full = STATE_PREFIX + key
-        self.produce(self.state.topic.changelog_topic, value, full, self.state.partition)
+        self.produce(self._changelog, value, full, self.state.partition)
         self.meta[full] = value
 
     def get_state(self, key: bytes) -> bytes | None:
@@ -233,17 +281,29 @@ class PartitionBatch:
         offset: int,
         expiration_ms: int | None = None,
     ) -> None:
-        """Record the change of a SowKey to ``new`` (None: deleted), made by the record at
-        ``offset`` of ``log_topic`` (-1: none, an expiry), as a change event for the
-        topic's listeners. ``expiration_ms``: the new record's expiration (None: never)."""
-        if self._transaction.status is not _STARTED:
-            self._transaction.check_open()
+        """Change a SowKey to ``new`` (an envelope; None: deleted), as the record at
+        ``offset`` of ``log_topic`` (-1: none, an expiry) makes it: produce its changelog
+        record (key the SowKey, value ``new``; a tombstone says why in its headers, see
+        :func:`tombstone_headers`), cache the write, and record the change event for the
+        topic's listeners. ``expiration_ms``: the new record's expiration (None: never).
+
+        What producing raises (a record over the size limit) leaves the batch unchanged.
+        """
+        transaction = self._transaction
+        if transaction.status is not _STARTED:
+            transaction.check_open()
+        partition = self.state.partition
+        headers = (
+            None if new is not None else tombstone_headers(reason, log_topic, partition, offset)
+        )
         if not self._listeners:
+            transaction.produce(self._changelog, new, sow_key, partition, headers)
             self.writes[sow_key] = new
             return
         old = self.lookup(sow_key) if self._needs_old else None
+        transaction.produce(self._changelog, new, sow_key, partition, headers)
         self.writes[sow_key] = new
-        position = (log_topic, self.state.partition, offset)
+        position = (log_topic, partition, offset)
         self._events.append(
             ChangeEvent(self.state.topic.name, sow_key, old, new, position, reason, expiration_ms)
         )
@@ -296,3 +356,22 @@ class PartitionBatch:
         """Note that the batch read ``log_topic`` up to (not including) ``next_offset``."""
         self._transaction.check_open()
         self.progress[log_topic] = next_offset
+
+
+def tombstone_headers(
+    reason: ChangeReason, log_topic: str, partition: int, offset: int
+) -> list[tuple[str, bytes]]:
+    """The headers of the changelog tombstone of a delete (``sow.reason: deleted``) or an
+    expiry (``expired``), with the ``sow.position`` of the command behind it; an expiry
+    no command caused (``offset`` -1, the engine's :mod:`~processor.engine.expiry`) has
+    none."""
+    if reason is _EXPIRE:
+        if offset < 0:
+            return _EXPIRED_ALONE
+        reason_value = EXPIRED
+    else:
+        reason_value = DELETED
+    return [
+        (REASON_HEADER, reason_value),
+        (POSITION_HEADER, format_position(log_topic, partition, offset)),
+    ]

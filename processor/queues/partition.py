@@ -42,7 +42,7 @@ import logging
 from collections.abc import Sequence
 
 from processor import changelog
-from processor.changelog import POSITION_HEADER, REASON_HEADER, STATE_PREFIX, EnvelopeWriter
+from processor.changelog import STATE_PREFIX, EnvelopeWriter
 from processor.changelog.events import ChangeReason
 from processor.engine.derived import Rejects
 from processor.engine.families import MAX_TOPICS
@@ -73,8 +73,6 @@ log = logging.getLogger(__name__)
 _MESSAGE = MESSAGE_STATE  # state: a message's counts and lease
 _SUBSCRIPTION = b"qs"  # state: a subscription
 _ORIGIN = b"qo"  # state: where the queue began (RecoveryPoint), decided once
-_DELETED = [(REASON_HEADER, b"deleted")]
-_EXPIRED = [(REASON_HEADER, b"expired")]
 _NO_FILTER: MessageFilter = lambda _message: True  # noqa: E731
 
 
@@ -276,7 +274,6 @@ class QueuePartition:
         envelope = self._writer(name).encode(
             offset, bookmark, data, published_ms, now_ms, expires_ms, correlation_id
         )
-        batch.produce(state.topic.changelog_topic, envelope, bookmark, state.partition)
         batch.write(bookmark, envelope, ChangeReason.PUBLISH, state.topic.kafka_topic, offset)
         message = QueueMessage(
             bookmark,
@@ -453,14 +450,10 @@ class QueuePartition:
     def _remove(
         self, bookmark: bytes, envelope: bytes, batch: PartitionBatch, expired: bool
     ) -> None:
-        state = self.state
         offset = changelog.log_offset_of(envelope)
-        log_topic = state.topic.kafka_topic
-        position = changelog.format_position(log_topic, state.partition, offset)
-        headers = [*(_EXPIRED if expired else _DELETED), (POSITION_HEADER, position)]
-        batch.produce(state.topic.changelog_topic, None, bookmark, state.partition, headers)
         reason = ChangeReason.EXPIRE if expired else ChangeReason.DELETE
-        batch.write(bookmark, None, reason, log_topic, offset)
+        # The tombstone: sow.reason (expired or deleted) and the message's position.
+        batch.write(bookmark, None, reason, self.state.topic.kafka_topic, offset)
         if bookmark in self._stated:
             self._stated.discard(bookmark)
             batch.put_state(_MESSAGE + bookmark, None)

@@ -33,11 +33,8 @@ from collections.abc import Mapping, Sequence
 
 from processor import changelog
 from processor.changelog import (
-    POSITION_HEADER,
-    REASON_HEADER,
     STATE_PREFIX,
     EnvelopeWriter,
-    format_position,
 )
 from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.derived import Rejects
@@ -176,16 +173,12 @@ class ConflatedPartition:
         """Write every pending record, as it is now (enriched), and forget them; a record
         whose enrichment fails is rejected as its latest input record (module doc)."""
         state, pending = self.state, self._loaded()
-        changelog_topic, partition = state.topic.changelog_topic, state.partition
         log_topic = state.topic.kafka_topic
         for sow_key, (offset, envelope) in pending.items():
             batch.put_state(_PENDING + sow_key, None)
             if envelope is None:
                 if batch.lookup(sow_key) is None:
                     continue
-                position = format_position(log_topic, partition, offset)
-                headers = [(REASON_HEADER, b"deleted"), (POSITION_HEADER, position)]
-                batch.produce(changelog_topic, None, sow_key, partition, headers)
                 batch.write(sow_key, None, ChangeReason.DELETE, log_topic, offset)
                 continue
             original = changelog.decode(envelope)
@@ -206,7 +199,6 @@ class ConflatedPartition:
                 None,
                 original.correlation_id,
             )
-            batch.produce(changelog_topic, copy, sow_key, partition)
             batch.write(sow_key, copy, ChangeReason.PUBLISH, log_topic, offset)
         pending.clear()
         self._next_ms = now_ms + self.definition.interval_ms

@@ -32,7 +32,6 @@ import os
 from collections.abc import Sequence
 
 from processor import changelog
-from processor.changelog import POSITION_HEADER, REASON_HEADER, format_position
 from processor.changelog.events import ChangeReason
 from processor.engine.derived import Rejects
 from processor.engine.partition import PartitionState
@@ -51,7 +50,6 @@ log = logging.getLogger(__name__)
 #: Groups kept in memory between transactions, at most.
 MAX_GROUPS = 100_000
 
-_DELETED = b"deleted"
 #: The state key of the partition's member update sequence.
 _SEQUENCE = b"sequence"
 #: The state keys of changes kept until the barrier is read back (then the sequence).
@@ -259,16 +257,12 @@ class ViewPartition:
         the (log topic, offset, timestamp) of the change behind it."""
         group = self._groups[view_key]
         state = self.state
-        (log_topic, offset, stamp), partition = cause, state.partition
-        changelog_topic = state.topic.changelog_topic
+        log_topic, offset, stamp = cause
         if not group.members:
             # The empty group stays cached until the transaction ends: its members'
             # deletes are not in the store before the commit.
             if group.output is None:
                 return  # never written
-            position = format_position(log_topic, partition, offset)
-            headers = [(REASON_HEADER, _DELETED), (POSITION_HEADER, position)]
-            batch.produce(changelog_topic, None, view_key, partition, headers)
             batch.write(view_key, None, ChangeReason.DELETE, log_topic, offset)
             group.output = None
             return
@@ -278,7 +272,6 @@ class ViewPartition:
         envelope = state.writers[log_topic].encode(
             offset, view_key, data, stamp, batch.now_ms, None, None
         )
-        batch.produce(changelog_topic, envelope, view_key, partition)
         batch.write(view_key, envelope, ChangeReason.PUBLISH, log_topic, offset)
         group.output = data
 

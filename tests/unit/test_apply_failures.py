@@ -130,7 +130,7 @@ def _texts(produced: Produced, topic: SowTopic) -> list[str]:
 
 def test_a_repeated_sequence_is_discarded_and_its_offset_still_committed() -> None:
     applier, [state], produced = _applier(ORDERS)
-    transaction = Transaction(0, 1000)
+    transaction = Transaction(0, 1000, produce=applier.produce)
     offsets = applier.apply(
         transaction,
         [
@@ -154,7 +154,7 @@ def test_malformed_sequence_headers_are_dead_lettered_with_the_reason() -> None:
     applier, [state], produced = _applier(ORDERS)
     bad = [("p1", "seven"), ("", "3")]
     applier.apply(
-        Transaction(0, 1000),
+        Transaction(0, 1000, produce=applier.produce),
         [_publish(ORDERS, i, {"id": i, "text": "x"}, seq) for i, seq in enumerate(bad)]
         + [_publish(ORDERS, 2, {"id": 2, "text": "fine"}, ("p1", "7"))],
     )
@@ -177,7 +177,8 @@ def test_a_re_keyed_record_is_checked_on_its_input_partition_only() -> None:
     home = partition_for(sow_key, 2)
     foreign = 1 - home
     applier.apply(
-        Transaction(0, 1000), [_publish(topic, 0, message, ("p1", "1"), b"foreign", foreign)]
+        Transaction(0, 1000, produce=applier.produce),
+        [_publish(topic, 0, message, ("p1", "1"), b"foreign", foreign)],
     )
     [(_, value, key, partition, headers)] = produced.to(topic.repartition_topic)
     assert (key, partition) == (sow_key, home)
@@ -188,9 +189,12 @@ def test_a_re_keyed_record_is_checked_on_its_input_partition_only() -> None:
         for i in range(2, 50)
         if partition_for(key_of(m := {"id": i, "text": "direct"}).encode(), 2) == home
     )
-    applier.apply(Transaction(0, 1000), [_publish(topic, 0, local, ("p1", "3"), None, home)])
+    applier.apply(
+        Transaction(0, 1000, produce=applier.produce),
+        [_publish(topic, 0, local, ("p1", "3"), None, home)],
+    )
     back = LogRecord(topic.repartition_topic, home, 0, key, value, headers)
-    applier.apply(Transaction(0, 1000), [back])
+    applier.apply(Transaction(0, 1000, produce=applier.produce), [back])
     assert _texts(produced, topic) == ["direct", "re-keyed"]
     assert applier.duplicates == 0
 
@@ -202,7 +206,7 @@ def test_a_key_generator_that_raises_is_dead_lettered_and_the_batch_goes_on() ->
         LogRecord(topic.kafka_topic, 0, 0, b"1", b'{"id": 1, "bad": true, "text": "x"}'),
         LogRecord(topic.kafka_topic, 0, 1, b"2", b'{"id": 2, "text": "kept"}'),
     ]
-    transaction = Transaction(0, 1000)
+    transaction = Transaction(0, 1000, produce=applier.produce)
     applier.apply(transaction, records)
     [(_, value, key, _, headers)] = produced.to("dead-letter")
     reason = dict(headers)
@@ -219,7 +223,7 @@ def test_an_unexpected_failure_of_one_record_is_dead_lettered_with_the_exception
     be pinned on a step, so the record is dead-lettered with the exception as it was."""
     topic = SowTopic("GEN", key_generator=KeyGeneratorSpec(f"{__name__}:flaky_generator"))
     applier, [state], produced = _applier(topic)
-    transaction = Transaction(0, 1000)
+    transaction = Transaction(0, 1000, produce=applier.produce)
     applier.apply(
         transaction,
         [
@@ -237,7 +241,8 @@ def test_bad_key_texts_and_expirations_are_dead_lettered_with_their_reason() -> 
     surrogate = SowTopic("GEN", key_generator=KeyGeneratorSpec(f"{__name__}:surrogate_generator"))
     applier, [state], produced = _applier(surrogate)
     applier.apply(
-        Transaction(0, 1000), [LogRecord(surrogate.kafka_topic, 0, 0, b"k", b'{"id": 1}')]
+        Transaction(0, 1000, produce=applier.produce),
+        [LogRecord(surrogate.kafka_topic, 0, 0, b"k", b'{"id": 1}')],
     )
     [(*_, headers)] = produced.to("dead-letter")
     assert dict(headers)[ERROR_HEADERS[0]] == b"key-generation-failed"
@@ -246,7 +251,7 @@ def test_bad_key_texts_and_expirations_are_dead_lettered_with_their_reason() -> 
     blobs = SowTopic("BLOBS", message_type="binary", expiration_s=0)
     applier, [state], produced = _applier(blobs)
     infinite = [("sow.expiration", b"inf")]
-    transaction = Transaction(0, 1000)
+    transaction = Transaction(0, 1000, produce=applier.produce)
     applier.apply(transaction, [LogRecord(blobs.kafka_topic, 0, 0, b"QQ==", b"\x01", infinite)])
     [(*_, headers)] = produced.to("dead-letter")
     assert b"not a finite number" in dict(headers)[ERROR_HEADERS[1]]

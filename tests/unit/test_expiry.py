@@ -70,16 +70,17 @@ def _state(store: Store, topic: SowTopic = TICKS) -> PartitionState:
 OPEN: list[Transaction] = []
 
 
-def _transaction(state: PartitionState, now_ms: int) -> Transaction:
+def _transaction(state: PartitionState, now_ms: int, produce: Produced) -> Transaction:
     """A new transaction at ``now_ms`` (committed by the next :func:`_commit`), with the
     due index listening as the processor sets it up for a topic with expiration."""
     listeners = {state.topic.name: (DueIndex(),)} if state.topic.expiration_s is not None else {}
-    OPEN.append(Transaction(len(OPEN), now_ms, listeners))
+    OPEN.append(Transaction(len(OPEN), now_ms, listeners, produce))
     return OPEN[-1]
 
 
 def _apply(applier: Applier, state: PartitionState, record: LogRecord, now_ms: int) -> None:
-    applier.apply(_transaction(state, now_ms), [record])
+    assert isinstance(applier.produce, Produced)
+    applier.apply(_transaction(state, now_ms, applier.produce), [record])
 
 
 def _publish(
@@ -97,9 +98,11 @@ def _publish(
     _apply(applier, state, LogRecord(topic.kafka_topic, 0, offset, key, body, listed), now_ms)
 
 
-def _expire(expirer: Expirer, state: PartitionState, now_ms: int) -> dict[bytes, bytes | None]:
+def _expire(
+    expirer: Expirer, state: PartitionState, now_ms: int, produced: Produced
+) -> dict[bytes, bytes | None]:
     """Expire in a new transaction; return the records it changed."""
-    transaction = _transaction(state, now_ms)
+    transaction = _transaction(state, now_ms, produced)
     expirer.expire(transaction, [state])
     return {k: v for batch in transaction.batches for k, v in batch.writes.items()}
 
@@ -177,18 +180,18 @@ def test_expire_deletes_due_records_with_an_expired_tombstone(store: Store) -> N
     _publish(applier, state, 1, b'{"id": 2}', NOW, expiration="2")
     _publish(applier, state, 2, b'{"id": 3}', NOW, expiration="0")  # never
     _commit(state)
-    expirer = Expirer(produced, lambda: None)
+    expirer = Expirer()
     assert not expirer.due([state], NOW + 1999)
-    assert _expire(expirer, state, NOW + 1999) == {}
+    assert _expire(expirer, state, NOW + 1999, produced) == {}
     assert OPEN[-1].batches == []  # nothing due: no partition touched
     assert expirer.due([state], NOW + 2000)
-    assert _expire(expirer, state, NOW + 2000) == {_key(2): None}
+    assert _expire(expirer, state, NOW + 2000, produced) == {_key(2): None}
     assert produced.tombstones() == [(_key(2), [(REASON_HEADER, EXPIRED)])]
     _commit(state)
     assert store.get(_key(2)) is None
     assert store.get(_key(1)) is not None
     assert not expirer.due([state], NOW + 9999)
-    _expire(expirer, state, NOW + 10_000)
+    _expire(expirer, state, NOW + 10_000, produced)
     assert [k for k, _ in produced.tombstones()] == [_key(2), _key(1)]
     _commit(state)
     assert store.get(_key(3)) is not None
@@ -205,13 +208,13 @@ def test_an_update_restarts_the_lifespan_and_a_delete_leaves_a_stale_entry(store
     _publish(applier, state, 2, b'{"id": 1, "v": 2}', NOW + 5000)  # due at NOW + 15 s now
     _apply(applier, state, LogRecord("TICKS", 0, 3, _key(2), None), NOW + 5000)  # deleted
     _commit(state)
-    expirer = Expirer(produced, lambda: None)
+    expirer = Expirer()
     assert expirer.due([state], NOW + 10_000)  # two stale entries are due
-    _expire(expirer, state, NOW + 10_000)
+    _expire(expirer, state, NOW + 10_000, produced)
     assert [k for k, h in produced.tombstones() if h == [(REASON_HEADER, EXPIRED)]] == []
     _commit(state)
     assert not expirer.due([state], NOW + 14_999)
-    _expire(expirer, state, NOW + 15_000)
+    _expire(expirer, state, NOW + 15_000, produced)
     assert [k for k, h in produced.tombstones() if h == [(REASON_HEADER, EXPIRED)]] == [_key(1)]
 
 
@@ -221,10 +224,10 @@ def test_expire_handles_at_most_its_limit_per_transaction(store: Store) -> None:
     for i in range(25):
         _publish(applier, state, i, b'{"id": %d}' % i, NOW + i, expiration="1")
     _commit(state)
-    expirer = Expirer(produced, lambda: None, limit=10)
+    expirer = Expirer(limit=10)
     counts = []
     while expirer.due([state], NOW + 5000):
-        expired = _expire(expirer, state, NOW + 5000)
+        expired = _expire(expirer, state, NOW + 5000, produced)
         counts.append(sum(1 for v in expired.values() if v is None))
         _commit(state)
     assert counts == [10, 10, 5]
@@ -241,9 +244,9 @@ def test_disabled_topic_ignores_the_header_and_expires_nothing(store: Store) -> 
     OPEN[-1].flush()
     assert [batch.due for batch in OPEN[-1].batches] == [{}]
     _commit(state)
-    expirer = Expirer(produced, lambda: None)
+    expirer = Expirer()
     assert not expirer.due([state], NOW + 10_000)
-    assert _expire(expirer, state, NOW + 10_000) == {}
+    assert _expire(expirer, state, NOW + 10_000, produced) == {}
     assert store.get(_key(1, topic)) is not None
 
 

@@ -63,7 +63,7 @@ def applier_with(messages: list[dict[str, Any]]) -> tuple[Applier, PartitionStat
     key_of = key_function(TOPIC)
     assert key_of is not None
     publishes = [log_record(i, key_of(m).encode(), orjson.dumps(m)) for i, m in enumerate(messages)]
-    committed = Transaction(0, 1000)
+    committed = Transaction(0, 1000, produce=applier.produce)
     applier.apply(committed, publishes)
     state.store.write(committed.batch(state).writes, {})  # committed
     produced.records.clear()
@@ -79,7 +79,7 @@ def test_filter_delete_tombstones_matching_records_with_the_command_position() -
     key_of = key_function(TOPIC)
     assert key_of is not None
     uncommitted = {"id": 42, "qty": 42}
-    transaction = Transaction(1, 2000)
+    transaction = Transaction(1, 2000, produce=applier.produce)
     applier.apply(
         transaction,
         [
@@ -97,7 +97,7 @@ def test_filter_delete_tombstones_matching_records_with_the_command_position() -
 
 def test_a_filter_that_cannot_be_evaluated_is_dead_lettered_and_changes_nothing() -> None:
     applier, state, produced = applier_with([{"id": i} for i in range(3)])
-    transaction = Transaction(1, 2000)
+    transaction = Transaction(1, 2000, produce=applier.produce)
     applier.apply(transaction, [delete_command(3, "SUM(/id) > 1"), delete_command(4, "/id = 0")])
     dead = [r for r in produced.records if r[0] == "dead-letter"]
     assert len(dead) == 1
@@ -110,7 +110,7 @@ def test_a_filter_that_cannot_be_evaluated_is_dead_lettered_and_changes_nothing(
 def test_a_damaged_stored_record_dead_letters_the_command_not_the_processor() -> None:
     applier, state, produced = applier_with([{"id": 1}])
     state.store.write({b"123": b"not an envelope"}, {})
-    transaction = Transaction(1, 2000)
+    transaction = Transaction(1, 2000, produce=applier.produce)
     applier.apply(transaction, [delete_command(1, "1=1")])
     dead = [r for r in produced.records if r[0] == "dead-letter"]
     assert len(dead) == 1

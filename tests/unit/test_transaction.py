@@ -3,12 +3,19 @@ and hands every change to the topic's listeners as a ChangeEvent."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from processor.changelog import EnvelopeWriter
+from processor.changelog import POSITION_HEADER, REASON_HEADER, EnvelopeWriter
 from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.partition import PartitionState, make_writers
-from processor.engine.transaction import PartitionBatch, Transaction, TransactionStatus
+from processor.engine.transaction import (
+    PartitionBatch,
+    Transaction,
+    TransactionStatus,
+    retrying,
+)
 from processor.errors import TransactionStateError
 from processor.keys import key_function
 from processor.messages import codec_for
@@ -30,6 +37,24 @@ def _state() -> PartitionState:
     )
 
 
+class Produced:
+    """A transaction's produce that keeps every record, as (topic, value, key, partition,
+    headers)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None, bytes | None, int, Any]] = []
+
+    def __call__(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        headers: Any = None,
+    ) -> None:
+        self.records.append((topic, value, key, partition, headers))
+
+
 class Recorder:
     """A change listener that keeps what it is told, and each batch it listened to."""
 
@@ -47,7 +72,7 @@ def test_reads_see_the_batch_before_the_store_and_the_store_is_untouched() -> No
     state = _state()
     old = WRITER.encode(0, b"a", b'{"id": 1}', 1, 1)
     state.store.write({b"a": old, b"b": old}, {})
-    transaction = Transaction(1, 1000)
+    transaction = Transaction(1, 1000, produce=Produced())
     batch = transaction.batch(state)
     new = WRITER.encode(1, b"a", b'{"id": 1, "v": 2}', 2, 2)
     batch.write(b"a", new, ChangeReason.PUBLISH, "ORDERS", 1)
@@ -87,7 +112,7 @@ def test_listeners_get_each_change_with_old_new_position_and_reason() -> None:
     first = WRITER.encode(0, b"a", b'{"id": 1}', 1, 1)
     state.store.write({b"a": first}, {})
     wants_old, blind = Recorder(needs_old=True), Recorder(needs_old=False)
-    transaction = Transaction(1, 1000, {"ORDERS": (wants_old, blind)})
+    transaction = Transaction(1, 1000, {"ORDERS": (wants_old, blind)}, Produced())
     batch = transaction.batch(state)
     second = WRITER.encode(5, b"a", b'{"id": 1, "v": 2}', 2, 2, 9000)
     batch.write(b"a", second, ChangeReason.PUBLISH, "ORDERS", 5, 9000)
@@ -107,7 +132,7 @@ def test_listeners_get_each_change_with_old_new_position_and_reason() -> None:
 
 def test_a_topic_without_listeners_makes_no_events() -> None:
     recorder = Recorder(needs_old=True)
-    transaction = Transaction(1, 1000, {"OTHER": (recorder,)})
+    transaction = Transaction(1, 1000, {"OTHER": (recorder,)}, Produced())
     transaction.batch(_state()).write(b"a", None, ChangeReason.DELETE, "ORDERS", 1)
     transaction.flush()
     assert recorder.events == []
@@ -120,3 +145,67 @@ def test_an_event_decodes_its_expiration_when_not_told() -> None:
     assert hash(event) == hash(
         ChangeEvent("ORDERS", b"k", None, envelope, ("c", 0, 9), ChangeReason.PUBLISH)
     )
+
+
+def test_a_write_produces_its_changelog_record_and_a_tombstone_says_why() -> None:
+    state, produced = _state(), Produced()
+    transaction = Transaction(1, 1000, produce=produced)
+    batch = transaction.batch(state)
+    envelope = WRITER.encode(3, b"a", b'{"id": 1}', 1, 1)
+    batch.write(b"a", envelope, ChangeReason.PUBLISH, "ORDERS", 3)
+    batch.write(b"a", None, ChangeReason.DELETE, "ORDERS", 4)
+    batch.write(b"b", None, ChangeReason.EXPIRE, "ORDERS.sow-changelog", -1)
+    batch.write(b"c", None, ChangeReason.EXPIRE, "ORDERS", 7)  # a queue's expired message
+    changelog = TOPIC.changelog_topic
+    assert produced.records == [
+        (changelog, envelope, b"a", 0, None),
+        (
+            changelog,
+            None,
+            b"a",
+            0,
+            [(REASON_HEADER, b"deleted"), (POSITION_HEADER, b"ORDERS/0/4")],
+        ),
+        (changelog, None, b"b", 0, [(REASON_HEADER, b"expired")]),
+        (
+            changelog,
+            None,
+            b"c",
+            0,
+            [(REASON_HEADER, b"expired"), (POSITION_HEADER, b"ORDERS/0/7")],
+        ),
+    ]
+    assert batch.writes == {b"a": None, b"b": None, b"c": None}
+
+
+def test_a_write_whose_record_cannot_be_produced_changes_nothing() -> None:
+    def too_large(*_: Any) -> None:
+        raise ValueError("over the size limit")
+
+    recorder = Recorder(needs_old=True)
+    transaction = Transaction(1, 1000, {"ORDERS": (recorder,)}, too_large)
+    batch = transaction.batch(_state())
+    with pytest.raises(ValueError, match="size limit"):
+        batch.write(b"a", b"x", ChangeReason.PUBLISH, "ORDERS", 1)
+    assert batch.writes == {}
+    assert not batch.pending
+
+
+def test_the_transactions_produce_drains_and_retries_while_the_queue_is_full() -> None:
+    sent: list[tuple[Any, ...]] = []
+    drained: list[None] = []
+    full = [2]  # the first two calls find the queue full
+
+    def raw_produce(*args: Any, **kwargs: Any) -> None:
+        if full[0]:
+            full[0] -= 1
+            raise BufferError("queue full")
+        sent.append((*args, kwargs))
+
+    produce = retrying(raw_produce, lambda: drained.append(None))
+    produce("T", b"v", b"k", 3, None)
+    assert sent == [("T", b"v", b"k", 3, {})]
+    assert len(drained) == 2
+    produce("T", None, b"k", 3, [("h", b"1")])
+    assert sent[-1] == ("T", None, b"k", 3, {"headers": [("h", b"1")]})
+    assert len(drained) == 2
