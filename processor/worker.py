@@ -39,6 +39,7 @@ import urllib.request
 from collections.abc import Callable
 
 from processor import progress
+from processor.changelog.live import LiveDone, LiveUnit, PipeSink, read_frames
 from processor.config import Settings
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ PR_SET_PDEATHSIG = 1
 STATUS_EVERY_S = 0.2
 #: ``<parent pid>:<fd>``: the parent, and the read end of the pipe only it writes to.
 PARENT_ENV = "SOW_PARENT"
+#: The file descriptor a processor child writes its live units to.
+LIVE_ENV = "SOW_LIVE_FD"
 #: How long a child whose parent is gone may take to stop before it exits at once.
 ORPHAN_GRACE_S = 10.0
 
@@ -110,6 +113,14 @@ class ProcessorChild:
         self.ready = threading.Event()
         self._on_exit = on_exit
         self._stopping = threading.Event()
+        #: Where the child's live units go (set once the replica exists; until then, and
+        #: without ``live_delivery``, they are dropped: the changelog brings them).
+        self.live: Callable[[list[LiveUnit], list[LiveDone]], None] | None = None
+        live_fds: tuple[int, ...] = ()
+        if settings.live_delivery:
+            live_read, live_write = os.pipe()
+            env[LIVE_ENV] = str(live_write)
+            live_fds = (live_write,)
         status_read, status_write = os.pipe()
         env[STATUS_ENV] = str(status_write)
         parent_read, self._parent_write = os.pipe()
@@ -117,7 +128,7 @@ class ProcessorChild:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "processor.cli", "process"],
             env=env,
-            pass_fds=(status_write, parent_read, *_state_lock),
+            pass_fds=(status_write, parent_read, *live_fds, *_state_lock),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -127,6 +138,11 @@ class ProcessorChild:
         )
         os.close(status_write)  # the child holds it: the channel ends when the child does
         os.close(parent_read)
+        for fd in live_fds:
+            os.close(fd)
+            threading.Thread(
+                target=self._read_live, args=(live_read,), name="sow-live-units", daemon=True
+            ).start()
         for lock in _state_lock:  # named in the lock file, after its parent (O_APPEND)
             with contextlib.suppress(OSError):  # the name is for people; the lock is what counts
                 os.write(
@@ -160,6 +176,20 @@ class ProcessorChild:
                 if status.get("ready"):
                     self.metrics_address = status.get("metrics") or ""
                     self.ready.set()
+
+    def _read_live(self, fd: int) -> None:
+        """Hand the child's live units to :attr:`live` until it closes the pipe."""
+        failed = False
+        for units, dones in read_frames(fd):
+            target = self.live
+            if target is None:
+                continue
+            try:
+                target(units, dones)
+            except Exception:  # the changelog still brings every record: say it once, go on
+                if not failed:
+                    log.exception("the replica refused live units; they come from the changelog")
+                failed = True
 
     def _watch(self) -> None:
         assert self.process.stderr is not None
@@ -252,3 +282,10 @@ def report_status(
 
     threading.Thread(target=run, name="sow-status-to-parent", daemon=True).start()
     return True
+
+
+def live_sink_from_env() -> PipeSink | None:
+    """In a processor child: the pipe to its parent's replica (None: no parent, or live
+    delivery off)."""
+    fd = os.environ.get(LIVE_ENV)
+    return None if not fd else PipeSink(int(fd))

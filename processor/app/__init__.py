@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from processor.app.backend import (
     kafka_backend,
     processor_over,
 )
+from processor.changelog.live import LiveDone, LiveUnit, PipeSink
 from processor.config import Settings
 from processor.engine.processor import Processor
 from processor.errors import (
@@ -36,7 +37,7 @@ from processor.state.opener import store_opener
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.queues import QueueHub, queue_service_id
 from processor.topology import Topology, refuse_unserved
-from processor.worker import ProcessorChild
+from processor.worker import ProcessorChild, live_sink_from_env
 
 if TYPE_CHECKING:
     from processor.log.kafka.condition import ClusterWatch
@@ -81,6 +82,8 @@ class Application:
     #: gRPC TLS, logon and entitlements (processor.server.auth.ServerSecurity).
     security: Any = None
     processor_child: ProcessorChild | None = None
+    #: Where the processor of this process hands its live units (None: nowhere).
+    live: LiveRelay | PipeSink | None = None
     #: The Kafka cluster's condition for this application's topics (a query service on a
     #: Kafka cluster only; a single broker is not watched).
     cluster: ClusterWatch | None = None
@@ -261,6 +264,10 @@ def start(
             app.processor_child = ProcessorChild(settings, backend.bootstrap, exited)
         elif processor:
             app.processor = backend.processor(settings, topology)
+            sink = _live_sink(settings, service)
+            if sink is not None:
+                app.processor.attach_live(sink)
+                app.live = sink
             app._spawn("sow-processor", app.processor.run)
         check()
         if service:
@@ -287,6 +294,10 @@ def start(
                     daemon=True,
                 ).start()
             app._spawn("sow-replica", app.replica.run)
+            if isinstance(app.live, LiveRelay):
+                app.live.target = app.replica.apply_live
+            if app.processor_child is not None:
+                app.processor_child.live = app.replica.apply_live
             app.log_writer = backend.log_writer()
             gateway = Gateway(topology, app.log_writer, app.replica)
             engine = QueryEngine(topology, app.replica)
@@ -335,6 +346,26 @@ def start(
         app.stop()
         raise
     return app
+
+
+class LiveRelay:
+    """The live units of a processor in this process, to the replica once it exists."""
+
+    def __init__(self) -> None:
+        self.target: Callable[[Sequence[LiveUnit], Sequence[LiveDone]], None] | None = None
+
+    def send(self, units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> None:
+        target = self.target
+        if target is not None:
+            target(units, dones)
+
+
+def _live_sink(settings: Settings, service: bool) -> LiveRelay | PipeSink | None:
+    """Where this process's processor hands its live units: the replica beside it, or
+    the parent ``sow serve``'s (:func:`live_sink_from_env`); None: nowhere."""
+    if not settings.live_delivery:
+        return None
+    return LiveRelay() if service else live_sink_from_env()
 
 
 def _release_when_set(

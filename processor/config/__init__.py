@@ -214,6 +214,16 @@ class Settings:
             helm="processor.maxBatch",
         ),
     )
+    live_delivery: bool = _setting(
+        True,
+        Spec(
+            "SOW_LIVE_DELIVERY",
+            "the processor hands its changes to the query service in its process (or sow "
+            "serve's) before the Kafka commit, where the topic allows it (docs/live.md)",
+            "`true`",
+            "flag",
+        ),
+    )
     #: None means the broker's default (``Broker.assignment``).
     assignment: str | None = _setting(
         None,

@@ -99,13 +99,16 @@ def commit(
     offsets: Mapping[TopicPartitionKey, int],
     group: object,
     crash: CrashHook | None = None,
-) -> None:
+    flushed: Callable[[], None] | None = None,
+) -> dict[TopicPartitionKey, int]:
     """Make one applied batch durable: the partitions it touched are the transaction's
-    batches (:class:`~processor.engine.transaction.PartitionBatch`).
+    batches (:class:`~processor.engine.transaction.PartitionBatch`); return the offset
+    of each touched changelog partition's PROGRESS record.
 
     The changelog records of the batch were produced while it was applied, and its
     change events go to the topics' listeners first (:meth:`Transaction.flush`: they
-    may add to the batches). Then:
+    may add to the batches); then ``flushed`` is called (the live units go out,
+    :mod:`processor.engine.live`). Then:
 
     1. Produce, per touched partition, one publisher control record for each publisher
        whose sequence the batch changed, then one PROGRESS control record: the next
@@ -127,6 +130,8 @@ def commit(
     """
     try:
         transaction.flush()
+        if flushed is not None:
+            flushed()
         batches = transaction.batches
         for batch in batches:
             state = batch.state
@@ -162,3 +167,4 @@ def commit(
     except BaseException:
         transaction.fail()
         raise
+    return ends

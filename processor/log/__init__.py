@@ -115,6 +115,12 @@ class InputLog(Protocol):
         Thread-safe: monitoring reads it from other threads."""
         ...
 
+    def quiet(self, topic: str, partition: int) -> bool:
+        """Whether this consumer knows that partition holds no record beyond what it
+        returned (False when not known: not assigned, or no fetch answered yet); from the
+        poll loop's thread."""
+        ...
+
     def group_state(self) -> str:
         """ "" while the consumer is a steady group member (or joins no group), else its
         group state as of the latest statistics, e.g. ``up/wait-join``; thread-safe."""

@@ -106,6 +106,25 @@ class CatchUp:
             return done, None
         return done, max(sum(ends), done)
 
+    def lag(
+        self,
+        read_next: Mapping[TopicPartitionKey, int],
+        pending: Mapping[TopicPartitionKey, int],
+        names: Mapping[str, str],
+        topics: Collection[str],
+    ) -> dict[str, int]:
+        """Records per topic that fetches showed committed and were not applied yet:
+        ``read_next`` and ``pending`` (read, not applied) per changelog partition,
+        ``names``: the topic of each changelog."""
+        lag = dict.fromkeys(topics, 0)
+        for tp, state in self.states.items():
+            name = names.get(tp[0])
+            if name is None or state.end < 0:
+                continue
+            read = max(state.position, read_next.get(tp, 0))
+            lag[name] += max(state.end - read, 0) + pending.get(tp, 0)
+        return lag
+
     def staleness_ms(self) -> int:
         """How long ago fetches last confirmed that every partition had nothing the
         replica lacks (the oldest partition counts; never confirmed: since ``begin``);

@@ -51,6 +51,7 @@ from processor.changelog.events import (
     ListenerHandle,
     Listeners,
 )
+from processor.changelog.live import LiveDone, LiveUnit, records_of
 from processor.errors import ReplicaStoppedError
 from processor.expr import FieldInput
 from processor.log import (
@@ -68,12 +69,14 @@ from processor.replica import snapshot
 from processor.replica.catchup import CatchUp
 from processor.replica.deletes import RecentDeletes
 from processor.replica.history import HistoryIndex
+from processor.replica.live import LiveIntake, input_offset
 from processor.replica.queue_states import QueueStates
 from processor.replica.table import SowTable
-from processor.replica.units import Unit, UnitCutter
+from processor.replica.units import Unit, UnitCutter, units_of
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
+Events = list[ChangeEvent] | None
 
 #: Most records one read of the changelogs returns.
 BATCH = 10_000
@@ -108,7 +111,6 @@ class Replica:
         self.history = HistoryIndex(topology, reader)
         self._tail_factory = tail
         self._snapshot_dir = snapshot_dir
-        self._snapshot_interval_s = snapshot_interval_s
         self._by_changelog: dict[str, SowTopic] = {
             t.changelog_topic: t for t in topology.topics.values()
         }
@@ -130,11 +132,16 @@ class Replica:
         self._deletes = RecentDeletes()
         self._listeners = Listeners()
         self._changed = threading.Condition()
+        #: Held by whoever applies and delivers (the tail, live units): in order.
+        self._writing = threading.Lock()
+        #: Units handed over by the processor beside this replica (:mod:`.live`).
+        self.live = LiveIntake(self._changelog_next, self._log_next)
         self._stop = threading.Event()
         self._catch_up = CatchUp(partitions)
         self._dirty = False
+        writer = snapshot.SnapshotWriter
         self._snapshots = (
-            None if snapshot_dir is None else snapshot.SnapshotWriter(snapshot_dir, topology)
+            writer(snapshot_dir, topology, snapshot_interval_s) if snapshot_dir else None
         )
         self.applied = 0
         #: SOW topic -> [publishes, deletes] applied since start (for metrics).
@@ -178,16 +185,23 @@ class Replica:
                 early = snapshot.peek(self._snapshot_dir, self.topology)
             if early is not None:
                 # Fetching starts while the snapshot loads.
-                tail.assign([(t, p, o) for (t, p), o in self._starts(*early).items()])
+                tail.assign(
+                    [
+                        (t, p, o)
+                        for (t, p), o in snapshot.starts(self._changelog_next, *early).items()
+                    ]
+                )
             self._load_snapshot()
             # History is complete within the Window even after a snapshot: what the
             # snapshot holds only as the latest state is read from the changelogs.
             self.history.backfill(self._changelog_next)
-            starts = self._starts(self._changelog_next, self._check.waiting)
-            if early is None or starts != self._starts(*early):
+            starts = snapshot.starts(
+                self._changelog_next, self._changelog_next, self._check.waiting
+            )
+            if early is None or starts != snapshot.starts(self._changelog_next, *early):
                 tail.assign([(t, p, o) for (t, p), o in starts.items()])
             self._units.start(starts)
-            last_snapshot = last_report = time.monotonic()
+            last_report = time.monotonic()
             while not self._stop.is_set():
                 self._advance(read_ready(tail, BATCH, IDLE_WAIT_S), tail)
                 now = time.monotonic()
@@ -195,30 +209,12 @@ class Replica:
                     last_report = now
                     log.info("%s", self.catch_up_status(), extra=self.catch_up_progress())
                 snapshots = self._snapshots
-                if (
-                    snapshots is not None
-                    and self._dirty
-                    and now - last_snapshot >= self._snapshot_interval_s
-                    and not snapshots.busy()
-                ):
-                    last_snapshot = now
+                if snapshots is not None and self._dirty and snapshots.due(now):
                     snapshots.write_in_background(*self._snapshot_copy())
         finally:
             tail.close()
             if self._snapshots is not None and self._dirty:
                 self._snapshots.write(*self._snapshot_copy())
-
-    def _starts(
-        self,
-        positions: Mapping[TopicPartitionKey, int],
-        marks: Mapping[TopicPartitionKey, snapshot.RecordMark],
-    ) -> dict[TopicPartitionKey, int]:
-        """Where to read each partition from: its position, or for a loaded snapshot's
-        partition, its last record (see :class:`~processor.replica.snapshot.LogCheck`)."""
-        starts = dict.fromkeys(self._changelog_next, 0)
-        starts.update((tp, o) for tp, o in positions.items() if tp in starts)
-        starts.update((tp, mark[0]) for tp, mark in marks.items() if tp in starts)
-        return starts
 
     def _advance(self, records: Sequence[Record], tail: ChangelogTail) -> None:
         """Cut the records read into units, apply the complete ones, note partition ends."""
@@ -244,34 +240,53 @@ class Replica:
     def apply(self, records: Sequence[Record]) -> None:
         """Apply records at once, as one unit per changelog partition, without waiting
         for PROGRESS records: feeding a replica by hand (tests, benchmarks)."""
-        units: dict[TopicPartitionKey, Unit] = {}
-        for record in records:
-            tp = (record.topic(), record.partition())
-            if record.error() is None and tp in self._changelog_next:
-                units.setdefault(tp, Unit(tp, [])).records.append(record)
-        self._apply_units(list(units.values()), {})
+        self._apply_units(units_of(records, self._changelog_next), {})
 
-    def _apply_units(self, units: Sequence[Unit], ends: Mapping[TopicPartitionKey, int]) -> None:
-        """Apply units under the lock, then deliver their events outside it."""
+    def _apply_units(
+        self,
+        units: Sequence[Unit],
+        ends: Mapping[TopicPartitionKey, int],
+        live: tuple[Sequence[LiveUnit], Sequence[LiveDone]] = ((), ()),
+    ) -> None:
+        """Apply units under the lock, then the live units (:mod:`.live`) that follow
+        what is held; deliver their events outside the lock, in order."""
         deliveries: list[list[ChangeEvent]] = []
-        with self._changed:
-            listeners = self._listeners.current()
-            for unit in units:
-                events: list[ChangeEvent] | None = [] if listeners else None
-                self._apply_unit(unit, events)
-                if events:
-                    deliveries.append(events)
-            for tp, position in ends.items():
-                # Past the transaction markers, which carry no records.
-                if not self._units.pending[tp] and position > self._changelog_next[tp]:
-                    self._changelog_next[tp] = position
-            if ends:
-                self._catch_up.reached_end(ends, sum(len(t) for t in self._tables.values()))
-            self._changed.notify_all()
-        if deliveries:
-            self._listeners.deliver(listeners, deliveries)
+        with self._writing:
+            with self._changed:
+                listeners = self._listeners.current()
 
-    def _apply_unit(self, unit: Unit, events: list[ChangeEvent] | None) -> None:
+                def apply(unit: Unit, is_live: bool = False) -> None:
+                    events: list[ChangeEvent] | None = [] if listeners else None
+                    self._apply_unit(unit, events, is_live)
+                    if events:
+                        deliveries.append(events)
+
+                def apply_live(tp: TopicPartitionKey, unit: LiveUnit) -> None:
+                    apply(Unit(tp, list(records_of(unit))), True)
+
+                for unit in units:
+                    apply(unit)
+                for tp, position in ends.items():
+                    # Past the transaction markers, which carry no records.
+                    if not self._units.pending[tp] and position > self._changelog_next[tp]:
+                        self._changelog_next[tp] = position
+                for tp in {unit.partition for unit in units} | set(ends):
+                    if self.live.pending(tp):
+                        self.live.release(tp, apply_live)
+                self.live.take(*live, apply_live)
+                if ends:
+                    self._catch_up.reached_end(ends, sum(len(t) for t in self._tables.values()))
+                self._changed.notify_all()
+            if deliveries:
+                self._listeners.deliver(listeners, deliveries)
+
+    def apply_live(self, units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> None:
+        """Take the units and dones the processor beside this replica handed over before
+        its commits (:mod:`processor.replica.live`): apply those that follow what the
+        replica holds, in order, hold the others; the changelog's copies are dropped."""
+        self._apply_units((), {}, (units, dones))
+
+    def _apply_unit(self, unit: Unit, events: list[ChangeEvent] | None, live: bool = False) -> None:
         tp = unit.partition
         changelog, partition = tp
         topic = self._by_changelog[changelog]
@@ -285,6 +300,10 @@ class Replica:
         envelopes = table.envelopes
         recorder = self.history.recorder(topic.name, partition) if self.history else None
         publishes = deletes = 0
+        # Once live units came, the records below it were handed over live; after a
+        # processor crash, so were those of input positions below ``window`` (.live).
+        floor = self._changelog_next[tp] if self.live.applied and not live else 0
+        window = None if live else self.live.window(topic.kafka_topic, partition)
         for record in records:
             key = record.key() or b""
             value = record.value()
@@ -299,6 +318,12 @@ class Replica:
                     bookmark = key[len(MESSAGE_STATE_KEY) :]
                     self.queue_states.note(topic.name, partition, bookmark, value)
                 continue
+            if record.offset() < floor:
+                continue
+            if window is not None:
+                offset = input_offset(record, topic.kafka_topic)
+                if offset is not None and offset < window:
+                    continue
             if recorder is not None:
                 recorder(key, record.timestamp()[1], record.offset(), value)
             if value is None:
@@ -324,16 +349,14 @@ class Replica:
             counts[0] += publishes
             counts[1] += deletes
             last = records[-1]
-            self._changelog_next[tp] = last.offset() + 1
-            self._last_record[tp] = (last.offset(), last.timestamp()[1], last.key() or b"")
+            if last.offset() >= self._changelog_next[tp]:
+                self._changelog_next[tp] = last.offset() + 1
+            if not live:
+                self._last_record[tp] = (last.offset(), last.timestamp()[1], last.key() or b"")
             self._dirty = True
 
     def _reset(
-        self,
-        table: SowTable,
-        partition: int,
-        position: LogPosition,
-        events: list[ChangeEvent] | None,
+        self, table: SowTable, partition: int, position: LogPosition, events: Events
     ) -> None:
         """Drop every record of one partition of a table (and of a queue, their states)."""
         self._dirty = True
@@ -378,18 +401,11 @@ class Replica:
         """Changelog records per SOW topic that fetches showed committed and the replica
         has not applied yet (read but waiting for the rest of their transaction
         included); 0 for a topic whose partitions are current or not fetched yet."""
-        states = self._catch_up.states
-        lag = dict.fromkeys(self._tables, 0)
         with self._changed:
             read_next = dict(self._units.read_next)
             pending = {tp: len(records) for tp, records in self._units.pending.items()}
-        for tp, state in states.items():
-            topic = self._by_changelog.get(tp[0])
-            if topic is None or state.end < 0:
-                continue
-            read = max(state.position, read_next.get(tp, 0))
-            lag[topic.name] += max(state.end - read, 0) + pending.get(tp, 0)
-        return lag
+        names = {changelog: topic.name for changelog, topic in self._by_changelog.items()}
+        return self._catch_up.lag(read_next, pending, names, list(self._tables))
 
     def staleness_ms(self) -> int:
         """How long ago fetches last confirmed that the replica had every committed
@@ -431,18 +447,9 @@ class Replica:
             return self._deletes.count(positions)
 
     def build_memo_indexes(self, topic: SowTopic, fields: Sequence[FieldInput]) -> None:
-        """Create the topic's missing memo indexes for ``fields`` while holding the lock
-        only to copy the record map and to install the result: the messages are decoded
-        without it, so the applier and other queries go on meanwhile."""
-        with self._changed:
-            table = self._tables[topic.name]
-            missing = [f for f in dict.fromkeys(fields) if f.steps not in table.memo]
-            if not missing:
-                return
-            records = dict(table.envelopes)
-        columns = table.memo_values(missing, records)
-        with self._changed:
-            table.install_memo(missing, records, columns)
+        """Create the topic's missing memo indexes for ``fields``, holding the lock only
+        to copy the records and install the result (:meth:`SowTable.build_memo`)."""
+        self._tables[topic.name].build_memo(fields, self._changed)
 
     def read(
         self, topics: Sequence[SowTopic], reader: Callable[[list[SowTable]], T]
@@ -476,13 +483,9 @@ class Replica:
                     t.name: SowTable(t, codec_for(t)) for t in self.topology.topics.values()
                 }
                 return
-            for tp, offset in loaded.positions.items():
-                if tp in self._changelog_next:
-                    self._changelog_next[tp] = offset
             self.queue_states.restore(loaded.tables)
-            self._log_next.update(loaded.log_next)
-            self._last_record.update(loaded.last_records)
-            self._check = snapshot.LogCheck(loaded.last_records)
+            positions = (self._changelog_next, self._log_next, self._last_record)
+            self._check = snapshot.restore_positions(loaded, *positions)
 
     def _snapshot_copy(
         self,

@@ -248,13 +248,23 @@ class SnapshotWriter:
     thread or in the caller's; a failed write is logged (the snapshot only speeds up
     the next start). Used by the replica's applier thread only."""
 
-    def __init__(self, directory: Path, topology: Topology) -> None:
+    def __init__(self, directory: Path, topology: Topology, interval_s: float) -> None:
         self.directory = directory
         self.topology = topology
+        self._interval_s = interval_s
+        self._last = time.monotonic()
         self._thread: threading.Thread | None = None
 
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def due(self, now: float) -> bool:
+        """Whether a periodic snapshot is due at ``now`` (monotonic): the interval passed
+        since the last and none is being written; counts it as taken."""
+        if now - self._last < self._interval_s or self.busy():
+            return False
+        self._last = now
+        return True
 
     def write_in_background(
         self, records: Records, positions: Positions, log_next: Positions, marks: Marks
@@ -339,6 +349,35 @@ class LogCheck:
                 tp[1],
             )
         return kept, mismatched
+
+
+def starts(
+    partitions: Mapping[TopicPartitionKey, int],
+    positions: Mapping[TopicPartitionKey, int],
+    marks: Mapping[TopicPartitionKey, RecordMark],
+) -> dict[TopicPartitionKey, int]:
+    """Where a replica reads each of its changelog ``partitions`` from: its position, or
+    for a loaded snapshot's partition, its last record (see :class:`LogCheck`)."""
+    found = dict.fromkeys(partitions, 0)
+    found.update((tp, o) for tp, o in positions.items() if tp in found)
+    found.update((tp, mark[0]) for tp, mark in marks.items() if tp in found)
+    return found
+
+
+def restore_positions(
+    loaded: Snapshot,
+    changelog_next: dict[TopicPartitionKey, int],
+    log_next: dict[TopicPartitionKey, int],
+    marks: dict[TopicPartitionKey, RecordMark],
+) -> LogCheck:
+    """Set a replica's position vectors and record marks to a loaded snapshot's; the
+    check of the changelogs it is tailed from."""
+    for tp, offset in loaded.positions.items():
+        if tp in changelog_next:
+            changelog_next[tp] = offset
+    log_next.update(loaded.log_next)
+    marks.update(loaded.last_records)
+    return LogCheck(loaded.last_records)
 
 
 def restore_tables(loaded: Snapshot, tables: Mapping[str, SowTable], where: Path) -> bool:

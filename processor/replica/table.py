@@ -25,6 +25,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from processor import changelog
@@ -258,6 +259,19 @@ class SowTable:
             self.install_memo([field], self.envelopes, self.memo_values([field], self.envelopes))
             memo = self.memo[steps]
         return memo
+
+    def build_memo(self, fields: Sequence[FieldInput], lock: AbstractContextManager[Any]) -> None:
+        """Create the missing memo indexes for ``fields``; ``lock`` (the replica's) is
+        held only to copy the record map and to install the result: the messages are
+        decoded without it, so the applier and other queries go on meanwhile."""
+        with lock:
+            missing = [f for f in dict.fromkeys(fields) if f.steps not in self.memo]
+            if not missing:
+                return
+            records = dict(self.envelopes)
+        columns = self.memo_values(missing, records)
+        with lock:
+            self.install_memo(missing, records, columns)
 
     def memo_values(
         self, fields: Sequence[FieldInput], envelopes: Mapping[bytes, bytes]

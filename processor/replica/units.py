@@ -114,3 +114,13 @@ class UnitCutter:
         buffer: list[Record] = []
         self.pending[tp] = buffer
         return buffer
+
+
+def units_of(records: Sequence[Record], partitions: Collection[TopicPartitionKey]) -> list[Unit]:
+    """One unit per changelog partition of ``partitions`` of the records given."""
+    units: dict[TopicPartitionKey, Unit] = {}
+    for record in records:
+        tp = (record.topic(), record.partition())
+        if record.error() is None and tp in partitions:
+            units.setdefault(tp, Unit(tp, [])).records.append(record)
+    return list(units.values())

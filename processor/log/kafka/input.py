@@ -272,6 +272,22 @@ class KafkaInputLog:
     def lag(self) -> Mapping[TopicPartitionKey, int]:
         return self._lag
 
+    def quiet(self, topic: str, partition: int) -> bool:
+        """From the high watermark the last fetch of the partition brought (cached, no
+        request) and the position after the records returned, or the start offset it
+        was assigned when none was returned yet."""
+        key, tp = (topic, partition), TopicPartition(topic, partition)
+        try:
+            _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            (position,) = self._consumer.position([tp])
+        except KafkaException:
+            return False
+        offset = position.offset
+        if offset < 0:
+            assigned = self._active.get(key)
+            offset = -1 if assigned is None else assigned.offset
+        return high == 0 or 0 <= high <= offset
+
     def group_state(self) -> str:
         return "" if self._static else self._group_state
 

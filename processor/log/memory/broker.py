@@ -101,6 +101,12 @@ class MemoryLog:
         except KeyError:
             raise BrokerError(f"{topic}[{partition}] does not exist; create the topic") from None
 
+    def end(self, topic: str, partition: int) -> int:
+        """The high watermark: the offset the next record written gets (records of open
+        transactions below it)."""
+        with self.changed:
+            return len(self._records(topic, partition))
+
     def stable_end(self, topic: str, partition: int) -> int:
         """The last stable offset: readers see the records below it."""
         with self.changed:

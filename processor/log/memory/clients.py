@@ -106,6 +106,10 @@ class MemoryInputLog:
             for tp, position in list(self._positions.items())
         }
 
+    def quiet(self, topic: str, partition: int) -> bool:
+        position = self._positions.get((topic, partition))
+        return position is not None and self._log.end(topic, partition) <= position
+
     def group_state(self) -> str:
         return ""
 

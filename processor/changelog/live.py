@@ -1,0 +1,227 @@
+"""Live units: changelog records handed from the processor to the read replica beside it
+as they are applied, before the Kafka transaction that writes them commits (issue 34).
+
+Why it is safe for some topics (the processor decides which, :mod:`processor.engine.live`):
+the input record is already durable in Kafka when the processor reads it, and applying it
+to a store partition is deterministic, so a processor that dies before its commit applies
+the same records again, to the same state, with the same result. The replica keeps what it
+was handed; the records that the restarted processor commits again are recognised by their
+input positions and dropped (:mod:`processor.replica.live`).
+
+The processor is the only writer of its changelog partitions (issue 31: one owner), so it
+knows where its next transaction's records will land: right after the previous
+transaction's PROGRESS record and its commit marker. A unit names that previous PROGRESS
+record (``after``) and the offset of its first record (``base``); the replica applies a
+unit only right after what it already holds, and a :class:`LiveDone`, sent once the commit
+returned, tells it the offset of the transaction's PROGRESS record and the input positions
+it reached (what ``processed`` acknowledgements wait for).
+
+Between processes (``sow serve``'s processor child) the units travel over a pipe in frames:
+a 4-byte big-endian length, then :mod:`marshal` data of plain tuples (both ends are the same
+program; nothing else writes to the pipe). :class:`PipeSink` writes them without ever
+blocking the processor: what the pipe cannot take now waits in a buffer, and past
+``PipeSink.LIMIT`` bytes new frames are dropped (the replica then takes those records from
+the changelog, as it does without live units). Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import marshal
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+#: (key, value or None, headers or None) of one changelog record.
+LiveRecordData = tuple[bytes, "bytes | None", "list[tuple[str, bytes]] | None"]
+#: (log topic, partition, next offset): how far a batch read one input.
+Reached = tuple[str, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveUnit:
+    """The changelog records one transaction writes to one changelog partition, handed
+    over before the commit: ``records[i]`` will be at offset ``base + i``, right after the
+    previous transaction's PROGRESS record at ``after`` (and its commit marker).
+    ``transaction`` is unique per processor run; ``reached``: the input positions the
+    batch read up to (what the replica drops again when a restarted processor commits the
+    same records)."""
+
+    changelog: str
+    partition: int
+    transaction: tuple[int, int]
+    after: int
+    base: int
+    timestamp_ms: int
+    records: list[LiveRecordData]
+    reached: list[Reached]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveDone:
+    """A transaction with a live unit in this changelog partition committed: its PROGRESS
+    record is at ``end``, and it reached the input positions ``progress``."""
+
+    changelog: str
+    partition: int
+    transaction: tuple[int, int]
+    end: int
+    progress: list[Reached]
+
+
+class LiveRecord:
+    """A live unit's record, as the replica reads records (:class:`processor.log.Record`)."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        data: LiveRecordData,
+        timestamp_ms: int,
+    ) -> None:
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self._key, self._value, self._headers = data
+        self._timestamp = timestamp_ms
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp)  # TIMESTAMP_CREATE_TIME
+
+    def error(self) -> None:
+        return None
+
+
+def records_of(unit: LiveUnit) -> list[LiveRecord]:
+    """The unit's records at the offsets they will have."""
+    return [
+        LiveRecord(unit.changelog, unit.partition, unit.base + i, data, unit.timestamp_ms)
+        for i, data in enumerate(unit.records)
+    ]
+
+
+def encode_frame(units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> bytes:
+    """One frame: its length, then the units and dones as plain tuples."""
+    body = marshal.dumps(
+        (
+            [
+                (
+                    u.changelog,
+                    u.partition,
+                    u.transaction,
+                    u.after,
+                    u.base,
+                    u.timestamp_ms,
+                    u.records,
+                    u.reached,
+                )
+                for u in units
+            ],
+            [(d.changelog, d.partition, d.transaction, d.end, d.progress) for d in dones],
+        )
+    )
+    return len(body).to_bytes(4, "big") + body
+
+
+def decode_body(body: bytes) -> tuple[list[LiveUnit], list[LiveDone]]:
+    """The units and dones of one frame's body (without its length)."""
+    units, dones = marshal.loads(body)
+    return (
+        [
+            LiveUnit(c, p, tuple(t), a, b, ts, list(records), [tuple(r) for r in reached])
+            for c, p, t, a, b, ts, records, reached in units
+        ],
+        [
+            LiveDone(c, p, tuple(t), e, [tuple(r) for r in progress])
+            for c, p, t, e, progress in dones
+        ],
+    )
+
+
+def read_frames(fd: int) -> Iterator[tuple[list[LiveUnit], list[LiveDone]]]:
+    """Every frame read from ``fd`` (blocking) until its end of file; closes ``fd``."""
+    buffer = bytearray()
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return
+            buffer += chunk
+            while len(buffer) >= 4:
+                size = int.from_bytes(buffer[:4], "big")
+                if len(buffer) < 4 + size:
+                    break
+                body = bytes(buffer[4 : 4 + size])
+                del buffer[: 4 + size]
+                yield decode_body(body)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class PipeSink:
+    """Writes frames to a pipe's write end without ever blocking (see the module doc)."""
+
+    #: Bytes waiting for the pipe beyond which new frames are dropped.
+    LIMIT = 16 << 20
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        with contextlib.suppress(OSError, AttributeError):  # Linux: a larger pipe buffer
+            import fcntl
+
+            fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
+        self._fd = fd
+        self._waiting = bytearray()
+        self._closed = False
+        #: Frames dropped because the reader did not keep up (monitoring, tests).
+        self.dropped = 0
+
+    def send(self, units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> None:
+        if self._closed:
+            return
+        frame = encode_frame(units, dones)
+        if len(self._waiting) > self.LIMIT:
+            self._flush()
+            if len(self._waiting) > self.LIMIT:
+                self.dropped += 1
+                return
+        self._waiting += frame
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._waiting:
+            try:
+                written = os.write(self._fd, self._waiting)
+            except BlockingIOError:
+                return
+            except OSError as exc:  # the reader is gone: nobody to hand units to
+                if exc.errno not in (errno.EPIPE, errno.EBADF):
+                    log.warning("live units no longer reach the query service: %s", exc)
+                self._closed = True
+                self._waiting.clear()
+                return
+            del self._waiting[:written]

@@ -1,0 +1,217 @@
+"""Delivery at apply time: the processor hands its changes to the replica beside it before
+the Kafka commit (issue 34; the unit format and why it is safe: :mod:`processor.changelog.live`).
+
+AMPS delivers in this order: the message is durable in the transaction log, then it is
+delivered. Here the input record is durable in Kafka before the processor reads it, and
+applying it is deterministic: a processor killed before its commit applies the same input
+to the same committed state again and writes the same changes. So a partition batch's
+changelog records can be handed over as soon as the batch is applied (one Kafka
+transaction sooner than through the changelog), at the offsets they will have, and the
+replica and its subscriptions need not wait for the commit.
+
+Where determinism does not hold, the change waits for the commit and comes through the
+changelog (:func:`live_refusal` says why, per topic; per batch, :meth:`LiveFeed.send`):
+
+* **expiration**: deletes happen at times of the processor's clock, and a restarted
+  processor could expire a record before it applies the publish that replaced it;
+* **Preprocessing and Enrichment**: their expressions may read the clock (``NOW()``);
+* **derived topics** (views, conflated topics, queues): their input interleaves several
+  partitions, and timers drive conflation and queue leases; their order is the fetch's;
+* **History topics**: a historical query reads the changelog records' write times;
+* **re-keyed records**: records that reach a partition through the repartition topic
+  interleave with the input topic's in fetch order, so a batch that read the repartition
+  topic, or whose repartition partition has records not yet read, waits for its commit;
+* **the first transaction of each partition** after the processor starts or a transaction
+  fails: the offset of the previous transaction's PROGRESS record is not known yet.
+
+The apply time in a live record's envelope is that of its first application: after a
+processor crash the committed record of the same change carries the time of the second,
+and the replica keeps the first until the record changes again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from processor.changelog import DELETED, POSITION_HEADER, REASON_HEADER, format_position
+from processor.changelog.events import ChangeEvent, ChangeReason, Listener
+from processor.changelog.live import LiveDone, LiveRecordData, LiveUnit
+from processor.engine.partition import PartitionState
+from processor.engine.transaction import PartitionBatch, Transaction
+from processor.log import TopicPartitionKey
+from processor.topology.model import SowTopic, Topology
+
+log = logging.getLogger(__name__)
+
+#: Whether a log partition holds no record beyond what the processor has read:
+#: ``quiet(log_topic, partition)`` (:meth:`processor.log.InputLog.quiet`).
+Quiet = Callable[[str, int], bool]
+
+
+class LiveSink(Protocol):
+    """Where live units go: the replica beside the processor, in this process or another."""
+
+    def send(self, units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> None:
+        """Take the units of an applied transaction, or the dones of a committed one;
+        must not block (drop what cannot be taken: the changelog brings it later)."""
+        ...
+
+
+def live_refusal(topic: SowTopic) -> str | None:
+    """Why a topic's changes wait for their commit (None: they are delivered live)."""
+    if topic.derived:
+        return "a derived topic (view, conflated topic or queue)"
+    if topic.expiration_s is not None:
+        return "expiration"
+    if topic.preprocessing or topic.enrichment:
+        return "Preprocessing or Enrichment"
+    if topic.history is not None:
+        return "History"
+    return None
+
+
+class LiveFeed:
+    """The change listener of every live topic, and what it hands to a :class:`LiveSink`.
+
+    The processor's loop calls :meth:`send` once a transaction is applied (before its
+    commit), :meth:`committed` once it committed, :meth:`failed` when it did not, and
+    :meth:`reset` when its pipeline starts. Single-threaded: the processor's loop.
+    """
+
+    needs_old = False
+
+    def __init__(self, topology: Topology, sink: LiveSink) -> None:
+        self.topics = [name for name, t in topology.topics.items() if live_refusal(t) is None]
+        self._sink = sink
+        #: This run of the processor: transactions are (run, number).
+        self._run = time.time_ns() // 1000
+        self._numbers = itertools.count()
+        self._quiet: Quiet = lambda topic, partition: False
+        #: The offset of each partition's last committed PROGRESS record (this pipeline).
+        self._ends: dict[PartitionState, int] = {}
+        #: The events of each batch of the transaction being applied.
+        self._events: dict[PartitionBatch, list[ChangeEvent]] = {}
+        #: What was sent of the transaction being committed: base, records, publishers.
+        self._sent: dict[PartitionState, tuple[int, int, int]] = {}
+        self._transaction = (self._run, -1)
+        #: Records handed over live, and units the sink took (monitoring, tests).
+        self.records = 0
+        self.units = 0
+
+    def listen(self, batch: PartitionBatch) -> Listener:
+        events: list[ChangeEvent] = []
+        self._events[batch] = events
+        return events.extend
+
+    def reset(self, quiet: Quiet) -> None:
+        """A new pipeline: nothing known of where its transactions land."""
+        self._quiet = quiet
+        self._ends.clear()
+        self._events.clear()
+        self._sent.clear()
+
+    def send(self, transaction: Transaction) -> None:
+        """Hand the applied transaction's live batches to the sink (call after
+        :meth:`Transaction.flush`, before the commit)."""
+        number = self._transaction = (self._run, next(self._numbers))
+        units = []
+        for batch, events in self._events.items():
+            unit = self._unit(batch, events, number, transaction.now_ms)
+            if unit is not None:
+                units.append(unit)
+        self._events.clear()
+        if units:
+            self.units += len(units)
+            self._sink.send(units, ())
+
+    def _unit(
+        self,
+        batch: PartitionBatch,
+        events: list[ChangeEvent],
+        number: tuple[int, int],
+        now_ms: int,
+    ) -> LiveUnit | None:
+        state = batch.state
+        after = self._ends.get(state)
+        if after is None or not events or batch.meta:
+            return None
+        repartition = state.topic.repartition_topic
+        if repartition in batch.progress or not self._quiet(repartition, state.partition):
+            return None
+        records: list[LiveRecordData] = [_record(event) for event in events]
+        base = after + 2  # after the PROGRESS record comes its transaction's commit marker
+        self._sent[state] = (base, len(records), len(state.publishers.changed))
+        self.records += len(records)
+        return LiveUnit(
+            state.topic.changelog_topic,
+            state.partition,
+            number,
+            after,
+            base,
+            now_ms,
+            records,
+            [(topic, state.partition, nxt) for topic, nxt in batch.progress.items()],
+        )
+
+    def committed(self, transaction: Transaction, ends: Mapping[TopicPartitionKey, int]) -> None:
+        """The transaction committed, its PROGRESS records at ``ends``: note where the
+        next one lands, and tell the sink what became durable."""
+        dones = []
+        for batch in transaction.batches:
+            state = batch.state
+            end = ends.get((state.topic.changelog_topic, state.partition))
+            if end is None:
+                continue
+            sent = self._sent.pop(state, None)
+            if sent is not None:
+                base, records, publishers = sent
+                if end != base + records + publishers:
+                    log.error(
+                        "changelog %s[%d]: the transaction's records did not land where "
+                        "expected (PROGRESS at %d, expected %d): another writer? Its changes "
+                        "reach the replica through the changelog from now on",
+                        state.topic.changelog_topic,
+                        state.partition,
+                        end,
+                        base + records + publishers,
+                    )
+                    self._ends.pop(state, None)
+                    continue
+                progress = [(topic, state.partition, nxt) for topic, nxt in state.applied.items()]
+                dones.append(
+                    LiveDone(
+                        state.topic.changelog_topic,
+                        state.partition,
+                        self._transaction,
+                        end,
+                        progress,
+                    )
+                )
+            self._ends[state] = end
+        self._sent.clear()
+        if dones:
+            self._sink.send((), dones)
+
+    def failed(self, transaction: Transaction) -> None:
+        """The transaction was aborted: its records took offsets in the log, so where the
+        next transaction of its partitions lands is no longer known."""
+        for batch in transaction.batches:
+            self._ends.pop(batch.state, None)
+        self._events.clear()
+        self._sent.clear()
+
+
+_DELETE = ChangeReason.DELETE
+
+
+def _record(event: ChangeEvent) -> LiveRecordData:
+    """The changelog record of a change (as ``PartitionBatch.write`` writes it)."""
+    if event.new is not None:
+        return (event.sow_key, event.new, None)
+    assert event.reason is _DELETE, event.reason  # expiring topics are not live
+    headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, format_position(*event.position))]
+    return (event.sow_key, None, headers)

@@ -1,0 +1,157 @@
+"""The replica's side of live units (:mod:`processor.changelog.live`): which to apply, when,
+and which committed changelog records they already stand for.
+
+Per changelog partition, a unit is applied only right after what the replica holds: when
+its ``after`` (the previous transaction's PROGRESS record) is below the replica's next
+offset and its ``base`` is not. A unit that comes early (the changelog tail has not brought
+the previous transaction yet) is held until the tail has; one the tail went past is
+dropped (the tail brought its records). A :class:`~processor.changelog.live.LiveDone` moves
+the next offset past the transaction's control records and commit marker, and carries the
+input positions the transaction reached (``processed`` acknowledgements).
+
+Records the tail brings below the next offset were handed over live: dropped. After a
+processor crash, the live records of its last, uncommitted transaction are in the tables,
+and the restarted processor commits the same changes again at other offsets: while the
+live input positions are ahead of the committed ones (:meth:`LiveIntake.window`), a
+committed record whose input position is below them is dropped too.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from processor import changelog
+from processor.changelog.live import LiveDone, LiveUnit
+from processor.log import Record, TopicPartitionKey
+
+#: Units held per changelog partition at most (past it, the oldest are dropped: the
+#: changelog brings their records).
+MAX_HELD = 256
+
+
+class LiveIntake:
+    """Held units and dones, and how far live units reached each input, over the
+    replica's position vectors: ``changelog_next`` (next offset per changelog partition)
+    and ``log_next`` (next input offset the committed PROGRESS records reached). Guarded
+    by the replica's lock."""
+
+    def __init__(
+        self,
+        changelog_next: dict[TopicPartitionKey, int],
+        log_next: dict[tuple[str, int], int],
+    ) -> None:
+        self._changelog_next, self._log_next = changelog_next, log_next
+        self._held: dict[TopicPartitionKey, deque[LiveUnit]] = {}
+        self._dones: dict[tuple[TopicPartitionKey, tuple[int, int]], LiveDone] = {}
+        #: The transaction of the last live unit applied per changelog partition.
+        self._last: dict[TopicPartitionKey, tuple[int, int]] = {}
+        #: The next input offset per (log topic, partition) that live units reached.
+        self._reached: dict[tuple[str, int], int] = {}
+        #: Units applied and dropped (monitoring, tests).
+        self.applied = 0
+        self.dropped = 0
+
+    def take(
+        self,
+        units: Sequence[LiveUnit],
+        dones: Sequence[LiveDone],
+        apply: Callable[[TopicPartitionKey, LiveUnit], None],
+    ) -> None:
+        """Hold the units, and ``apply`` those that follow what the replica holds; move
+        the positions for the dones of applied units."""
+        for unit in units:
+            tp = (unit.changelog, unit.partition)
+            if tp in self._changelog_next:
+                self._offer(unit)
+                self.release(tp, apply)
+        for done in dones:
+            tp = (done.changelog, done.partition)
+            if tp in self._changelog_next and self._offer_done(done):
+                self._done(tp, done)
+
+    def release(
+        self, tp: TopicPartitionKey, apply: Callable[[TopicPartitionKey, LiveUnit], None]
+    ) -> None:
+        """``apply`` the held units of ``tp`` that follow what the replica holds now."""
+        while (found := self._next_unit(tp, self._changelog_next[tp])) is not None:
+            unit, done = found
+            apply(tp, unit)
+            if done is not None:
+                self._done(tp, done)
+
+    def _done(self, tp: TopicPartitionKey, done: LiveDone) -> None:
+        """The transaction of the last live unit of ``tp`` committed."""
+        self._changelog_next[tp] = max(self._changelog_next[tp], done.end + 1)
+        log_next = self._log_next
+        for log_topic, log_partition, nxt in done.progress:
+            if nxt > log_next.get((log_topic, log_partition), -1):
+                log_next[(log_topic, log_partition)] = nxt
+
+    def _offer(self, unit: LiveUnit) -> None:
+        held = self._held.setdefault((unit.changelog, unit.partition), deque())
+        if len(held) >= MAX_HELD:
+            self._forget(held.popleft())
+        held.append(unit)
+
+    def _offer_done(self, done: LiveDone) -> bool:
+        """True when ``done`` is for the unit applied last in its partition (apply it
+        now); kept for a held unit of its transaction; else dropped."""
+        tp = (done.changelog, done.partition)
+        if self._last.get(tp) == done.transaction:
+            return True
+        if any(unit.transaction == done.transaction for unit in self._held.get(tp, ())):
+            self._dones[(tp, done.transaction)] = done
+        return False
+
+    def pending(self, tp: TopicPartitionKey) -> bool:
+        return bool(self._held.get(tp))
+
+    def _next_unit(
+        self, tp: TopicPartitionKey, next_offset: int
+    ) -> tuple[LiveUnit, LiveDone | None] | None:
+        """The held unit to apply now at ``next_offset``, with its done if it came; None
+        when there is none (or it must wait for the tail)."""
+        held = self._held.get(tp)
+        while held:
+            unit = held[0]
+            if next_offset > unit.base:
+                self._forget(held.popleft())  # the tail brought its records already
+                continue
+            if next_offset <= unit.after:
+                return None  # the previous transaction is not here yet
+            held.popleft()
+            self._last[tp] = unit.transaction
+            for topic, partition, nxt in unit.reached:
+                if nxt > self._reached.get((topic, partition), -1):
+                    self._reached[(topic, partition)] = nxt
+            self.applied += 1
+            return unit, self._dones.pop((tp, unit.transaction), None)
+        return None
+
+    def _forget(self, unit: LiveUnit) -> None:
+        self.dropped += 1
+        self._dones.pop(((unit.changelog, unit.partition), unit.transaction), None)
+
+    def window(self, log_topic: str, partition: int) -> int | None:
+        """The next input offset live units reached on ``log_topic[partition]`` while it
+        is ahead of what the committed PROGRESS records say (a processor died before its
+        commit); None otherwise."""
+        reached = self._reached.get((log_topic, partition))
+        if reached is None or reached <= self._log_next.get((log_topic, partition), -1):
+            return None
+        return reached
+
+
+def input_offset(record: Record, log_topic: str) -> int | None:
+    """The offset of the input record of ``log_topic`` behind a changelog record (None:
+    another input, or not known)."""
+    value = record.value()
+    if value is not None:
+        envelope = changelog.decode(value)
+        return envelope.log_offset if envelope.log_topic == log_topic else None
+    for name, raw in record.headers() or ():
+        if name == changelog.POSITION_HEADER:
+            topic, _, offset = changelog.parse_position(raw)
+            return offset if topic == log_topic else None
+    return None
