@@ -53,6 +53,8 @@ STATUS_EVERY_S = 0.2
 PARENT_ENV = "SOW_PARENT"
 #: The file descriptor a processor child writes its live units to.
 LIVE_ENV = "SOW_LIVE_FD"
+#: The window ``processor_restarts`` counts a processor child's exits in.
+RESTART_WINDOW_S = 60.0
 #: How long a child whose parent is gone may take to stop before it exits at once.
 ORPHAN_GRACE_S = 10.0
 
@@ -93,10 +95,16 @@ class ProcessorChild:
     ``stop`` having been called. Thread-safe.
     """
 
-    def __init__(self, settings: Settings, bootstrap: str, on_exit: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        bootstrap: str,
+        on_exit: Callable[[int], None],
+        restarts: int = 0,
+    ) -> None:
         # ``settings`` carry the assignment resolved for the broker (Broker.assignment):
         # a group member, but for the embedded Tansu broker's one static processor.
-        env = {
+        self._env = {
             **os.environ,
             **settings.environment(),
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
@@ -106,6 +114,7 @@ class ProcessorChild:
             # Its progress lines come marked, to be shown as this process's own.
             progress.RELAY_ENV: "1",
         }
+        self._live_delivery = settings.live_delivery
         #: The child's metrics endpoint (from its ready status; "" before or without).
         self.metrics_address = ""
         #: What its watchdog found stuck (from its status; None while it works).
@@ -113,11 +122,23 @@ class ProcessorChild:
         self.ready = threading.Event()
         self._on_exit = on_exit
         self._stopping = threading.Event()
+        self._starting = threading.Lock()
         #: Where the child's live units go (set once the replica exists; until then, and
         #: without ``live_delivery``, they are dropped: the changelog brings them).
         self.live: Callable[[list[LiveUnit], list[LiveDone]], None] | None = None
+        #: Exits this slot starts a new child after, at most, within RESTART_WINDOW_S.
+        self._restarts = restarts
+        self._exits: list[float] = []
+        #: Children started after one died (monitoring, tests).
+        self.restarted = 0
+        self._parent_write = -1
+        self._spawn()
+
+    def _spawn(self) -> None:
+        """Start a child, with its channels and the threads that follow them."""
+        env = dict(self._env)
         live_fds: tuple[int, ...] = ()
-        if settings.live_delivery:
+        if self._live_delivery:
             live_read, live_write = os.pipe()
             env[LIVE_ENV] = str(live_write)
             live_fds = (live_write,)
@@ -158,6 +179,33 @@ class ProcessorChild:
         self._watcher.daemon = True
         self._watcher.start()
 
+    def _start_again(self, code: int) -> bool:
+        """After an exit nobody asked for: start a new child when the restart budget
+        allows it (False: it does not; the exit is the caller's failure)."""
+        now = time.monotonic()
+        self._exits = [t for t in self._exits if now - t < RESTART_WINDOW_S] + [now]
+        if len(self._exits) > self._restarts:
+            return False
+        with self._starting:
+            if self._stopping.is_set():
+                return True
+            log.error(
+                "the processor (pid %d) exited with code %d; starting a new one (%d of %d "
+                "restarts allowed within %.0fs)",
+                self.pid,
+                code,
+                len(self._exits),
+                self._restarts,
+                RESTART_WINDOW_S,
+            )
+            self.ready.clear()
+            self.metrics_address, self.stalled = "", None
+            with contextlib.suppress(OSError):  # its lifeline: the old child is gone
+                os.close(self._parent_write)
+            self.restarted += 1
+            self._spawn()
+        return True
+
     @property
     def pid(self) -> int:
         return self.process.pid
@@ -196,7 +244,7 @@ class ProcessorChild:
         for line in self.process.stderr:
             progress.forward(line)
         code = self.process.wait()
-        if not self._stopping.is_set():
+        if not self._stopping.is_set() and not self._start_again(code):
             log.error("the processor (pid %d) exited with code %d", self.process.pid, code)
             self._on_exit(code)
 
@@ -213,7 +261,8 @@ class ProcessorChild:
 
     def stop(self, grace_s: float = 30.0) -> None:
         """Stop the child (SIGTERM, then SIGKILL after ``grace_s``); idempotent."""
-        self._stopping.set()
+        with self._starting:  # after a new child being started is up: it is stopped too
+            self._stopping.set()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:

@@ -261,7 +261,8 @@ def start(
                 app.failures.append(ComponentFailedError("processor (child process)", error))
 
             assert isinstance(backend, KafkaBackend)
-            app.processor_child = ProcessorChild(settings, backend.bootstrap, exited)
+            restarts = settings.processor_restarts
+            app.processor_child = ProcessorChild(settings, backend.bootstrap, exited, restarts)
         elif processor:
             app.processor = backend.processor(settings, topology)
             sink = _live_sink(settings, service)
@@ -340,7 +341,7 @@ def start(
                 app.observer = _observer(app, requests=False)
             child = app.processor_child
             if child is not None:  # its figures are served by the child: relay them
-                app.observer.relay(child.metrics)
+                app.observer.relay(child.metrics)  # the same slot whatever child runs
             app.observer.serve(settings.metrics_address)
     except BaseException:
         app.stop()

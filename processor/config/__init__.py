@@ -6,53 +6,8 @@ environment names, the table of docs/operations.md (:func:`processor.config.docs
 ``python -m processor.config`` prints it) and the chart's values schema
 (:func:`helm_schema`) are derived from there, and tests hold them to it.
 
-``embedded_broker`` picks the broker ``sow serve`` starts when no bootstrap servers are given:
-``auto`` starts the embedded Apache Kafka when Java 17+ is installed, else the embedded Tansu
-broker (memory only); ``kafka`` or ``tansu`` insist on one (processor/log/broker/).
-
-``embedded_brokers=3`` starts the embedded Apache Kafka as a cluster of three KRaft
-members on loopback (each its own log directory under ``<state dir>/kafka``, a controller
-quorum of three), where a broker may die without losing an acknowledged write
-(docs/reliability.md). ``replication_factor`` and ``min_insync_replicas`` are the copies of
-every topic the product creates (changelogs, repartition, dead-letter, view and queue
-topics) and how many must hold a write before it is acknowledged; every producer is
-idempotent with ``acks=all``. Left unset they follow the cluster: as many copies as
-brokers, at most 3, and 2 in sync once there are 3; ``sow check-config`` warns when an
-external cluster would get a single copy.
-
-``kafka_properties`` go into every Kafka client the product makes (consumers, producers,
-admin), after the product's own settings: security (``security.protocol=SASL_SSL;
-sasl.mechanism=PLAIN;sasl.username=...``), TLS files (``ssl.ca.location=...``) and the like.
-
-``fetch_wait_ms`` is how long a consumer's fetch may wait at the broker for new records (the
-processor reading its input, the query service reading the changelogs). Kafka answers a
-fetch as soon as records arrive, so there it only bounds idle requests. The embedded Tansu
-broker answers a fetch only when its wait is over, so the wait is added to the latency of
-every change (twice: input, then changelog): small waits make changes visible sooner and
-cost idle CPU (measured on 2 cores: ~17% of a core at 10 ms, ~30-40% at 2 ms).
-
-``standby=all`` makes a group-mode processor tail the changelog of every persistent store
-partition it does not own into its own store files, so taking one over replays only the
-changelog's tail (docs/standby.md). ``membership=static`` gives the group member a
-``group.instance.id`` (``group_id-instance_id``): a replica restarted within the session
-timeout gets its partitions back without a rebalance; the Helm chart sets it, with the
-instance id from the pod name. It is not the default: on the embedded Tansu broker a
-static member that dies keeps its partitions (nobody takes them over), see docs/standby.md.
-
-``group_protocol`` is the consumer-group protocol of the processor's group members:
-``consumer`` (KIP-848: the broker assigns partitions, with its ``range`` assignor, and moves
-only those that change owner, so a join or a leave does not stop the other members) or
-``classic`` (the client-side eager ``range`` protocol: every member gives up all its
-partitions at every rebalance). ``consumer`` needs Apache Kafka 4.0 or later (or a broker
-that implements KIP-848); the embedded Apache Kafka has it and uses it by default, while an
-external broker keeps ``classic`` unless told otherwise, because an older broker refuses a
-``consumer`` member (docs/scaling.md). Every processor of a group must use the same one; a
-processor with ``assignment=static`` joins no group and uses neither.
-
-``assignment=static`` takes every partition without a group join; it is the default only
-on the embedded Tansu broker (a join costs ~3 s there). Such a processor must be its
-group's only one: it refuses to start beside group members, and a member that joins later
-fences it (docs/scaling.md, "One owner per partition").
+What the settings that need more than their table line do is told in docs/operations.md,
+"What some settings do" (kept beside the table).
 """
 
 from __future__ import annotations
@@ -212,6 +167,17 @@ class Settings:
             "whole",
             unit="records",
             helm="processor.maxBatch",
+        ),
+    )
+    processor_restarts: int = _setting(
+        5,
+        Spec(
+            "SOW_PROCESSOR_RESTARTS",
+            "times sow serve starts its processor child again after it died, within a minute; "
+            "one more death stops sow serve (exit code 1)",
+            "`5`",
+            "whole",
+            bounds=(0, 1_000_000),
         ),
     )
     live_delivery: bool = _setting(

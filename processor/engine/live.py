@@ -37,11 +37,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from processor.changelog import DELETED, POSITION_HEADER, REASON_HEADER, format_position
-from processor.changelog.events import ChangeEvent, ChangeReason, Listener
+from processor.changelog.events import ChangeEvent, Listener
 from processor.changelog.live import LiveDone, LiveRecordData, LiveUnit
 from processor.engine.partition import PartitionState
-from processor.engine.transaction import PartitionBatch, Transaction
+from processor.engine.transaction import PartitionBatch, Transaction, tombstone_headers
 from processor.log import TopicPartitionKey
 from processor.topology.model import SowTopic, Topology
 
@@ -205,13 +204,8 @@ class LiveFeed:
         self._sent.clear()
 
 
-_DELETE = ChangeReason.DELETE
-
-
 def _record(event: ChangeEvent) -> LiveRecordData:
-    """The changelog record of a change (as ``PartitionBatch.write`` writes it)."""
+    """The changelog record of a change, as :meth:`PartitionBatch.write` writes it."""
     if event.new is not None:
         return (event.sow_key, event.new, None)
-    assert event.reason is _DELETE, event.reason  # expiring topics are not live
-    headers = [(REASON_HEADER, DELETED), (POSITION_HEADER, format_position(*event.position))]
-    return (event.sow_key, None, headers)
+    return (event.sow_key, None, tombstone_headers(event.reason, *event.position))

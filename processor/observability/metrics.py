@@ -93,6 +93,11 @@ class ComponentCollector(Collector):
             )
             yield _counter("sow_expirations", "Records expired", processor.expired)
             yield _counter(
+                "sow_processor_live_records",
+                "Changes handed to the query service beside the processor before their commit",
+                processor.live_records,
+            )
+            yield _counter(
                 "sow_duplicate_publishes", "Publishes discarded as duplicates", processor.duplicates
             )
             yield _gauge(
@@ -140,6 +145,21 @@ class ComponentCollector(Collector):
                 replica.staleness_ms() / 1000,
             )
             yield _gauge("sow_replica_caught_up", "1 once caught up", replica.caught_up())
+            live = CounterMetricFamily(
+                "sow_replica_live_units",
+                "Units of changes the processor beside the replica handed over before their "
+                "commit: applied, or dropped (the changelog brought them first)",
+                labels=["outcome"],
+            )
+            live.add_metric(["applied"], replica.live.applied)
+            live.add_metric(["dropped"], replica.live.dropped)
+            yield live
+            yield _counter(
+                "sow_replica_live_repeats",
+                "Changelog records dropped as handed over already by a processor that died "
+                "before its commit (its successor committed them again)",
+                replica.live.repeated,
+            )
             changes = CounterMetricFamily(
                 "sow_topic_changes",
                 "Publishes and deletes the read replica applied, per SOW topic",

@@ -48,9 +48,11 @@ class LiveIntake:
         self._last: dict[TopicPartitionKey, tuple[int, int]] = {}
         #: The next input offset per (log topic, partition) that live units reached.
         self._reached: dict[tuple[str, int], int] = {}
-        #: Units applied and dropped (monitoring, tests).
+        #: Units applied and dropped, and records the changelog brought again after a
+        #: processor crash, dropped (monitoring, tests).
         self.applied = 0
         self.dropped = 0
+        self.repeated = 0
 
     def take(
         self,

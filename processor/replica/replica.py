@@ -323,6 +323,7 @@ class Replica:
             if window is not None:
                 offset = input_offset(record, topic.kafka_topic)
                 if offset is not None and offset < window:
+                    self.live.repeated += 1
                     continue
             if recorder is not None:
                 recorder(key, record.timestamp()[1], record.offset(), value)

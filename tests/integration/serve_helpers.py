@@ -22,7 +22,9 @@ class Serve:
     """One `sow serve` (on the session's broker, or on its embedded Kafka when
     ``bootstrap`` is empty), its stderr collected by a thread."""
 
-    def __init__(self, workdir: Path, bootstrap: str, group: str) -> None:
+    def __init__(
+        self, workdir: Path, bootstrap: str, group: str, env: dict[str, str] | None = None
+    ) -> None:
         broker = ["--bootstrap-servers", bootstrap] if bootstrap else []
         self.began = time.monotonic()
         self.process = subprocess.Popen(
@@ -31,7 +33,7 @@ class Serve:
                 *("--topology", "topology.yaml", "--group-id", group, *broker),
             ],
             cwd=workdir,
-            env=serve_env(),
+            env={**serve_env(), **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

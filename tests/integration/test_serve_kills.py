@@ -205,9 +205,10 @@ def _input_end(bootstrap: str, topic: str) -> int:
 def test_a_processor_that_dies_while_a_delete_waits_for_it_stops_sow_serve_in_under_2s(
     workdir: Path, bootstrap: str, unique: str
 ) -> None:
-    """The delete waited out its 30 s deadline after gRPC had stopped."""
+    """With no restart allowed (``SOW_PROCESSOR_RESTARTS=0``): the delete waited out its
+    30 s deadline after gRPC had stopped."""
     topic = f"KILLS_{unique}".replace("-", "_")
-    serve = Serve(workdir, bootstrap, unique)
+    serve = Serve(workdir, bootstrap, unique, env={"SOW_PROCESSOR_RESTARTS": "0"})
     serve.until_ready()
     env = {**serve_env(), "SOW_GRPC_ADDRESS": serve.address}
     published = subprocess.run(
