@@ -6,9 +6,11 @@
   ``ack``, ``cancel`` and ``expire`` to the partition of each bookmark
   (:func:`processor.queues.definition.partition_of`); ``ack_filter`` to every partition.
 * **Deliveries** (processor -> service), on the queue's deliveries topic, written in the
-  transaction that decides them: key the subscription id, value the message's envelope,
-  headers :data:`DELIVERY_HEADER` (``lease``, ``barrier`` or :data:`ENDED`), the bookmark,
-  the lease's deadline and the delivery count.
+  transaction that decides them, key the subscription id: the leases and barrier
+  messages a transaction gives one subscription are one record (header
+  :data:`DELIVERY_HEADER` :data:`LEASES`, :func:`encode_leases`: each one's kind,
+  bookmark, deadline, delivery count and envelope; split only past
+  :data:`LEASES_RECORD_BYTES`); an :data:`ENDED` record has the header alone.
 
 A command that cannot be read (not JSON, a field missing) is the record's failure: it is
 dead-lettered with the reason and the partition goes on.
@@ -17,6 +19,8 @@ dead-lettered with the reason and the partition goes on.
 from __future__ import annotations
 
 import json
+import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -32,6 +36,11 @@ DELIVERIES_HEADER = "sow.queue-deliveries"
 #: A delivery kind besides "lease" and "barrier": the partition disconnected the
 #: subscription (its service was taken for dead); its service may subscribe it again.
 ENDED = "ended"
+#: The delivery kind of a record holding leases and barrier messages
+#: (:func:`encode_leases`).
+LEASES = "leases"
+#: A leases record grows past this many bytes only with a single lease.
+LEASES_RECORD_BYTES = 512 * 1024
 
 
 #: Between a query service's instance and its incarnation in its service id.
@@ -158,3 +167,68 @@ def decode_delivery(key: bytes | None, value: bytes | None, headers: Headers | N
         deadline_ms=int(deadline) if deadline else None,
         deliveries=int(found.get(DELIVERIES_HEADER) or b"1"),
     )
+
+
+#: One lease in a leases record: barrier (0/1), bookmark length, deadline (-1: none),
+#: delivery count, envelope length; then the bookmark and the envelope.
+_LEASE = struct.Struct(">BHqiI")
+_LEASES_HEADERS: Headers = [(DELIVERY_HEADER, LEASES.encode())]
+
+
+def encode_leases(
+    leases: Iterable[tuple[bool, bytes, int | None, int, bytes]],
+) -> list[tuple[bytes, Headers]]:
+    """The records (value, headers) of one subscription's leases, each lease ``(barrier,
+    bookmark, deadline_ms, deliveries, envelope)``: one record, or more when they pass
+    :data:`LEASES_RECORD_BYTES` together."""
+    records: list[tuple[bytes, Headers]] = []
+    parts: list[bytes] = []
+    size = 0
+    for barrier, bookmark, deadline_ms, deliveries, envelope in leases:
+        deadline = -1 if deadline_ms is None else deadline_ms
+        head = _LEASE.pack(barrier, len(bookmark), deadline, deliveries, len(envelope))
+        grown = len(head) + len(bookmark) + len(envelope)
+        if parts and size + grown > LEASES_RECORD_BYTES:
+            records.append((b"".join(parts), list(_LEASES_HEADERS)))
+            parts, size = [], 0
+        parts += (head, bookmark, envelope)
+        size += grown
+    if parts:
+        records.append((b"".join(parts), list(_LEASES_HEADERS)))
+    return records
+
+
+def decode_deliveries(
+    key: bytes | None, value: bytes | None, headers: Headers | None
+) -> list[Delivery]:
+    """The deliveries of a deliveries record: the leases of a leases record, or the one
+    delivery of another (KeyError, ValueError: it is not one)."""
+    kind = next((v for name, v in headers or () if name == DELIVERY_HEADER), None)
+    if kind != _LEASES_HEADERS[0][1]:
+        return [decode_delivery(key, value, headers)]
+    subscription = (key or b"").decode()
+    raw = value or b""
+    found: list[Delivery] = []
+    at, end, head = 0, len(raw), _LEASE.size
+    try:
+        while at < end:
+            barrier, size, deadline, deliveries, length = _LEASE.unpack_from(raw, at)
+            at += head
+            bookmark = raw[at : at + size].decode()
+            envelope = raw[at + size : at + size + length]
+            at += size + length
+            found.append(
+                Delivery(
+                    subscription,
+                    "barrier" if barrier else "lease",
+                    bookmark,
+                    envelope,
+                    None if deadline < 0 else deadline,
+                    deliveries,
+                )
+            )
+    except struct.error as exc:
+        raise ValueError(f"a queue's leases record is cut short: {exc}") from None
+    if at != end:
+        raise ValueError("a queue's leases record is cut short")
+    return found

@@ -194,7 +194,7 @@ class Ledger:
         if message.bookmark in self._messages:
             return []  # the same publish again (replayed input): already held
         if self._deferred.take(message.bookmark, now_ms):
-            return [Outcome(Change.ACKED, message.bookmark)]
+            return [Outcome(Change.ACKED, message.bookmark, message=message)]
         self._messages[message.bookmark] = message
         place = (message.order(), message.bookmark)
         bisect.insort(self._order, place)
@@ -273,7 +273,7 @@ class Ledger:
             if not self._may_settle(message, by):
                 continue
             self._remove(message)
-            outcomes.append(Outcome(Change.ACKED, bookmark))
+            outcomes.append(Outcome(Change.ACKED, bookmark, message=message))
         return outcomes + self.dispatch(now_ms)
 
     def acknowledge_matching(
@@ -423,12 +423,14 @@ class Ledger:
                 heapq.heappush(
                     self._lease_deadlines, (deadline, message.bookmark, message.deliveries)
                 )
-        return Outcome(Change.LEASED, message.bookmark, (subscription.id,), deadline)
+        return Outcome(
+            Change.LEASED, message.bookmark, (subscription.id,), deadline, message=message
+        )
 
     def _deliver_barrier(self, message: QueueMessage) -> Outcome:
         to = tuple(s.id for s in self._subscriptions.values() if _takes(s, message))
         self._remove(message)
-        return Outcome(Change.BARRIER, message.bookmark, to)
+        return Outcome(Change.BARRIER, message.bookmark, to, message=message)
 
     def _return(self, message: QueueMessage, cancelled: bool) -> list[Outcome]:
         holder = None if message.holder is None else self._subscriptions.get(message.holder)
@@ -448,7 +450,7 @@ class Ledger:
 
     def _expire(self, message: QueueMessage, reason: str) -> Outcome:
         self._remove(message)
-        return Outcome(Change.EXPIRED, message.bookmark, reason=reason)
+        return Outcome(Change.EXPIRED, message.bookmark, reason=reason, message=message)
 
     def _remove(self, message: QueueMessage) -> None:
         del self._messages[message.bookmark]

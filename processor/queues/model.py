@@ -82,13 +82,15 @@ class Change(Enum):
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """One change of one message (``subscriptions``: to whom it was delivered;
-    ``reason``: why it expired)."""
+    ``reason``: why it expired; ``message``: the message, as the ledger held it, when
+    the change took it out of the ledger or leased it; not compared)."""
 
     change: Change
     bookmark: Bookmark
     subscriptions: tuple[str, ...] = ()
     deadline_ms: int | None = None
     reason: str = ""
+    message: QueueMessage | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,13 +16,17 @@ changelog under its bookmark, so ``sow`` browses the queue; the partition's
 :class:`QueuePartition` persists each :class:`~processor.queues.ledger.Outcome` in the same
 transaction:
 
-* a lease: the message's counts and lease in the partition's state (``put_state``; with
-  at-most-once semantics the message is removed instead), and a record on the deliveries
-  topic for the query service holding the subscription;
+* a lease: the message's counts and lease in the partition's state (with at-most-once
+  semantics the message is removed instead), and a delivery for the query service
+  holding the subscription;
 * a return: the counts; an acknowledgement: the message removed (a tombstone);
 * an expiry: the message removed and sent to the dead-letter topic with the reason
   (:class:`~processor.errors.QueueExpiredError`);
 * a barrier message: a delivery to every subscription it goes to, then removed.
+
+Records per run of input (or tick), not per message: the states a run changed are one
+state record (:mod:`processor.queues.state_batches`), the leases it gives a subscription
+one record on the deliveries topic (:func:`~processor.queues.commands.encode_leases`).
 
 Subscriptions are kept in the state too, so a restarted partition rebuilds its ledger
 (messages, counts, leases, subscriptions) exactly. A query service keeps its
@@ -60,25 +64,25 @@ from processor.queues.commands import (
     CommandKind,
     decode_command,
     delivery_headers,
+    encode_leases,
 )
 from processor.queues.definition import QueueDefinition, bookmark_of, publish_options
 from processor.queues.figures import COUNTED, QueueFigures
 from processor.queues.ledger import Change, Ledger, MessageFilter, Outcome, QueueMessage
 from processor.queues.services import SERVICE_TIMEOUT_MS, Services
-from processor.queues.state import MESSAGE_STATE, MessageState
+from processor.queues.state import STATES, MessageState
+from processor.queues.state_batches import StateBatches
 from processor.topology.model import QueueSemantics
 
 log = logging.getLogger(__name__)
 
-_MESSAGE = MESSAGE_STATE  # state: a message's counts and lease
 _SUBSCRIPTION = b"qs"  # state: a subscription
 _ORIGIN = b"qo"  # state: where the queue began (RecoveryPoint), decided once
 _NO_FILTER: MessageFilter = lambda _message: True  # noqa: E731
 
 
-def _state_of(message: QueueMessage) -> bytes:
-    state = MessageState(message.deliveries, message.cancels, message.holder, message.deadline_ms)
-    return state.encode()
+def _state_of(message: QueueMessage) -> MessageState:
+    return MessageState(message.deliveries, message.cancels, message.holder, message.deadline_ms)
 
 
 class QueuePartition:
@@ -99,8 +103,11 @@ class QueuePartition:
         #: Where the queue began: (published at or after ms, after offset) (None: epoch).
         self._origin: tuple[int, int] | None = None
         self._filters: dict[str, MessageFilter] = {}
-        #: The messages with a state record (leased, returned or cancelled at least once).
-        self._stated: set[bytes] = set()
+        #: Which states batch holds each message's state (rebuilt with the ledger).
+        self._states = StateBatches()
+        #: The leases of this run (or tick) not written yet, by subscription: (barrier,
+        #: bookmark, deadline, deliveries, envelope).
+        self._leases: dict[str, list[tuple[bool, bytes, int | None, int, bytes]]] = {}
         self._writers: dict[str, EnvelopeWriter] = {}
         #: Counts since start (committed or not: a redone transaction counts again).
         self._counts = QueueFigures()
@@ -127,6 +134,7 @@ class QueuePartition:
         if ledger is not None:
             self._deferred = ledger.deferred_acks()
         self._ledger = None  # rebuilt from what was committed
+        self._leases = {}
 
     def _loaded(self, batch: PartitionBatch) -> Ledger:
         ledger = self._ledger
@@ -144,11 +152,12 @@ class QueuePartition:
             subscriptions.append(
                 (subscription_id, kept.get("backlog"), self._filter(kept.get("filter", "")))
             )
-        prefix = STATE_PREFIX + _MESSAGE
-        states = {
-            key[len(prefix) :]: MessageState.decode(raw) for key, raw in store.meta_items(prefix)
-        }
-        self._stated = set(states)
+        self._states = StateBatches()
+        states, unused = self._states.restore(
+            store.meta_items(STATE_PREFIX + STATES),
+            lambda bookmark: store.get(bookmark) is not None,
+        )
+        self._states.delete(unused, batch)
         messages = []
         for bookmark, envelope in store.items():
             message = self._message(bookmark, envelope)
@@ -235,6 +244,7 @@ class QueuePartition:
                 reject(record, exc)
                 continue
             self._persist(outcomes, batch, reject)
+        self._flush(batch)
 
     def _enqueue(self, ledger: Ledger, record: Record, batch: PartitionBatch) -> list[Outcome]:
         definition, state = self.definition, self.state
@@ -387,11 +397,13 @@ class QueuePartition:
                 outcomes.extend(self._end(ledger, subscription_id, batch))
         outcomes.extend(ledger.tick(now_ms))
         self._persist(outcomes, batch, reject)
+        self._flush(batch)
 
     def _end(self, ledger: Ledger, subscription_id: str, batch: PartitionBatch) -> list[Outcome]:
         """Disconnect a subscription whose service was taken for dead, and say so on the
         deliveries: a service alive after all subscribes it again."""
         outcomes = self._disconnect(ledger, subscription_id, batch)
+        self._flush(batch)  # what it was given before it ended comes first
         headers = delivery_headers(ENDED, b"", None, 0)
         deliveries = self.state.topic.deliveries_topic
         batch.produce(deliveries, b"", subscription_id.encode(), self.state.partition, headers)
@@ -404,32 +416,28 @@ class QueuePartition:
             return
         ledger = self._loaded(batch)
         at_most_once = self.definition.rules.semantics is QueueSemantics.AT_MOST_ONCE
-        deliveries = self.state.topic.deliveries_topic
-        partition = self.state.partition
+        counts, states, leases = self._counts, self._states, self._leases
         for outcome in outcomes:
             change, bookmark = outcome.change, outcome.bookmark
             message = ledger.message(bookmark)
-            counts = self._counts
             if change is Change.RETURNED:
                 counts.returned += 1
                 if message is not None:
-                    self._put_message_state(message, batch)
+                    states.change(bookmark, _state_of(message))
                 continue
-            envelope = batch.lookup(bookmark)
+            taken = outcome.message
+            envelope = taken.data if taken is not None else batch.lookup(bookmark)
             if envelope is None:
                 continue  # a deferred acknowledgement of a message not stored
             if change is Change.LEASED or change is Change.BARRIER:
-                kind = "lease" if change is Change.LEASED else "barrier"
                 count = message.deliveries if message is not None else 1
                 counts.delivered += len(outcome.subscriptions)
                 counts.redelivered += count > 1
-                headers = delivery_headers(kind, bookmark, outcome.deadline_ms, count)
+                lease = (change is Change.BARRIER, bookmark, outcome.deadline_ms, count, envelope)
                 for subscription_id in outcome.subscriptions:
-                    batch.produce(
-                        deliveries, envelope, subscription_id.encode(), partition, headers
-                    )
+                    leases.setdefault(subscription_id, []).append(lease)
                 if change is Change.LEASED and not at_most_once and message is not None:
-                    self._put_message_state(message, batch)
+                    states.change(bookmark, _state_of(message))
                     continue
             elif change is Change.EXPIRED:
                 counts.expired += 1
@@ -443,10 +451,6 @@ class QueuePartition:
             counts.acked += change is Change.ACKED
             self._remove(bookmark, envelope, batch, expired=change is Change.EXPIRED)
 
-    def _put_message_state(self, message: QueueMessage, batch: PartitionBatch) -> None:
-        self._stated.add(message.bookmark)
-        batch.put_state(_MESSAGE + message.bookmark, _state_of(message))
-
     def _remove(
         self, bookmark: bytes, envelope: bytes, batch: PartitionBatch, expired: bool
     ) -> None:
@@ -454,9 +458,20 @@ class QueuePartition:
         reason = ChangeReason.EXPIRE if expired else ChangeReason.DELETE
         # The tombstone: sow.reason (expired or deleted) and the message's position.
         batch.write(bookmark, None, reason, self.state.topic.kafka_topic, offset)
-        if bookmark in self._stated:
-            self._stated.discard(bookmark)
-            batch.put_state(_MESSAGE + bookmark, None)
+        self._states.drop(bookmark, batch)
+
+    def _flush(self, batch: PartitionBatch) -> None:
+        """Write what this run (or tick) decided: its states as one record, the leases
+        of each subscription as one record (or more, when large)."""
+        self._states.flush(batch)
+        if not self._leases:
+            return
+        deliveries, partition = self.state.topic.deliveries_topic, self.state.partition
+        for subscription_id, leases in self._leases.items():
+            key = subscription_id.encode()
+            for value, headers in encode_leases(leases):
+                batch.produce(deliveries, value, key, partition, headers)
+        self._leases = {}
 
     def _expired_record(self, bookmark: bytes, envelope: bytes) -> Record:
         """The expired message as a record for the dead-letter topic: its data, where it

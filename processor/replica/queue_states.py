@@ -7,7 +7,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from processor.queues.state import MessageState
+from processor.queues.state import MessageState, decode_states
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +25,25 @@ class QueueStates:
         self._states: dict[str, dict[int, dict[bytes, bytes]]] = {}
 
     def note(self, queue: str, partition: int, bookmark: bytes, value: bytes | None) -> None:
-        """A message's state record (None: the message left the queue)."""
+        """A message's state (None: the message left the queue)."""
         states = self._states.setdefault(queue, {}).setdefault(partition, {})
         if value is None:
             states.pop(bookmark, None)
         else:
             states[bookmark] = value
+
+    def note_batch(self, queue: str, partition: int, value: bytes) -> None:
+        """A batch of states (:mod:`processor.queues.state`): each one its message's
+        latest. (A batch deleted holds none that is: nothing to do then.) An unreadable
+        batch is left out with a warning."""
+        try:
+            states = decode_states(value)
+        except ValueError as exc:
+            log.warning("queue %s[%d]: a states record left out: %s", queue, partition, exc)
+            return
+        kept = self._states.setdefault(queue, {}).setdefault(partition, {})
+        for bookmark, encoded in states:
+            kept[bookmark] = encoded
 
     def forget(self, queue: str, partition: int) -> None:
         """A partition of the queue started afresh (RESET): its states are gone."""

@@ -64,7 +64,7 @@ from processor.log import (
 )
 from processor.messages import codec_for
 from processor.progress import progress
-from processor.queues.state import MESSAGE_STATE_KEY
+from processor.queues.state import STATES_KEY
 from processor.replica import snapshot
 from processor.replica.catchup import CatchUp
 from processor.replica.deletes import RecentDeletes
@@ -314,9 +314,8 @@ class Replica:
                             self._log_next[(log_topic, log_partition)] = nxt
                 elif key == RESET_KEY:
                     self._reset(table, partition, (changelog, partition, record.offset()), events)
-                elif key.startswith(MESSAGE_STATE_KEY) and topic.queue is not None:
-                    bookmark = key[len(MESSAGE_STATE_KEY) :]
-                    self.queue_states.note(topic.name, partition, bookmark, value)
+                elif key.startswith(STATES_KEY) and topic.queue is not None and value:
+                    self.queue_states.note_batch(topic.name, partition, value)
                 continue
             if record.offset() < floor:
                 continue
@@ -331,6 +330,8 @@ class Replica:
                 deletes += 1
                 old = envelopes.get(key)
                 if table.delete(key):
+                    if topic.queue is not None:  # a message left: its state too
+                        self.queue_states.note(topic.name, partition, key, None)
                     reason = self._deletes.note(record)
                     if events is not None:
                         position = (changelog, partition, record.offset())

@@ -53,7 +53,7 @@ from processor.queues.commands import (
     Command,
     CommandKind,
     Delivery,
-    decode_delivery,
+    decode_deliveries,
     service_id,
 )
 from processor.queues.definition import partition_of
@@ -209,7 +209,7 @@ class QueueHub:
                 try:
                     if self._answers.take(record):
                         continue
-                    delivery = decode_delivery(record.key(), record.value(), record.headers())
+                    deliveries = decode_deliveries(record.key(), record.value(), record.headers())
                 except (KeyError, ValueError) as exc:
                     log.warning(
                         "queue deliveries %s[%d]@%d unreadable (%s): skipped",
@@ -219,11 +219,15 @@ class QueueHub:
                         exc,
                     )
                     continue
+                if not deliveries:
+                    continue
+                delivery = deliveries[0]
                 consumer = consumers.get(delivery.subscription)
                 if consumer is not None and delivery.kind == ENDED:
                     ended.append((consumer, record.partition()))
                 elif consumer is not None:
-                    consumer.inbox.put(delivery)
+                    for delivery in deliveries:
+                        consumer.inbox.put(delivery)
                 elif delivery.kind != ENDED and delivery.subscription.startswith(self._prefix):
                     # Ours, but gone (its disconnect was lost): disconnect it again.
                     strays.append((record.topic(), delivery.subscription))
