@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -97,9 +98,11 @@ class LiveFeed:
         #: What was sent of the transaction being committed: base, records, publishers.
         self._sent: dict[PartitionState, tuple[int, int, int]] = {}
         self._transaction = (self._run, -1)
-        #: Records handed over live, and units the sink took (monitoring, tests).
+        #: Records handed over live, units the sink took, and partition batches kept for
+        #: their commit, by why (monitoring, tests).
         self.records = 0
         self.units = 0
+        self.kept: Counter[str] = Counter()
 
     def listen(self, batch: PartitionBatch) -> Listener:
         events: list[ChangeEvent] = []
@@ -136,11 +139,22 @@ class LiveFeed:
     ) -> LiveUnit | None:
         state = batch.state
         after = self._ends.get(state)
-        if after is None or not events or batch.meta:
-            return None
         repartition = state.topic.repartition_topic
-        if repartition in batch.progress or not self._quiet(repartition, state.partition):
+        kept = (
+            "first transaction"
+            if after is None
+            else "no change"
+            if not events
+            else "derived state"
+            if batch.meta
+            else "re-keyed records"
+            if repartition in batch.progress or not self._quiet(repartition, state.partition)
+            else None
+        )
+        if kept is not None:
+            self.kept[kept] += 1
             return None
+        assert after is not None
         records: list[LiveRecordData] = [_record(event) for event in events]
         base = after + 2  # after the PROGRESS record comes its transaction's commit marker
         self._sent[state] = (base, len(records), len(state.publishers.changed))

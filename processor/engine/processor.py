@@ -171,9 +171,9 @@ class Processor:
             self._listeners[name] = (*self._listeners[name], feed)
 
     @property
-    def live_records(self) -> int:
-        """Records handed over live since start (monitoring, tests)."""
-        return 0 if self._live is None else self._live.records
+    def live(self) -> LiveFeed | None:
+        """What hands changes over before their commit (None: nothing does)."""
+        return self._live
 
     @property
     def applied(self) -> int:

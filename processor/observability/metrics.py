@@ -92,11 +92,21 @@ class ComponentCollector(Collector):
                 "sow_dead_letters", "Records sent to the dead-letter topic", processor.dead_lettered
             )
             yield _counter("sow_expirations", "Records expired", processor.expired)
-            yield _counter(
-                "sow_processor_live_records",
-                "Changes handed to the query service beside the processor before their commit",
-                processor.live_records,
-            )
+            live = processor.live
+            if live is not None:
+                yield _counter(
+                    "sow_processor_live_records",
+                    "Changes handed to the query service beside the processor before their commit",
+                    live.records,
+                )
+                kept = CounterMetricFamily(
+                    "sow_processor_live_kept",
+                    "Partition batches of live topics left to their commit, by why",
+                    labels=["reason"],
+                )
+                for reason, count in sorted(live.kept.items()):
+                    kept.add_metric([reason], count)
+                yield kept
             yield _counter(
                 "sow_duplicate_publishes", "Publishes discarded as duplicates", processor.duplicates
             )

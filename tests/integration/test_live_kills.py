@@ -121,7 +121,7 @@ def run_kills(workdir: Path, bootstrap: str, unique: str, kills: int, subscriber
             began = time.monotonic()
             with _started(thread, publisher.stop):
                 for kill in range(kills):
-                    time.sleep(rng.uniform(0.2, 1.5))
+                    time.sleep(rng.uniform(0.1, 1.0))
                     child = serve.processor()
                     os.kill(child, signal.SIGKILL)
                     waited_for(
@@ -129,6 +129,8 @@ def run_kills(workdir: Path, bootstrap: str, unique: str, kills: int, subscriber
                         30,
                         f"a new processor after kill {kill + 1}",
                     )
+                    if kill % 4 != 3:  # mostly killed while streaming, else while restoring
+                        waited_for(lambda: _ready(serve), 60, f"ready after kill {kill + 1}")
                     assert serve.process.poll() is None, serve.output
                 time.sleep(1.0)
             took = time.monotonic() - began
@@ -168,10 +170,23 @@ def run_kills(workdir: Path, bootstrap: str, unique: str, kills: int, subscriber
         serve.process.wait(60)
 
 
+def _metrics_address(serve: Serve) -> str:
+    return next(line.split()[1] for line in serve.lines if "metrics:" in line)
+
+
+def _ready(serve: Serve) -> bool:
+    """Whether `sow serve` answers /readyz with 200 (its processor joined and restored)."""
+    address = _metrics_address(serve).removesuffix("/metrics")
+    try:
+        with urllib.request.urlopen(f"{address}/readyz", timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
 def _live_figures(serve: Serve) -> str:
     """The replica's live-unit counters, from `sow serve`'s /metrics."""
-    address = next(line.split()[1] for line in serve.lines if "metrics:" in line)
-    with urllib.request.urlopen(f"{address}", timeout=10) as answer:
+    with urllib.request.urlopen(_metrics_address(serve), timeout=10) as answer:
         text = answer.read().decode()
     return ", ".join(
         line
