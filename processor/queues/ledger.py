@@ -6,9 +6,11 @@ queue partition, feeds it what its transactions apply (messages enqueued, subscr
 acknowledgements, cancels, expiry requests, the clock) and persists the
 :class:`Outcome` list each call returns (docs/queues.md). Not thread-safe.
 
-Costs: a message's place is kept in sorted lists (insertion O(n) memory moves), leases
-and expirations in heaps; a dispatch scans the messages not leased in order until the
-subscriptions are full (bench/queue_ledger.py).
+Costs: a message's place is kept in sorted lists (``sortedcontainers.SortedList``:
+insertion and removal O(log n), where a plain list moved the whole queue in memory for
+each message leased or removed from its head), leases and expirations in heaps; a
+dispatch scans the messages not leased in order until the subscriptions are full
+(bench/queue_ledger.py).
 
 Rules:
 
@@ -44,9 +46,10 @@ Rules:
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections.abc import Iterable
+
+from sortedcontainers import SortedList
 
 from processor.queues.deferred import DeferredAcks
 from processor.queues.model import (
@@ -84,8 +87,8 @@ class Ledger:
         self.rules = rules
         self._messages: dict[Bookmark, QueueMessage] = {}
         #: Every message held, and those not leased, in delivery order.
-        self._order: list[tuple[tuple[int, int], Bookmark]] = []
-        self._available: list[tuple[tuple[int, int], Bookmark]] = []
+        self._order = SortedList()  # of (message.order(), bookmark)
+        self._available = SortedList()
         self._leased = 0
         #: (deadline, bookmark, deliveries) of each lease, and (time, bookmark) of each
         #: expiration: checked against the message when due (a stale entry is skipped).
@@ -157,18 +160,20 @@ class Ledger:
             self._subscriptions[subscription_id] = Subscription(
                 subscription_id, self._backlog(max_backlog), matches, paused=True
             )
+        order: list[tuple[tuple[int, int], Bookmark]] = []
+        available: list[tuple[tuple[int, int], Bookmark]] = []
         for message in messages:
             holder = None if message.holder is None else self._subscriptions.get(message.holder)
             if holder is None:
                 message.holder, message.deadline_ms = None, None
             self._messages[message.bookmark] = message
             place = (message.order(), message.bookmark)
-            self._order.append(place)
+            order.append(place)
             self._barriers += message.barrier
             if message.expires_ms is not None:
                 self._expirations.append((message.expires_ms, message.bookmark))
             if holder is None:
-                self._available.append(place)
+                available.append(place)
                 continue
             holder.held.add(message.bookmark)
             self._leased += 1
@@ -176,8 +181,8 @@ class Ledger:
                 self._lease_deadlines.append(
                     (message.deadline_ms, message.bookmark, message.deliveries)
                 )
-        self._order.sort()
-        self._available.sort()
+        self._order.update(order)
+        self._available.update(available)
         heapq.heapify(self._expirations)
         heapq.heapify(self._lease_deadlines)
         self._rescan = True
@@ -197,8 +202,8 @@ class Ledger:
             return [Outcome(Change.ACKED, message.bookmark, message=message)]
         self._messages[message.bookmark] = message
         place = (message.order(), message.bookmark)
-        bisect.insort(self._order, place)
-        bisect.insort(self._available, place)
+        self._order.add(place)
+        self._available.add(place)
         self._barriers += message.barrier
         if message.expires_ms is not None:
             heapq.heappush(self._expirations, (message.expires_ms, message.bookmark))
@@ -343,14 +348,14 @@ class Ledger:
         if outcomes or self._barriers:
             self._rescan = True
         if not self._rescan and newest is not None:
-            index = bisect.bisect_left(available, newest)
+            index = available.bisect_left(newest)
             end = index + 1
         self._rescan = False
         limit, depth = self.rules.max_backlog, self.rules.target_queue_depth
         free = sum(max(s.free, 0) for s in self._subscriptions.values())
         outstanding = sum(len(s.held) for s in self._subscriptions.values())
         while index < min(end, len(available)):
-            if depth is not None and bisect.bisect_left(self._order, available[index]) >= depth:
+            if depth is not None and self._order.bisect_left(available[index]) >= depth:
                 break  # past the active messages (TargetQueueDepth): later ones are too
             bookmark = available[index][1]
             message = self._messages[bookmark]
@@ -438,7 +443,7 @@ class Ledger:
             holder.held.discard(message.bookmark)
         message.holder, message.deadline_ms = None, None
         self._leased -= 1
-        bisect.insort(self._available, (message.order(), message.bookmark))
+        self._available.add((message.order(), message.bookmark))
         if cancelled:
             message.cancels += 1
         rules = self.rules
@@ -456,11 +461,9 @@ class Ledger:
         del self._messages[message.bookmark]
         self._barriers -= message.barrier
         place = (message.order(), message.bookmark)
-        del self._order[bisect.bisect_left(self._order, place)]
+        self._order.remove(place)
         if message.holder is None:
-            index = bisect.bisect_left(self._available, place)
-            if index < len(self._available) and self._available[index] == place:
-                del self._available[index]
+            self._available.discard(place)
             return
         self._leased -= 1  # acknowledged or expired while leased
         holder = self._subscriptions.get(message.holder)
