@@ -344,6 +344,9 @@ class Ledger:
         outcomes = self._expire_due(now_ms)
         if not self._subscriptions:
             return outcomes
+        free = sum(max(s.free, 0) for s in self._subscriptions.values())
+        if free <= 0 and not self._barriers:
+            return outcomes  # no room anywhere: what frees a slot dispatches (rescans)
         available, index, end = self._available, 0, len(self._available)
         if outcomes or self._barriers:
             self._rescan = True
@@ -352,7 +355,6 @@ class Ledger:
             end = index + 1
         self._rescan = False
         limit, depth = self.rules.max_backlog, self.rules.target_queue_depth
-        free = sum(max(s.free, 0) for s in self._subscriptions.values())
         outstanding = sum(len(s.held) for s in self._subscriptions.values())
         while index < min(end, len(available)):
             if depth is not None and self._order.bisect_left(available[index]) >= depth:

@@ -449,12 +449,11 @@ class QueuePartition:
                     ),
                 )
             counts.acked += change is Change.ACKED
-            self._remove(bookmark, envelope, batch, expired=change is Change.EXPIRED)
+            offset = taken.sequence if taken is not None else changelog.log_offset_of(envelope)
+            self._remove(bookmark, offset, batch, expired=change is Change.EXPIRED)
 
-    def _remove(
-        self, bookmark: bytes, envelope: bytes, batch: PartitionBatch, expired: bool
-    ) -> None:
-        offset = changelog.log_offset_of(envelope)
+    def _remove(self, bookmark: bytes, offset: int, batch: PartitionBatch, expired: bool) -> None:
+        """Remove a message (``offset``: its place in the queue's input)."""
         reason = ChangeReason.EXPIRE if expired else ChangeReason.DELETE
         # The tombstone: sow.reason (expired or deleted) and the message's position.
         batch.write(bookmark, None, reason, self.state.topic.kafka_topic, offset)

@@ -103,10 +103,18 @@ class PlainTail:
             tail.close()
 
     def _advance(self, records: Sequence[Record], tail: ChangelogTail) -> None:
-        """Turn the records read into one unit of events; move the positions on."""
-        events = [event for event in map(self._event, records) if event is not None]
+        """Turn the records read into one unit of events; move the positions on. With no
+        listener the records are only counted past (a plain topic feeding a queue is
+        read here for nothing until someone subscribes to it)."""
+        events = (
+            [event for event in map(self._event, records) if event is not None]
+            if (records and self._listeners)
+            else None
+        )
         states = tail.states()
         with self._changed:
+            if records and events is None and self._listeners:  # one came meanwhile
+                events = [event for event in map(self._event, records) if event is not None]
             moved = False
             for tp, state in states.items():
                 if state.position >= 0 and state.position != self._next.get(tp, END):
