@@ -20,7 +20,11 @@ changelog envelope's wall-clock millisecond (converted):
 4. deliver: readable -> received by the subscriber (the replica's fetch and apply, the
    subscription's matching and the gRPC stream).
 
+With ``SOW_LIVE_DELIVERY=false`` the service delivers at commit time (before issue 34);
+the hop ``applied -> received`` is what delivery at apply time takes.
+
     PYTHONPATH=. python bench/subscribe_latency.py --rates 1000 10000 --seconds 10
+    PYTHONPATH=. python bench/subscribe_latency.py --via unary stream --rates 500 1000
 """
 
 from __future__ import annotations
@@ -121,6 +125,50 @@ def _publish(bootstrap: str, topic: SowTopic, rate: int, total: int, out: Any) -
     out.send((time.perf_counter() - started, acked))
 
 
+def _publish_grpc(
+    address: str, topic: str, rate: int, total: int, clients: int, stream: bool, out: Any
+) -> None:
+    """Child process: ``total`` messages at ``rate`` through the service's gateway, as a
+    user's gRPC client sends them: unary Publish calls from ``clients`` threads (message
+    n from thread n % clients, at its time), or one publish stream; sends back the time
+    taken and each message's send -> acknowledged (persisted) latency."""
+    acked: dict[int, float] = {}
+    started = time.perf_counter()
+
+    def message(n: int) -> bytes:
+        delay = started + n / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        return orjson.dumps({"id": n % 10_000, "n": n, "t": time.perf_counter()})
+
+    with SowClient(address) as client:
+        if stream:
+            sent: dict[int, float] = {}
+
+            def paced() -> Any:
+                for n in range(total):
+                    data = message(n)
+                    sent[n] = orjson.loads(data)["t"]
+                    yield data
+
+            for n, _ in enumerate(client.publish_stream(topic, paced(), batch_size=1)):
+                acked[n] = time.perf_counter() - sent[n]
+        else:
+
+            def unary(first: int) -> None:
+                for n in range(first, total, clients):
+                    data = message(n)
+                    client.publish(topic, data)
+                    acked[n] = time.perf_counter() - orjson.loads(data)["t"]
+
+            threads = [threading.Thread(target=unary, args=(i,)) for i in range(clients)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    out.send((time.perf_counter() - started, acked))
+
+
 def _probe(
     bootstrap: str, changelog_topic: str, total: int, ready: Any, stop: Any, out: Any
 ) -> None:
@@ -172,7 +220,8 @@ def _hops(
     ends |= {"readable": visible, "received": received}
     names = list(ends)
     hops: dict[str, dict[str, float]] = {}
-    for first, end in itertools.pairwise(names):
+    # applied -> received: delivered at apply time, the commit is not on the way.
+    for first, end in [*itertools.pairwise(names), ("applied", "received")]:
         both = [
             ends[end][n] - ends[first][n] for n in received if n in ends[first] and n in ends[end]
         ]
@@ -185,9 +234,13 @@ def _hops(
     return hops
 
 
-def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, Any]:
+def measure(
+    app: Any, topic: SowTopic, rate: int, seconds: float, via: str = "kafka"
+) -> dict[str, Any]:
     """One rate: publisher and subscriber each in their own process, as real clients
-    are (they do not share the service's interpreter lock)."""
+    are (they do not share the service's interpreter lock). ``via``: ``kafka`` (a plain
+    producer), ``unary`` (4 gRPC clients' unary Publish calls) or ``stream`` (one gRPC
+    publish stream)."""
     spawn = multiprocessing.get_context("spawn")
     total = int(rate * seconds)
     ready, stop = spawn.Event(), spawn.Event()
@@ -216,10 +269,13 @@ def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, A
     if not ready.wait(60) or not probe_ready.wait(60):
         raise SystemExit("the subscriber or the changelog probe did not start within 60 s")
     sent, publisher_end = spawn.Pipe(duplex=False)
-    publisher = spawn.Process(
-        target=_publish,
-        args=(app.broker.bootstrap_servers, topic, rate, total, publisher_end),
-    )
+    if via == "kafka":
+        target: Any = _publish
+        args: tuple[Any, ...] = (app.broker.bootstrap_servers, topic, rate, total, publisher_end)
+    else:
+        target = _publish_grpc
+        args = (app.grpc_address, topic.name, rate, total, 4, via == "stream", publisher_end)
+    publisher = spawn.Process(target=target, args=args)
     publisher.start()
     sent_s, acked = sent.recv()
     publisher.join(60)
@@ -234,6 +290,8 @@ def measure(app: Any, topic: SowTopic, rate: int, seconds: float) -> dict[str, A
     ms = [r * 1000 for r in latencies.values()] or [float("nan")]
     return {
         "rate": rate,
+        "via": via,
+        "live_delivery": app.settings.live_delivery,
         "sent_per_s": round(total / sent_s),
         "received": len(latencies),
         "sent": total,
@@ -250,6 +308,14 @@ def main() -> int:
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument(
+        "--via",
+        nargs="+",
+        default=["kafka"],
+        choices=["kafka", "unary", "stream"],
+        help="how messages are published: a plain Kafka producer (linger 5 ms), 4 gRPC "
+        "clients' unary Publish calls, or one gRPC publish stream",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     name = f"sublat-{uuid.uuid4().hex[:8]}"
@@ -274,10 +340,11 @@ def main() -> int:
             raise SystemExit("the processor did not start within 120 s")
         assert app.replica is not None
         app.replica.wait_caught_up(60)
-        for rate in args.rates:
-            row = measure(app, topic, rate, args.seconds)
-            rows.append(row)
-            print(json.dumps(row))
+        for via in args.via:
+            for rate in args.rates:
+                row = measure(app, topic, rate, args.seconds, via)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     finally:
         app.stop()
     if args.json_out is not None:

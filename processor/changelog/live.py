@@ -73,56 +73,6 @@ class LiveDone:
     progress: list[Reached]
 
 
-class LiveRecord:
-    """A live unit's record, as the replica reads records (:class:`processor.log.Record`)."""
-
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        data: LiveRecordData,
-        timestamp_ms: int,
-    ) -> None:
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self._key, self._value, self._headers = data
-        self._timestamp = timestamp_ms
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self._timestamp)  # TIMESTAMP_CREATE_TIME
-
-    def error(self) -> None:
-        return None
-
-
-def records_of(unit: LiveUnit) -> list[LiveRecord]:
-    """The unit's records at the offsets they will have."""
-    return [
-        LiveRecord(unit.changelog, unit.partition, unit.base + i, data, unit.timestamp_ms)
-        for i, data in enumerate(unit.records)
-    ]
-
-
 def encode_frame(units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> bytes:
     """One frame: its length, then the units and dones as plain tuples."""
     body = marshal.dumps(

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from processor import changelog
 from processor.changelog.live import LiveDone, LiveUnit
 from processor.log import Record, TopicPartitionKey
+from processor.log.records import LogRecord
 
 #: Units held per changelog partition at most (past it, the oldest are dropped: the
 #: changelog brings their records).
@@ -157,3 +158,12 @@ def input_offset(record: Record, log_topic: str) -> int | None:
             topic, _, offset = changelog.parse_position(raw)
             return offset if topic == log_topic else None
     return None
+
+
+def records_of(unit: LiveUnit) -> list[LogRecord]:
+    """The unit's records at the offsets they will have (create time: the apply time)."""
+    stamp = (1, unit.timestamp_ms)  # TIMESTAMP_CREATE_TIME
+    return [
+        LogRecord(unit.changelog, unit.partition, unit.base + i, key, value, headers, stamp)
+        for i, (key, value, headers) in enumerate(unit.records)
+    ]

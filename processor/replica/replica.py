@@ -51,7 +51,7 @@ from processor.changelog.events import (
     ListenerHandle,
     Listeners,
 )
-from processor.changelog.live import LiveDone, LiveUnit, records_of
+from processor.changelog.live import LiveDone, LiveUnit
 from processor.errors import ReplicaStoppedError
 from processor.expr import FieldInput
 from processor.log import (
@@ -69,7 +69,7 @@ from processor.replica import snapshot
 from processor.replica.catchup import CatchUp
 from processor.replica.deletes import RecentDeletes
 from processor.replica.history import HistoryIndex
-from processor.replica.live import LiveIntake, input_offset
+from processor.replica.live import LiveIntake, input_offset, records_of
 from processor.replica.queue_states import QueueStates
 from processor.replica.table import SowTable
 from processor.replica.units import Unit, UnitCutter, units_of

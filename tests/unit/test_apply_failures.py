@@ -4,7 +4,6 @@ the dead-letter topic and the batch goes on; duplicate detection by (publisher, 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -22,6 +21,7 @@ from processor.messages import codec_for
 from processor.state.memory import MemoryStore
 from processor.topology.model import KeyGeneratorSpec, SowTopic
 from tests.unit.log_records import LogRecord
+from tests.unit.produced import Produced
 
 ORDERS = SowTopic("ORDERS", keys=("/id",))
 
@@ -53,26 +53,6 @@ def flaky_generator(topic: SowTopic, options: Mapping[str, Any]) -> Callable[[An
 def surrogate_generator(topic: SowTopic, options: Mapping[str, Any]) -> Callable[[Any], str]:
     """A custom KeyGenerator that returns text with no UTF-8 form."""
     return lambda message: "\udc80"
-
-
-@dataclass
-class Produced:
-    """Records the applier produced, as (topic, value, key, partition, headers)."""
-
-    records: list[tuple[str, bytes | None, bytes | None, int, Any]] = field(default_factory=list)
-
-    def __call__(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int,
-        headers: Any = None,
-    ) -> None:
-        self.records.append((topic, value, key, partition, headers))
-
-    def to(self, topic: str) -> list[tuple[str, bytes | None, bytes | None, int, Any]]:
-        return [r for r in self.records if r[0] == topic]
 
 
 def _state(topic: SowTopic, partition: int = 0) -> PartitionState:

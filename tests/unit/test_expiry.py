@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,29 +22,10 @@ from processor.state.memory import MemoryStore
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic
 from tests.unit.log_records import LogRecord
+from tests.unit.produced import Produced
 
 TICKS = SowTopic("TICKS", keys=("/id",), expiration_s=10)
 NOW = 1_800_000_000_000
-
-
-class Produced:
-    """Every record produced, as (topic, value, key, partition, headers)."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes | None, bytes | None, int, Any]] = []
-
-    def __call__(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int,
-        headers: Any = None,
-    ) -> None:
-        self.records.append((topic, value, key, partition, headers))
-
-    def tombstones(self) -> list[tuple[bytes | None, Any]]:
-        return [(k, h) for _, v, k, _, h in self.records if v is None]
 
 
 @pytest.fixture(params=["rocksdb", "memory"])

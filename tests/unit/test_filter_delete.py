@@ -4,7 +4,6 @@ a command that cannot be evaluated goes to the dead-letter topic and the batch g
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -19,6 +18,7 @@ from processor.messages import codec_for
 from processor.state.memory import MemoryStore
 from processor.topology.model import SowTopic
 from tests.unit.log_records import LogRecord
+from tests.unit.produced import Produced
 
 TOPIC = SowTopic("ORDERS", keys=("/id",))
 
@@ -31,21 +31,6 @@ def log_record(
 ) -> LogRecord:
     """A record of the input topic's partition 0."""
     return LogRecord(TOPIC.kafka_topic, 0, offset, key, value, headers)
-
-
-@dataclass
-class Produced:
-    records: list[tuple[str, bytes | None, bytes | None, Any]] = field(default_factory=list)
-
-    def __call__(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int,
-        headers: Any = None,
-    ) -> None:
-        self.records.append((topic, value, key, headers))
 
 
 def applier_with(messages: list[dict[str, Any]]) -> tuple[Applier, PartitionState, Produced]:
@@ -88,7 +73,7 @@ def test_filter_delete_tombstones_matching_records_with_the_command_position() -
         ],
     )
     batch = transaction.batch(state)
-    tombstones = [(key, headers) for _, value, key, headers in produced.records if value is None]
+    tombstones = produced.tombstones()
     assert all(key is not None and batch.lookup(key) is None for key, _ in tombstones)
     assert len(tombstones) == 4  # 7, 8, 9 and the uncommitted 42
     assert all((POSITION_HEADER, b"ORDERS/0/11") in headers for _, headers in tombstones)
@@ -101,7 +86,7 @@ def test_a_filter_that_cannot_be_evaluated_is_dead_lettered_and_changes_nothing(
     applier.apply(transaction, [delete_command(3, "SUM(/id) > 1"), delete_command(4, "/id = 0")])
     dead = [r for r in produced.records if r[0] == "dead-letter"]
     assert len(dead) == 1
-    reason = dict(dead[0][3])[ERROR_HEADERS[1]]
+    reason = dict(dead[0][4])[ERROR_HEADERS[1]]
     assert b"SUM" in reason
     assert applier.dead_lettered == 1
     assert sum(1 for _ in transaction.batch(state).items()) == 2  # the second command still ran
@@ -114,5 +99,5 @@ def test_a_damaged_stored_record_dead_letters_the_command_not_the_processor() ->
     applier.apply(transaction, [delete_command(1, "1=1")])
     dead = [r for r in produced.records if r[0] == "dead-letter"]
     assert len(dead) == 1
-    assert b"filter delete failed" in dict(dead[0][3])[ERROR_HEADERS[1]]
+    assert b"filter delete failed" in dict(dead[0][4])[ERROR_HEADERS[1]]
     assert transaction.batch(state).writes == {}  # nothing half-applied

@@ -94,7 +94,8 @@ def test_a_full_pipe_never_blocks_the_sender(monkeypatch: pytest.MonkeyPatch) ->
     assert sink.dropped > 0
     os.close(write)
     frames = list(read_frames(read))
-    assert frames and all(units == big for units, _ in frames)  # whole frames only
+    assert frames
+    assert all(units == big for units, _ in frames)  # whole frames only
 
 
 def test_live_units_apply_in_order_and_the_changelog_copies_are_dropped(replica: Replica) -> None:

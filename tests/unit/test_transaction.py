@@ -21,6 +21,7 @@ from processor.keys import key_function
 from processor.messages import codec_for
 from processor.state.memory import MemoryStore
 from processor.topology.model import SowTopic
+from tests.unit.produced import Produced
 
 TOPIC = SowTopic("ORDERS", keys=("/id",))
 WRITER = EnvelopeWriter("ORDERS", "json", "ORDERS", 0)
@@ -35,24 +36,6 @@ def _state() -> PartitionState:
         key_function=key_function(TOPIC),
         writers=make_writers(TOPIC, 0),
     )
-
-
-class Produced:
-    """A transaction's produce that keeps every record, as (topic, value, key, partition,
-    headers)."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes | None, bytes | None, int, Any]] = []
-
-    def __call__(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int,
-        headers: Any = None,
-    ) -> None:
-        self.records.append((topic, value, key, partition, headers))
 
 
 class Recorder:
