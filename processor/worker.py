@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ import urllib.request
 from collections.abc import Callable
 
 from processor import progress
-from processor.changelog.live import LiveDone, LiveUnit, PipeSink, read_frames
+from processor.changelog.live import Frame, LiveDone, LiveUnit, PipeSink, read_frames
 from processor.config import Settings
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class ProcessorChild:
         self._starting = threading.Lock()
         #: Where the child's live units go (set once the replica exists; until then, and
         #: without ``live_delivery``, they are dropped: the changelog brings them).
-        self.live: Callable[[list[LiveUnit], list[LiveDone]], None] | None = None
+        self.live: Callable[[list[LiveUnit], list[LiveDone], bool], None] | None = None
         #: Exits this slot starts a new child after, at most, within RESTART_WINDOW_S.
         self._restarts = restarts
         self._exits: list[float] = []
@@ -226,14 +227,15 @@ class ProcessorChild:
                     self.ready.set()
 
     def _read_live(self, fd: int) -> None:
-        """Hand the child's live units to :attr:`live` until it closes the pipe."""
+        """Hand the child's live units to :attr:`live` until it closes the pipe, then
+        say that its run ended (what it held back may never be committed)."""
         failed = False
-        for units, dones in read_frames(fd):
+        for frame in itertools.chain(read_frames(fd), [Frame([], [], ended=True)]):
             target = self.live
             if target is None:
                 continue
             try:
-                target(units, dones)
+                target(frame.units, frame.dones, frame.ended)
             except Exception:  # the changelog still brings every record: say it once, go on
                 if not failed:
                     log.exception("the replica refused live units; they come from the changelog")

@@ -267,7 +267,7 @@ def start(
             app.processor = backend.processor(settings, topology)
             sink = _live_sink(settings, service)
             if sink is not None:
-                app.processor.attach_live(sink)
+                app.processor.attach_live(sink, pipelined=settings.pipelined_commits)
                 app.live = sink
             app._spawn("sow-processor", app.processor.run)
         check()
@@ -353,12 +353,14 @@ class LiveRelay:
     """The live units of a processor in this process, to the replica once it exists."""
 
     def __init__(self) -> None:
-        self.target: Callable[[Sequence[LiveUnit], Sequence[LiveDone]], None] | None = None
+        self.target: Callable[[Sequence[LiveUnit], Sequence[LiveDone], bool], None] | None = None
 
-    def send(self, units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> None:
+    def send(
+        self, units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
+    ) -> None:
         target = self.target
         if target is not None:
-            target(units, dones)
+            target(units, dones, ended)
 
 
 def _live_sink(settings: Settings, service: bool) -> LiveRelay | PipeSink | None:

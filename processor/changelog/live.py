@@ -73,8 +73,11 @@ class LiveDone:
     progress: list[Reached]
 
 
-def encode_frame(units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> bytes:
-    """One frame: its length, then the units and dones as plain tuples."""
+def encode_frame(
+    units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
+) -> bytes:
+    """One frame: its length, then the units and dones as plain tuples (``ended``: the
+    processor run that sent the earlier frames is over, see :class:`Frame`)."""
     body = marshal.dumps(
         (
             [
@@ -91,15 +94,26 @@ def encode_frame(units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> bytes:
                 for u in units
             ],
             [(d.changelog, d.partition, d.transaction, d.end, d.progress) for d in dones],
+            ended,
         )
     )
     return len(body).to_bytes(4, "big") + body
 
 
-def decode_body(body: bytes) -> tuple[list[LiveUnit], list[LiveDone]]:
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """What one frame carries. ``ended``: the processor run whose units came before is
+    over (its pipeline restarted), so what it held back may never be committed."""
+
+    units: list[LiveUnit]
+    dones: list[LiveDone]
+    ended: bool = False
+
+
+def decode_body(body: bytes) -> Frame:
     """The units and dones of one frame's body (without its length)."""
-    units, dones = marshal.loads(body)
-    return (
+    units, dones, ended = marshal.loads(body)
+    return Frame(
         [
             LiveUnit(c, p, tuple(t), a, b, ts, list(records), [tuple(r) for r in reached])
             for c, p, t, a, b, ts, records, reached in units
@@ -108,10 +122,11 @@ def decode_body(body: bytes) -> tuple[list[LiveUnit], list[LiveDone]]:
             LiveDone(c, p, tuple(t), e, [tuple(r) for r in progress])
             for c, p, t, e, progress in dones
         ],
+        ended,
     )
 
 
-def read_frames(fd: int) -> Iterator[tuple[list[LiveUnit], list[LiveDone]]]:
+def read_frames(fd: int) -> Iterator[Frame]:
     """Every frame read from ``fd`` (blocking) until its end of file; closes ``fd``."""
     buffer = bytearray()
     try:
@@ -150,10 +165,12 @@ class PipeSink:
         #: Frames dropped because the reader did not keep up (monitoring, tests).
         self.dropped = 0
 
-    def send(self, units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> None:
+    def send(
+        self, units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
+    ) -> None:
         if self._closed:
             return
-        frame = encode_frame(units, dones)
+        frame = encode_frame(units, dones, ended)
         if len(self._waiting) > self.LIMIT:
             self._flush()
             if len(self._waiting) > self.LIMIT:

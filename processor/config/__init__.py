@@ -169,6 +169,16 @@ class Settings:
             helm="processor.maxBatch",
         ),
     )
+    pipelined_commits: bool = _setting(
+        True,
+        Spec(
+            "SOW_PIPELINED_COMMITS",
+            "with live delivery, the processor applies and hands over the next batch while "
+            "the previous one commits (docs/live.md)",
+            "`true`",
+            "flag",
+        ),
+    )
     processor_restarts: int = _setting(
         5,
         Spec(

@@ -92,6 +92,9 @@ class Assignment:
     offsets_behind: dict[TopicPartitionKey, int] = field(default_factory=dict, init=False)
     #: The consumer, for resuming held partitions (set once it exists).
     input: InputLog | None = field(default=None, init=False)
+    #: Commits what the processor applied before a rebalance changes what it owns
+    #: (pipelined batches, :meth:`processor.engine.pipeline.Batches.settle`).
+    settle: Callable[[], None] | None = field(default=None, init=False)
     restored: int = field(default=0, init=False)
 
     def on_assign(
@@ -101,6 +104,8 @@ class Assignment:
     ) -> Mapping[TopicPartitionKey, int | None]:
         """Open the stores of newly assigned partitions; hold the input of those that
         must recover (None) until :meth:`_recover_step` finishes them."""
+        if self.settle is not None:
+            self.settle()
         starts: dict[TopicPartitionKey, int | None] = {}
         for log_topic, partition in sorted(partitions):
             topic, from_input = self.by_log_topic[log_topic]
@@ -272,6 +277,8 @@ class Assignment:
     def on_revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
         """Drop revoked log partitions (every one under the eager protocol, only those
         moving to another member under KIP-848's)."""
+        if self.settle is not None:
+            self.settle()
         revoked: set[tuple[str, int]] = set()
         for log_topic, partition in partitions:
             tp = (log_topic, partition)
@@ -305,6 +312,13 @@ class Assignment:
                 self.standby.give(state.topic, state.partition, state.store)
             else:
                 state.store.close()
+
+    def maintenance_due(self, standby: Standby | None) -> bool:
+        """Whether the loop's next turn writes a transaction of its own (offsets found
+        applied, barriers) or steps a recovery or a standby store."""
+        return bool(
+            self.offsets_behind or self.barriers_due or self.recoveries or standby is not None
+        )
 
     @property
     def barriers_due(self) -> bool:

@@ -6,8 +6,11 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from processor.changelog import PROGRESS_KEY, encode_progress, publisher_record
+from processor.engine.partition import PartitionState
+from processor.engine.publishers import publisher_meta
 from processor.engine.transaction import Transaction, TransactionStatus
 from processor.errors import ValueFormatError
 from processor.log import TopicPartitionKey, TransactionalLog
@@ -93,6 +96,15 @@ def _stall_hook(spec: str | None) -> CrashHook | None:
     return hook
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A transaction whose records are all produced (steps 1 of :func:`commit`), with
+    the publisher sequences each partition's commit writes to its store."""
+
+    transaction: Transaction
+    publishers: dict[PartitionState, dict[str, int]]
+
+
 def commit(
     transaction: Transaction,
     producer: TransactionalLog,
@@ -122,21 +134,36 @@ def commit(
        the changed publishers' sequences and its due index changes, in one atomic
        RocksDB write.
 
+    Step 1 is :func:`prepare`, on the processor's loop; steps 2-4 are :func:`finish`,
+    which a pipelined processor runs on another thread while it applies the next batch
+    (:mod:`processor.engine.pipeline`).
+
     A crash before 3 leaves an aborted transaction (Kafka drops it; stores untouched; the
     batch is re-read from the committed offsets). A crash between 3 and 4 leaves stores
     behind their changelog, which recovery replays. On any error the transaction is marked
     FAILED (its batches refuse any further use) and the caller must discard the
     partitions' state and re-read from committed offsets.
     """
+    return finish(prepare(transaction, producer, crash, flushed), producer, offsets, group, crash)
+
+
+def prepare(
+    transaction: Transaction,
+    producer: TransactionalLog,
+    crash: CrashHook | None = None,
+    flushed: Callable[[], None] | None = None,
+) -> Prepared:
+    """Step 1 of :func:`commit` (after the listeners and ``flushed``)."""
     try:
         transaction.flush()
         if flushed is not None:
             flushed()
-        batches = transaction.batches
-        for batch in batches:
+        taken: dict[PartitionState, dict[str, int]] = {}
+        for batch in transaction.batches:
             state = batch.state
             changelog = state.topic.changelog_topic
-            for publisher, sequence in state.publishers.changed.items():
+            changed = taken[state] = state.publishers.take()
+            for publisher, sequence in changed.items():
                 key, value = publisher_record(publisher, sequence)
                 producer.produce(changelog, value, key, state.partition)
             reached = state.applied | batch.progress
@@ -146,6 +173,22 @@ def commit(
         transaction.advance(TransactionStatus.STARTED, TransactionStatus.PREPARED)
         if crash:
             crash("produced")
+    except BaseException:
+        transaction.fail()
+        raise
+    return Prepared(transaction, taken)
+
+
+def finish(
+    prepared: Prepared,
+    producer: TransactionalLog,
+    offsets: Mapping[TopicPartitionKey, int],
+    group: object,
+    crash: CrashHook | None = None,
+) -> dict[TopicPartitionKey, int]:
+    """Steps 2-4 of :func:`commit`; the PROGRESS records' offsets."""
+    transaction = prepared.transaction
+    try:
         if offsets:
             producer.send_offsets(offsets, group)
         if crash:
@@ -153,14 +196,17 @@ def commit(
         ends = producer.commit()
         if crash:
             crash("committed")
-        for batch in batches:
+        for batch in transaction.batches:
             state = batch.state
             end = ends[(state.topic.changelog_topic, state.partition)]
-            meta: dict[bytes, bytes | None] = {**state.publishers.changed_meta(), **batch.meta}
+            changed = prepared.publishers[state]
+            meta: dict[bytes, bytes | None] = {**publisher_meta(changed), **batch.meta}
             meta[CHANGELOG_OFFSET] = offset_bytes(end + 1)
             state.store.write(batch.writes, meta, batch.due)
             state.applied.update(batch.progress)
-            state.publishers.committed()
+            state.publishers.stored(changed)
+            if state.inflight is batch.writes:
+                state.inflight = None
         if crash:
             crash("stored")
         transaction.advance(TransactionStatus.PREPARED, TransactionStatus.COMPLETE)

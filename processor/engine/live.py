@@ -55,8 +55,11 @@ Quiet = Callable[[str, int], bool]
 class LiveSink(Protocol):
     """Where live units go: the replica beside the processor, in this process or another."""
 
-    def send(self, units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> None:
-        """Take the units of an applied transaction, or the dones of a committed one;
+    def send(
+        self, units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
+    ) -> None:
+        """Take the units of an applied transaction, or the dones of a committed one
+        (``ended``: the units sent before may never be committed: a new pipeline);
         must not block (drop what cannot be taken: the changelog brings it later)."""
         ...
 
@@ -86,18 +89,26 @@ class LiveFeed:
 
     def __init__(self, topology: Topology, sink: LiveSink) -> None:
         self.topics = [name for name, t in topology.topics.items() if live_refusal(t) is None]
+        self._live = set(self.topics)
         self._sink = sink
         #: This run of the processor: transactions are (run, number).
         self._run = time.time_ns() // 1000
         self._numbers = itertools.count()
         self._quiet: Quiet = lambda topic, partition: False
-        #: The offset of each partition's last committed PROGRESS record (this pipeline).
-        self._ends: dict[PartitionState, int] = {}
+        #: Per partition whose changelog this pipeline knows: the offset its next record
+        #: gets, and the offset of the record the next unit follows.
+        self._next: dict[PartitionState, int] = {}
+        self._after: dict[PartitionState, int] = {}
         #: The events of each batch of the transaction being applied.
         self._events: dict[PartitionBatch, list[ChangeEvent]] = {}
-        #: What was sent of the transaction being committed: base, records, publishers.
-        self._sent: dict[PartitionState, tuple[int, int, int]] = {}
-        self._transaction = (self._run, -1)
+        #: Per transaction not committed yet: its number, and per partition sent live the
+        #: offset its PROGRESS record will have (known once prepared; -1 until then).
+        self._numbered: dict[Transaction, tuple[int, int]] = {}
+        self._expected: dict[Transaction, dict[PartitionState, int]] = {}
+        #: Batches of the transaction being applied that wrote records before their
+        #: offsets were known, and how many.
+        self._unsent: set[PartitionBatch] = set()
+        self._counts: dict[PartitionBatch, int] = {}
         #: Records handed over live, units the sink took, and partition batches kept for
         #: their commit, by why (monitoring, tests).
         self.records = 0
@@ -110,22 +121,30 @@ class LiveFeed:
         return events.extend
 
     def reset(self, quiet: Quiet) -> None:
-        """A new pipeline: nothing known of where its transactions land."""
+        """A new pipeline: nothing known of where its transactions land, and the
+        replica drops what the last one handed over and did not commit (a new run)."""
+        self._run = time.time_ns() // 1000
         self._quiet = quiet
-        self._ends.clear()
-        self._events.clear()
-        self._sent.clear()
+        self._sink.send((), (), ended=True)
+        for known in (self._next, self._after, self._events, self._numbered, self._expected):
+            known.clear()
+        self._unsent.clear()
+        self._counts.clear()
 
     def send(self, transaction: Transaction) -> None:
-        """Hand the applied transaction's live batches to the sink (call after
-        :meth:`Transaction.flush`, before the commit)."""
-        number = self._transaction = (self._run, next(self._numbers))
+        """Hand what the transaction applied since the last call to the sink: call after
+        :meth:`Transaction.flush`, before the commit, as often as the transaction grows."""
+        number = self._numbered.get(transaction)
+        if number is None:
+            number = self._numbered[transaction] = (self._run, next(self._numbers))
+            self._expected[transaction] = {}
         units = []
         for batch, events in self._events.items():
             unit = self._unit(batch, events, number, transaction.now_ms)
+            events.clear()
             if unit is not None:
                 units.append(unit)
-        self._events.clear()
+                self._expected[transaction][batch.state] = -1
         if units:
             self.units += len(units)
             self._sink.send(units, ())
@@ -137,14 +156,14 @@ class LiveFeed:
         number: tuple[int, int],
         now_ms: int,
     ) -> LiveUnit | None:
+        if not events:
+            return None
         state = batch.state
-        after = self._ends.get(state)
+        base = None if batch in self._unsent else self._next.get(state)
         repartition = state.topic.repartition_topic
         kept = (
             "first transaction"
-            if after is None
-            else "no change"
-            if not events
+            if base is None
             else "derived state"
             if batch.meta
             else "re-keyed records"
@@ -153,11 +172,18 @@ class LiveFeed:
         )
         if kept is not None:
             self.kept[kept] += 1
+            if base is None:  # counted, to place them once the offsets are known
+                self._unsent.add(batch)
+                self._counts[batch] = self._counts.get(batch, 0) + len(events)
+            else:  # the next unit follows them, which the changelog brings
+                self._next[state] = base + len(events)
+                self._after[state] = base + len(events) - 1
             return None
-        assert after is not None
+        assert base is not None
         records: list[LiveRecordData] = [_record(event) for event in events]
-        base = after + 2  # after the PROGRESS record comes its transaction's commit marker
-        self._sent[state] = (base, len(records), len(state.publishers.changed))
+        after = self._after[state]
+        self._next[state] = base + len(records)
+        self._after[state] = base + len(records) - 1
         self.records += len(records)
         return LiveUnit(
             state.topic.changelog_topic,
@@ -170,42 +196,72 @@ class LiveFeed:
             [(topic, state.partition, nxt) for topic, nxt in batch.progress.items()],
         )
 
+    def prepared(self, transaction: Transaction, publishers: Mapping[PartitionState, int]) -> None:
+        """The transaction's records are all produced (``publishers``: the publisher
+        records each partition got before its PROGRESS record): where its PROGRESS
+        records land, and its next transaction's records, when all it wrote went live."""
+        expected = self._expected.setdefault(transaction, {})
+        for batch in transaction.batches:
+            state = batch.state
+            if state.topic.name not in self._live:
+                continue
+            nxt = self._next.get(state)
+            if batch in self._unsent or nxt is None:
+                self._forget(state)
+                expected.pop(state, None)
+                continue
+            end = nxt + publishers.get(state, 0)
+            if state in expected:
+                expected[state] = end
+            self._next[state] = end + 2  # after the PROGRESS record, the commit marker
+        self._events.clear()
+        self._unsent.clear()
+        self._counts.clear()
+
+    def _place(self, state: PartitionState, end: int) -> None:
+        """Offsets known from a commit whose PROGRESS record is at ``end``: the batch of
+        the partition being applied (if any) wrote its records after it."""
+        written = 0
+        for batch in self._events:
+            if batch.state is state and batch in self._unsent:
+                written = self._counts.pop(batch, 0)
+                self._unsent.discard(batch)
+        self._next[state] = end + 2 + written
+        self._after[state] = end + 1 + written if written else end
+
     def committed(self, transaction: Transaction, ends: Mapping[TopicPartitionKey, int]) -> None:
-        """The transaction committed, its PROGRESS records at ``ends``: note where the
-        next one lands, and tell the sink what became durable."""
+        """The transaction committed, its PROGRESS records at ``ends``: check the offsets
+        its units were sent at, and tell the sink what became durable."""
+        number = self._numbered.pop(transaction, None)
+        expected = self._expected.pop(transaction, {})
         dones = []
         for batch in transaction.batches:
             state = batch.state
             end = ends.get((state.topic.changelog_topic, state.partition))
-            if end is None:
+            if end is None or state.topic.name not in self._live:
                 continue
-            sent = self._sent.pop(state, None)
-            if sent is not None:
-                base, records, publishers = sent
-                if end != base + records + publishers:
-                    log.error(
-                        "changelog %s[%d]: the transaction's records did not land where "
-                        "expected (PROGRESS at %d, expected %d): another writer? Its changes "
-                        "reach the replica through the changelog from now on",
-                        state.topic.changelog_topic,
-                        state.partition,
-                        end,
-                        base + records + publishers,
-                    )
-                    self._ends.pop(state, None)
-                    continue
-                progress = [(topic, state.partition, nxt) for topic, nxt in state.applied.items()]
-                dones.append(
-                    LiveDone(
-                        state.topic.changelog_topic,
-                        state.partition,
-                        self._transaction,
-                        end,
-                        progress,
-                    )
+            if state not in self._next:  # the first transaction: from here on, known
+                self._place(state, end)
+            predicted = expected.get(state)
+            if predicted is None:
+                continue
+            if end != predicted:
+                log.error(
+                    "changelog %s[%d]: the transaction's records did not land where expected "
+                    "(PROGRESS at %d, expected %d): another writer? Its changes reach the "
+                    "replica through the changelog until the next commit",
+                    state.topic.changelog_topic,
+                    state.partition,
+                    end,
+                    predicted,
                 )
-            self._ends[state] = end
-        self._sent.clear()
+                self._forget(state)
+                continue
+            assert number is not None
+            progress = [(topic, state.partition, nxt) for topic, nxt in state.applied.items()]
+            dones.append(
+                LiveDone(state.topic.changelog_topic, state.partition, number, end, progress)
+            )
         if dones:
             self._sink.send((), dones)
 
@@ -213,9 +269,16 @@ class LiveFeed:
         """The transaction was aborted: its records took offsets in the log, so where the
         next transaction of its partitions lands is no longer known."""
         for batch in transaction.batches:
-            self._ends.pop(batch.state, None)
+            self._forget(batch.state)
+        self._numbered.pop(transaction, None)
+        self._expected.pop(transaction, None)
         self._events.clear()
-        self._sent.clear()
+        self._unsent.clear()
+        self._counts.clear()
+
+    def _forget(self, state: PartitionState) -> None:
+        self._next.pop(state, None)
+        self._after.pop(state, None)
 
 
 def _record(event: ChangeEvent) -> LiveRecordData:

@@ -47,6 +47,9 @@ class PartitionState:
     due_floor: bytes = b""
     #: Next input offset per log topic that recovery found applied in the changelog.
     log_next: dict[str, int] = field(default_factory=dict)
+    #: The writes of this partition's batch whose commit is in flight, until they are in
+    #: the store (pipelined commits, :mod:`processor.engine.pipeline`); None: none.
+    inflight: dict[bytes, bytes | None] | None = None
     publishers: PublisherSequences = field(init=False)
 
     def __post_init__(self) -> None:

@@ -40,14 +40,15 @@ from functools import partial
 from processor import errors
 from processor.engine.apply import Applier
 from processor.engine.assignment import Assignment, StoreOpener
-from processor.engine.commit import CrashHook, commit
+from processor.engine.commit import CrashHook
 from processor.engine.derived import DerivedTopic
 from processor.engine.expiry import DueIndex, Expirer, expiring_states
 from processor.engine.gc_tuning import batch_friendly_gc
 from processor.engine.live import LiveFeed, LiveSink
+from processor.engine.pipeline import Batches, GatedProduce, expire_and_tick
 from processor.engine.refusals import GroupRefusals
 from processor.engine.standby import Standby
-from processor.engine.transaction import ChangeListener, Listeners, Transaction, retrying
+from processor.engine.transaction import ChangeListener, Listeners, retrying
 from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopState, Watchdog
 from processor.errors import BrokerError, FencedError, StaleGroupError, StalledError
 from processor.log import (
@@ -56,6 +57,7 @@ from processor.log import (
     InputLog,
     ProcessorConnections,
     Record,
+    TopicPartitionKey,
     TransactionalLog,
 )
 from processor.topology.model import SowTopic, Topology
@@ -79,6 +81,8 @@ class Processor:
 
     #: How long an idle processor blocks waiting for a record (it checks ``stop`` between).
     IDLE_WAIT_S = 0.1
+    #: The same while a commit runs in the background (pipelined, engine/pipeline.py).
+    BUSY_WAIT_S = 0.001
 
     def __init__(
         self,
@@ -162,10 +166,12 @@ class Processor:
         self._refusals = GroupRefusals(self._stop)
         #: Hands changes to the replica beside this processor before the commit.
         self._live: LiveFeed | None = None
+        self._pipelined = False
 
-    def attach_live(self, sink: LiveSink) -> None:
-        """Hand the changes of the topics that allow it to ``sink`` as soon as they are
-        applied (:mod:`processor.engine.live`); call before :meth:`run`."""
+    def attach_live(self, sink: LiveSink, pipelined: bool = True) -> None:
+        """Hand changes to ``sink`` as they are applied (engine/live.py); ``pipelined``:
+        apply the next batch during a commit (engine/pipeline.py). Call before run."""
+        self._pipelined = pipelined
         feed = self._live = LiveFeed(self.topology, sink)
         for name in feed.topics:
             self._listeners[name] = (*self._listeners[name], feed)
@@ -347,7 +353,7 @@ class Processor:
         reader = self._connections.reader()
         # The one produce of every transaction (and of the dead letters): it waits while
         # the producer's queue is full.
-        produce = retrying(producer.raw_produce, producer.drain)
+        produce = GatedProduce(retrying(producer.raw_produce, producer.drain))
         applier = self._applier = Applier(produce, self._dead_letter_topic, producer.produce_error)
         if self._expirer is not None:
             self._expired_before += self._expirer.expired
@@ -376,6 +382,19 @@ class Processor:
         live = self._live
         if live is not None:
             live.reset(consumer.quiet)
+        batches = Batches(
+            producer,
+            consumer,
+            applier,
+            assignment,
+            produce,
+            live,
+            self._refusals,
+            self._crash,
+            self._landed,
+            self._pipelined,
+        )
+        assignment.settle = batches.settle
         try:
             if standby is not None:
                 standby.follow(set())  # warm while the group join runs
@@ -390,6 +409,8 @@ class Processor:
                 if self._restart.is_set():
                     raise StalledError(self._stalled or "stuck")
                 self._loop.phase = "fetching"
+                if not batches.idle and assignment.maintenance_due(standby):
+                    batches.settle()  # their transactions come between the batches'
                 if assignment.offsets_behind:
                     self._commit_offsets_behind(producer, consumer, assignment)
                 if assignment.barriers_due:
@@ -400,51 +421,26 @@ class Processor:
                 elif standby is not None and standby.step():
                     records = consumer.consume(self._max_batch, 0)
                 else:
-                    records = self._next_batch(consumer)
+                    records = self._next_batch(consumer, batches.idle)
                 now_ms = int(self._clock() * 1000)
                 expiring = expiring_states(assignment.states, assignment.recoveries)
                 ticking = assignment.ticking(now_ms)
-                if not records and not ticking and not (expiring and expirer.due(expiring, now_ms)):
+                due = expiring and expirer.due(expiring, now_ms)
+                if not records and not ticking and not due and batches.idle:
                     continue
-                if records and self.first_batch_at is None:
-                    self.first_batch_at = time.perf_counter()
                 self._loop.phase = "applying and committing a batch"
                 # A failure anywhere below raises out of the pipeline, which drops every
                 # partition's pending state and restarts from the committed offsets; but
                 # offsets refused by a group that moved on abort the batch alone.
-                local = assignment.local()
-                transaction = Transaction(
-                    self.transactions, now_ms, self._listeners, produce, local
+                if records and self.first_batch_at is None:
+                    self.first_batch_at = time.perf_counter()
+                expire = partial(
+                    expire_and_tick, expirer, expiring, ticking, now_ms, applier.reject
                 )
-                counted = applier.counters()
-                producer.begin()
-                offsets = applier.apply(transaction, records)
-                if expiring:
-                    expirer.expire(transaction, expiring)
-                for state, derivation in ticking:
-                    derivation.tick(transaction.batch(state), now_ms, applier.reject)
-                try:
-                    if transaction.batches:
-                        group, crash = consumer.group_metadata(), self._crash
-                        sent = None if live is None else partial(live.send, transaction)
-                        ends = commit(transaction, producer, offsets, group, crash, sent)
-                        self._settled_at = time.monotonic() + producer.commit_settle_s
-                        if live is not None:
-                            live.committed(transaction, ends)
-                    else:
-                        producer.abort()
-                except StaleGroupError as exc:
-                    if live is not None:
-                        live.failed(transaction)
-                    self._refusals.refused(producer, exc)  # read again (engine/refusals.py)
-                    assignment.read_again(records)
-                    applier.restore_counters(counted)
-                    continue
-                self._loop.positions.update(offsets)
-                self._refusals.accepted()
-                self.transactions += 1
-                self.records += len(records)
+                batches.apply(records, (self.transactions, now_ms, self._listeners), expire)
+            batches.settle()
         finally:
+            batches.abandon()
             assignment.close_states(list(assignment.states))
             self._restored_before += assignment.restored
             self._assignment = None
@@ -455,18 +451,19 @@ class Processor:
             producer.close()
             reader.close()
 
-    def _next_batch(self, consumer: InputLog) -> Sequence[Record]:
+    def _next_batch(self, consumer: InputLog, idle: bool = True) -> Sequence[Record]:
         """The next batch: whatever is already fetched (up to ``max_batch``) without
-        waiting; when nothing is, wait up to ``IDLE_WAIT_S`` for the first record and take
-        it with whatever arrived alongside. A batch thus grows with the load (records
+        waiting; when nothing is, wait up to ``IDLE_WAIT_S`` for the first record (while a
+        commit runs in the background, ``not idle``: ``BUSY_WAIT_S``, to land it soon) and
+        take it with whatever arrived alongside. A batch thus grows with the load (records
         queue up while the previous transaction commits) and a lone record is applied as
         soon as it arrives, never after a fixed batching delay; but a batch begun within
         the log's ``commit_settle_s`` of the last commit takes what arrives until then
         (the log would make its transaction wait longer)."""
         records = consumer.consume(self._max_batch, 0)
         if not records:
-            records = consumer.consume(1, self.IDLE_WAIT_S)
-            if not records or self._max_batch == 1:
+            records = consumer.consume(1, self.IDLE_WAIT_S if idle else self.BUSY_WAIT_S)
+            if not records or self._max_batch == 1 or not idle:
                 return records
         missing = self._max_batch - len(records)
         if missing > 0:
@@ -475,6 +472,16 @@ class Processor:
             if rest:
                 records = [*records, *rest]
         return records
+
+    def _landed(self, records: int, offsets: dict[TopicPartitionKey, int]) -> None:
+        """A transaction of ``records`` committed (:class:`Batches`)."""
+        producer = self._producer
+        settle_s = 0.0 if producer is None else producer.commit_settle_s
+        self._settled_at = time.monotonic() + settle_s
+        self._loop.positions.update(offsets)
+        self._refusals.accepted()
+        self.transactions += 1
+        self.records += records
 
     def _commit_offsets_behind(
         self, producer: TransactionalLog, consumer: InputLog, assignment: Assignment

@@ -41,6 +41,11 @@ def meta_key_of_control(control_key: bytes) -> bytes:
     return PUBLISHER_META_PREFIX + control_key[len(PUBLISHER_PREFIX) :]
 
 
+def publisher_meta(changed: dict[str, int]) -> dict[bytes, bytes]:
+    """Publisher sequences as store meta entries."""
+    return {meta_key(name): str(sequence).encode() for name, sequence in changed.items()}
+
+
 def control_records(store: Store) -> Iterator[tuple[bytes, bytes]]:
     """The changelog control record (key, value) of every publisher the store holds
     (republishing a lost changelog)."""
@@ -52,13 +57,13 @@ def control_records(store: Store) -> Iterator[tuple[bytes, bytes]]:
 class PublisherSequences:
     """The publisher -> highest applied sequence map of one partition.
 
-    ``changed`` holds this transaction's changes (written by the commit, then cleared with
-    :meth:`committed`). Like the rest of a PartitionState the object is only valid while
-    its transaction can still commit; after a failed one the processor builds a new one
-    from the store. Not thread-safe (the processor loop owns it).
+    ``changed`` holds this transaction's changes (handed to its commit with :meth:`take`).
+    Like the rest of a PartitionState the object is only valid while its transaction can
+    still commit; after a failed one the processor builds a new one from the store. Not
+    thread-safe (the processor loop owns it).
     """
 
-    __slots__ = ("_limit", "_recent", "_store", "changed", "store_reads")
+    __slots__ = ("_inflight", "_limit", "_recent", "_store", "changed", "store_reads")
 
     def __init__(self, store: Store, limit: int = PUBLISHER_LIMIT) -> None:
         if limit < 1:
@@ -67,6 +72,8 @@ class PublisherSequences:
         self._limit = limit
         self._recent: OrderedDict[str, int] = OrderedDict()
         self.changed: dict[str, int] = {}
+        #: The changes of the transaction whose commit is in flight (see :meth:`take`).
+        self._inflight: dict[str, int] = {}
         #: Lookups that missed memory and read the store (monitoring, tests).
         self.store_reads = 0
 
@@ -106,6 +113,8 @@ class PublisherSequences:
             return last
         last = self.changed.get(publisher)
         if last is None:
+            last = self._inflight.get(publisher)
+        if last is None:
             self.store_reads += 1
             raw = self._store.get_meta(meta_key(publisher))
             if raw is None:
@@ -131,13 +140,17 @@ class PublisherSequences:
         if len(recent) > self._limit:
             recent.popitem(last=False)
 
-    def changed_meta(self) -> dict[bytes, bytes]:
-        """This transaction's changes as store meta entries."""
-        return {meta_key(name): str(sequence).encode() for name, sequence in self.changed.items()}
+    def take(self) -> dict[str, int]:
+        """This transaction's changes, handed to its commit: the next transaction's start
+        empty, and lookups still see these until :meth:`stored`."""
+        taken, self.changed = self.changed, {}
+        self._inflight = taken
+        return taken
 
-    def committed(self) -> None:
-        """The changes are durable: forget them as changes."""
-        self.changed.clear()
+    def stored(self, taken: dict[str, int]) -> None:
+        """The changes :meth:`take` gave are in the store."""
+        if self._inflight is taken:
+            self._inflight = {}
 
     def snapshot(self) -> dict[str, int]:
         """The publishers held in memory (tests, diagnostics)."""

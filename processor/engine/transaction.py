@@ -332,19 +332,24 @@ class PartitionBatch:
                 listener(events)
 
     def lookup(self, sow_key: bytes) -> bytes | None:
-        """The current envelope of a SowKey, this batch's writes included."""
+        """The current envelope of a SowKey, this batch's writes included (and those of
+        the partition's batch whose commit is in flight, :attr:`PartitionState.inflight`)."""
         if self._transaction.status is not _STARTED:
             self._transaction.check_open()
         writes = self.writes
         if sow_key in writes:
             return writes[sow_key]
-        return self.state.store.get(sow_key)
+        state = self.state
+        inflight = state.inflight
+        if inflight is not None and sow_key in inflight:
+            return inflight[sow_key]
+        return state.store.get(sow_key)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every current (SowKey, envelope), this batch's writes included; the caller must
-        not write while iterating."""
+        """Every current (SowKey, envelope), this batch's writes included (and the batch
+        in flight's); the caller must not write while iterating."""
         self._transaction.check_open()
-        writes = self.writes
+        writes = {**(self.state.inflight or {}), **self.writes}
         for sow_key, envelope in self.state.store.items():
             if sow_key not in writes:
                 yield sow_key, envelope

@@ -155,15 +155,15 @@ class ComponentCollector(Collector):
                 replica.staleness_ms() / 1000,
             )
             yield _gauge("sow_replica_caught_up", "1 once caught up", replica.caught_up())
-            live = CounterMetricFamily(
+            units = CounterMetricFamily(
                 "sow_replica_live_units",
                 "Units of changes the processor beside the replica handed over before their "
                 "commit: applied, or dropped (the changelog brought them first)",
                 labels=["outcome"],
             )
-            live.add_metric(["applied"], replica.live.applied)
-            live.add_metric(["dropped"], replica.live.dropped)
-            yield live
+            units.add_metric(["applied"], replica.live.applied)
+            units.add_metric(["dropped"], replica.live.dropped)
+            yield units
             yield _counter(
                 "sow_replica_live_repeats",
                 "Changelog records dropped as handed over already by a processor that died "

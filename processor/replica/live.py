@@ -45,8 +45,13 @@ class LiveIntake:
         self._changelog_next, self._log_next = changelog_next, log_next
         self._held: dict[TopicPartitionKey, deque[LiveUnit]] = {}
         self._dones: dict[tuple[TopicPartitionKey, tuple[int, int]], LiveDone] = {}
-        #: The transaction of the last live unit applied per changelog partition.
-        self._last: dict[TopicPartitionKey, tuple[int, int]] = {}
+        #: The transactions whose live units were applied and whose commit was not
+        #: confirmed yet, per changelog partition; the processor run they come from.
+        self._unconfirmed: dict[TopicPartitionKey, set[tuple[int, int]]] = {}
+        self._run = -1
+        #: Per changelog partition, the offset below which every record is in the
+        #: replica as committed: brought by the tail, or live and confirmed by a done.
+        self.confirmed: dict[TopicPartitionKey, int] = {}
         #: The next input offset per (log topic, partition) that live units reached.
         self._reached: dict[tuple[str, int], int] = {}
         #: Units applied and dropped, and records the changelog brought again after a
@@ -65,6 +70,8 @@ class LiveIntake:
         the positions for the dones of applied units."""
         for unit in units:
             tp = (unit.changelog, unit.partition)
+            if unit.transaction[0] != self._run:
+                self._new_run(unit.transaction[0])
             if tp in self._changelog_next:
                 self._offer(unit)
                 self.release(tp, apply)
@@ -83,9 +90,28 @@ class LiveIntake:
             if done is not None:
                 self._done(tp, done)
 
+    def ended(self) -> None:
+        """The processor handing units over is gone: what it did not commit may never
+        be, and the next one's records land elsewhere. Held units and dones go."""
+        self._new_run(-1)
+
+    def _new_run(self, run: int) -> None:
+        for held in self._held.values():
+            while held:
+                self._forget(held.popleft())
+        self._dones.clear()
+        self._unconfirmed.clear()
+        self._run = run
+
+    def confirm(self, tp: TopicPartitionKey, next_offset: int) -> None:
+        """The tail brought the records of ``tp`` below ``next_offset``."""
+        if next_offset > self.confirmed.get(tp, 0):
+            self.confirmed[tp] = next_offset
+
     def _done(self, tp: TopicPartitionKey, done: LiveDone) -> None:
-        """The transaction of the last live unit of ``tp`` committed."""
+        """A transaction whose live units of ``tp`` were applied committed."""
         self._changelog_next[tp] = max(self._changelog_next[tp], done.end + 1)
+        self.confirm(tp, done.end + 1)
         log_next = self._log_next
         for log_topic, log_partition, nxt in done.progress:
             if nxt > log_next.get((log_topic, log_partition), -1):
@@ -98,10 +124,12 @@ class LiveIntake:
         held.append(unit)
 
     def _offer_done(self, done: LiveDone) -> bool:
-        """True when ``done`` is for the unit applied last in its partition (apply it
-        now); kept for a held unit of its transaction; else dropped."""
+        """True when ``done`` is for a transaction whose units of the partition were
+        applied (apply it now); kept for a held unit of its transaction; else dropped."""
         tp = (done.changelog, done.partition)
-        if self._last.get(tp) == done.transaction:
+        unconfirmed = self._unconfirmed.get(tp)
+        if unconfirmed is not None and done.transaction in unconfirmed:
+            unconfirmed.discard(done.transaction)
             return True
         if any(unit.transaction == done.transaction for unit in self._held.get(tp, ())):
             self._dones[(tp, done.transaction)] = done
@@ -124,7 +152,7 @@ class LiveIntake:
             if next_offset <= unit.after:
                 return None  # the previous transaction is not here yet
             held.popleft()
-            self._last[tp] = unit.transaction
+            self._unconfirmed.setdefault(tp, set()).add(unit.transaction)
             for topic, partition, nxt in unit.reached:
                 if nxt > self._reached.get((topic, partition), -1):
                     self._reached[(topic, partition)] = nxt

@@ -280,10 +280,15 @@ class Replica:
             if deliveries:
                 self._listeners.deliver(listeners, deliveries)
 
-    def apply_live(self, units: Sequence[LiveUnit], dones: Sequence[LiveDone]) -> None:
+    def apply_live(
+        self, units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
+    ) -> None:
         """Take the units and dones the processor beside this replica handed over before
         its commits (:mod:`processor.replica.live`): apply those that follow what the
         replica holds, in order, hold the others; the changelog's copies are dropped."""
+        if ended:
+            with self._changed:
+                self.live.ended()
         self._apply_units((), {}, (units, dones))
 
     def _apply_unit(self, unit: Unit, events: list[ChangeEvent] | None, live: bool = False) -> None:
@@ -300,9 +305,9 @@ class Replica:
         envelopes = table.envelopes
         recorder = self.history.recorder(topic.name, partition) if self.history else None
         publishes = deletes = 0
-        # Once live units came, the records below it were handed over live; after a
-        # processor crash, so were those of input positions below ``window`` (.live).
-        floor = self._changelog_next[tp] if self.live.applied and not live else 0
+        # Once live units came, the records below ``floor`` are here, as committed; those
+        # of input positions below ``window`` were handed over live (.live).
+        floor = self.live.confirmed.get(tp, 0) if self.live.applied and not live else 0
         window = None if live else self.live.window(topic.kafka_topic, partition)
         for record in records:
             key = record.key() or b""
@@ -354,6 +359,7 @@ class Replica:
             if last.offset() >= self._changelog_next[tp]:
                 self._changelog_next[tp] = last.offset() + 1
             if not live:
+                self.live.confirm(tp, last.offset() + 1)
                 self._last_record[tp] = (last.offset(), last.timestamp()[1], last.key() or b"")
             self._dirty = True
 

@@ -104,13 +104,23 @@ def _check(collector: Collector, committed: dict[str, list[int]]) -> int:
     return len(changes)
 
 
-def run_kills(workdir: Path, bootstrap: str, unique: str, kills: int, subscribers: int) -> None:
+def run_kills(
+    workdir: Path,
+    bootstrap: str,
+    unique: str,
+    kills: int,
+    subscribers: int,
+    env: dict[str, str] | None = None,
+    killing: bool = True,
+) -> None:
     topic = f"LIVE_{unique}".replace("-", "_")
     (workdir / "topology.yaml").write_text(
         f"topics:\n  - name: {topic}\n    message_type: json\n    key: /id\n    partitions: 2\n"
     )
     changelog_topic = load_topology(workdir / "topology.yaml").topics[topic].changelog_topic
-    serve = Serve(workdir, bootstrap, unique, env={"SOW_PROCESSOR_RESTARTS": "100000"})
+    serve = Serve(
+        workdir, bootstrap, unique, env={"SOW_PROCESSOR_RESTARTS": "100000", **(env or {})}
+    )
     try:
         serve.until_ready()
         with SowClient(serve.address) as client:
@@ -122,6 +132,8 @@ def run_kills(workdir: Path, bootstrap: str, unique: str, kills: int, subscriber
             with _started(thread, publisher.stop):
                 for kill in range(kills):
                     time.sleep(rng.uniform(0.1, 1.0))
+                    if not killing:
+                        continue
                     child = serve.processor()
                     os.kill(child, signal.SIGKILL)
                     waited_for(
@@ -156,7 +168,12 @@ def run_kills(workdir: Path, bootstrap: str, unique: str, kills: int, subscriber
 
             waited_for(drained, 60, "the subscribers drained")
             time.sleep(0.5)
-            counts = [_check(collector, committed) for collector in collectors]
+            errors = [line for line in serve.lines if " ERROR " in line and "exited" not in line]
+            try:
+                counts = [_check(collector, committed) for collector in collectors]
+            except AssertionError:
+                print("".join(errors[-20:]))
+                raise
             total = sum(len(v) for v in committed.values())
             print(
                 f"{kills} processor kills in {took:.0f}s, {total} changes committed, "

@@ -13,6 +13,7 @@ from processor import changelog
 from processor.changelog import PROGRESS_KEY, encode_progress
 from processor.changelog.events import ChangeEvent
 from processor.changelog.live import (
+    Frame,
     LiveDone,
     LiveUnit,
     PipeSink,
@@ -75,13 +76,13 @@ def replica() -> Replica:
 def test_frames_round_trip_through_a_pipe() -> None:
     units = [unit(1, 3, 5, [("a", 1, 10), ("b", 2, 11)])]
     dones = [LiveDone(CHANGELOG, 0, (7, 1), 8, [(INPUT, 0, 12)])]
-    assert decode_body(encode_frame(units, dones)[4:]) == (units, dones)
+    assert decode_body(encode_frame(units, dones)[4:]) == Frame(units, dones)
     read, write = os.pipe()
     sink = PipeSink(write)
     sink.send(units, ())
     sink.send((), dones)
     os.close(write)
-    assert list(read_frames(read)) == [(units, []), ([], dones)]
+    assert list(read_frames(read)) == [Frame(units, []), Frame([], dones)]
 
 
 def test_a_full_pipe_never_blocks_the_sender(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +96,7 @@ def test_a_full_pipe_never_blocks_the_sender(monkeypatch: pytest.MonkeyPatch) ->
     os.close(write)
     frames = list(read_frames(read))
     assert frames
-    assert all(units == big for units, _ in frames)  # whole frames only
+    assert all(frame.units == big for frame in frames)  # whole frames only
 
 
 def test_live_units_apply_in_order_and_the_changelog_copies_are_dropped(replica: Replica) -> None:
@@ -142,3 +143,20 @@ def test_after_a_crash_the_same_changes_committed_again_are_not_applied_twice(
     replica.apply(committed(12, [("c", 2, 4)]))
     assert seen.values() == [("a", 1), ("a", 2), ("b", 1), ("c", 1), ("c", 2)]
     assert replica.reached([(INPUT, 0, 4)])
+
+
+def test_a_crashed_processors_layout_does_not_hide_new_records(replica: Replica) -> None:
+    """The processor handed over its transaction, then the next one's first records
+    (pipelined), and died before either reached the log whole: the next processor's
+    records land lower than predicted. The replica drops only what was handed over."""
+    seen = Seen(replica)
+    replica.apply(committed(0, [("a", 1, 0)]))  # PROGRESS at 1
+    replica.apply_live([unit(1, 1, 3, [("b", 1, 1)])], ())  # predicted 3, PROGRESS 4
+    replica.apply_live([unit(2, 3, 6, [("c", 1, 2), ("d", 1, 3)])], ())  # predicted 6-7
+    replica.apply_live((), (), ended=True)
+    # The dead run's records never landed; the next run commits from offset 3 (b and c,
+    # d again, then e, f, g which are new) and so on: offsets 3..9, PROGRESS at 9.
+    replica.apply(
+        committed(3, [("b", 1, 1), ("c", 1, 2), ("d", 1, 3), ("e", 1, 4), ("f", 1, 5), ("g", 1, 6)])
+    )
+    assert seen.values() == [("a", 1), ("b", 1), ("c", 1), ("d", 1), ("e", 1), ("f", 1), ("g", 1)]

@@ -12,13 +12,15 @@ from processor.engine.publishers import (
     PublisherSequences,
     control_records,
     meta_key,
+    publisher_meta,
 )
 from processor.state.rocksdb import RocksDBStore
 
 
 def _commit(sequences: PublisherSequences, store: RocksDBStore) -> None:
-    store.write({}, sequences.changed_meta())
-    sequences.committed()
+    taken = sequences.take()
+    store.write({}, publisher_meta(taken))
+    sequences.stored(taken)
 
 
 def test_memory_stays_bounded_and_an_evicted_publisher_is_read_back_from_the_store(
@@ -72,4 +74,21 @@ def test_the_limit_must_be_positive(tmp_path: Path) -> None:
     store = RocksDBStore(tmp_path / "db")
     with pytest.raises(ValueError, match="at least 1"):
         PublisherSequences(store, limit=0)
+    store.close()
+
+
+def test_a_transaction_in_flight_still_counts_until_it_is_stored(tmp_path: Path) -> None:
+    """Pipelined commits: the next transaction applies while the previous one's
+    sequences are neither in its changes nor in the store yet."""
+    store = RocksDBStore(tmp_path / "db")
+    sequences = PublisherSequences(store, limit=1)
+    assert sequences.accept("a", 1)
+    assert sequences.accept("b", 1)  # a leaves memory (limit 1)
+    taken = sequences.take()
+    assert taken == {"a": 1, "b": 1}
+    assert sequences.changed == {}
+    assert not sequences.accept("a", 1)  # seen in the transaction in flight
+    store.write({}, publisher_meta(taken))
+    sequences.stored(taken)
+    assert not sequences.accept("a", 1)  # and in the store since
     store.close()
