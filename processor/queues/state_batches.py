@@ -19,6 +19,11 @@ from processor.queues.state import (
     encode_states,
 )
 
+#: A states batch grows past this many bytes only with a single state.
+BATCH_BYTES = 512 * 1024
+#: A state's bytes in a batch besides its bookmark and holder (lengths, counts, deadline).
+_ENTRY_BYTES = 20
+
 
 class StateBatches:
     """The states batches of one queue partition (see the module doc)."""
@@ -66,21 +71,34 @@ class StateBatches:
             self._release(number, batch)
 
     def flush(self, batch: PartitionBatch) -> None:
-        """Write the states changed since the last flush as one batch (nothing if none)."""
+        """Write the states changed since the last flush as one batch (nothing if none;
+        more than one when they pass :data:`BATCH_BYTES` together)."""
         pending = self._pending
         if not pending:
             return
+        self._pending = {}
+        chunk: dict[bytes, MessageState] = {}
+        size = 0
+        for bookmark, state in pending.items():
+            grown = len(bookmark) + _ENTRY_BYTES + len(state.holder or "")
+            if chunk and size + grown > BATCH_BYTES:
+                self._write(chunk, batch)
+                chunk, size = {}, 0
+            chunk[bookmark] = state
+            size += grown
+        self._write(chunk, batch)
+
+    def _write(self, states: dict[bytes, MessageState], batch: PartitionBatch) -> None:
         number = self._next
         self._next += 1
-        batch.put_state(batch_key(number), encode_states(pending))
+        batch.put_state(batch_key(number), encode_states(states))
         batch_of = self._batch_of
-        for bookmark in pending:
+        self._live[number] = len(states)
+        for bookmark in states:
             earlier = batch_of.get(bookmark)
             batch_of[bookmark] = number
             if earlier is not None:
                 self._release(earlier, batch)
-        self._live[number] = len(pending)
-        self._pending = {}
 
     def delete(self, numbers: Iterable[int], batch: PartitionBatch) -> None:
         """Delete batches that hold no state (found by :meth:`restore`)."""

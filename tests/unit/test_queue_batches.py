@@ -24,7 +24,7 @@ from processor.queues.state import (
     decode_states,
     encode_states,
 )
-from processor.queues.state_batches import StateBatches
+from processor.queues.state_batches import BATCH_BYTES, StateBatches
 from processor.replica.queue_states import QueueStates
 
 
@@ -147,3 +147,20 @@ def test_the_replica_reads_a_batch_and_a_removal() -> None:
     assert states.get("Q", b"t/0/1") is None
     states.note_batch("Q", 0, b"\x00")  # unreadable: left out
     assert states.get("Q", b"t/0/2") == returned
+
+
+def test_states_are_split_only_past_the_record_size() -> None:
+    kept, batch, as_batch = _batches()
+    holder = "h" * 1000
+    count = 3 * BATCH_BYTES // 1050
+    for n in range(count):
+        kept.change(b"t/0/%d" % n, MessageState(1, holder=holder))
+    kept.flush(as_batch)
+    sizes = [len(value or b"") for _, value in batch.written]
+    assert len(sizes) in (3, 4)
+    assert all(size <= BATCH_BYTES for size in sizes)
+    assert [key for key, _ in batch.written] == [batch_key(n) for n in range(len(sizes))]
+    written = [(key, value or b"") for key, value in batch.written]
+    states, unused = StateBatches().restore(written, lambda _bookmark: True)
+    assert len(states) == count
+    assert unused == []
