@@ -155,6 +155,7 @@ class Batches:
         self._assignment, self._gate, self._live = assignment, gate, live
         self._refusals, self._crash, self._landed = refusals, crash, landed
         self._pipelined = pipelined
+        self._number = -1
         self.open: Gathered | None = None
         self.inflight: InFlight | None = None
 
@@ -174,6 +175,7 @@ class Batches:
         ``now``: the transaction number, apply time and listeners of a new one."""
         if self.open is None:
             number, now_ms, listeners = now
+            number = self._number = max(number, self._number + 1)  # one in flight, one open
             local = self._assignment.local()
             transaction = Transaction(number, now_ms, listeners, self._gate, local)
             self.open = Gathered(transaction, self._applier.counters())

@@ -64,10 +64,14 @@ class LiveIntake:
         self,
         units: Sequence[LiveUnit],
         dones: Sequence[LiveDone],
+        ended: bool,
         apply: Callable[[TopicPartitionKey, LiveUnit], None],
     ) -> None:
         """Hold the units, and ``apply`` those that follow what the replica holds; move
-        the positions for the dones of applied units."""
+        the positions for the dones of applied units. ``ended``: first drop what the
+        processor run before held (:meth:`ended`)."""
+        if ended:
+            self.ended()
         for unit in units:
             tp = (unit.changelog, unit.partition)
             if unit.transaction[0] != self._run:
@@ -188,7 +192,7 @@ def input_offset(record: Record, log_topic: str) -> int | None:
     return None
 
 
-def records_of(unit: LiveUnit) -> list[LogRecord]:
+def records_of(unit: LiveUnit) -> list[Record]:
     """The unit's records at the offsets they will have (create time: the apply time)."""
     stamp = (1, unit.timestamp_ms)  # TIMESTAMP_CREATE_TIME
     return [

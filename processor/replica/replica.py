@@ -44,13 +44,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from processor.changelog import CONTROL_PREFIX, PROGRESS_KEY, RESET_KEY, decode_progress
-from processor.changelog.events import (
-    ChangeEvent,
-    ChangeReason,
-    Listener,
-    ListenerHandle,
-    Listeners,
-)
+from processor.changelog import events as change
+from processor.changelog.events import ChangeEvent, ChangeReason, Listener, ListenerHandle
 from processor.changelog.live import LiveDone, LiveUnit
 from processor.errors import ReplicaStoppedError
 from processor.expr import FieldInput
@@ -130,7 +125,7 @@ class Replica:
         self._check = snapshot.LogCheck({})
         #: Delete command position -> how many records it removed.
         self._deletes = RecentDeletes()
-        self._listeners = Listeners()
+        self._listeners = change.Listeners()
         self._changed = threading.Condition()
         #: Held by whoever applies and delivers (the tail, live units): in order.
         self._writing = threading.Lock()
@@ -246,28 +241,27 @@ class Replica:
         self,
         units: Sequence[Unit],
         ends: Mapping[TopicPartitionKey, int],
-        live: tuple[Sequence[LiveUnit], Sequence[LiveDone]] = ((), ()),
+        live: tuple[Sequence[LiveUnit], Sequence[LiveDone], bool] = ((), (), False),
     ) -> None:
-        """Apply units under the lock, then the live units (:mod:`.live`) that follow
-        what is held; deliver their events outside the lock, in order."""
+        """Apply units, then the live units that follow (.live), under the lock; deliver
+        their events outside it, in order."""
         deliveries: list[list[ChangeEvent]] = []
         with self._writing:
             with self._changed:
                 listeners = self._listeners.current()
 
                 def apply(unit: Unit, is_live: bool = False) -> None:
-                    events: list[ChangeEvent] | None = [] if listeners else None
+                    events: Events = [] if listeners else None
                     self._apply_unit(unit, events, is_live)
                     if events:
                         deliveries.append(events)
 
                 def apply_live(tp: TopicPartitionKey, unit: LiveUnit) -> None:
-                    apply(Unit(tp, list(records_of(unit))), True)
+                    apply(Unit(tp, records_of(unit)), True)
 
                 for unit in units:
                     apply(unit)
-                for tp, position in ends.items():
-                    # Past the transaction markers, which carry no records.
+                for tp, position in ends.items():  # past the markers, which carry no records
                     if not self._units.pending[tp] and position > self._changelog_next[tp]:
                         self._changelog_next[tp] = position
                 for tp in {unit.partition for unit in units} | set(ends):
@@ -283,15 +277,11 @@ class Replica:
     def apply_live(
         self, units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
     ) -> None:
-        """Take the units and dones the processor beside this replica handed over before
-        its commits (:mod:`processor.replica.live`): apply those that follow what the
-        replica holds, in order, hold the others; the changelog's copies are dropped."""
-        if ended:
-            with self._changed:
-                self.live.ended()
-        self._apply_units((), {}, (units, dones))
+        """Take what the processor beside this replica handed over before its commits
+        (:mod:`processor.replica.live`): apply what follows what is held, hold the rest."""
+        self._apply_units((), {}, (units, dones, ended))
 
-    def _apply_unit(self, unit: Unit, events: list[ChangeEvent] | None, live: bool = False) -> None:
+    def _apply_unit(self, unit: Unit, events: Events, live: bool = False) -> None:
         tp = unit.partition
         changelog, partition = tp
         topic = self._by_changelog[changelog]

@@ -226,6 +226,7 @@ def test_live_delivery_survives_processor_kills(
 
 
 @pytest.mark.heavy
+@pytest.mark.timeout(2400)
 def test_live_delivery_survives_a_hundred_processor_kills(
     tmp_path: Path, bootstrap: str, unique: str
 ) -> None:
