@@ -128,20 +128,21 @@ def decode_body(body: bytes) -> Frame:
 
 def read_frames(fd: int) -> Iterator[Frame]:
     """Every frame read from ``fd`` (blocking) until its end of file; closes ``fd``."""
-    buffer = bytearray()
+    buffer = b""
     try:
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 return
-            buffer += chunk
-            while len(buffer) >= 4:
-                size = int.from_bytes(buffer[:4], "big")
-                if len(buffer) < 4 + size:
+            buffer = buffer + chunk if buffer else chunk
+            at = 0
+            while len(buffer) - at >= 4:
+                size = int.from_bytes(buffer[at : at + 4], "big")
+                if len(buffer) - at < 4 + size:
                     break
-                body = bytes(buffer[4 : 4 + size])
-                del buffer[: 4 + size]
-                yield decode_body(body)
+                yield decode_body(buffer[at + 4 : at + 4 + size])
+                at += 4 + size
+            buffer = buffer[at:]
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)

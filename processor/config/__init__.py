@@ -191,12 +191,12 @@ class Settings:
         ),
     )
     live_delivery: bool = _setting(
-        True,
+        False,
         Spec(
             "SOW_LIVE_DELIVERY",
             "the processor hands its changes to the query service in its process (or sow "
             "serve's) before the Kafka commit, where the topic allows it (docs/live.md)",
-            "`true`",
+            "`false`",
             "flag",
         ),
     )

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -109,6 +110,7 @@ class InFlight:
         self.gathered = gathered
         self.ends: dict[TopicPartitionKey, int] = {}
         self.error: BaseException | None = None
+        self.finished_at = float("inf")
         self._finish = partial(finishing, prepared, offsets=gathered.offsets, group=group)
         self._thread = threading.Thread(target=self._run, name="sow-commit", daemon=True)
         self._thread.start()
@@ -118,9 +120,13 @@ class InFlight:
             self.ends = self._finish()
         except BaseException as exc:  # handed to the loop, which raises it (landed())
             self.error = exc
+        finally:
+            self.finished_at = time.monotonic()
 
-    def done(self) -> bool:
-        return not self._thread.is_alive()
+    def done(self, settle_s: float = 0.0) -> bool:
+        """Whether the commit returned, ``settle_s`` ago at least (the broker writes
+        its markers meanwhile: a transaction begun at once waits for them anyway)."""
+        return not self._thread.is_alive() and time.monotonic() >= self.finished_at + settle_s
 
     def wait(self) -> None:
         self._thread.join()
@@ -169,11 +175,13 @@ class Batches:
         records: Sequence[Record],
         now: tuple[int, int, Listeners],
         expire: Callable[[Transaction], None],
+        work: bool = True,
     ) -> None:
         """Apply ``records`` (and expiries and timers, ``expire``) into the transaction
         being gathered; commit it, or hand it to a commit thread, unless one still runs.
-        ``now``: the transaction number, apply time and listeners of a new one."""
-        if self.open is None:
+        ``now``: the transaction number, apply time and listeners of a new one; without
+        ``work`` (no records, nothing due), only land a commit that finished."""
+        if work and self.open is None:
             number, now_ms, listeners = now
             number = self._number = max(number, self._number + 1)  # one in flight, one open
             local = self._assignment.local()
@@ -185,17 +193,17 @@ class Batches:
                 self._gate.hold()
             expire(transaction)
         gathered = self.open
-        gathered.offsets.update(self._applier.apply(gathered.transaction, records))
-        gathered.records.extend(records)
+        if gathered is not None and records:
+            gathered.offsets.update(self._applier.apply(gathered.transaction, records))
+            gathered.records.extend(records)
         if self.inflight is not None:
-            if self._live is not None:
+            if gathered is not None and records and self._live is not None:
                 gathered.transaction.flush()
                 self._live.send(gathered.transaction)
-            if not self.inflight.done():
+            if not self.inflight.done(self._producer.commit_settle_s) or not self._land():
                 return
-            if not self._land():
-                return
-        self._commit()
+        if self.open is not None:
+            self._commit()
 
     def settle(self) -> None:
         """Wait for the commit in flight, then commit what was gathered, on this thread."""

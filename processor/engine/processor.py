@@ -81,8 +81,7 @@ class Processor:
 
     #: How long an idle processor blocks waiting for a record (it checks ``stop`` between).
     IDLE_WAIT_S = 0.1
-    #: The same while a commit runs in the background (pipelined, engine/pipeline.py).
-    BUSY_WAIT_S = 0.001
+    BUSY_WAIT_S = 0.003  # the same while a commit runs in the background (engine/pipeline.py)
 
     def __init__(
         self,
@@ -437,7 +436,8 @@ class Processor:
                 expire = partial(
                     expire_and_tick, expirer, expiring, ticking, now_ms, applier.reject
                 )
-                batches.apply(records, (self.transactions, now_ms, self._listeners), expire)
+                work = bool(records or ticking or due)
+                batches.apply(records, (self.transactions, now_ms, self._listeners), expire, work)
             batches.settle()
         finally:
             batches.abandon()

@@ -50,13 +50,19 @@ MEMORY_LOGS: dict[str, MemoryLog] = {}
 
 @contextlib.contextmanager
 def running_sow(
-    backend: str, topology: Topology, state_dir: Path, unique: str, **components: bool
+    backend: str,
+    topology: Topology,
+    state_dir: Path,
+    unique: str,
+    settings: dict[str, object] | None = None,
+    **components: bool,
 ) -> Iterator[tuple[Application, SowClient]]:
     """Start processor + replica + gRPC on a free port, on the memory log (``backend``
     is ``"memory"``) or the broker at ``backend``; yield the app and a client once it is
     ready (processor joined and restored, replica caught up), as a user's first request
     after health turns SERVING would find it. ``components``: ``processor=False`` or
-    ``service=False`` start one without the other (the client then has no server)."""
+    ``service=False`` start one without the other (the client then has no server).
+    ``settings``: :class:`Settings` fields to override."""
     if backend == MEMORY:
         app = start_memory(
             topology,
@@ -64,17 +70,19 @@ def running_sow(
             backend=MemoryBackend(MEMORY_LOGS.setdefault(unique, MemoryLog())),
             group_id=f"{unique}-group",
             dead_letter_topic=f"{unique}.dead-letter",
+            **(settings or {}),
             **components,
         )
     else:
-        settings = Settings(
+        config = Settings(
             bootstrap_servers=backend,
             state_dir=state_dir,
             grpc_address="127.0.0.1:0",
             group_id=f"{unique}-group",
             dead_letter_topic=f"{unique}.dead-letter",
         )
-        app = start(settings, topology=topology, **components)
+        config = replace(config, **(settings or {}))
+        app = start(config, topology=topology, **components)
     client = SowClient(app.grpc_address)
     try:
         deadline = time.monotonic() + 60
