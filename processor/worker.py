@@ -181,8 +181,13 @@ class ProcessorChild:
         self._watcher.start()
 
     def _start_again(self, code: int) -> bool:
-        """After an exit nobody asked for: start a new child when the restart budget
-        allows it (False: it does not; the exit is the caller's failure)."""
+        """After an exit nobody asked for: start a new child when it was killed by a
+        signal (the OOM killer, a SIGKILL) and the restart budget allows it. False: the
+        exit is the caller's failure, as is an exit with a code (the child said why:
+        fenced by another owner, a store it cannot open; another child would meet the
+        same, or take the partitions back from their new owner)."""
+        if code >= 0:
+            return False
         now = time.monotonic()
         self._exits = [t for t in self._exits if now - t < RESTART_WINDOW_S] + [now]
         if len(self._exits) > self._restarts:

@@ -183,8 +183,8 @@ class Settings:
         5,
         Spec(
             "SOW_PROCESSOR_RESTARTS",
-            "times sow serve starts its processor child again after it died, within a minute; "
-            "one more death stops sow serve (exit code 1)",
+            "times sow serve starts its processor child again after a signal killed it, "
+            "within a minute; one more stops sow serve (exit code 1), as does any exit",
             "`5`",
             "whole",
             bounds=(0, 1_000_000),
