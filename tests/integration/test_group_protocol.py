@@ -50,7 +50,7 @@ def test_offsets_a_moved_on_group_refuses_abort_only_their_batch(
         dead_letter_topic=f"{unique}.dead-letter",
         group_protocol=group_protocol,
     )
-    with caplog.at_level(logging.INFO, logger="processor.engine.processor"):
+    with caplog.at_level(logging.INFO, logger="processor.engine"):
         app = start(settings, topology=Topology({"ORDERS": topic}))
         try:
             processor = app.processor
