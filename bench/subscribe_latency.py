@@ -300,6 +300,7 @@ def measure(
         "max_ms": round(max(ms), 2),
         "load_average": round(os.getloadavg()[0], 2),
         "hops": _hops(acked, applied, visible, latencies),
+        "raw": {"acked": acked, "applied": applied, "visible": visible, "received": latencies},
     }
 
 
@@ -308,6 +309,12 @@ def main() -> int:
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument(
+        "--raw-out",
+        type=Path,
+        default=None,
+        help="also write each message's hop times (s), one file per run: RAW.VIA.RATE.json",
+    )
     parser.add_argument(
         "--via",
         nargs="+",
@@ -343,6 +350,9 @@ def main() -> int:
         for via in args.via:
             for rate in args.rates:
                 row = measure(app, topic, rate, args.seconds, via)
+                raw = row.pop("raw")
+                if args.raw_out is not None:
+                    args.raw_out.with_suffix(f".{via}.{rate}.json").write_text(json.dumps(raw))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:

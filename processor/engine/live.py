@@ -21,8 +21,11 @@ changelog (:func:`live_refusal` says why, per topic; per batch, :meth:`LiveFeed.
 * **re-keyed records**: records that reach a partition through the repartition topic
   interleave with the input topic's in fetch order, so a batch that read the repartition
   topic, or whose repartition partition has records not yet read, waits for its commit;
-* **the first transaction of each partition** after the processor starts or a transaction
-  fails: the offset of the previous transaction's PROGRESS record is not known yet.
+* **a partition's changes before its offsets are known**: after the processor takes a
+  partition, or a transaction of it fails, the offset of its last PROGRESS record is not
+  known. The processor learns it at once by committing a transaction of PROGRESS records
+  alone for those partitions (:meth:`LiveFeed.unplaced`), before input arrives; a batch
+  applied before that commit lands waits for its own commit.
 
 The apply time in a live record's envelope is that of its first application: after a
 processor crash the committed record of the same change carries the time of the second,
@@ -131,6 +134,14 @@ class LiveFeed:
         self._unsent.clear()
         self._counts.clear()
 
+    def unplaced(self, states: Sequence[PartitionState]) -> list[PartitionState]:
+        """The partitions of live topics among ``states`` whose next offset is not known:
+        a transaction that touches them (with no change: one PROGRESS record each)
+        places them when it commits (:meth:`committed`)."""
+        return [
+            state for state in states if state.topic.name in self._live and state not in self._next
+        ]
+
     def send(self, transaction: Transaction) -> None:
         """Hand what the transaction applied since the last call to the sink: call after
         :meth:`Transaction.flush`, before the commit, as often as the transaction grows."""
@@ -162,7 +173,7 @@ class LiveFeed:
         base = None if batch in self._unsent else self._next.get(state)
         repartition = state.topic.repartition_topic
         kept = (
-            "first transaction"
+            "offsets not known"
             if base is None
             else "derived state"
             if batch.meta

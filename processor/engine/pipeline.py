@@ -205,6 +205,14 @@ class Batches:
         if self.open is not None:
             self._commit()
 
+    def unplaced(self) -> list[PartitionState]:
+        """When nothing is being committed or recovered, the live partitions whose
+        offsets the feed does not know (:meth:`LiveFeed.unplaced`): the next transaction
+        touches them (after an assignment, one transaction places all)."""
+        if self._live is None or not self.idle or self._assignment.recoveries:
+            return []
+        return self._live.unplaced(list(self._assignment.states.values()))
+
     def settle(self) -> None:
         """Wait for the commit in flight, then commit what was gathered, on this thread."""
         if self.inflight is not None:
@@ -304,9 +312,13 @@ def expire_and_tick(
     ticking: list[tuple[PartitionState, Ticking]],
     now_ms: int,
     reject: Callable[..., None],
+    placing: Sequence[PartitionState],
     transaction: Transaction,
 ) -> None:
-    """A new transaction's expiries and timers (:meth:`Batches.apply`)."""
+    """A new transaction's expiries and timers (:meth:`Batches.apply`), and the
+    partitions it places (:meth:`Batches.unplaced`)."""
+    for state in placing:
+        transaction.batch(state)
     if expiring:
         expirer.expire(transaction, expiring)
     for state, derivation in ticking:

@@ -163,8 +163,7 @@ class Processor:
         self.stalls = 0
         #: Transactions in a row whose offsets the group refused.
         self._refusals = GroupRefusals(self._stop)
-        #: Hands changes to the replica beside this processor before the commit.
-        self._live: LiveFeed | None = None
+        self._live: LiveFeed | None = None  # hands changes over before the commit
         self._pipelined = False
 
     def attach_live(self, sink: LiveSink, pipelined: bool = True) -> None:
@@ -425,7 +424,8 @@ class Processor:
                 expiring = expiring_states(assignment.states, assignment.recoveries)
                 ticking = assignment.ticking(now_ms)
                 due = expiring and expirer.due(expiring, now_ms)
-                if not records and not ticking and not due and batches.idle:
+                placing = batches.unplaced()
+                if not records and not ticking and not due and not placing and batches.idle:
                     continue
                 self._loop.phase = "applying and committing a batch"
                 # A failure anywhere below raises out of the pipeline, which drops every
@@ -434,9 +434,9 @@ class Processor:
                 if records and self.first_batch_at is None:
                     self.first_batch_at = time.perf_counter()
                 expire = partial(
-                    expire_and_tick, expirer, expiring, ticking, now_ms, applier.reject
+                    expire_and_tick, expirer, expiring, ticking, now_ms, applier.reject, placing
                 )
-                work = bool(records or ticking or due)
+                work = bool(records or ticking or due or placing)
                 batches.apply(records, (self.transactions, now_ms, self._listeners), expire, work)
             batches.settle()
         finally:

@@ -38,10 +38,13 @@ def test_a_subscriber_gets_a_change_before_its_transaction_commits(
     monkeypatch.setenv("SOW_STALL_AT", "produced:3:4")
     topology = namespaced(unique, ORDERS)
     with running_sow(bootstrap, topology, tmp_path / "state", unique, LIVE) as (app, client):
-        for version in (1, 2):  # the first commits tell the processor where the next land
-            client.publish("ORDERS", _order(1, version), ack="processed")
         assert app.processor is not None
         assert app.replica is not None
+        # The processor's first transaction tells it where the next land (PROGRESS
+        # records alone); then version 1 is the second.
+        waited_for(lambda: app.processor.transactions >= 1, 10, "the processor's first commit")
+        client.publish("ORDERS", _order(1, 1), ack="processed")
+        assert app.processor.transactions == 2
         collector = Collector(client.subscribe("ORDERS"))
         waited_for(lambda: bool(collector.messages), 10, "the subscription registered")
         began = time.monotonic()
@@ -112,15 +115,17 @@ def test_the_live_path_and_the_changelog_agree(backend: str, unique: str, tmp_pa
 
 def test_a_processor_failing_before_its_commit_delivers_nothing_twice(tmp_path: Path) -> None:
     """On the memory log, the processor stops between handing over its third
-    transaction and committing it; a new processor beside the same replica applies the
+    transaction of input and committing it; a new processor beside the same replica applies the
     same input again: the subscriber gets each change once, in order."""
     one = SowTopic("ORDERS", keys=("/orderId",), partitions=1)
     topology = Topology({"ORDERS": one})
-    backend = MemoryBackend(MemoryLog(), crash="produced:3")
+    backend = MemoryBackend(MemoryLog(), crash="produced:4")  # after the placing commit
     app = start_memory(topology, tmp_path / "state", backend=backend, live_delivery=True)
     successor = None
     try:
         waited_for(lambda: app.readiness() is None, 30, "ready")
+        assert app.processor is not None
+        waited_for(lambda: app.processor.transactions >= 1, 10, "the processor's first commit")
         with SowClient(app.grpc_address) as client:
             collector = Collector(client.sow_and_subscribe("ORDERS"))
             waited_for(lambda: bool(collector.messages), 10, "the query phase")
