@@ -299,6 +299,13 @@ def measure(
         "p99_ms": round(_percentile(ms, 0.99), 2),
         "max_ms": round(max(ms), 2),
         "load_average": round(os.getloadavg()[0], 2),
+        # Live units the replica applied, dropped (the changelog brought them first), and
+        # committed records it dropped as handed over already (all since start).
+        "live_units": {
+            "applied": app.replica.live.applied,
+            "dropped": app.replica.live.dropped,
+            "repeats": app.replica.live.repeated,
+        },
         "hops": _hops(acked, applied, visible, latencies),
         "raw": {"acked": acked, "applied": applied, "visible": visible, "received": latencies},
     }

@@ -126,9 +126,8 @@ class LiveFeed:
     def reset(self, quiet: Quiet) -> None:
         """A new pipeline: nothing known of where its transactions land, and the
         replica drops what the last one handed over and did not commit (a new run)."""
-        self._run = time.time_ns() // 1000
+        self._new_run()
         self._quiet = quiet
-        self._sink.send((), (), ended=True)
         for known in (self._next, self._after, self._events, self._numbered, self._expected):
             known.clear()
         self._unsent.clear()
@@ -276,9 +275,16 @@ class LiveFeed:
         if dones:
             self._sink.send((), dones)
 
+    def _new_run(self) -> None:
+        """Tell the sink that what was handed over and not committed may never be."""
+        self._run = time.time_ns() // 1000
+        self._sink.send((), (), ended=True)
+
     def failed(self, transaction: Transaction) -> None:
-        """The transaction was aborted: its records took offsets in the log, so where the
-        next transaction of its partitions lands is no longer known."""
+        """The transaction was aborted: some of its records took offsets in the log and
+        some may not have, so where the next transaction of its partitions lands is no
+        longer known, and the units handed over are of a run that ended."""
+        self._new_run()
         for batch in transaction.batches:
             self._forget(batch.state)
         self._numbered.pop(transaction, None)

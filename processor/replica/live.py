@@ -19,7 +19,7 @@ committed record whose input position is below them is dropped too.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from processor import changelog
 from processor.changelog.live import LiveDone, LiveUnit
@@ -54,6 +54,9 @@ class LiveIntake:
         self.confirmed: dict[TopicPartitionKey, int] = {}
         #: The next input offset per (log topic, partition) that live units reached.
         self._reached: dict[tuple[str, int], int] = {}
+        #: Per changelog partition, the offsets [base, end) of the units applied and not
+        #: confirmed yet: the tail's records there are those (:meth:`covered`).
+        self._ranges: dict[TopicPartitionKey, deque[tuple[int, int]]] = {}
         #: Units applied and dropped, and records the changelog brought again after a
         #: processor crash, dropped (monitoring, tests).
         self.applied = 0
@@ -105,12 +108,25 @@ class LiveIntake:
                 self._forget(held.popleft())
         self._dones.clear()
         self._unconfirmed.clear()
+        self._ranges.clear()  # what the run did not commit may not have reached the log
         self._run = run
 
     def confirm(self, tp: TopicPartitionKey, next_offset: int) -> None:
         """The tail brought the records of ``tp`` below ``next_offset``."""
         if next_offset > self.confirmed.get(tp, 0):
             self.confirmed[tp] = next_offset
+            ranges = self._ranges.get(tp)
+            while ranges and ranges[0][1] <= next_offset:
+                ranges.popleft()
+
+    def covered(self, tp: TopicPartitionKey) -> deque[tuple[int, int]] | None:
+        """The offsets of ``tp`` that live units of the processor's current run gave the
+        replica and no commit confirmed yet: its tail skips its records there without
+        reading them. The run's transactions commit each unit's records where it said
+        (:meth:`processor.engine.live.LiveFeed.committed` checks); a transaction that
+        fails ends the run, and what it produced may never have reached the log, so the
+        next run's records may take those offsets (:meth:`_new_run` forgets them)."""
+        return self._ranges.get(tp)
 
     def _done(self, tp: TopicPartitionKey, done: LiveDone) -> None:
         """A transaction whose live units of ``tp`` were applied committed."""
@@ -157,6 +173,8 @@ class LiveIntake:
                 return None  # the previous transaction is not here yet
             held.popleft()
             self._unconfirmed.setdefault(tp, set()).add(unit.transaction)
+            ranges = self._ranges.setdefault(tp, deque())
+            ranges.append((unit.base, unit.base + len(unit.records)))
             for topic, partition, nxt in unit.reached:
                 if nxt > self._reached.get((topic, partition), -1):
                     self._reached[(topic, partition)] = nxt
@@ -190,6 +208,11 @@ def input_offset(record: Record, log_topic: str) -> int | None:
             topic, _, offset = changelog.parse_position(raw)
             return offset if topic == log_topic else None
     return None
+
+
+def within(ranges: Iterable[tuple[int, int]], offset: int) -> bool:
+    """Whether ``offset`` is in one of the ``[base, end)`` ranges (:meth:`LiveIntake.covered`)."""
+    return any(base <= offset < end for base, end in ranges)
 
 
 def records_of(unit: LiveUnit) -> list[Record]:

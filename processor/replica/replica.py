@@ -64,7 +64,7 @@ from processor.replica import snapshot
 from processor.replica.catchup import CatchUp
 from processor.replica.deletes import RecentDeletes
 from processor.replica.history import HistoryIndex
-from processor.replica.live import LiveIntake, input_offset, records_of
+from processor.replica.live import LiveIntake, input_offset, records_of, within
 from processor.replica.queue_states import QueueStates
 from processor.replica.table import SowTable
 from processor.replica.units import Unit, UnitCutter, units_of
@@ -298,6 +298,7 @@ class Replica:
         # Once live units came, the records below ``floor`` are here, as committed; those
         # of input positions below ``window`` were handed over live (.live).
         floor = self.live.confirmed.get(tp, 0) if self.live.applied and not live else 0
+        covered = None if live else self.live.covered(tp)
         window = None if live else self.live.window(topic.kafka_topic, partition)
         for record in records:
             key = record.key() or b""
@@ -312,7 +313,7 @@ class Replica:
                 elif key.startswith(STATES_KEY) and topic.queue is not None and value:
                     self.queue_states.note_batch(topic.name, partition, value)
                 continue
-            if record.offset() < floor:
+            if record.offset() < floor or (covered and within(covered, record.offset())):
                 continue
             if window is not None:
                 offset = input_offset(record, topic.kafka_topic)

@@ -113,6 +113,22 @@ def test_live_units_apply_in_order_and_the_changelog_copies_are_dropped(replica:
     assert replica.live.applied == 2
 
 
+def test_the_tails_copies_of_live_records_are_skipped_unread_before_their_done(
+    replica: Replica,
+) -> None:
+    """The tail brings a transaction's records before its done comes: at the offsets the
+    live unit gave, they are skipped by offset (not read and compared as repeats)."""
+    seen = Seen(replica)
+    replica.apply(committed(0, [("a", 1, 0)]))
+    replica.apply_live([unit(1, 1, 3, [("a", 2, 1), ("b", 1, 2)])], ())
+    replica.apply(committed(3, [("a", 2, 1), ("b", 1, 2)]))
+    assert seen.values() == [("a", 1), ("a", 2), ("b", 1)]
+    assert replica.live.repeated == 0
+    replica.apply_live((), [LiveDone(CHANGELOG, 0, (7, 1), 5, [(INPUT, 0, 3)])])
+    replica.apply(committed(7, [("c", 1, 3)]))
+    assert seen.values() == [("a", 1), ("a", 2), ("b", 1), ("c", 1)]
+
+
 def test_a_unit_waits_for_the_tail_to_bring_the_transaction_before_it(replica: Replica) -> None:
     seen = Seen(replica)
     replica.apply_live([unit(2, 1, 3, [("b", 1, 1)])], ())  # after the PROGRESS at 1
