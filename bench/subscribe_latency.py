@@ -317,6 +317,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json-out", type=Path, default=None)
     parser.add_argument(
+        "--warmup",
+        type=float,
+        default=30.0,
+        help="seconds of publishing at the highest rate before measuring, not reported "
+        "(the embedded broker is new: the JVM compiles its hot paths meanwhile)",
+    )
+    parser.add_argument(
         "--raw-out",
         type=Path,
         default=None,
@@ -354,6 +361,9 @@ def main() -> int:
             raise SystemExit("the processor did not start within 120 s")
         assert app.replica is not None
         app.replica.wait_caught_up(60)
+        if args.warmup > 0:  # a new broker's JIT compiles for its first minute or so
+            print(f"warming up: {args.warmup:g} s at {max(args.rates)} msg/s", file=sys.stderr)
+            measure(app, topic, max(args.rates), args.warmup, args.via[0])
         for via in args.via:
             for rate in args.rates:
                 row = measure(app, topic, rate, args.seconds, via)
