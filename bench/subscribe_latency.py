@@ -235,12 +235,13 @@ def _hops(
 
 
 def measure(
-    app: Any, topic: SowTopic, rate: int, seconds: float, via: str = "kafka"
+    app: Any, topic: SowTopic, rate: int, seconds: float, via: str = "kafka", probing: bool = True
 ) -> dict[str, Any]:
     """One rate: publisher and subscriber each in their own process, as real clients
     are (they do not share the service's interpreter lock). ``via``: ``kafka`` (a plain
     producer), ``unary`` (4 gRPC clients' unary Publish calls) or ``stream`` (one gRPC
-    publish stream)."""
+    publish stream). Without ``probing``, no changelog consumer: no hops but the first
+    (it costs the broker and the machine what a user's set-up does not)."""
     spawn = multiprocessing.get_context("spawn")
     total = int(rate * seconds)
     ready, stop = spawn.Event(), spawn.Event()
@@ -254,6 +255,9 @@ def measure(
     # watch thread) died with its process blocks for good.
     probe_ready, probe_stop = spawn.Event(), spawn.Event()
     seen, probe_end = spawn.Pipe(duplex=False)
+    if not probing:
+        probe_ready.set()
+        probe_end.send(({}, {}))
     probe = spawn.Process(
         target=_probe,
         args=(
@@ -265,7 +269,8 @@ def measure(
             probe_end,
         ),
     )
-    probe.start()
+    if probing:
+        probe.start()
     if not ready.wait(60) or not probe_ready.wait(60):
         raise SystemExit("the subscriber or the changelog probe did not start within 60 s")
     sent, publisher_end = spawn.Pipe(duplex=False)
@@ -286,7 +291,8 @@ def measure(
     if not seen.poll(5):
         probe_stop.set()
     applied, visible = seen.recv()
-    probe.join(60)
+    if probing:
+        probe.join(60)
     ms = [r * 1000 for r in latencies.values()] or [float("nan")]
     return {
         "rate": rate,
@@ -316,6 +322,13 @@ def main() -> int:
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument(
+        "--no-probe",
+        dest="probe",
+        action="store_false",
+        help="no read_committed changelog consumer (the hops after the first are not "
+        "measured; the probe polls the broker every millisecond and decodes every record)",
+    )
     parser.add_argument(
         "--warmup",
         type=float,
@@ -363,10 +376,10 @@ def main() -> int:
         app.replica.wait_caught_up(60)
         if args.warmup > 0:  # a new broker's JIT compiles for its first minute or so
             print(f"warming up: {args.warmup:g} s at {max(args.rates)} msg/s", file=sys.stderr)
-            measure(app, topic, max(args.rates), args.warmup, args.via[0])
+            measure(app, topic, max(args.rates), args.warmup, args.via[0], False)
         for via in args.via:
             for rate in args.rates:
-                row = measure(app, topic, rate, args.seconds, via)
+                row = measure(app, topic, rate, args.seconds, via, args.probe)
                 raw = row.pop("raw")
                 if args.raw_out is not None:
                     args.raw_out.with_suffix(f".{via}.{rate}.json").write_text(json.dumps(raw))
