@@ -218,15 +218,24 @@ class Dispatcher:
         #: (subscription number, topic, SowKey) published to a tracking subscription in
         #: this unit.
         held: set[tuple[int, str, bytes]] = set()
+        #: Per topic, whether its filters read the messages (else none is decoded).
+        reads: dict[str, bool] = {}
         with self.lock:
             for event in events:
                 index = self._indexes.get(event.topic)
                 if not index:
                     continue
+                reading = reads.get(event.topic)
+                if reading is None:
+                    reading = reads[event.topic] = index.reads_messages
                 codec = self._codecs[event.topic]
                 new, old = event.new, event.old
-                new_message = None if new is None else _message(codec, new)
-                old_message = None if old is None or not index.tracking else _message(codec, old)
+                new_message = None if new is None or not reading else _message(codec, new)
+                old_message = (
+                    None
+                    if old is None or not index.tracking or not reading
+                    else _message(codec, old)
+                )
                 context = functools.partial(_context, new)
                 matched, unmatched = index.route(new_message, old_message, context, new is not None)
                 if matched:

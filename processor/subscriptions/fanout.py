@@ -197,6 +197,14 @@ class TopicIndex:
     def __bool__(self) -> bool:
         return bool(self.groups)
 
+    @property
+    def reads_messages(self) -> bool:
+        """Whether routing a change reads its message: False when every group's filter
+        is empty (they all match), so the dispatcher need not decode it."""
+        return bool(self.by_field or self.families) or any(
+            group.expression is not None for group in self.unindexed.values()
+        )
+
     def group(self, text: str, compile_filter: Callable[[], Expression | None]) -> FilterGroup:
         """The group of a filter text, created (and indexed) on first use."""
         found = self.groups.get(text)
