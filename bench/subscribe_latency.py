@@ -92,13 +92,15 @@ def _subscribe(address: str, topic: str, total: int, ready: Any, stop: Any, out:
         out.send(latencies)
 
 
-def _publish(bootstrap: str, topic: SowTopic, rate: int, total: int, out: Any) -> None:
+def _publish(
+    bootstrap: str, topic: SowTopic, rate: int, total: int, out: Any, linger_ms: float = 5.0
+) -> None:
     """Child process: ``total`` messages at ``rate`` with a plain producer, each carrying
     its send time (``perf_counter``: CLOCK_MONOTONIC, shared by the processes); sends
     back the time taken and each message's send -> acknowledged latency."""
     key_of = key_function(topic)
     assert key_of is not None
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "log_level": 3})
     acked: dict[int, float] = {}
 
     def delivered(error: Any, record: Any) -> None:
@@ -235,7 +237,13 @@ def _hops(
 
 
 def measure(
-    app: Any, topic: SowTopic, rate: int, seconds: float, via: str = "kafka", probing: bool = True
+    app: Any,
+    topic: SowTopic,
+    rate: int,
+    seconds: float,
+    via: str = "kafka",
+    probing: bool = True,
+    linger_ms: float = 5.0,
 ) -> dict[str, Any]:
     """One rate: publisher and subscriber each in their own process, as real clients
     are (they do not share the service's interpreter lock). ``via``: ``kafka`` (a plain
@@ -276,7 +284,14 @@ def measure(
     sent, publisher_end = spawn.Pipe(duplex=False)
     if via == "kafka":
         target: Any = _publish
-        args: tuple[Any, ...] = (app.broker.bootstrap_servers, topic, rate, total, publisher_end)
+        args: tuple[Any, ...] = (
+            app.broker.bootstrap_servers,
+            topic,
+            rate,
+            total,
+            publisher_end,
+            linger_ms,
+        )
     else:
         target = _publish_grpc
         args = (app.grpc_address, topic.name, rate, total, 4, via == "stream", publisher_end)
@@ -297,6 +312,7 @@ def measure(
     return {
         "rate": rate,
         "via": via,
+        "linger_ms": linger_ms if via == "kafka" else None,
         "live_delivery": app.settings.live_delivery,
         "sent_per_s": round(total / sent_s),
         "received": len(latencies),
@@ -323,6 +339,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json-out", type=Path, default=None)
     parser.add_argument(
+        "--linger-ms",
+        type=float,
+        default=5.0,
+        help="the plain producer's linger.ms (5: librdkafka's default; 0 sends at once, "
+        "as a publisher that wants the lowest latency is set up)",
+    )
+    parser.add_argument(
         "--no-probe",
         dest="probe",
         action="store_false",
@@ -347,7 +370,7 @@ def main() -> int:
         nargs="+",
         default=["kafka"],
         choices=["kafka", "unary", "stream"],
-        help="how messages are published: a plain Kafka producer (linger 5 ms), 4 gRPC "
+        help="how messages are published: a plain Kafka producer (--linger-ms), 4 gRPC "
         "clients' unary Publish calls, or one gRPC publish stream",
     )
     args = parser.parse_args()
@@ -379,7 +402,7 @@ def main() -> int:
             measure(app, topic, max(args.rates), args.warmup, args.via[0], False)
         for via in args.via:
             for rate in args.rates:
-                row = measure(app, topic, rate, args.seconds, via, args.probe)
+                row = measure(app, topic, rate, args.seconds, via, args.probe, args.linger_ms)
                 raw = row.pop("raw")
                 if args.raw_out is not None:
                     args.raw_out.with_suffix(f".{via}.{rate}.json").write_text(json.dumps(raw))
