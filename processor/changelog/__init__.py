@@ -49,9 +49,12 @@ DELETED = b"deleted"
 EXPIRED = b"expired"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Envelope:
-    """One decoded changelog value (see the schema for each field's contract)."""
+    """One decoded changelog value (see the schema for each field's contract). Not
+    frozen: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, five times slower, and one is built for every record a query
+    returns and every change a subscription sends; treat it as immutable all the same."""
 
     topic: str
     message_type: str

@@ -135,11 +135,12 @@ class QueuesServicer(sow_pb2_grpc.QueuesServicer):
         finally:
             consumer.close()
 
-    def _converter(self, text_form: bool) -> Callable[[changelog.Envelope], Any]:
+    def _converter(self, text_form: bool) -> Callable[[changelog.Envelope, Any], Any]:
+        """(envelope, the SowRecord to fill) -> that SowRecord."""
         if not text_form:
-            return lambda envelope: convert.record(envelope, None)
+            return lambda envelope, into: convert.record(envelope, None, into)
         codecs = self._codecs
-        return lambda envelope: convert.record(envelope, codecs[envelope.topic].to_text)
+        return lambda envelope, into: convert.record(envelope, codecs[envelope.topic].to_text, into)
 
 
 def _wait_s(context: Any) -> float:
@@ -149,15 +150,15 @@ def _wait_s(context: Any) -> float:
     return WRITE_TIMEOUT_S if remaining is None else min(remaining * 0.9, WRITE_TIMEOUT_S)
 
 
-def _lease(delivery: Delivery, to_record: Callable[[changelog.Envelope], Any]) -> Any:
-    envelope = changelog.decode(delivery.envelope)
-    return sow_pb2.QueueLease(
+def _lease(delivery: Delivery, to_record: Callable[[changelog.Envelope, Any], Any]) -> Any:
+    lease = sow_pb2.QueueLease(
         bookmark=delivery.bookmark,
-        record=to_record(envelope),
         lease_deadline_ms=delivery.deadline_ms or 0,
         deliveries=delivery.deliveries,
         barrier=delivery.kind == "barrier",
     )
+    to_record(changelog.decode(delivery.envelope), lease.record)
+    return lease
 
 
 def _read_commands(commands: Iterator[Any], consumer: QueueConsumer) -> None:

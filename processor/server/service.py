@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -244,7 +244,10 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         topology = self._gateway.topology
         queue = topology.topics.get(result.topic)
         for batch in result.batches:
-            records = [convert.record(e) for e in batch]
+            reply = sow_pb2.SowQueryReply()
+            records = reply.batch.records
+            for envelope in batch:
+                convert.record(envelope, None, records.add())
             if queue is not None and queue.queue is not None and not result.aggregated:
                 self._with_queue_state(queue.name, records)
             if shape is not None:
@@ -259,7 +262,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
                 for record in records:
                     codec = self._gateway.codec(resolve_topic(topology, record.topic))
                     record.data = codec.to_text(record.data)
-            yield sow_pb2.SowQueryReply(batch=sow_pb2.Batch(records=records))
+            yield reply
         stats = result.stats
         assert stats is not None
         yield sow_pb2.SowQueryReply(
@@ -269,7 +272,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             )
         )
 
-    def _with_queue_state(self, queue: str, records: list[Any]) -> None:
+    def _with_queue_state(self, queue: str, records: Iterable[Any]) -> None:
         """Each queue message's state (available until leased) on its record."""
         replica = self._engine.replica
         for record in records:

@@ -52,6 +52,8 @@ IDLE_CHECK_S = 5.0
 #: How long a slow consumer's stream may stay blocked on a full connection after its
 #: subscription closed before the service cancels it.
 SLOW_CONSUMER_GRACE_S = 5.0
+#: (envelope, the SowRecord to fill or None for a new one) -> the SowRecord.
+ToRecord = Callable[[Envelope, Any], Any]
 
 _KINDS = {
     ChangeKind.PUBLISH: sow_pb2.CHANGE_PUBLISH,
@@ -106,25 +108,25 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
     def _abort(self, context: Any, error: errors.SowError) -> None:
         self._calls.abort(context, error)
 
-    def _converter(
-        self, request: Any, shape: MessageShape | None = None
-    ) -> Callable[[Envelope], Any]:
-        """Envelope -> SowRecord: the whole message (text form on request), or the
-        selected fields when a select list applies to its topic."""
+    def _converter(self, request: Any, shape: MessageShape | None = None) -> ToRecord:
+        """(envelope, SowRecord to fill or None) -> SowRecord: the whole message (text
+        form on request), or the selected fields when a select list applies to its
+        topic."""
         if shape is not None and shape.select is not None:
             plain = self._converter(request)
 
-            def selected(envelope: Envelope) -> Any:
+            def selected(envelope: Envelope, into: Any) -> Any:
                 if not shape.shapes(envelope.topic):
-                    return plain(envelope)
-                record = convert.record(envelope, None)
+                    return plain(envelope, into)
+                record = convert.record(envelope, None, into)
                 record.data = shape.full(envelope.topic, envelope.data)
                 return record
 
             return selected
         if not request.text_form:
-            return lambda envelope: convert.record(envelope, None)
-        return lambda envelope: convert.record(envelope, self._codecs[envelope.topic].to_text)
+            return lambda envelope, into: convert.record(envelope, None, into)
+        codecs = self._codecs
+        return lambda envelope, into: convert.record(envelope, codecs[envelope.topic].to_text, into)
 
     def Subscribe(self, request: Any, context: Any) -> Iterator[Any]:
         caller = self._contexts(context)
@@ -227,11 +229,11 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         ]
         to_record = self._converter(request, shape)
         for batch in phase.batches:
-            messages.append(
-                sow_pb2.SubscriptionMessage(
-                    sub_id=sub_id, batch=sow_pb2.Batch(records=[to_record(e) for e in batch])
-                )
-            )
+            message = sow_pb2.SubscriptionMessage(sub_id=sub_id)
+            records = message.batch.records
+            for envelope in batch:
+                to_record(envelope, records.add())
+            messages.append(message)
         stats = phase.stats
         messages.append(
             sow_pb2.SubscriptionMessage(
@@ -313,17 +315,16 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             self._hub.unsubscribe(subscription)
 
 
-def _change(delivery: Notice, to_record: Callable[[Envelope], Any]) -> Any:
+def _change(delivery: Notice, to_record: ToRecord) -> Any:
     change = sow_pb2.Change(
-        kind=_KINDS[delivery.kind],
-        topic=delivery.topic,
-        sow_key=delivery.sow_key.decode(),
-        record=to_record(changelog.decode(delivery.envelope)),
-        changelog_position=convert.position(delivery.position),
-        oof_reason="" if delivery.oof_reason is None else delivery.oof_reason.value,
+        kind=_KINDS[delivery.kind], topic=delivery.topic, sow_key=delivery.sow_key.decode()
     )
+    to_record(changelog.decode(delivery.envelope), change.record)
+    convert.position(delivery.position, change.changelog_position)
+    if delivery.oof_reason is not None:
+        change.oof_reason = delivery.oof_reason.value
     if delivery.current is not None:
-        change.current.CopyFrom(to_record(changelog.decode(delivery.current)))
+        to_record(changelog.decode(delivery.current), change.current)
     return change
 
 
