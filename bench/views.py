@@ -32,10 +32,14 @@ spawning the process to then (start-up, group join and store opening included).
 adding 1 to a live record's ``qty``, so each group's total only grows: a publish is visible
 at the first output record of its group whose total reaches the total it implies
 (CLOCK_MONOTONIC, shared by the processes; send time taken before ``produce``). The
-first ``--latency-warmup`` seconds of publishes are left out of the figures and
-summarised apart (``warmup`` in the JSON): right after the rate phase both engines take
-seconds to reach their steady latency (kafka-sow: a publish's batch -> visible p50 falls
-from ~25 ms to ~5 ms over the first 10 s at 1k msg/s, also after a 15 s pause).
+first ``--latency-warmup`` seconds (30) of publishes are left out of the figures and
+summarised apart (``warmup`` in the JSON): the broker the bench starts is a new JVM, whose
+JIT compiles the transaction, produce and fetch paths the 1k msg/s stream exercises (its C2
+compiler thread at 30-60% of a core for over a minute); on that new broker kafka-sow's
+view batch -> visible p50 falls from ~50 ms to ~10 ms over the first 20-30 s, on the same
+broker run a second time it is 7-11 ms from the first second (docs/benchmarks.md).
+``per_second`` in the JSON (and a progress line) gives p50 / p99 for each second of
+publishing, warm-up included.
 
 Usage (from the repository root)::
 
@@ -805,6 +809,9 @@ def measure_latency(
     hops: dict[str, list[float]] = {"to_feed": [], "feed_to_view_apply": [], "view_commit": []}
     missing = 0
     warmup = int(warmup_s * rate)
+    #: Per second of publishing (warm-up included): latencies, and the two hops either side
+    #: of the underlying topic's transaction (kafka-sow only).
+    seconds: dict[int, tuple[list[float], list[float], list[float]]] = {}
     for j, (grp, total) in enumerate(plan.expect):
         seen = by_group.get(grp, [])
         k = cursor.get(grp, 0)
@@ -815,6 +822,11 @@ def measure_latency(
             missing += 1
             continue
         _, at, times = seen[k]
+        second = seconds.setdefault(int(j / rate), ([], [], []))
+        second[0].append((at - sent[j]) * 1000.0)
+        if times is not None:
+            second[1].append((times[0] / 1000.0 - wall_offset - sent[j]) * 1000.0)
+            second[2].append((at - times[1] / 1000.0 + wall_offset) * 1000.0)
         if j < warmup:
             warming.append((at - sent[j]) * 1000.0)
             continue
@@ -852,6 +864,17 @@ def measure_latency(
             max_ms=round(max(latencies), 2),
             mean_ms=round(sum(latencies) / len(latencies), 2),
         )
+    summary["per_second"] = [
+        {
+            "second": second,
+            "visible": len(lat),
+            "p50_ms": round(percentile(lat, 0.50), 1),
+            "p99_ms": round(percentile(lat, 0.99), 1),
+            **({"to_feed_p50_ms": round(percentile(fed, 0.50), 1)} if fed else {}),
+            **({"view_commit_p50_ms": round(percentile(com, 0.50), 1)} if com else {}),
+        }
+        for second, (lat, fed, com) in sorted(seconds.items())
+    ]
     if hops["to_feed"]:
         # kafka-sow's way, cut at its view record's envelope: publish_time = when the
         # underlying topic's transaction produced the group's view input (the latest
@@ -972,6 +995,19 @@ def run_engine(
             )
             result["latency"] = latency
             progress(
+                f"{name}: per second of publishing (warm-up first), publish -> visible p50 / "
+                "p99 ms [publish -> batch p50, view record -> visible p50]: "
+                + ", ".join(
+                    f"{s['second']}: {s['p50_ms']}/{s['p99_ms']}"
+                    + (
+                        f" [{s['to_feed_p50_ms']}, {s['view_commit_p50_ms']}]"
+                        if "to_feed_p50_ms" in s
+                        else ""
+                    )
+                    for s in latency["per_second"]
+                )
+            )
+            progress(
                 f"{name}: publish -> view visible p50 {latency.get('p50_ms')} ms, p99 "
                 f"{latency.get('p99_ms')} ms, max {latency.get('max_ms')} ms "
                 f"({latency['visible']:,} visible, {latency['missing']} missing)"
@@ -1074,8 +1110,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--latency-warmup",
         type=float,
-        default=10.0,
-        help="seconds published at the rate before the measured ones (summarised apart)",
+        default=30.0,
+        help="seconds published at the rate before the measured ones (summarised apart; "
+        "the new broker's JIT warms up in them)",
     )
     parser.add_argument(
         "--latency-seconds", type=float, default=10.0, help="0 skips the latency phase"
