@@ -44,6 +44,8 @@ def test_a_subscriber_gets_a_change_before_its_transaction_commits(
         # records alone); then version 1 is the second.
         waited_for(lambda: app.processor.transactions >= 1, 10, "the processor's first commit")
         client.publish("ORDERS", _order(1, 1), ack="processed")
+        # Its done reaches the replica just before the processor counts the commit.
+        waited_for(lambda: app.processor.transactions >= 2, 10, "the second commit counted")
         assert app.processor.transactions == 2
         collector = Collector(client.subscribe("ORDERS"))
         waited_for(lambda: bool(collector.messages), 10, "the subscription registered")
