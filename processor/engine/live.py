@@ -136,7 +136,11 @@ class LiveFeed:
     def unplaced(self, states: Sequence[PartitionState]) -> list[PartitionState]:
         """The partitions of live topics among ``states`` whose next offset is not known:
         a transaction that touches them (with no change: one PROGRESS record each)
-        places them when it commits (:meth:`committed`)."""
+        places them when it commits (:meth:`committed`). ``states``: every partition the
+        processor owns; what the feed knew of partitions it no longer owns goes."""
+        owned = set(states)
+        for gone in [state for state in self._next if state not in owned]:
+            self._forget(gone)
         return [
             state for state in states if state.topic.name in self._live and state not in self._next
         ]

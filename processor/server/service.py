@@ -245,6 +245,7 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         queue = topology.topics.get(result.topic)
         for batch in result.batches:
             reply = sow_pb2.SowQueryReply()
+            reply.batch.SetInParent()  # a batch even when empty, as before
             records = reply.batch.records
             for envelope in batch:
                 convert.record(envelope, None, records.add())

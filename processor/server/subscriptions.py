@@ -230,6 +230,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         to_record = self._converter(request, shape)
         for batch in phase.batches:
             message = sow_pb2.SubscriptionMessage(sub_id=sub_id)
+            message.batch.SetInParent()  # a batch even when empty, as before
             records = message.batch.records
             for envelope in batch:
                 to_record(envelope, records.add())
