@@ -267,7 +267,7 @@ def start(
             app.processor = backend.processor(settings, topology)
             sink = _live_sink(settings, service)
             if sink is not None:
-                app.processor.attach_live(sink, pipelined=settings.pipelined_commits)
+                app.processor.attach_live(sink)
                 app.live = sink
             app._spawn("sow-processor", app.processor.run)
         check()

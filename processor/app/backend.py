@@ -159,6 +159,7 @@ def processor_over(
         settings.dead_letter_topic,
         max_batch=settings.max_batch,
         crash_hook=crash_hook,
+        pipelined=settings.pipelined_commits,
         **options,
     )
 

@@ -26,7 +26,15 @@ Rejects = Callable[[Record, Exception], None]
 
 class DerivedPartition(Protocol):
     """One partition of a derived topic in the processor; not thread-safe (the
-    processor's loop owns it)."""
+    processor's loop owns it).
+
+    An optional attribute ``pipelines`` (False when absent) says whether its
+    transactions may commit in the background while the next batch is applied
+    (:mod:`processor.engine.pipeline`): True only for a partition that reads its
+    committed state when it is opened or after :meth:`discard`, and otherwise only
+    through ``PartitionBatch.lookup`` (which sees the batch in flight), never
+    ``get_state`` or its store directly.
+    """
 
     #: (state key, value): the version of the definition its state was computed by. A
     #: partition whose state has another version starts afresh before it applies

@@ -1,17 +1,20 @@
 """The processor's batches: applied, handed over live, committed; pipelined (issue 34).
 
-Without a live feed each batch is applied and committed in turn, one Kafka transaction at
-a time, as the commit protocol says (:mod:`processor.engine.commit`). With one
-(:mod:`processor.engine.live`), a transaction's commit runs on a thread of its own
-(:class:`InFlight`) while the loop goes on applying what arrives into the next
-transaction and hands it over at once: only the Kafka commit itself is serial, and a
-record that arrives during a commit no longer waits for it to be delivered.
+A batch is applied and committed in turn, one Kafka transaction at a time, as the commit
+protocol says (:mod:`processor.engine.commit`), unless its transaction is simple (below):
+then its commit runs on a thread of its own (:class:`InFlight`) while the loop goes on
+applying what arrives into the next transaction (and, with a live feed,
+:mod:`processor.engine.live`, hands it over at once): only the Kafka commit itself is
+serial. A record that arrives during a commit no longer waits for it to be delivered,
+and a queue's acknowledgements are applied while the leases before them commit.
 
 What makes it safe:
 
-* **Only simple transactions are committed in the background**: every batch of a live
-  topic (no view, queue or conflated topic, no expiration, no derived state). Any other
-  commits on the loop, as before.
+* **Only simple transactions are committed in the background**: every batch is of a
+  live topic (no expiration, no derived state) or of a derived partition that reads
+  what it committed only through the batch (:attr:`DerivedPartition.pipelines`: a
+  queue and its relay; not a view or a conflated topic). Any other commits on the loop,
+  as before.
 * **The next transaction reads what the one in flight wrote**: each partition's batch in
   flight is its :attr:`PartitionState.inflight` until it is in the store; the
   publishers' sequences it took are still seen (:meth:`PublisherSequences.take`).
@@ -31,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -39,7 +42,7 @@ from typing import Any
 from processor.engine.apply import Applier
 from processor.engine.assignment import Assignment
 from processor.engine.commit import CrashHook, Prepared, finish, prepare
-from processor.engine.derived import Ticking
+from processor.engine.derived import DerivedPartition, Ticking
 from processor.engine.expiry import Expirer
 from processor.engine.live import LiveFeed
 from processor.engine.partition import PartitionState
@@ -132,12 +135,23 @@ class InFlight:
         self._thread.join()
 
 
-def simple(transaction: Transaction, live: LiveFeed) -> bool:
+def simple(
+    transaction: Transaction,
+    live: LiveFeed | None,
+    derivations: Mapping[tuple[str, int], DerivedPartition],
+) -> bool:
     """Whether the transaction may commit in the background (module doc)."""
-    return all(
-        batch.state.topic.name in live.topics and not batch.meta and not batch.due
-        for batch in transaction.batches
-    )
+    topics = () if live is None else live.topics
+    for batch in transaction.batches:
+        state = batch.state
+        if batch.due:
+            return False
+        derivation = derivations.get((state.topic.name, state.partition))
+        if derivation is not None and getattr(derivation, "pipelines", False):
+            continue
+        if state.topic.name not in topics or batch.meta:
+            return False
+    return True
 
 
 class Batches:
@@ -267,7 +281,8 @@ class Batches:
             counts = {state: len(taken) for state, taken in prepared.publishers.items()}
             live.prepared(transaction, counts)
         group = self._consumer.group_metadata()
-        if background and self._pipelined and live is not None and simple(transaction, live):
+        derivations = self._assignment.derivations
+        if background and self._pipelined and simple(transaction, live, derivations):
             for batch in transaction.batches:
                 batch.state.inflight = batch.writes
             self.inflight = InFlight(gathered, prepared, group, self._finishing)

@@ -97,6 +97,7 @@ class Processor:
         clock: Callable[[], float] = time.time,
         listeners: Listeners | None = None,
         derived: Mapping[str, DerivedTopic] | None = None,
+        pipelined: bool = False,
     ) -> None:
         """``standby_tail`` makes changelog tails for standby stores (None: no standby
         stores); only a consumer-group member has partitions it does not own.
@@ -107,7 +108,8 @@ class Processor:
         processor makes to its records (expiry's due index is always one for a topic
         with expiration). ``derived``: the derived topics (views, queues) by name, whose
         records their :class:`~processor.engine.derived.DerivedTopic` computes from their
-        input (:mod:`processor.wiring` makes both)."""
+        input (:mod:`processor.wiring` makes both). ``pipelined``: apply the next batch
+        while the previous one commits, where that is safe (:mod:`processor.engine.pipeline`)."""
         self.topology, self._connections, self._open_store = topology, connections, open_store
         self._dead_letter_topic, self._max_batch = dead_letter_topic, max_batch
         #: When the log is ready for the next transaction (monotonic; ``_next_batch``).
@@ -164,12 +166,10 @@ class Processor:
         #: Transactions in a row whose offsets the group refused.
         self._refusals = GroupRefusals(self._stop)
         self._live: LiveFeed | None = None  # hands changes over before the commit
-        self._pipelined = False
-
-    def attach_live(self, sink: LiveSink, pipelined: bool = True) -> None:
-        """Hand changes to ``sink`` as they are applied (engine/live.py); ``pipelined``:
-        apply the next batch during a commit (engine/pipeline.py). Call before run."""
         self._pipelined = pipelined
+
+    def attach_live(self, sink: LiveSink) -> None:
+        """Hand changes to ``sink`` as they are applied (engine/live.py). Call before run."""
         feed = self._live = LiveFeed(self.topology, sink)
         for name in feed.topics:
             self._listeners[name] = (*self._listeners[name], feed)

@@ -34,9 +34,8 @@ subscriptions alive with heartbeats; when the partition takes it for dead
 (:mod:`processor.queues.services`: silent too long, or restarted), its subscriptions are
 disconnected, their leases return, and an ``ended`` delivery says
 so (a service that was alive after all, a broker outage for instance, subscribes them
-again). The clock's
-work (lease deadlines, expirations, those timeouts) runs in :meth:`QueuePartition.tick`
-(:class:`~processor.engine.derived.Ticking`).
+again). The clock's work (lease deadlines, expirations, those timeouts) runs in
+:meth:`QueuePartition.tick` (:class:`~processor.engine.derived.Ticking`).
 """
 
 from __future__ import annotations
@@ -88,6 +87,8 @@ def _state_of(message: QueueMessage) -> MessageState:
 class QueuePartition:
     """One partition of a queue (see the module doc); not thread-safe, except
     :meth:`figures`."""
+
+    pipelines = True  # reads the store only to rebuild the ledger (DerivedPartition)
 
     def __init__(self, definition: QueueDefinition, state: PartitionState) -> None:
         self.definition = definition

@@ -42,6 +42,8 @@ class RelayPartition:
 
     #: A relay keeps no state: any version of it may take over any other's partition.
     version = (b"queue-relay", b"1")
+    #: It reads nothing: its transactions may commit in the background.
+    pipelines = True
 
     def __init__(self, target: str, writer: EnvelopeWriter) -> None:
         self._target, self._writer = target, writer
