@@ -173,8 +173,8 @@ class Settings:
         True,
         Spec(
             "SOW_PIPELINED_COMMITS",
-            "with live delivery, the processor applies and hands over the next batch while "
-            "the previous one commits (docs/live.md)",
+            "the processor applies the next batch while the previous one commits: a queue's "
+            "always, a SOW topic's with live delivery (docs/live.md)",
             "`true`",
             "flag",
         ),
