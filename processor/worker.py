@@ -40,7 +40,7 @@ import urllib.request
 from collections.abc import Callable
 
 from processor import progress
-from processor.changelog.live import Frame, LiveDone, LiveUnit, PipeSink, read_frames
+from processor.changelog.live import Frame, LiveTarget, PipeSink, read_frames
 from processor.config import Settings
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class ProcessorChild:
         self._starting = threading.Lock()
         #: Where the child's live units go (set once the replica exists; until then, and
         #: without ``live_delivery``, they are dropped: the changelog brings them).
-        self.live: Callable[[list[LiveUnit], list[LiveDone], bool], None] | None = None
+        self.live: LiveTarget | None = None
         #: Exits this slot starts a new child after, at most, within RESTART_WINDOW_S.
         self._restarts = restarts
         self._exits: list[float] = []
@@ -240,7 +240,7 @@ class ProcessorChild:
             if target is None:
                 continue
             try:
-                target(frame.units, frame.dones, frame.ended)
+                target(frame.units, frame.dones, frame.ended, frame.handed)
             except Exception:  # the changelog still brings every record: say it once, go on
                 if not failed:
                     log.exception("the replica refused live units; they come from the changelog")

@@ -16,7 +16,7 @@ from processor.app.backend import (
     kafka_backend,
     processor_over,
 )
-from processor.changelog.live import LiveDone, LiveUnit, PipeSink
+from processor.changelog.live import HandedRecord, LiveDone, LiveTarget, LiveUnit, PipeSink
 from processor.config import Settings
 from processor.engine.processor import Processor
 from processor.errors import (
@@ -295,10 +295,6 @@ def start(
                     daemon=True,
                 ).start()
             app._spawn("sow-replica", app.replica.run)
-            if isinstance(app.live, LiveRelay):
-                app.live.target = app.replica.apply_live
-            if app.processor_child is not None:
-                app.processor_child.live = app.replica.apply_live
             app.log_writer = backend.log_writer()
             gateway = Gateway(topology, app.log_writer, app.replica)
             engine = QueryEngine(topology, app.replica)
@@ -314,6 +310,11 @@ def start(
                     service_id=queue_service_id(settings.state_dir),
                 )
                 app._spawn("sow-queues", app.queues.run)
+            target = _live_target(app.replica, app.queues)
+            if isinstance(app.live, LiveRelay):
+                app.live.target = target
+            if app.processor_child is not None:
+                app.processor_child.live = target
             app.health = Health(app.readiness)
             if isinstance(backend, KafkaBackend):
                 specs = topic_specs(topology, settings.dead_letter_topic)
@@ -353,14 +354,36 @@ class LiveRelay:
     """The live units of a processor in this process, to the replica once it exists."""
 
     def __init__(self) -> None:
-        self.target: Callable[[Sequence[LiveUnit], Sequence[LiveDone], bool], None] | None = None
+        self.target: LiveTarget | None = None
 
     def send(
-        self, units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
+        self,
+        units: Sequence[LiveUnit],
+        dones: Sequence[LiveDone],
+        ended: bool = False,
+        handed: Sequence[HandedRecord] = (),
     ) -> None:
         target = self.target
         if target is not None:
-            target(units, dones, ended)
+            target(units, dones, ended, handed)
+
+
+def _live_target(replica: Replica, queues: QueueHub | None) -> LiveTarget:
+    """Where what a processor hands over goes: its units to the replica, the records it
+    handed over as they are (a queue's leases) to the queue hub."""
+
+    def take(
+        units: Sequence[LiveUnit],
+        dones: Sequence[LiveDone],
+        ended: bool,
+        handed: Sequence[HandedRecord],
+    ) -> None:
+        if units or dones or ended:
+            replica.apply_live(units, dones, ended)
+        if handed and queues is not None:
+            queues.handed(handed)
+
+    return take
 
 
 def _live_sink(settings: Settings, service: bool) -> LiveRelay | PipeSink | None:

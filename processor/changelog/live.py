@@ -31,8 +31,8 @@ import errno
 import logging
 import marshal
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 LiveRecordData = tuple[bytes, "bytes | None", "list[tuple[str, bytes]] | None"]
 #: (log topic, partition, next offset): how far a batch read one input.
 Reached = tuple[str, int, int]
+#: A record handed over as produced: (topic, key, value, partition, headers), as
+#: ``processor.log.LogRecord`` (the changelog package does not import the log's).
+HandedRecord = tuple[str, "bytes | None", "bytes | None", int, "list[tuple[str, bytes]] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +77,14 @@ class LiveDone:
 
 
 def encode_frame(
-    units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
+    units: Sequence[LiveUnit],
+    dones: Sequence[LiveDone],
+    ended: bool = False,
+    handed: Sequence[HandedRecord] = (),
 ) -> bytes:
-    """One frame: its length, then the units and dones as plain tuples (``ended``: the
-    processor run that sent the earlier frames is over, see :class:`Frame`)."""
+    """One frame: its length, then the units, dones and handed records as plain tuples
+    (``ended``: the processor run that sent the earlier frames is over, see
+    :class:`Frame`)."""
     body = marshal.dumps(
         (
             [
@@ -95,6 +102,7 @@ def encode_frame(
             ],
             [(d.changelog, d.partition, d.transaction, d.end, d.progress) for d in dones],
             ended,
+            list(handed),
         )
     )
     return len(body).to_bytes(4, "big") + body
@@ -108,11 +116,14 @@ class Frame:
     units: list[LiveUnit]
     dones: list[LiveDone]
     ended: bool = False
+    #: Records produced in a transaction and handed over as they are (a queue's
+    #: at-least-once leases, ``PartitionBatch.hand_over``).
+    handed: list[HandedRecord] = field(default_factory=list)
 
 
 def decode_body(body: bytes) -> Frame:
     """The units and dones of one frame's body (without its length)."""
-    units, dones, ended = marshal.loads(body)
+    units, dones, ended, handed = marshal.loads(body)
     return Frame(
         [
             LiveUnit(c, p, tuple(t), a, b, ts, list(records), [tuple(r) for r in reached])
@@ -123,7 +134,15 @@ def decode_body(body: bytes) -> Frame:
             for c, p, t, e, progress in dones
         ],
         ended,
+        [
+            (t, k, v, p, [tuple(h) for h in headers] if headers else None)
+            for t, k, v, p, headers in handed
+        ],
     )
+
+
+#: Where a frame's parts go in the query service: ``(units, dones, ended, handed)``.
+LiveTarget = Callable[[Sequence[LiveUnit], Sequence[LiveDone], bool, Sequence[HandedRecord]], None]
 
 
 def read_frames(fd: int) -> Iterator[Frame]:
@@ -167,11 +186,15 @@ class PipeSink:
         self.dropped = 0
 
     def send(
-        self, units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
+        self,
+        units: Sequence[LiveUnit],
+        dones: Sequence[LiveDone],
+        ended: bool = False,
+        handed: Sequence[HandedRecord] = (),
     ) -> None:
         if self._closed:
             return
-        frame = encode_frame(units, dones, ended)
+        frame = encode_frame(units, dones, ended, handed)
         if len(self._waiting) > self.LIMIT:
             self._flush()
             if len(self._waiting) > self.LIMIT:

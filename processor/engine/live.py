@@ -45,7 +45,7 @@ from processor.changelog.events import ChangeEvent, Listener
 from processor.changelog.live import LiveDone, LiveRecordData, LiveUnit
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import PartitionBatch, Transaction, tombstone_headers
-from processor.log import TopicPartitionKey
+from processor.log import LogRecord, TopicPartitionKey
 from processor.topology.model import SowTopic, Topology
 
 log = logging.getLogger(__name__)
@@ -59,11 +59,17 @@ class LiveSink(Protocol):
     """Where live units go: the replica beside the processor, in this process or another."""
 
     def send(
-        self, units: Sequence[LiveUnit], dones: Sequence[LiveDone], ended: bool = False
+        self,
+        units: Sequence[LiveUnit],
+        dones: Sequence[LiveDone],
+        ended: bool = False,
+        handed: Sequence[LogRecord] = (),
     ) -> None:
         """Take the units of an applied transaction, or the dones of a committed one
-        (``ended``: the units sent before may never be committed: a new pipeline);
-        must not block (drop what cannot be taken: the changelog brings it later)."""
+        (``ended``: the units sent before may never be committed: a new pipeline), and
+        the records it ``handed`` over (``PartitionBatch.hand_over``: a queue's
+        at-least-once leases); must not block (drop what cannot be taken: the changelog
+        brings it later)."""
         ...
 
 
@@ -112,10 +118,12 @@ class LiveFeed:
         #: offsets were known, and how many.
         self._unsent: set[PartitionBatch] = set()
         self._counts: dict[PartitionBatch, int] = {}
-        #: Records handed over live, units the sink took, and partition batches kept for
-        #: their commit, by why (monitoring, tests).
+        #: Records handed over live, units the sink took, records handed over as they
+        #: are (``hand_over``), and partition batches kept for their commit, by why
+        #: (monitoring, tests).
         self.records = 0
         self.units = 0
+        self.handed = 0
         self.kept: Counter[str] = Counter()
 
     def listen(self, batch: PartitionBatch) -> Listener:
@@ -159,9 +167,11 @@ class LiveFeed:
             if unit is not None:
                 units.append(unit)
                 self._expected[transaction][batch.state] = -1
-        if units:
+        handed, transaction.handed = transaction.handed, []
+        if units or handed:
             self.units += len(units)
-            self._sink.send(units, ())
+            self.handed += len(handed)
+            self._sink.send(units, (), handed=handed)
 
     def _unit(
         self,

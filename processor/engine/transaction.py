@@ -46,6 +46,7 @@ from processor.changelog import (
 from processor.changelog.events import ChangeEvent, ChangeReason, Listener
 from processor.engine.partition import PartitionState
 from processor.errors import TransactionStateError
+from processor.log import Headers, LogRecord
 
 
 class TransactionStatus(Enum):
@@ -128,11 +129,21 @@ class Transaction:
     """One batch: its status and, per store partition it touched, its cache.
 
     ``now_ms`` is the batch's apply time; ``listeners`` are fed the changes of each topic's
-    records; ``produce`` writes to the log in the transaction. Not thread-safe: the
-    processor's loop owns it.
+    records; ``produce`` writes to the log in the transaction; ``handed``: the records
+    produced that may also be handed over before the commit
+    (:meth:`PartitionBatch.hand_over`). Not thread-safe: the processor's loop owns it.
     """
 
-    __slots__ = ("_batches", "listeners", "local", "now_ms", "number", "produce", "status")
+    __slots__ = (
+        "_batches",
+        "handed",
+        "listeners",
+        "local",
+        "now_ms",
+        "number",
+        "produce",
+        "status",
+    )
 
     def __init__(
         self,
@@ -149,6 +160,7 @@ class Transaction:
         self.local: Local = local or {}
         self.status = _STARTED
         self._batches: dict[PartitionState, PartitionBatch] = {}
+        self.handed: list[LogRecord] = []
 
     def check_open(self) -> None:
         """Raise TransactionStateError unless the transaction is still being applied."""
@@ -255,6 +267,16 @@ class PartitionBatch:
         """Produce one record to the log in this batch's transaction."""
         self._transaction.check_open()
         self._transaction.produce(topic, value, key, partition, headers)
+
+    def hand_over(
+        self, topic: str, value: bytes, key: bytes, partition: int, headers: Headers
+    ) -> None:
+        """:meth:`produce`, and keep the record to hand over before the commit (a live
+        feed, :mod:`processor.engine.live`, sends it; without one it is only produced):
+        for records whose reader takes each thing they hold once, whichever copy comes
+        first, and loses nothing if the transaction aborts (at-least-once leases)."""
+        self.produce(topic, value, key, partition, headers)
+        self._transaction.handed.append((topic, key, value, partition, headers))
 
     def put_state(self, key: bytes, value: bytes | None) -> None:
         """Keep ``value`` (None: delete) under ``STATE_PREFIX + key`` for this partition:

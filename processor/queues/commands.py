@@ -33,6 +33,10 @@ DELIVERY_HEADER = "sow.queue-delivery"
 BOOKMARK_HEADER = "sow.queue-bookmark"
 DEADLINE_HEADER = "sow.queue-deadline"
 DELIVERIES_HEADER = "sow.queue-deliveries"
+#: On a leases record the processor also handed to the query service beside it before
+#: its commit (at-least-once leases, issue 34): the service takes each lease once,
+#: whichever copy comes first (:class:`processor.subscriptions.queues.QueueHub`).
+HANDED_HEADER = "sow.queue-handed"
 #: A delivery kind besides "lease" and "barrier": the partition disconnected the
 #: subscription (its service was taken for dead); its service may subscribe it again.
 ENDED = "ended"
@@ -176,11 +180,12 @@ _LEASES_HEADERS: Headers = [(DELIVERY_HEADER, LEASES.encode())]
 
 
 def encode_leases(
-    leases: Iterable[tuple[bool, bytes, int | None, int, bytes]],
+    leases: Iterable[tuple[bool, bytes, int | None, int, bytes]], handed: bool = False
 ) -> list[tuple[bytes, Headers]]:
     """The records (value, headers) of one subscription's leases, each lease ``(barrier,
     bookmark, deadline_ms, deliveries, envelope)``: one record, or more when they pass
-    :data:`LEASES_RECORD_BYTES` together."""
+    :data:`LEASES_RECORD_BYTES` together (``handed``: marked :data:`HANDED_HEADER`)."""
+    headers = [*_LEASES_HEADERS, (HANDED_HEADER, b"1")] if handed else _LEASES_HEADERS
     records: list[tuple[bytes, Headers]] = []
     parts: list[bytes] = []
     size = 0
@@ -189,13 +194,18 @@ def encode_leases(
         head = _LEASE.pack(barrier, len(bookmark), deadline, deliveries, len(envelope))
         grown = len(head) + len(bookmark) + len(envelope)
         if parts and size + grown > LEASES_RECORD_BYTES:
-            records.append((b"".join(parts), list(_LEASES_HEADERS)))
+            records.append((b"".join(parts), list(headers)))
             parts, size = [], 0
         parts += (head, bookmark, envelope)
         size += grown
     if parts:
-        records.append((b"".join(parts), list(_LEASES_HEADERS)))
+        records.append((b"".join(parts), list(headers)))
     return records
+
+
+def handed(headers: Headers | None) -> bool:
+    """Whether a deliveries record was also handed over before its commit."""
+    return any(name == HANDED_HEADER for name, _ in headers or ())
 
 
 def decode_deliveries(

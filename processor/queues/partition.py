@@ -27,6 +27,10 @@ transaction:
 Records per run of input (or tick), not per message: the states a run changed are one
 state record (:mod:`processor.queues.state_batches`), the leases it gives a subscription
 one record on the deliveries topic (:func:`~processor.queues.commands.encode_leases`).
+At-least-once leases are also handed to the query service beside the processor before
+the commit (``PartitionBatch.hand_over``; a lease whose transaction aborts was only
+delivered once more); barrier messages and at-most-once leases are not: each removes
+its message, so it is delivered only once that is committed.
 
 Subscriptions are kept in the state too, so a restarted partition rebuilds its ledger
 (messages, counts, leases, subscriptions) exactly. A query service keeps its
@@ -51,9 +55,8 @@ from processor.engine.derived import Rejects
 from processor.engine.families import MAX_TOPICS
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import PartitionBatch
-from processor.errors import ExpressionError, MessageError, QueueExpiredError
-from processor.expr import Expression, MessageContext
-from processor.expr import compile as compile_expression
+from processor.errors import MessageError, QueueExpiredError
+from processor.expr import MessageContext
 from processor.log import Headers, Record
 from processor.log.records import LogRecord
 from processor.queues.answers import answered
@@ -67,7 +70,8 @@ from processor.queues.commands import (
 )
 from processor.queues.definition import QueueDefinition, bookmark_of, publish_options
 from processor.queues.figures import COUNTED, QueueFigures
-from processor.queues.ledger import Change, Ledger, MessageFilter, Outcome, QueueMessage
+from processor.queues.filters import Filters
+from processor.queues.ledger import Change, Ledger, Outcome, QueueMessage
 from processor.queues.services import SERVICE_TIMEOUT_MS, Services
 from processor.queues.state import STATES, MessageState
 from processor.queues.state_batches import StateBatches
@@ -77,7 +81,6 @@ log = logging.getLogger(__name__)
 
 _SUBSCRIPTION = b"qs"  # state: a subscription
 _ORIGIN = b"qo"  # state: where the queue began (RecoveryPoint), decided once
-_NO_FILTER: MessageFilter = lambda _message: True  # noqa: E731
 
 
 def _state_of(message: QueueMessage) -> MessageState:
@@ -103,7 +106,7 @@ class QueuePartition:
         self._decided: tuple[int, int] | None = None
         #: Where the queue began: (published at or after ms, after offset) (None: epoch).
         self._origin: tuple[int, int] | None = None
-        self._filters: dict[str, MessageFilter] = {}
+        self._filter = Filters(definition.decode)
         #: Which states batch holds each message's state (rebuilt with the ledger).
         self._states = StateBatches()
         #: The leases of this run (or tick) not written yet, by subscription: (barrier,
@@ -205,28 +208,6 @@ class QueuePartition:
             barrier=barrier,
             expires_ms=decoded.expiration_ms,
         )
-
-    def _filter(self, text: str) -> MessageFilter:
-        """A subscription's content filter over a message's envelope (cached by text;
-        MessageError: it is not one, so the command carrying it is dead-lettered)."""
-        if not text.strip():
-            return _NO_FILTER
-        found = self._filters.get(text)
-        if found is None:
-            try:
-                expression = compile_expression(text)
-            except ExpressionError as exc:
-                raise MessageError(f"queue command filter {text!r}: {exc}") from None
-            decode = self.definition.decode
-
-            def matches(message: QueueMessage, expression: Expression = expression) -> bool:
-                decoded = changelog.decode(message.data)
-                return expression.matches(decode(decoded.data), decoded.context())
-
-            if len(self._filters) >= 1024:
-                self._filters.clear()
-            found = self._filters[text] = matches
-        return found
 
     # -- input --------------------------------------------------------------------------
 
@@ -462,15 +443,19 @@ class QueuePartition:
 
     def _flush(self, batch: PartitionBatch) -> None:
         """Write what this run (or tick) decided: its states as one record, the leases
-        of each subscription as one record (or more, when large)."""
+        of each subscription as one record (or more, when large). At-least-once leases
+        are handed over before the commit too (the module doc)."""
         self._states.flush(batch)
         if not self._leases:
             return
         deliveries, partition = self.state.topic.deliveries_topic, self.state.partition
+        at_least_once = self.definition.rules.semantics is QueueSemantics.AT_LEAST_ONCE
         for subscription_id, leases in self._leases.items():
             key = subscription_id.encode()
-            for value, headers in encode_leases(leases):
-                batch.produce(deliveries, value, key, partition, headers)
+            handed = at_least_once and not any(lease[0] for lease in leases)
+            write = batch.hand_over if handed else batch.produce
+            for value, headers in encode_leases(leases, handed):
+                write(deliveries, value, key, partition, headers)
         self._leases = {}
 
     def _expired_record(self, bookmark: bytes, envelope: bytes) -> Record:

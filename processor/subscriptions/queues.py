@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from processor.changelog.live import HandedRecord
 from processor.errors import (
     BrokerError,
     DeadlineError,
@@ -47,6 +48,7 @@ from processor.errors import (
 )
 from processor.expr import compile as compile_expression
 from processor.log import ChangelogTail, LogRecord, LogWriter, Record, read_ready
+from processor.log.records import LogRecord as StoredRecord
 from processor.queues.answers import request_headers
 from processor.queues.commands import (
     ENDED,
@@ -54,12 +56,14 @@ from processor.queues.commands import (
     CommandKind,
     Delivery,
     decode_deliveries,
+    handed,
     service_id,
 )
 from processor.queues.definition import partition_of
 from processor.queues.services import HEARTBEAT_S
 from processor.security import OPEN, RequestContext
 from processor.security.reads import entitled, read_restriction
+from processor.subscriptions.handed import HandedLeases
 from processor.subscriptions.queue_answers import Acknowledged, AwaitedAnswers
 from processor.topology.model import SowTopic, Topology
 
@@ -136,6 +140,8 @@ class QueueHub:
         self._numbers = itertools.count(1)
         self._prefix = f"{self.service_id}/"
         self._answers = AwaitedAnswers(self.service_id)
+        #: Leases handed over before their commit, to take once (:mod:`.handed`).
+        self._handed = HandedLeases()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -144,6 +150,12 @@ class QueueHub:
 
     def __len__(self) -> int:
         return len(self._consumers)
+
+    @property
+    def twins_awaited(self) -> int:
+        """Leases handed over before their commit whose committed copy has not come yet."""
+        with self._lock:
+            return len(self._handed)
 
     def consumers(self) -> list[QueueConsumer]:
         with self._lock:
@@ -188,6 +200,8 @@ class QueueHub:
                 if now >= next_beat:
                     next_beat = now + HEARTBEAT_S
                     self._heartbeat()
+                    with self._lock:
+                        self._handed.forget_old(now)
         finally:
             tail.close()
             with self._lock:
@@ -198,17 +212,24 @@ class QueueHub:
     def wait_ready(self, timeout_s: float) -> bool:
         return self._ready.wait(timeout_s)
 
-    def _route(self, records: Sequence[Record]) -> None:
+    def handed(self, records: Sequence[HandedRecord]) -> None:
+        """Leases the processor beside this service handed over before their commit:
+        delivered now, and their committed copies dropped (:mod:`.handed`)."""
+        self._route([StoredRecord(t, p, -1, k, v, h) for t, k, v, p, h in records], live=True)
+
+    def _route(self, records: Sequence[Record], live: bool = False) -> None:
         if not records:
             return
         strays: list[tuple[str, str]] = []
         ended: list[tuple[QueueConsumer, int]] = []
+        now = time.monotonic()
         with self._lock:
-            consumers = self._consumers
+            consumers, once = self._consumers, self._handed
             for record in records:
                 try:
                     if self._answers.take(record):
                         continue
+                    twice = handed(record.headers())
                     deliveries = decode_deliveries(record.key(), record.value(), record.headers())
                 except (KeyError, ValueError) as exc:
                     log.warning(
@@ -227,7 +248,13 @@ class QueueHub:
                     ended.append((consumer, record.partition()))
                 elif consumer is not None:
                     for delivery in deliveries:
+                        if live:
+                            once.handed(delivery, now)
+                        elif twice and not once.new(delivery):
+                            continue
                         consumer.inbox.put(delivery)
+                elif live:
+                    continue  # its committed copy says so, if it ever is
                 elif delivery.kind != ENDED and delivery.subscription.startswith(self._prefix):
                     # Ours, but gone (its disconnect was lost): disconnect it again.
                     strays.append((record.topic(), delivery.subscription))
