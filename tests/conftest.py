@@ -154,6 +154,24 @@ HEAVY_VARIANTS = frozenset(
         "tests/integration/test_publish_ack.py::test_the_cli_publishes_with_processed_acks[memory]",
         "tests/integration/test_crash_recovery.py::test_crash_between_commit_steps[stored]",
         "tests/integration/test_crash_recovery.py::test_crash_between_commit_steps[produced]",
+        "tests/integration/test_crash_recovery.py::test_crash_between_commit_steps[committed]",
+        # Issue 34 (CI at 29.5 min): a sibling of each stays in CI. Views over processors
+        # that join and leave: test_processor_ownership's view over serve + process.
+        "tests/integration/test_views.py::test_views_stay_exact_while_processors_join_and_leave",
+        # A streaming read restarted: Spark's batch, as-of and latest reads.
+        "tests/integration/test_spark.py::test_streaming_restart_from_checkpoint_sees_every"
+        "_change_once",
+        # A crash mid-republish: the republish tests without one, and crash_recovery's.
+        "tests/integration/test_republish.py::test_a_republish_cut_by_a_crash_resumes_after"
+        "_its_cursor",
+        # Past the transaction timeout: an abandoned transaction timing out.
+        "tests/integration/test_kafka_semantics.py::test_a_processor_stalled_past_the"
+        "_transaction_timeout_carries_on",
+        # A hundred subscribers failing over: test_failover's one.
+        "tests/integration/test_query_failover.py::test_a_hundred_subscribers_resume_on_the"
+        "_other_query_service_with_no_gap_and_no_duplicate",
+        "tests/integration/test_queues.py::test_at_least_once_leases_are_handed_over_before"
+        "_their_commit_and_come_once[memory]",
     }
 )
 
