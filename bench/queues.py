@@ -298,7 +298,8 @@ def start_sow(bootstrap: str, topic: str, args: argparse.Namespace, state: Path)
     path = state / "bench-queues.yaml"
     path.write_text(text)
     began = time.perf_counter()
-    settings = Settings(
+    settings = replace(  # the environment's settings (SOW_LIVE_DELIVERY, ...), then these
+        Settings.from_env(),
         bootstrap_servers=bootstrap,
         state_dir=state,
         topology=path,
@@ -307,7 +308,7 @@ def start_sow(bootstrap: str, topic: str, args: argparse.Namespace, state: Path)
         dead_letter_topic=f"{topic}.dead-letter",
     )
     child = args.processor == "child"
-    app = start(replace(settings), topology=parse_yaml(text, str(path)), processor_process=child)
+    app = start(settings, topology=parse_yaml(text, str(path)), processor_process=child)
     while app.readiness() is not None:
         time.sleep(0.05)
     return app, time.perf_counter() - began

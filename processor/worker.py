@@ -115,7 +115,8 @@ class ProcessorChild:
             # Its progress lines come marked, to be shown as this process's own.
             progress.RELAY_ENV: "1",
         }
-        self._live_delivery = settings.live_delivery
+        # A pipe for live units and handed-over leases (unused by a child with neither).
+        self._live_delivery = settings.live_delivery or settings.queue_handover
         #: The child's metrics endpoint (from its ready status; "" before or without).
         self.metrics_address = ""
         #: What its watchdog found stuck (from its status; None while it works).

@@ -265,9 +265,9 @@ def start(
             app.processor_child = ProcessorChild(settings, backend.bootstrap, exited, restarts)
         elif processor:
             app.processor = backend.processor(settings, topology)
-            sink = _live_sink(settings, service)
+            sink = _live_sink(settings, service, topology)
             if sink is not None:
-                app.processor.attach_live(sink)
+                app.processor.attach_live(sink, units=settings.live_delivery)
                 app.live = sink
             app._spawn("sow-processor", app.processor.run)
         check()
@@ -386,10 +386,14 @@ def _live_target(replica: Replica, queues: QueueHub | None) -> LiveTarget:
     return take
 
 
-def _live_sink(settings: Settings, service: bool) -> LiveRelay | PipeSink | None:
-    """Where this process's processor hands its live units: the replica beside it, or
-    the parent ``sow serve``'s (:func:`live_sink_from_env`); None: nowhere."""
-    if not settings.live_delivery:
+def _live_sink(
+    settings: Settings, service: bool, topology: Topology
+) -> LiveRelay | PipeSink | None:
+    """Where this process's processor hands its live units (``SOW_LIVE_DELIVERY``) and a
+    queue's leases (``SOW_QUEUE_HANDOVER``): the replica and queue hub beside it, or the
+    parent ``sow serve``'s (:func:`live_sink_from_env`); None: nowhere, nothing to hand."""
+    queues = any(topic.queue is not None for topic in topology.topics.values())
+    if not settings.live_delivery and not (settings.queue_handover and queues):
         return None
     return LiveRelay() if service else live_sink_from_env()
 

@@ -200,6 +200,16 @@ class Settings:
             "flag",
         ),
     )
+    queue_handover: bool = _setting(
+        True,
+        Spec(
+            "SOW_QUEUE_HANDOVER",
+            "the processor hands a queue's at-least-once leases to the query service in its "
+            "process (or sow serve's) before the Kafka commit (docs/queues.md)",
+            "`true`",
+            "flag",
+        ),
+    )
     #: None means the broker's default (``Broker.assignment``).
     assignment: str | None = _setting(
         None,

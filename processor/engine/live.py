@@ -96,8 +96,11 @@ class LiveFeed:
 
     needs_old = False
 
-    def __init__(self, topology: Topology, sink: LiveSink) -> None:
-        self.topics = [name for name, t in topology.topics.items() if live_refusal(t) is None]
+    def __init__(self, topology: Topology, sink: LiveSink, units: bool = True) -> None:
+        """``units``: hand over the changes of the topics that allow it (else only the
+        records handed over, ``PartitionBatch.hand_over``)."""
+        topics = topology.topics.items() if units else ()
+        self.topics = [name for name, t in topics if live_refusal(t) is None]
         self._live = set(self.topics)
         self._sink = sink
         #: This run of the processor: transactions are (run, number).

@@ -168,9 +168,9 @@ class Processor:
         self._live: LiveFeed | None = None  # hands changes over before the commit
         self._pipelined = pipelined
 
-    def attach_live(self, sink: LiveSink) -> None:
-        """Hand changes to ``sink`` as they are applied (engine/live.py). Call before run."""
-        feed = self._live = LiveFeed(self.topology, sink)
+    def attach_live(self, sink: LiveSink, units: bool = True) -> None:
+        """Hand ``sink`` changes (``units``) and handed records as applied (engine/live.py)."""
+        feed = self._live = LiveFeed(self.topology, sink, units)
         for name in feed.topics:
             self._listeners[name] = (*self._listeners[name], feed)
 

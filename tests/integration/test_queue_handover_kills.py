@@ -1,7 +1,7 @@
 """A queue's leases handed over before their commit (issue 34), under SIGKILLs of the
-whole `sow serve` restarted at once: with live delivery on, at-least-once leases reach the
-consumer before the transaction that makes them commits, so a kill can take a
-transaction whose leases were already delivered. What must hold: every published
+whole `sow serve` restarted at once: at-least-once leases reach the consumer before the
+transaction that makes them commits (``SOW_QUEUE_HANDOVER``, the default), so a kill can
+take a transaction whose leases were already delivered. What must hold: every published
 message is received and acknowledged (the queue ends empty, nothing dead-lettered); a
 message is received twice only if it was leased when a kill came (bounded by the
 consumer's backlog per kill); nothing is received that was not published.
@@ -52,7 +52,7 @@ def _run(bootstrap: str, unique: str, tmp_path: Path, kills: int, messages: int)
         f"  - {{name: Q, message_type: json, underlying: jobs, "
         f"max_per_subscription_backlog: {BACKLOG}}}\n"
     )
-    env = {"SOW_LIVE_DELIVERY": "true"}
+    env = {"SOW_QUEUE_HANDOVER": "true"}  # the default, said outright
     received: list[int] = []
     published = threading.Event()
     publisher = None

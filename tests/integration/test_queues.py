@@ -658,12 +658,11 @@ def test_a_live_service_taken_for_dead_subscribes_again(
 def test_at_least_once_leases_are_handed_over_before_their_commit_and_come_once(
     backend: str, tmp_path: Path, unique: str, consumers: list[Consumer]
 ) -> None:
-    """With live delivery the processor hands a queue's at-least-once leases to the
-    service beside it before their commit (issue 34); their committed copies are dropped,
-    so each message comes once."""
+    """By default the processor hands a queue's at-least-once leases to the service beside
+    it before their commit (issue 34; SOW_QUEUE_HANDOVER, with SOW_LIVE_DELIVERY off);
+    their committed copies are dropped, so each message comes once."""
     topology = _topology(unique, "max_per_subscription_backlog: 40")
-    settings = {"live_delivery": True}
-    with running_sow(backend, topology, tmp_path, unique, settings) as (app, client):
+    with running_sow(backend, topology, tmp_path, unique) as (app, client):
         consumers.append(a := Consumer(client, ack=True, max_backlog=40))
         _publish(client, *({"id": i} for i in range(200)))
         _until(lambda: len(a.leases) >= 200)
@@ -673,5 +672,6 @@ def test_at_least_once_leases_are_handed_over_before_their_commit_and_come_once(
         assert app.processor is not None
         assert app.processor.live is not None
         assert app.processor.live.handed > 0  # they went over before their commits
+        assert app.processor.live.topics == []  # and no SOW topic's changes
         assert app.queues is not None
         _until(lambda: app.queues is not None and app.queues.twins_awaited == 0)
