@@ -198,6 +198,46 @@ def earliest_for_share_group(bootstrap: str, group: str) -> None:
         future.result()
 
 
+def tree_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process and its descendants, by part: the broker (a
+    JVM), kafka-sow's processor child, the consumers (and publisher: other Python
+    children), and this process (the query service, for kafka-sow). Linux /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    used: dict[int, tuple[float, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        used[int(entry)] = ((int(fields[11]) + int(fields[12])) / tick, command)
+    own = os.getpid()
+    parts = {"broker": 0.0, "processor": 0.0, "clients": 0.0, "this process": 0.0}
+    for pid, (seconds, command) in used.items():
+        ancestor = pid
+        while ancestor not in (own, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor != own:
+            continue
+        part = (
+            "this process"
+            if pid == own
+            else "broker"
+            if "java" in command.split(" ", 1)[0]
+            else "processor"
+            if "processor.cli process" in command
+            else "clients"
+        )
+        parts[part] += seconds
+    return parts
+
+
 def run_round(
     engine: str, consumers: int, bootstrap: str, args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
@@ -243,7 +283,7 @@ def run_round(
             if not ready.wait(max(deadline - time.monotonic(), 0)):
                 raise RuntimeError(f"{engine}: a consumer was not ready within 120 s")
         time.sleep(args.settle)  # the group's other members take their partitions
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), tree_cpu()
         publish_s = publish(bootstrap, topic, args.messages, args.partitions)
         deadline = time.monotonic() + args.timeout
         last_report = time.monotonic()
@@ -257,6 +297,7 @@ def run_round(
                 say(f"  {engine} x{consumers}: {acked():,} of {args.messages:,} acknowledged")
             time.sleep(0.005)
         seconds = time.perf_counter() - began
+        cpu = {part: used - cpu[part] for part, used in tree_cpu().items()}
     finally:
         stop.set()
         for worker in workers:
@@ -275,6 +316,11 @@ def run_round(
         "messages_per_s": round(args.messages / seconds),
         "publish_seconds": round(publish_s, 3),
         "startup_seconds": round(startup_s, 3),
+        # CPU microseconds per message, by part (the consumers' processes end before
+        # the count: theirs is what they used until the last acknowledgement).
+        "cpu_us_per_message": {
+            part: round(used / args.messages * 1e6, 1) for part, used in cpu.items()
+        },
     }
     say(f"{row}")
     return row
