@@ -85,7 +85,8 @@ def _run(bootstrap: str, unique: str, tmp_path: Path, kills: int, messages: int)
                     f"{messages - len(set(received) | set(consumer.ids()))} never received"
                 )
                 time.sleep(0.1)
-            while client.query("Q")[0]:  # every acknowledgement applied
+            # every acknowledgement applied (once the restarted replica caught up)
+            while client.query("Q", wait_for_catch_up=True)[0]:
                 assert time.monotonic() < deadline, "the queue did not empty"
                 time.sleep(0.1)
             consumer.quiet()
