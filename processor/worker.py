@@ -125,8 +125,8 @@ class ProcessorChild:
         self._on_exit = on_exit
         self._stopping = threading.Event()
         self._starting = threading.Lock()
-        #: Where the child's live units go (set once the replica exists; until then, and
-        #: without ``live_delivery``, they are dropped: the changelog brings them).
+        #: Where what the child hands over goes (set once the replica and queue hub exist;
+        #: until then it is dropped: the changelog and deliveries topics bring it).
         self.live: LiveTarget | None = None
         #: Exits this slot starts a new child after, at most, within RESTART_WINDOW_S.
         self._restarts = restarts
@@ -244,7 +244,10 @@ class ProcessorChild:
                 target(frame.units, frame.dones, frame.ended, frame.handed)
             except Exception:  # the changelog still brings every record: say it once, go on
                 if not failed:
-                    log.exception("the replica refused live units; they come from the changelog")
+                    log.exception(
+                        "the query service refused what its processor handed over; it comes "
+                        "from the changelog and deliveries topics"
+                    )
                 failed = True
 
     def _watch(self) -> None:

@@ -351,7 +351,8 @@ def start(
 
 
 class LiveRelay:
-    """The live units of a processor in this process, to the replica once it exists."""
+    """What a processor in this process hands over (live units, a queue's leases), to
+    the replica and queue hub once they exist (:func:`_live_target`)."""
 
     def __init__(self) -> None:
         self.target: LiveTarget | None = None

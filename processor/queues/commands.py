@@ -203,7 +203,7 @@ def encode_leases(
     return records
 
 
-def handed(headers: Headers | None) -> bool:
+def handed_over(headers: Headers | None) -> bool:
     """Whether a deliveries record was also handed over before its commit."""
     return any(name == HANDED_HEADER for name, _ in headers or ())
 

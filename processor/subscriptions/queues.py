@@ -56,7 +56,7 @@ from processor.queues.commands import (
     CommandKind,
     Delivery,
     decode_deliveries,
-    handed,
+    handed_over,
     service_id,
 )
 from processor.queues.definition import partition_of
@@ -229,7 +229,7 @@ class QueueHub:
                 try:
                     if self._answers.take(record):
                         continue
-                    twice = handed(record.headers())
+                    twice = handed_over(record.headers())
                     deliveries = decode_deliveries(record.key(), record.value(), record.headers())
                 except (KeyError, ValueError) as exc:
                     log.warning(
