@@ -8,6 +8,7 @@ processor at its state dir, probes on the endpoints it serves, a topology it can
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -269,6 +270,64 @@ def test_scrape_annotations_by_default_and_off_when_asked() -> None:
     assert not [o for o in manifests("default") if o["kind"] == "ServiceMonitor"]
 
 
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chart rendered with ``values``, as Kubernetes objects."""
+    files = helm.Chart.load(CHART).render(values, name="sow", namespace="data", is_install=True)
+    return [
+        doc
+        for path, text in sorted(files.items())
+        if not path.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+def dashboards(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard")
+    ]
+
+
+def test_grafana_dashboard_config_map_for_the_sidecar_unless_disabled() -> None:
+    """By default a ConfigMap carries dashboards/kafka-sow.json with the label Grafana's
+    sidecar watches (grafana_dashboard: "1"); its label, namespace and annotations are
+    values; disabled, there is none."""
+    (config_map,) = dashboards(manifests("default"))
+    assert config_map["metadata"]["name"] == "sow-kafka-sow-dashboard"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["labels"]["app.kubernetes.io/instance"] == "sow"
+    assert "namespace" not in config_map["metadata"]  # the release's
+    assert list(config_map["data"]) == ["kafka-sow.json"]
+    shipped = json.loads((CHART / "dashboards" / "kafka-sow.json").read_text())
+    assert json.loads(config_map["data"]["kafka-sow.json"]) == shipped
+    kubernetes_validate.validate(config_map, KUBERNETES_VERSION, strict=True)
+    for values in VALUES_SETS:  # every sample values set ships it
+        assert len(dashboards(manifests(values))) == 1, values
+
+    custom = render(
+        {
+            **BOOTSTRAP,
+            "grafanaDashboard": {
+                "label": {"key": "example.com/dashboard", "value": "kafka"},
+                "namespace": "monitoring",
+                "annotations": {"grafana_folder": "Kafka"},
+            },
+        }
+    )
+    (config_map,) = dashboards(custom)
+    assert config_map["metadata"]["labels"]["example.com/dashboard"] == "kafka"
+    assert "grafana_dashboard" not in config_map["metadata"]["labels"]
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "Kafka"}
+    kubernetes_validate.validate(config_map, KUBERNETES_VERSION, strict=True)
+
+    disabled = render({**BOOTSTRAP, "grafanaDashboard": {"enabled": False}})
+    assert dashboards(disabled) == []
+    assert {"StatefulSet", "Deployment"} <= {o["kind"] for o in disabled}
+
+
 BAD_VALUES = {
     "no bootstrap servers": (
         "kafka: {}",
@@ -319,6 +378,15 @@ BAD_VALUES = {
     "bootstrap without a port": (
         "kafka: {bootstrapServers: kafka}",
         "at '/kafka/bootstrapServers': 'kafka' does not match pattern",
+    ),
+    "dashboard label value not a label value": (
+        "kafka: {bootstrapServers: 'kafka:9092'}\n"
+        "grafanaDashboard: {label: {key: grafana_dashboard, value: 'yes please'}}",
+        "at '/grafanaDashboard/label/value': 'yes please' does not match pattern",
+    ),
+    "misspelt dashboard value": (
+        "kafka: {bootstrapServers: 'kafka:9092'}\ngrafanaDashboard: {enable: false}",
+        "additional properties 'enable' not allowed",
     ),
 }
 
