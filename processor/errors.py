@@ -10,7 +10,14 @@ from __future__ import annotations
 
 
 class SowError(Exception):
-    """Root of every kafka-sow error."""
+    """Root of every kafka-sow error.
+
+    ``failure`` is the kind of failure a request ends with, the same for every
+    transport: each maps it to its own status (gRPC's in ``server/calls.py``, HTTP's in
+    ``http/``), so a new error class picks its kind here, once."""
+
+    #: The failure kind of a request that ends with this error (see the class doc).
+    failure = "internal"
 
 
 class ConfigurationError(SowError):
@@ -54,6 +61,8 @@ class ValueFormatError(SowError, ValueError):
 
 class MessageError(SowError):
     """A message cannot be processed; the processor sends it to the dead-letter topic."""
+
+    failure = "invalid"
 
     #: Short machine-readable reason, written to the dead-letter record's headers.
     reason_code = "invalid-message"
@@ -132,9 +141,13 @@ class EnvelopeError(CorruptRecordError):
 class UnknownTopicError(SowError):
     """A command names a topic that has no SOW in the topology."""
 
+    failure = "not-found"
+
 
 class InvalidRequestError(SowError):
     """A query or command carries an invalid argument (for example BatchSize above 10000)."""
+
+    failure = "invalid"
 
 
 class ExpressionError(InvalidRequestError):
@@ -183,6 +196,8 @@ class AuthenticationError(SowError):
     cause and never echoes the secret; ``reason`` is a short machine-readable cause
     (``bad-password``, ``expired-token``, ``no-credentials``...) that the audit counts."""
 
+    failure = "unauthenticated"
+
     def __init__(self, message: str, reason: str = "bad-credentials") -> None:
         super().__init__(message)
         self.reason = reason
@@ -192,10 +207,14 @@ class NotEntitledError(SowError):
     """An authenticated principal may not do this: log on, read, write or acknowledge on
     this topic, or write a message outside its write filter (gRPC PERMISSION_DENIED)."""
 
+    failure = "not-entitled"
+
 
 class CatchingUpError(SowError):
     """A query needs the complete SOW but the replica has not caught up with the
     changelogs yet (after a start); retry, or ask the query to wait."""
+
+    failure = "unavailable"
 
 
 class ReplicaStoppedError(CatchingUpError):
@@ -212,32 +231,46 @@ class ReplicaStoppedError(CatchingUpError):
 class UnsupportedError(SowError):
     """A request asks for something this release does not implement yet."""
 
+    failure = "unsupported"
+
 
 class BookmarkTooOldError(SowError):
     """A replay bookmark points below the earliest offset the log still retains."""
 
+    failure = "precondition"
+
 
 class PositionTimeoutError(SowError):
     """A read asked for a minimum log position the service did not reach in time."""
+
+    failure = "timeout"
 
 
 class DeadlineError(SowError):
     """A command's deadline (``--timeout``) passed before the service answered; what it
     was sending may or may not have taken effect."""
 
+    failure = "timeout"
+
 
 class SlowConsumerError(SowError):
     """A subscriber fell behind past its subscription's backlog limit and was
     disconnected; it must subscribe again (sow_and_subscribe to resynchronise)."""
+
+    failure = "exhausted"
 
 
 class TooManySubscriptionsError(SowError):
     """The query service already serves as many subscriptions as it allows; use another
     query-service replica or retry later."""
 
+    failure = "exhausted"
+
 
 class BrokerError(SowError):
     """The Kafka-protocol broker cannot be started, reached or used."""
+
+    failure = "unavailable"
 
 
 class KafkaSecurityError(BrokerError):

@@ -13,6 +13,7 @@ import grpc
 from processor import errors
 from processor.log import LogPosition
 from processor.publish.requests import Published
+from processor.requests.events import CLIENT_NAME_HEADER
 from processor.security import OPEN, RequestContext
 from processor.wire import sow_pb2
 
@@ -28,23 +29,19 @@ DEFAULT_WAIT_S = 30.0
 #: A request's deadline is honoured with up to this much room to send the answer.
 DEADLINE_MARGIN_S = 0.25
 
-#: Failure reason -> gRPC status code. Order matters: the first matching class wins.
-STATUS_FOR: tuple[tuple[type[errors.SowError], grpc.StatusCode], ...] = (
-    (errors.AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
-    (errors.NotEntitledError, grpc.StatusCode.PERMISSION_DENIED),
-    (errors.UnknownTopicError, grpc.StatusCode.NOT_FOUND),
-    (errors.SlowConsumerError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (errors.TooManySubscriptionsError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (errors.UnsupportedError, grpc.StatusCode.UNIMPLEMENTED),
-    (errors.InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.MessageError, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.PositionTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (errors.DeadlineError, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (errors.BookmarkTooOldError, grpc.StatusCode.FAILED_PRECONDITION),
-    (errors.CatchingUpError, grpc.StatusCode.UNAVAILABLE),
-    (errors.BrokerError, grpc.StatusCode.UNAVAILABLE),
-    (errors.SowError, grpc.StatusCode.INTERNAL),
-)
+#: A failure's kind (``SowError.failure``) -> its gRPC status code.
+STATUS_FOR: dict[str, grpc.StatusCode] = {
+    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
+    "not-entitled": grpc.StatusCode.PERMISSION_DENIED,
+    "not-found": grpc.StatusCode.NOT_FOUND,
+    "exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "unsupported": grpc.StatusCode.UNIMPLEMENTED,
+    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+    "timeout": grpc.StatusCode.DEADLINE_EXCEEDED,
+    "precondition": grpc.StatusCode.FAILED_PRECONDITION,
+    "unavailable": grpc.StatusCode.UNAVAILABLE,
+    "internal": grpc.StatusCode.INTERNAL,
+}
 
 
 #: Builds a call's RequestContext from its gRPC ServicerContext: authenticates the
@@ -60,12 +57,16 @@ def open_context(context: Any) -> RequestContext:
     return RequestContext(deadline=time.monotonic() + remaining)
 
 
+def client_name(context: Any, caller: RequestContext) -> str:
+    """The client of a call, as its client-status events name it: the name it gave
+    (metadata ``sow-client-name``), else its principal's."""
+    given = dict(context.invocation_metadata() or ()).get(CLIENT_NAME_HEADER, "")
+    return str(given) or caller.principal.name
+
+
 def status_for(error: errors.SowError) -> grpc.StatusCode:
     """The gRPC status code of a failure."""
-    for kind, code in STATUS_FOR:
-        if isinstance(error, kind):
-            return code
-    return grpc.StatusCode.INTERNAL
+    return STATUS_FOR.get(error.failure, grpc.StatusCode.INTERNAL)
 
 
 def time_left(context: Any, default: float = DEFAULT_WAIT_S) -> float:
@@ -100,11 +101,6 @@ def publish_reply(result: Published) -> Any:
         position=sow_pb2.Position(topic=topic, partition=partition, offset=offset),
         sow_key=result.sow_key,
     )
-
-
-def position_text(position: LogPosition) -> str:
-    topic, partition, offset = position
-    return f"{topic}/{partition}/{offset}"
 
 
 def last_per_partition(results: list[Published | errors.SowError]) -> list[LogPosition]:

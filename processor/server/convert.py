@@ -9,6 +9,9 @@ from typing import Any
 from processor.changelog import Envelope
 from processor.log import LogPosition
 from processor.query.sow import QueryStats
+from processor.requests.changes import Change
+from processor.requests.queries import Row
+from processor.subscriptions.model import ChangeKind
 from processor.wire import sow_pb2
 
 
@@ -44,6 +47,44 @@ def record(
     if envelope.correlation_id:
         target.correlation_id = envelope.correlation_id
     return target
+
+
+def row(answered: Row, into: Any) -> Any:
+    """A query answer's row as a SowRecord (``into``), with a queue message's state."""
+    target = record(answered.envelope, None, into)
+    if answered.queue:
+        state = answered.state
+        if state is None:
+            target.queue_state.SetInParent()
+        else:
+            queue_state = target.queue_state
+            queue_state.leased = state.holder is not None
+            queue_state.leased_to = state.holder or ""
+            queue_state.lease_deadline_ms = state.deadline_ms or 0
+            queue_state.deliveries = state.deliveries
+            queue_state.cancels = state.cancels
+    return target
+
+
+_KINDS = {
+    ChangeKind.PUBLISH: sow_pb2.CHANGE_PUBLISH,
+    ChangeKind.DELETE: sow_pb2.CHANGE_DELETE,
+    ChangeKind.OOF: sow_pb2.CHANGE_OOF,
+}
+
+
+def change(out: Change) -> Any:
+    """A subscription's change as a Change message."""
+    message = sow_pb2.Change(kind=_KINDS[out.kind], topic=out.topic, sow_key=out.sow_key)
+    record(out.record, None, message.record)
+    position(out.position, message.changelog_position)
+    if out.oof_reason is not None:
+        message.oof_reason = out.oof_reason
+    if out.current is not None:
+        record(out.current, None, message.current)
+    if out.delta:
+        message.delta = True
+    return message
 
 
 def stats(counts: QueryStats) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -18,21 +18,22 @@ import grpc
 from processor import errors
 from processor.log import LogPosition
 from processor.publish.gateway import Gateway, PendingPublishes
-from processor.publish.requests import Deleted, PublishColumns
-from processor.query.historical import point_of, run_historical
+from processor.publish.requests import PublishColumns
 from processor.query.sow import QueryEngine, SowQuery
+from processor.requests.deletes import DeleteRequest, delete
+from processor.requests.events import Events
+from processor.requests.queries import Queries, QueryRequest
 from processor.security import RequestContext
 from processor.server import convert
 from processor.server.calls import (
-    DEFAULT_WAIT_S,
     PUBLISH_SLOTS,
     STREAM_WINDOW,
     WORKERS,
     Calls,
     ContextOf,
     busy_error,
+    client_name,
     last_per_partition,
-    position_text,
     publish_ack,
     publish_reply,
     time_left,
@@ -43,9 +44,6 @@ from processor.server.queues import QUEUE_STREAMS, QueuesServicer
 from processor.server.subscriptions import SUBSCRIPTION_STREAMS, SubscriptionsServicer
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.queues import WRITE_TIMEOUT_S, QueueHub
-from processor.subscriptions.shape import MessageShape
-from processor.topology.model import PlainTopic
-from processor.topology.topics import resolve_topic, resolve_topics
 from processor.wire import sow_pb2, sow_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -60,18 +58,19 @@ class SowServicer(sow_pb2_grpc.SowServicer):
         gateway: Gateway,
         queues: QueueHub | None = None,
         calls: Calls | None = None,
+        events: Events | None = None,
     ) -> None:
         self._engine = engine
+        #: The event topics' publisher (None: no client-status events).
+        self._events = events
         #: Each call's RequestContext (authenticated, its rights; server/auth.py).
         self._calls = calls or Calls()
         self._contexts = self._calls.context
         self._gateway = gateway
         #: A sow_delete on a queue acknowledges its messages (by bookmark or filter).
         self._queues = queues
-        #: The input topics whose records the replica applies (a processed ack waits).
-        self._sow_logs = {
-            t.kafka_topic for t in engine.topology.topics.values() if not isinstance(t, PlainTopic)
-        }
+        #: Queries answered and processed acknowledgements waited for.
+        self._queries = Queries(engine, gateway)
         self._publish_slots = threading.BoundedSemaphore(PUBLISH_SLOTS)
 
     def _abort(self, context: Any, error: errors.SowError) -> None:
@@ -93,29 +92,12 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
     def _until_processed(self, positions: Sequence[LogPosition], context: Any) -> None:
         """Return once this service's replica has applied every one of ``positions`` (a
-        ``processed`` acknowledgement); abort with DEADLINE_EXCEEDED when the call's
-        deadline comes first. Positions of topics without a SOW are persisted already."""
-        replica = self._engine.replica
-        sow = self._sow_logs
-        waited = [p for p in positions if p[0] in sow]
-        if not waited:
-            return
-        timeout = wait_budget(context, 0.0) or DEFAULT_WAIT_S  # the deadline, or that
+        ``processed`` acknowledgement), or abort (DEADLINE_EXCEEDED when the call's
+        deadline comes first)."""
         try:
-            if replica.wait_for(waited, timeout):
-                return
-        except errors.ReplicaStoppedError as exc:  # this service is stopping
+            self._queries.until_processed(positions, wait_budget(context, 0.0))
+        except errors.SowError as exc:
             self._abort(context, exc)
-            return
-        self._abort(
-            context,
-            errors.PositionTimeoutError(
-                f"the publish is in the log at {position_text(max(waited))} but was not "
-                f"applied to the SOW within {timeout:.3g}s (a processed acknowledgement); "
-                "the processor may be behind or stopped. Publishing again with the same "
-                "publisher and sequence is safe"
-            ),
-        )
 
     def PublishStream(self, request_iterator: Any, context: Any) -> Iterator[Any]:
         """Bulk publish: batches are handed to the log as they arrive (up to
@@ -205,11 +187,6 @@ class SowServicer(sow_pb2_grpc.SowServicer):
 
     def SowQuery(self, request: Any, context: Any) -> Iterator[Any]:
         caller = self._contexts(context)
-        try:
-            shape = self._select(request)
-            point = point_of(request.bookmark) if request.bookmark else None
-        except errors.SowError as exc:
-            self._abort(context, exc)
         query = SowQuery(
             topic=request.topic,
             sow_keys=tuple(request.sow_keys),
@@ -225,141 +202,57 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             projection=request.projection,
             wait_for_catch_up=request.wait_for_catch_up,
         )
+        asked = QueryRequest(query, request.select, request.text_form, request.bookmark)
         try:
-            if point is None:
-                result = self._engine.run(query, caller)
-            else:
-                result = run_historical(self._engine, query, point, caller)
+            answer = self._queries.answer(asked, caller)
         except errors.SowError as exc:
             self._abort(context, exc)
         yield sow_pb2.SowQueryReply(
             group_begin=sow_pb2.GroupBegin(
-                query_id=result.query_id,
-                topic=result.topic,
-                snapshot=[convert.position(p) for p in result.snapshot],
-                staleness_ms=self._engine.replica.staleness_ms(),
+                query_id=answer.query_id,
+                topic=answer.topic,
+                snapshot=[convert.position(p) for p in answer.snapshot],
+                staleness_ms=answer.staleness_ms,
             )
         )
-        text_form = request.text_form and not result.aggregated
-        topology = self._gateway.topology
-        queue = topology.topics.get(result.topic)
-        for batch in result.batches:
+        for rows in answer.batches:
             reply = sow_pb2.SowQueryReply()
             reply.batch.SetInParent()  # a batch even when empty, as before
             records = reply.batch.records
-            for envelope in batch:
-                convert.record(envelope, None, records.add())
-            if queue is not None and queue.queue is not None and not result.aggregated:
-                self._with_queue_state(queue.name, records)
-            if shape is not None:
-                for record in records:
-                    if shape.shapes(record.topic):
-                        record.data = shape.full(record.topic, record.data)
-                    elif text_form:
-                        codec = self._gateway.codec(resolve_topic(topology, record.topic))
-                        record.data = codec.to_text(record.data)
-            elif text_form:
-                # A pattern can match topics of different message types.
-                for record in records:
-                    codec = self._gateway.codec(resolve_topic(topology, record.topic))
-                    record.data = codec.to_text(record.data)
+            for row in rows:
+                convert.row(row, records.add())
             yield reply
-        stats = result.stats
-        assert stats is not None
         yield sow_pb2.SowQueryReply(
-            group_end=sow_pb2.GroupEnd(
-                query_id=result.query_id,
-                **convert.stats(stats),
-            )
-        )
-
-    def _with_queue_state(self, queue: str, records: Iterable[Any]) -> None:
-        """Each queue message's state (available until leased) on its record."""
-        replica = self._engine.replica
-        for record in records:
-            state = replica.queue_states.get(queue, record.sow_key.encode())
-            if state is None:
-                record.queue_state.SetInParent()
-                continue
-            record.queue_state.CopyFrom(
-                sow_pb2.QueueMessageState(
-                    leased=state.holder is not None,
-                    leased_to=state.holder or "",
-                    lease_deadline_ms=state.deadline_ms or 0,
-                    deliveries=state.deliveries,
-                    cancels=state.cancels,
-                )
-            )
-
-    def _select(self, request: Any) -> MessageShape | None:
-        """A query's select list, checked against the topics it reads (None: no select)."""
-        if not request.select:
-            return None
-        if request.grouping or request.projection:
-            raise errors.InvalidRequestError(
-                "a select list does not apply to an aggregated query (grouping/projection); "
-                "choose the fields with the projection instead"
-            )
-        topology = self._gateway.topology
-        topics = resolve_topics(topology, request.topic)
-        codecs = {t.name: self._gateway.codec(t) for t in topics}
-        return MessageShape.for_request(
-            topics, codecs, select=request.select, text_form=request.text_form, what="sow query"
+            group_end=sow_pb2.GroupEnd(query_id=answer.query_id, **convert.stats(answer.stats))
         )
 
     def SowDelete(self, request: Any, context: Any) -> Any:
         caller = self._contexts(context)
+        asked = DeleteRequest(
+            request.topic,
+            request.sow_keys,
+            request.filter,
+            request.data,
+            request.text_form,
+            request.timeout_seconds,
+        )
+        wait_s = time_left(context, request.timeout_seconds or WRITE_TIMEOUT_S)
         try:
-            deleted = self._delete(request, context, caller)
+            deleted = delete(self._gateway, self._queues, asked, caller, wait_s)
         except errors.SowError as exc:
             self._abort(context, exc)
+        if self._events is not None:
+            self._events.client(
+                "sow_delete",
+                client_name(context, caller),
+                connection_name=context.peer(),
+                topic=request.topic,
+                filter=request.filter,
+            )
         return sow_pb2.SowDeleteReply(
             records_deleted=deleted.records_deleted,
             positions=[convert.position(p) for p in deleted.positions],
         )
-
-    def _delete(self, request: Any, context: Any, caller: RequestContext) -> Deleted:
-        selectors = [
-            name
-            for name, given in (
-                ("sow_keys", bool(request.sow_keys)),
-                ("filter", bool(request.filter)),
-                ("data", bool(request.data)),
-            )
-            if given
-        ]
-        if len(selectors) != 1:
-            raise errors.InvalidRequestError(
-                "sow_delete takes exactly one selector: sow_keys, filter or data "
-                f"(got {', '.join(selectors) or 'none'})"
-            )
-        queues = self._queues
-        if queues is not None and request.topic in queues.names():
-            wait_s = time_left(context, request.timeout_seconds or WRITE_TIMEOUT_S)
-            return self._acknowledge(queues, request, wait_s, caller)
-        timeout, gateway = request.timeout_seconds, self._gateway
-        if request.filter:
-            return gateway.delete_by_filter(request.topic, request.filter, timeout, caller)
-        if request.data:
-            return gateway.delete_by_data(
-                request.topic, request.data, timeout, request.text_form, caller
-            )
-        return gateway.delete(request.topic, list(request.sow_keys), timeout, caller)
-
-    @staticmethod
-    def _acknowledge(
-        queues: QueueHub, request: Any, wait_s: float, caller: RequestContext
-    ) -> Deleted:
-        """sow_delete on a queue: acknowledge the messages of the bookmarks given as
-        SowKeys, or every message the filter matches; ``records_deleted``: how many
-        messages the queue's partitions removed (QueueHub.acknowledge)."""
-        topic = queues.queue(request.topic)
-        if request.data:
-            raise errors.InvalidRequestError(
-                f"{topic.name} is a queue: acknowledge its messages by bookmark or filter"
-            )
-        done = queues.acknowledge(topic, list(request.sow_keys), request.filter, wait_s, caller)
-        return Deleted(done.removed, [])
 
 
 def start_server(
@@ -373,6 +266,7 @@ def start_server(
     contexts: ContextOf | None = None,
     credentials: Any | None = None,
     blocking: Callable[[], str | None] | None = None,
+    events: Events | None = None,
 ) -> tuple[Any, str]:
     """Start the gRPC server on ``address``; return it and the address it bound. With a
     subscription hub it also serves the Subscriptions service (one more worker thread per
@@ -382,7 +276,8 @@ def start_server(
     (authentication and entitlements, :mod:`processor.server.auth`; default: the open
     context with the call's deadline); ``credentials``: grpc.ServerCredentials for TLS
     (default: plaintext); ``blocking``: what stops the Kafka cluster taking writes now
-    (None: nothing), said in the message of a call that fails for want of the broker."""
+    (None: nothing), said in the message of a call that fails for want of the broker;
+    ``events``: the event topics' publisher (client-status events)."""
     audit = getattr(contexts, "audit", None)
     calls = Calls(contexts, audit, blocking)
     workers = WORKERS + (SUBSCRIPTION_STREAMS if hub is not None else 0)
@@ -395,12 +290,12 @@ def start_server(
     if health is not None:
         health.add_to(server)
     sow_pb2_grpc.add_SowServicer_to_server(  # type: ignore[no-untyped-call]
-        SowServicer(engine, gateway, queues, calls), server
+        SowServicer(engine, gateway, queues, calls, events), server
     )
     if hub is not None:
         codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}
         sow_pb2_grpc.add_SubscriptionsServicer_to_server(  # type: ignore[no-untyped-call]
-            SubscriptionsServicer(hub, codecs, calls), server
+            SubscriptionsServicer(hub, codecs, calls, events), server
         )
     if queues is not None:
         codecs = {t.name: gateway.codec(t) for t in gateway.topology.every_topic()}

@@ -33,7 +33,6 @@ from typing import Any
 import grpc
 
 from processor import errors
-from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.subscription import SharedSender, Subscription
 from processor.wire import sow_pb2
 
@@ -57,14 +56,15 @@ class Session:
 
     def __init__(
         self,
-        hub: SubscriptionHub,
+        unsubscribe: Callable[[Subscription], None],
         subscribe: Opener,
         sow_and_subscribe: Opener,
         status_for: Callable[[errors.SowError], grpc.StatusCode],
         changes: Callable[[Subscription, Any, list[Any]], Any],
         replace: Replacer | None = None,
     ) -> None:
-        self._hub = hub
+        #: Drops a subscription (the hub's, with its client-status event).
+        self._unsubscribe_from_hub = unsubscribe
         self._replace_with = replace
         self._openers = {"subscribe": subscribe, "sow_and_subscribe": sow_and_subscribe}
         self._status_for = status_for
@@ -149,7 +149,7 @@ class Session:
                 self.sender.woken.append(subscription)
                 self.ready.notify()
         if closed:
-            self._hub.unsubscribe(subscription)
+            self._unsubscribe_from_hub(subscription)
 
     def _replace(self, kind: str, request: Any) -> None:
         """Replace the live subscription ``request.sub_id`` (spec 3.12). Refused (unknown
@@ -175,7 +175,7 @@ class Session:
                     del self._active[sub_id]
                     self._names.discard(sub_id)
                     self._ids.pop(subscription.number, None)
-            self._hub.unsubscribe(subscription)
+            self._unsubscribe_from_hub(subscription)
             self._end(
                 sub_id,
                 self._status_for(exc).name,
@@ -195,7 +195,7 @@ class Session:
         if entry is None:
             self._end(sub_id, "NOT_FOUND", f"no subscription {sub_id!r} in this session")
             return
-        self._hub.unsubscribe(entry[0])
+        self._unsubscribe_from_hub(entry[0])
         self._end(sub_id, "CANCELLED", "unsubscribed")
 
     def _end(self, sub_id: str, code: str, details: str) -> None:
@@ -216,7 +216,7 @@ class Session:
             self._ids.clear()
             self.ready.notify_all()
         for subscription in subscriptions:
-            self._hub.unsubscribe(subscription)
+            self._unsubscribe_from_hub(subscription)
 
     # -- the sender's side ---------------------------------------------------------------
 
@@ -264,7 +264,7 @@ class Session:
             del self._active[sub_id]
             self._names.discard(sub_id)
             self._ids.pop(subscription.number, None)
-        self._hub.unsubscribe(subscription)
+        self._unsubscribe_from_hub(subscription)
         if isinstance(error, errors.SlowConsumerError):
             log.warning("%s", error)
         yield sow_pb2.SubscriptionMessage(

@@ -20,16 +20,18 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
-from processor import changelog, errors
+from processor import errors
 from processor.changelog import Envelope
 from processor.changelog.bookmarks import parse_bookmark
 from processor.messages import Codec
+from processor.requests import changes
+from processor.requests.events import ClientEvents, Events
 from processor.security import OPEN, RequestContext
 from processor.server import convert
-from processor.server.calls import Calls
+from processor.server.calls import Calls, client_name
 from processor.server.sessions import Session
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
-from processor.subscriptions.model import ChangeKind, Notice, SubscribeRequest
+from processor.subscriptions.model import Notice, SubscribeRequest
 from processor.subscriptions.replay import Replay
 from processor.subscriptions.shape import MessageShape
 from processor.subscriptions.subscription import SharedSender, Subscription
@@ -43,23 +45,16 @@ log = logging.getLogger(__name__)
 #: no error), so the service refuses past 2,500 with a clear status instead. More
 #: subscriptions: more query-service replicas (docs/subscriptions.md).
 SUBSCRIPTION_STREAMS = 2_500
-#: Most changes sent per wake-up of a stream's thread.
-SEND_BATCH = 256
-#: How long an idle stream's thread sleeps between checks that its client is still
-#: there (a client that leaves ends the stream at once through the RPC's termination
-#: callback; this is the backstop, kept long so 10,000 idle streams cost nothing).
-IDLE_CHECK_S = 5.0
+#: Most changes sent per wake-up of a stream's thread, and how long an idle stream's
+#: thread sleeps between checks that its client is still there (a client that leaves
+#: ends the stream at once through the RPC's termination callback; this is the
+#: backstop, kept long so 10,000 idle streams cost nothing).
+SEND_BATCH, IDLE_CHECK_S = changes.SEND_BATCH, changes.IDLE_CHECK_S
 #: How long a slow consumer's stream may stay blocked on a full connection after its
 #: subscription closed before the service cancels it.
 SLOW_CONSUMER_GRACE_S = 5.0
 #: (envelope, the SowRecord to fill or None for a new one) -> the SowRecord.
 ToRecord = Callable[[Envelope, Any], Any]
-
-_KINDS = {
-    ChangeKind.PUBLISH: sow_pb2.CHANGE_PUBLISH,
-    ChangeKind.DELETE: sow_pb2.CHANGE_DELETE,
-    ChangeKind.OOF: sow_pb2.CHANGE_OOF,
-}
 
 
 def _request(request: Any) -> SubscribeRequest:
@@ -96,8 +91,11 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         hub: SubscriptionHub,
         codecs: dict[str, Codec],
         calls: Calls,
+        events: Events | None = None,
     ) -> None:
         self._hub = hub
+        #: The event topics' publisher (None: no client-status events).
+        self._events = events
         #: Each call's RequestContext (authenticated, its rights; server/auth.py).
         self._calls = calls
         self._contexts = calls.context
@@ -109,33 +107,27 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         self._calls.abort(context, error)
 
     def _converter(self, request: Any, shape: MessageShape | None = None) -> ToRecord:
-        """(envelope, SowRecord to fill or None) -> SowRecord: the whole message (text
-        form on request), or the selected fields when a select list applies to its
-        topic."""
-        if shape is not None and shape.select is not None:
-            plain = self._converter(request)
+        """(envelope, SowRecord to fill or None) -> SowRecord, shaped as the request
+        asks (:func:`processor.requests.changes.shaper`)."""
+        shaped = changes.shaper(shape, request.text_form, self._codecs)
+        return lambda envelope, into: convert.record(shaped(envelope), None, into)
 
-            def selected(envelope: Envelope, into: Any) -> Any:
-                if not shape.shapes(envelope.topic):
-                    return plain(envelope, into)
-                record = convert.record(envelope, None, into)
-                record.data = shape.full(envelope.topic, envelope.data)
-                return record
-
-            return selected
-        if not request.text_form:
-            return lambda envelope, into: convert.record(envelope, None, into)
-        codecs = self._codecs
-        return lambda envelope, into: convert.record(envelope, codecs[envelope.topic].to_text, into)
+    def _client(self, context: Any, caller: RequestContext, *, logon: bool) -> ClientEvents:
+        """The client of a call (:func:`client_name`), on its connection (peer)."""
+        name = client_name(context, caller)
+        return ClientEvents(self._events, name, context.peer(), self._hub.unsubscribe, logon=logon)
 
     def Subscribe(self, request: Any, context: Any) -> Iterator[Any]:
         caller = self._contexts(context)
-        return self._stream(request, context, partial(self._open_subscribe, caller=caller))
+        client = self._client(context, caller, logon=False)
+        opener = partial(self._open_subscribe, caller=caller, client=client)
+        return self._stream(request, context, opener, client)
 
     def SowAndSubscribe(self, request: Any, context: Any) -> Iterator[Any]:
         caller = self._contexts(context)
-        opener = partial(self._open_sow_and_subscribe, caller=caller)
-        return self._stream(request, context, opener)
+        client = self._client(context, caller, logon=False)
+        opener = partial(self._open_sow_and_subscribe, caller=caller, client=client)
+        return self._stream(request, context, opener, client)
 
     def Session(self, commands: Iterator[Any], context: Any) -> Iterator[Any]:
         """Many subscriptions on one stream (:mod:`processor.server.sessions`), all of
@@ -143,10 +135,11 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         caller = self._contexts(context)
         if not self._streams.acquire(blocking=False):
             self._abort(context, _too_many())
+        client = self._client(context, caller, logon=True)
         session = Session(
-            self._hub,
-            partial(self._open_subscribe, caller=caller),
-            partial(self._open_sow_and_subscribe, caller=caller),
+            client.unsubscribe,
+            partial(self._open_subscribe, caller=caller, client=client),
+            partial(self._open_sow_and_subscribe, caller=caller, client=client),
             partial(self._calls.status, caller=caller),
             self._changes,
             lambda subscription, request, with_query: self._hub.replace(
@@ -162,20 +155,30 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             yield from session.messages(context.is_active, IDLE_CHECK_S, SEND_BATCH)
         finally:
             session.close()
+            client.close()
             self._streams.release()
 
     def _open_subscribe(
-        self, request: Any, sender: SharedSender | None = None, *, caller: RequestContext = OPEN
+        self,
+        request: Any,
+        sender: SharedSender | None = None,
+        *,
+        caller: RequestContext = OPEN,
+        client: ClientEvents | None = None,
     ) -> tuple[Subscription, Iterable[Any]]:
         """Register a subscribe: the subscription and its ``registered`` message (for a
         bookmark subscription, then its replay and ``completed``, sent as read)."""
         if request.bookmark and not parse_bookmark(request.bookmark).now:
             subscription, replay = self._hub.subscribe_replaying(_request(request), sender, caller)
+            if client is not None:
+                client.subscribed(subscription, "subscribe", request)
             registered = sow_pb2.SubscriptionMessage(
                 sub_id=request.sub_id, registered=sow_pb2.Registered()
             )
             return subscription, itertools.chain([registered], self._replayed(request, replay))
         subscription = self._hub.subscribe(_request(request), sender, caller)
+        if client is not None:
+            client.subscribed(subscription, "subscribe", request)
         snapshot = [convert.position(p) for p in subscription.start_vector()]
         registered = sow_pb2.SubscriptionMessage(
             sub_id=request.sub_id, registered=sow_pb2.Registered(snapshot=snapshot)
@@ -196,16 +199,23 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         )
 
     def _open_sow_and_subscribe(
-        self, request: Any, sender: SharedSender | None = None, *, caller: RequestContext = OPEN
+        self,
+        request: Any,
+        sender: SharedSender | None = None,
+        *,
+        caller: RequestContext = OPEN,
+        client: ClientEvents | None = None,
     ) -> tuple[Subscription, Iterable[Any]]:
         """Register a sow_and_subscribe: the subscription and its query result (group
         begin, batches, group end; for a historical one, then the replay and
         ``completed``)."""
         subscription, phase = self._hub.sow_and_subscribe(_request(request), sender, caller)
+        if client is not None:
+            client.subscribed(subscription, "sow_and_subscribe", request)
         try:
             opening = self._query_phase(request, phase, subscription.shape)
         except BaseException:
-            self._hub.unsubscribe(subscription)
+            (self._hub.unsubscribe if client is None else client.unsubscribe)(subscription)
             raise
         if phase.replay is not None:
             return subscription, itertools.chain(opening, self._replayed(request, phase.replay))
@@ -252,16 +262,14 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         """One message with a subscription's changes (``change`` when there is one), or
         None when ``no_empties`` suppressed every delta update among them."""
         shape = subscription.shape
-        to_record = self._converter(request, shape)
-        changes = [_change(d, to_record) for d in deliveries]
-        if shape is not None and shape.delta:
-            changes = [c for d, c in zip(deliveries, changes, strict=True) if _delta(c, d, shape)]
-            if not changes:
-                return None
-        if len(changes) == 1:
-            return sow_pb2.SubscriptionMessage(sub_id=request.sub_id, change=changes[0])
+        shaped = changes.shaper(shape, request.text_form, self._codecs)
+        out = [convert.change(c) for c in changes.changes(deliveries, shape, shaped)]
+        if not out:
+            return None
+        if len(out) == 1:
+            return sow_pb2.SubscriptionMessage(sub_id=request.sub_id, change=out[0])
         return sow_pb2.SubscriptionMessage(
-            sub_id=request.sub_id, changes=sow_pb2.ChangeBatch(changes=changes)
+            sub_id=request.sub_id, changes=sow_pb2.ChangeBatch(changes=out)
         )
 
     def _stream(
@@ -269,6 +277,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         request: Any,
         context: Any,
         register: Callable[[Any], tuple[Subscription, Iterable[Any]]],
+        client: ClientEvents,
     ) -> Iterator[Any]:
         """One subscription stream: take a stream slot, register with the hub, send the
         opening messages, then the live changes; the subscription is dropped however
@@ -283,69 +292,27 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
             try:
                 yield from opening
             except BaseException:
-                self._hub.unsubscribe(subscription)
+                client.unsubscribe(subscription)
                 raise
-            yield from self._live(subscription, request, context)
+            yield from self._live(subscription, request, context, client)
         finally:
             self._streams.release()
 
-    def _live(self, subscription: Subscription, request: Any, context: Any) -> Iterator[Any]:
+    def _live(
+        self, subscription: Subscription, request: Any, context: Any, client: ClientEvents
+    ) -> Iterator[Any]:
         """Send the subscription's changes until the client leaves or it closes."""
-        context.add_callback(lambda: self._hub.unsubscribe(subscription))
+        context.add_callback(lambda: client.unsubscribe(subscription))
         subscription.on_close.append(lambda: _cancel_later(context))
         try:
-            while True:
-                try:
-                    deliveries = subscription.take(SEND_BATCH, IDLE_CHECK_S)
-                except errors.SlowConsumerError as exc:
-                    log.warning("%s", exc)
-                    self._abort(context, exc)
-                    return
-                except errors.NotEntitledError as exc:  # its rights were taken away
-                    self._abort(context, exc)
-                    return
-                except errors.SowError:
-                    return
-                if not deliveries and not context.is_active():
-                    return
-                if deliveries:
-                    message = self._changes(subscription, request, deliveries)
-                    if message is not None:
-                        yield message
+            for deliveries in changes.live(subscription, context.is_active, SEND_BATCH):
+                message = self._changes(subscription, request, deliveries)
+                if message is not None:
+                    yield message
+        except (errors.SlowConsumerError, errors.NotEntitledError) as exc:
+            self._abort(context, exc)
         finally:
-            self._hub.unsubscribe(subscription)
-
-
-def _change(delivery: Notice, to_record: ToRecord) -> Any:
-    change = sow_pb2.Change(
-        kind=_KINDS[delivery.kind], topic=delivery.topic, sow_key=delivery.sow_key.decode()
-    )
-    to_record(changelog.decode(delivery.envelope), change.record)
-    convert.position(delivery.position, change.changelog_position)
-    if delivery.oof_reason is not None:
-        change.oof_reason = delivery.oof_reason.value
-    if delivery.current is not None:
-        to_record(changelog.decode(delivery.current), change.current)
-    return change
-
-
-def _delta(change: Any, delivery: Notice, shape: MessageShape) -> bool:
-    """Make ``change`` a delta update when it is a publish updating a record the
-    subscriber holds; False when ``no_empties`` suppresses it (nothing selected changed).
-    A delete or an OOF notice is sent whole (spec 3.10), though it carries ``previous``
-    too (for conflation and the OOF's last-received state)."""
-    previous = delivery.previous
-    if delivery.kind is not ChangeKind.PUBLISH or previous is None:
-        return True
-    if not shape.shapes(delivery.topic):
-        return True
-    update = shape.update(
-        delivery.topic, changelog.data_of(previous), changelog.data_of(delivery.envelope)
-    )
-    if update is None:
-        return False
-    change.record.data, change.delta = update
-    return True
+            client.unsubscribe(subscription)
 
 
 def _cancel_later(context: Any) -> None:
