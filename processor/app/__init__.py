@@ -33,6 +33,9 @@ from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine
 from processor.replica.plain_tail import PlainTail
 from processor.replica.replica import Replica
+from processor.requests.dead_letters import DeadLetters
+from processor.requests.events import Events, with_event_topics
+from processor.requests.queries import Queries
 from processor.state.opener import store_opener
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.queues import QueueHub, queue_service_id
@@ -40,6 +43,7 @@ from processor.topology import Topology, refuse_unserved
 from processor.worker import ProcessorChild, live_sink_from_env
 
 if TYPE_CHECKING:
+    from processor.http.api import HttpApi
     from processor.log.kafka.condition import ClusterWatch
     from processor.observability.metrics import Observer
     from processor.server.health import Health
@@ -87,6 +91,10 @@ class Application:
     #: The Kafka cluster's condition for this application's topics (a query service on a
     #: Kafka cluster only; a single broker is not watched).
     cluster: ClusterWatch | None = None
+    #: The event topics' publisher (None: SOW_EVENT_TOPICS off, or no query service).
+    events: Events | None = None
+    #: The console and HTTP API on the metrics endpoint (None: not served).
+    http: HttpApi | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
     #: Component threads that stopped on their own, first first (see :meth:`failure`).
@@ -192,6 +200,10 @@ class Application:
             self.health.stop()
         if self.observer is not None:
             self.observer.stop()
+        if self.http is not None:
+            self.http.history.stop()
+        if self.events is not None:
+            self.events.close()
         if self.security is not None:
             self.security.close()
         if self.grpc_server is not None:
@@ -242,6 +254,8 @@ def start(
 
         topology = load_topology(settings.topology)
     refuse_unserved(topology)  # views, conflated topics, queues: refused, never NOT_FOUND
+    if service and settings.event_topics:
+        topology = with_event_topics(topology)  # /AMPS/ClientStatus, /AMPS/SOWStats
     check()
     if backend is None:
         settings, backend = kafka_backend(settings)
@@ -310,6 +324,10 @@ def start(
                     service_id=queue_service_id(settings.state_dir),
                 )
                 app._spawn("sow-queues", app.queues.run)
+            if settings.event_topics:
+                types = {name: t.message_type for name, t in topology.topics.items()}
+                counts = app.replica.record_counts
+                app.events = Events(gateway, counts, types, settings.sow_stats_interval_s)
             target = _live_target(app.replica, app.queues)
             if isinstance(app.live, LiveRelay):
                 app.live.target = target
@@ -334,7 +352,11 @@ def start(
                 contexts=security.contexts,
                 credentials=security.credentials,
                 blocking=None if app.cluster is None else app.cluster.blocking,
+                events=app.events,
             )
+            if app.observer is not None and settings.console != "off":
+                app.http = _console(app, engine, gateway)
+                app.observer.mount(app.http)
             security.follow(app.subscriptions, app.queues)  # entitlements reloaded when changed
             app.health.start()
         if settings.metrics_address:
@@ -411,6 +433,27 @@ def _release_when_set(
         replica.release_catch_up()
 
     return run
+
+
+def _console(app: Application, engine: QueryEngine, gateway: Gateway) -> HttpApi:
+    """The console and HTTP API of ``app``'s query service (processor/http), behind the
+    same authentication as its gRPC service."""
+    from processor.http.api import HttpApi, Parts
+
+    observer, security = app.observer, app.security
+    assert observer is not None
+    parts = Parts(
+        Queries(engine, gateway),
+        app.subscriptions,
+        app.queues,
+        app.events,
+        DeadLetters(app.backend.changelog_reader, app.settings.dead_letter_topic),
+        observer.exposition,
+        app.readiness,
+        app.backend.description,
+    )
+    contexts = None if security is None else security.contexts
+    return HttpApi(parts, contexts, app.settings.console)
 
 
 def _observer(app: Application, *, requests: bool) -> Observer:

@@ -158,6 +158,8 @@ def cmd_serve(
         )
     if app.observer is not None:
         lines.append(f"  metrics:    http://{app.observer.address}/metrics  (/healthz, /readyz)")
+    if app.http is not None and app.observer is not None:
+        lines.append(f"  console:    http://{app.observer.address}/console/")
     lines.append("  stop with Ctrl-C")
     if not to_parent:  # a processor child's parent says it, from the status channel
         sys.stderr.write("\n".join(lines) + "\n")

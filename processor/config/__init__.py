@@ -27,6 +27,8 @@ ASSIGNMENTS = ("group", "static")
 STANDBYS = ("off", "all")
 #: Consumer-group membership (SOW_MEMBERSHIP).
 MEMBERSHIPS = ("dynamic", "static")
+#: Who the web console answers (SOW_CONSOLE).
+CONSOLES = ("loopback", "on", "off")
 #: The broker started when no bootstrap address is given (SOW_EMBEDDED_BROKER).
 EMBEDDED_BROKERS = ("auto", "kafka", "tansu")
 #: The processor's consumer-group protocol (SOW_GROUP_PROTOCOL): KIP-848 or the classic one.
@@ -238,6 +240,37 @@ class Settings:
     metrics_address: str = _setting(
         "",
         Spec("SOW_METRICS_ADDRESS", "HTTP `host:port` for /metrics, /healthz, /readyz", "none"),
+    )
+    console: str = _setting(
+        "loopback",
+        Spec(
+            "SOW_CONSOLE",
+            "the web console and HTTP API on the metrics address (docs/console.md): `loopback` "
+            "answers loopback callers only, `on` any caller, `off` none",
+            "`loopback`",
+            "choice",
+            CONSOLES,
+        ),
+    )
+    event_topics: bool = _setting(
+        True,
+        Spec(
+            "SOW_EVENT_TOPICS",
+            "the query service publishes /AMPS/ClientStatus and /AMPS/SOWStats (docs/console.md)",
+            "`true`",
+            "flag",
+        ),
+    )
+    sow_stats_interval_s: int = _setting(
+        5,
+        Spec(
+            "SOW_STATS_INTERVAL",
+            "between two rounds of /AMPS/SOWStats messages (AMPS's SOWStatsInterval)",
+            "`5`",
+            "whole",
+            bounds=(1, 86400),
+            unit="seconds",
+        ),
     )
     ephemeral_log: bool = _setting(
         False,

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: A handler of other paths of the metrics endpoint: (request, method) -> served.
+Mounted = Callable[[BaseHTTPRequestHandler, str], bool]
+
 #: Latency buckets for gRPC calls, in seconds (0.5 ms to 30 s).
 LATENCY_BUCKETS = (
     0.0005,
@@ -343,6 +346,8 @@ class Observer:
         self.requests = RequestMetrics(self.registry) if requests else None
         self._readiness = readiness
         self._relayed: list[Callable[[], bytes]] = []
+        #: Handlers of other paths (the console, :meth:`mount`), tried in turn.
+        self._mounted: list[Mounted] = []
         self._server: ThreadingHTTPServer | None = None
         self.address = ""
 
@@ -350,6 +355,12 @@ class Observer:
         """Append another process's metrics (Prometheus text; empty when it has none
         or does not answer) to every scrape: ``sow serve``'s processor child."""
         self._relayed.append(fetch)
+
+    def mount(self, handler: Mounted) -> None:
+        """Serve other paths too: ``handler(request, method)`` answers the request and
+        returns True, or returns False for a path it does not serve (the console's HTTP
+        transport, ``processor/http``)."""
+        self._mounted.append(handler)
 
     def exposition(self) -> bytes:
         """What /metrics answers: this process's families, then the relayed ones this
@@ -365,8 +376,17 @@ class Observer:
         observer = self
 
         class Handler(BaseHTTPRequestHandler):
+            def _mounted(self, method: str) -> bool:
+                return any(handler(self, method) for handler in observer._mounted)
+
+            def do_POST(self) -> None:
+                if not self._mounted("POST"):
+                    self._send(404, b"not found\n")
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
+                if path not in ("/metrics", "/healthz", "/readyz") and self._mounted("GET"):
+                    return
                 if path == "/metrics":
                     self._send(200, observer.exposition(), CONTENT_TYPE_LATEST)
                 elif path == "/healthz":
