@@ -171,6 +171,16 @@ class ClientSecurity:
         return _Authorization(f"Bearer {_token(self.token, named('token'))}")
 
 
+def with_client_name(channel: grpc.Channel, client_name: str) -> grpc.Channel:
+    """``channel`` with every call naming its client ``client_name`` (metadata
+    ``sow-client-name``): the name the service's client-status events give it."""
+    return grpc.intercept_channel(channel, _Authorize(_Authorization(client_name), CLIENT_NAME))
+
+
+#: The metadata entry a client names itself with (processor/requests/events.py).
+CLIENT_NAME = "sow-client-name"
+
+
 class _Authorization:
     """One fixed ``authorization`` value for every call."""
 
@@ -197,13 +207,15 @@ class _Authorize(
     grpc.StreamUnaryClientInterceptor,  # type: ignore[type-arg]
     grpc.StreamStreamClientInterceptor,  # type: ignore[type-arg]
 ):
-    """Adds ``authorization`` to every call's metadata (the channel is TLS, or local)."""
+    """Adds ``authorization`` to every call's metadata (the channel is TLS, or local);
+    with another ``key``, that entry (``sow-client-name``: :func:`with_client_name`)."""
 
-    def __init__(self, source: _Authorization | _TokenFile) -> None:
+    def __init__(self, source: _Authorization | _TokenFile, key: str = "authorization") -> None:
         self._source = source
+        self._key = key
 
     def _details(self, details: Any) -> Any:
-        metadata = [*(details.metadata or ()), ("authorization", self._source.value())]
+        metadata = [*(details.metadata or ()), (self._key, self._source.value())]
         return _CallDetails(
             details.method,
             details.timeout,

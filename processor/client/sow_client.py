@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from processor.client.credentials import ClientSecurity
+from processor.client.credentials import ClientSecurity, with_client_name
 from processor.client.failures import Translate, bound, translate
 from processor.client.publishing import (
     PublishResult,
@@ -102,11 +102,16 @@ class SowClient:
         retries: int = 3,
         *,
         security: ClientSecurity | None = None,
+        client_name: str = "",
     ) -> None:
+        """``client_name``: how the service's client-status events (/AMPS/ClientStatus)
+        name this client (default: its principal's name)."""
         self.address = address
         self.security = security or ClientSecurity()
         self._translate: Translate = bound(address, self.security)
         self._channel = self.security.channel(address)
+        if client_name:
+            self._channel = with_client_name(self._channel, client_name)
         self._stub = sow_pb2_grpc.SowStub(self._channel)  # type: ignore[no-untyped-call]
         self._subscriptions = sow_pb2_grpc.SubscriptionsStub(self._channel)  # type: ignore[no-untyped-call]
         self._queues = sow_pb2_grpc.QueuesStub(self._channel)  # type: ignore[no-untyped-call]

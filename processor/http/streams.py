@@ -12,18 +12,16 @@ finds it gone).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from processor import errors
 from processor.http import calls
+from processor.http.request import Request
 from processor.messages import Codec
 from processor.requests import changes
 from processor.requests.events import ClientEvents, Events
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.model import SubscribeRequest
-
-if TYPE_CHECKING:
-    from processor.http.api import Request
 
 #: How often an idle stream checks that its caller is still there.
 PING_S = 2.0
