@@ -61,6 +61,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: The thread of the queues' consumers (QueueHub.run): deliveries and heartbeats.
+QUEUES_THREAD = "sow-queues"
+
 
 @dataclass
 class Application:
@@ -210,14 +213,19 @@ class Application:
             self.grpc_server.stop(grace=1).wait()
         if self.subscriptions is not None:
             self.subscriptions.close()
+        if self.queues is not None:
+            # Before the writer closes: the queues' thread writes heartbeats with it, and
+            # one written after would end that thread with an error (sow serve exit 1).
+            self.queues.stop()
+            for thread in self.threads:
+                if thread.name == QUEUES_THREAD:
+                    thread.join(timeout=30)
         if self.log_writer is not None:
             self.log_writer.close()
         if self.replica is not None:
             self.replica.stop()
         if self.plain_tail is not None:
             self.plain_tail.stop()
-        if self.queues is not None:
-            self.queues.stop()
         if self.processor is not None:
             self.processor.stop()
         if self.processor_child is not None:
@@ -323,7 +331,7 @@ def start(
                     app.log_writer,
                     service_id=queue_service_id(settings.state_dir),
                 )
-                app._spawn("sow-queues", app.queues.run)
+                app._spawn(QUEUES_THREAD, app.queues.run)
             if settings.event_topics:
                 types = {name: t.message_type for name, t in topology.topics.items()}
                 counts = app.replica.record_counts
