@@ -263,3 +263,37 @@ def test_http_refuses_what_grpc_refuses_with_the_matching_status(
         assert status("/api/query", {"topic": "NOPE"}) == 404
         assert status("/api/query", {"topic": next(iter(topology.topics)), "filter": "(("}) == 400
         assert status("/api/publish", {"topic": next(iter(topology.topics))}) == 400
+
+
+def test_the_console_takes_the_same_logon_as_grpc(tmp_path: Path) -> None:
+    """Behind gRPC's logon, the HTTP API asks for the same credentials and gives the
+    same rights: none is 401, a principal without the logon right 403, alice reads."""
+    import base64
+
+    from tests.integration.grpc_auth_helpers import make_secrets, secured_service
+
+    secrets = make_secrets(tmp_path / "secrets")
+    with secured_service(secrets, tmp_path / "state", metrics_address="127.0.0.1:0") as app:
+        assert app.observer is not None
+        base = f"http://{app.observer.address}"
+
+        def query(user: str = "", password: str = "") -> tuple[int, Any]:
+            headers = {}
+            if user:
+                pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+                headers["Authorization"] = f"Basic {pair}"
+            body = json.dumps({"topic": "orders"}).encode()
+            request = urllib.request.Request(base + "/api/query", body, headers, method="POST")
+            try:
+                return 200, json.loads(urllib.request.urlopen(request, timeout=30).read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        status, answer = query()
+        assert status == 401, answer
+        assert "needs a logon" in answer["error"]
+        assert query("alice", "wrong")[0] == 401
+        assert query("carol", "carol-pw")[0] == 403  # no role gives carol the logon right
+        status, answer = query("alice", "alice-pw")
+        assert status == 200, answer
+        assert answer["group_end"]["records_returned"] == 0
