@@ -94,7 +94,7 @@ class Application:
     #: The Kafka cluster's condition for this application's topics (a query service on a
     #: Kafka cluster only; a single broker is not watched).
     cluster: ClusterWatch | None = None
-    #: The event topics' publisher (None: SOW_EVENT_TOPICS off, or no query service).
+    #: The event topics' publisher and the clients it knows (None: no query service).
     events: Events | None = None
     #: The console and HTTP API on the metrics endpoint (None: not served).
     http: HttpApi | None = None
@@ -332,10 +332,14 @@ def start(
                     service_id=queue_service_id(settings.state_dir),
                 )
                 app._spawn(QUEUES_THREAD, app.queues.run)
-            if settings.event_topics:
-                types = {name: t.message_type for name, t in topology.topics.items()}
-                counts = app.replica.record_counts
-                app.events = Events(gateway, counts, types, settings.sow_stats_interval_s)
+            types = {name: t.message_type for name, t in topology.topics.items()}
+            app.events = Events(
+                gateway,
+                app.replica.record_counts,
+                types,
+                settings.sow_stats_interval_s,
+                publish=settings.event_topics,
+            )
             target = _live_target(app.replica, app.queues)
             if isinstance(app.live, LiveRelay):
                 app.live.target = target

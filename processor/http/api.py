@@ -74,6 +74,7 @@ class HttpApi:
             "/api/overview": self._overview,
             "/api/history": lambda _: self.history.samples(),
             "/api/subscriptions": self._subscriptions,
+            "/api/clients": self._clients,
             "/api/dead-letters": self._dead_letters,
         }
         self._posts: dict[str, Callable[[Request], Any]] = {
@@ -178,6 +179,28 @@ class HttpApi:
             }
             for s in hub.subscriptions()
         ]
+
+    def _clients(self, _: Request) -> list[dict[str, Any]]:
+        events, hub = self.parts.events, self.parts.hub
+        if events is None:
+            return []
+        live = {} if hub is None else {s.number: s for s in hub.subscriptions()}
+        out = []
+        for client in events.clients():
+            subscriptions = []
+            for number, fields in client.subscriptions().items():
+                held = live.get(number)
+                backlog = None if held is None else held.backlog()
+                subscriptions.append({**fields, "backlog": backlog})
+            out.append(
+                {
+                    "name": client.name,
+                    "connection": client.connection,
+                    "since": client.since,
+                    "subscriptions": subscriptions,
+                }
+            )
+        return out
 
     def _dead_letters(self, request: Request) -> list[dict[str, Any]]:
         letters = self.parts.dead_letters

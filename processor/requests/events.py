@@ -78,7 +78,8 @@ class Events:
 
     ``counts``: the SOW topics' record counts (the replica's); ``types``: each SOW
     topic's message type; ``interval_s``: between two rounds of ``/AMPS/SOWStats``
-    (0: none)."""
+    (0: none). ``publish`` False (``SOW_EVENT_TOPICS=false``): nothing is published,
+    and the service's clients are still known (:meth:`clients`, the console's)."""
 
     def __init__(
         self,
@@ -86,6 +87,8 @@ class Events:
         counts: Callable[[], Mapping[str, int]],
         types: Mapping[str, str],
         interval_s: float = 5.0,
+        *,
+        publish: bool = True,
     ) -> None:
         self._gateway = gateway
         self._counts = counts
@@ -97,8 +100,26 @@ class Events:
         self._dropped = 0
         #: Events published so far (metrics, tests).
         self.published = 0
+        #: The connections open now (ClientEvents by id), for the console.
+        self._clients: dict[int, ClientEvents] = {}
+        self._publish_events = publish
         self._thread = threading.Thread(target=self._run, name="sow-event-topics", daemon=True)
-        self._thread.start()
+        if publish:
+            self._thread.start()
+
+    def joined(self, client: ClientEvents) -> None:
+        with self._wake:
+            self._clients[id(client)] = client
+
+    def left(self, client: ClientEvents) -> None:
+        with self._wake:
+            self._clients.pop(id(client), None)
+
+    def clients(self) -> list[ClientEvents]:
+        """The client connections open now (sessions, console streams, subscription
+        streams), oldest first."""
+        with self._wake:
+            return sorted(self._clients.values(), key=lambda c: c.since)
 
     def client(self, event: str, client_name: str, **fields: Any) -> None:
         """A ``/AMPS/ClientStatus`` event of ``client_name`` (``fields``: connection_name,
@@ -122,6 +143,8 @@ class Events:
             self._put(PublishCommand(SOW_STATS, orjson.dumps({"SOWStats": body})))
 
     def _put(self, command: PublishCommand) -> None:
+        if not self._publish_events:
+            return
         with self._wake:
             if len(self._pending) >= MAX_PENDING:
                 self._pending.popleft()
@@ -167,7 +190,8 @@ class Events:
         with self._wake:
             self._stopped = True
             self._wake.notify()
-        self._thread.join(5)
+        if self._publish_events:
+            self._thread.join(5)
 
 
 #: What a subscription's client-status events say about it: its command, topic,
@@ -209,7 +233,11 @@ class ClientEvents:
         self._logon = logon
         self._open: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        #: When the connection opened (epoch seconds).
+        self.since = time.time()
         if logon:
+            if events is not None:
+                events.joined(self)
             self._send("logon")
 
     def _send(self, event: str, **fields: Any) -> None:
@@ -221,6 +249,8 @@ class ClientEvents:
         fields = _subscription_fields(command, request)
         with self._lock:
             self._open[subscription.number] = fields
+        if self._events is not None:  # known while it holds a subscription, or logged on
+            self._events.joined(self)
         self._send("subscribe", **fields)
 
     def unsubscribe(self, subscription: Any) -> None:
@@ -229,8 +259,16 @@ class ClientEvents:
         self._unsubscribe(subscription)
         with self._lock:
             fields = self._open.pop(subscription.number, None)
+            gone = not self._open and not self._logon
         if fields is not None:
             self._send("unsubscribe", **fields)
+        if gone and self._events is not None:  # a subscription stream: it ends with it
+            self._events.left(self)
+
+    def subscriptions(self) -> dict[int, dict[str, Any]]:
+        """The subscriptions open now, by number: command, topic, filter, sub_id."""
+        with self._lock:
+            return dict(self._open)
 
     def close(self, reason: str = "") -> None:
         """The connection ended: the events of what it left open, then its logoff."""
@@ -241,3 +279,5 @@ class ClientEvents:
         if self._logon:
             self._logon = False
             self._send("logoff", reason=reason)
+        if self._events is not None:
+            self._events.left(self)

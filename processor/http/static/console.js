@@ -245,11 +245,16 @@ async function views() {
 }
 
 async function clients() {
-  const subscriptions = await api("/api/subscriptions");
+  const [connected, subscriptions] = await Promise.all([api("/api/clients"), api("/api/subscriptions")]);
+  const clientRows = connected.map((c) => el("tr", { "data-client": c.name },
+    el("td", {}, c.name), el("td", {}, c.connection), el("td", {}, new Date(c.since * 1000).toLocaleTimeString()),
+    el("td", {}, c.subscriptions.map((s) => `${s.sub_id} on ${s.topic}${s.filter ? ` where ${s.filter}` : ""} (backlog ${fmt(s.backlog)})`).join("; ") || "–")));
   const rows = subscriptions.map((s) => el("tr", {},
     el("td", {}, s.principal), el("td", {}, s.sub_id), el("td", {}, s.topic), el("td", { class: "data" }, s.filter),
     el("td", { class: "num" }, fmt(s.delivered)), el("td", { class: "num backlog" }, fmt(s.backlog))));
-  return [el("h2", {}, "Subscriptions"),
+  return [el("h2", {}, "Clients"),
+    table(["client", "connection", "since", "subscriptions"], clientRows, { id: "clients" }),
+    el("h2", {}, "Subscriptions"),
     el("p", { class: "muted" }, "A subscriber whose backlog grows is a slow consumer; past its max_backlog it is disconnected."),
     table(["principal", "sub_id", "topic", "filter", "delivered", "backlog"], rows, { id: "subscriptions" })];
 }
