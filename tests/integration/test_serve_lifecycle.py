@@ -194,7 +194,9 @@ def test_sow_serve_metrics_include_its_processor_child(workdir: Path) -> None:
             if figures.get("sow_processor_records_total", 0) >= 1 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert figures["sow_processor_records_total"] == 1  # from the processor child
+        # From the processor child (the parent applies nothing). Not just the publish: the
+        # queue WORK's heartbeats (every 3 s) and the view's feed are input records too.
+        assert figures["sow_processor_records_total"] >= 1
         assert figures["sow_processor_ready"] == 1
         assert figures["sow_replica_caught_up"] == 1  # from the parent
         status = subprocess.run(
@@ -211,7 +213,7 @@ def test_sow_serve_metrics_include_its_processor_child(workdir: Path) -> None:
             " ".join(line.split()[:-1]): line.split()[-1] for line in status.stdout.splitlines()
         }
         assert table["ready"] == "yes", status.stdout
-        assert table["input records applied"] == "1", status.stdout
+        assert int(table["input records applied"]) >= 1, status.stdout
         brokers = [line for line in status.stdout.splitlines() if line.startswith("broker ")]
         assert len(brokers) == 1, status.stdout  # the parent's, not the child's view of it
         assert "embedded Apache Kafka" in brokers[0], status.stdout

@@ -26,19 +26,25 @@ def _check(*paths: Path) -> subprocess.CompletedProcess[str]:
 def test_every_shipped_topology_checks_out(path: Path) -> None:
     done = _check(path)
     assert done.returncode == 0, done.stderr
-    topics = [json.loads(line) for line in done.stdout.splitlines()]
-    assert topics
-    assert all(
-        t["source"] == str(path) and t["kafka_topic"] and t["partitions"] >= 1 for t in topics
-    )
+    entries = [json.loads(line) for line in done.stdout.splitlines()]
+    assert entries
+    assert all(e["source"] == str(path) for e in entries)
+    topics = [e for e in entries if "topic" in e]
+    assert all(t["kafka_topic"] and t["partitions"] >= 1 for t in topics)
+    derived = [e for e in entries if "topic" not in e]  # views and queues
+    assert all(e["served"].startswith("served") for e in derived), derived
     assert f"{path}: OK" in done.stderr
 
 
 def test_the_whole_directory_checks_out_as_sow_serve_loads_it() -> None:
     done = _check(Path("topologies"))
     assert done.returncode == 0, done.stderr
-    names = {json.loads(line)["topic"] for line in done.stdout.splitlines()}
-    assert {"ORDERS", "BLOBS", "INVOICES"} <= names
+    entries = [json.loads(line) for line in done.stdout.splitlines()]
+    names = {e["topic"] for e in entries if "topic" in e}
+    assert {"ORDERS", "BLOBS", "INVOICES", "WORK"} <= names
+    # The README's tour reads the view and consumes the queue.
+    assert {e["view"] for e in entries if "view" in e} == {"ORDERS_BY_SYMBOL"}
+    assert {e["queue"] for e in entries if "queue" in e} == {"WORK"}
 
 
 @pytest.mark.parametrize(

@@ -711,7 +711,10 @@ def test_example_topologies_load() -> None:
         "BLOBS",
         "ALERTS",
         "POSITIONS",
+        "ORDERS_BY_SYMBOL",  # a view over ORDERS (orders.yaml)
+        "WORK",  # a queue over the plain topic WORK (work.yaml)
     }
+    assert set(topology.plain_topics) == {"WORK"}
     orders = topology.topic("ORDERS")
     assert (orders.keys, orders.message_type, orders.partitions) == (("/orderId",), "json", 2)
     assert topology.topic("INVOICES").keys == ("/invoice", "/customerId")
@@ -724,10 +727,18 @@ def test_example_topologies_load() -> None:
     assert topology.topic("ALERTS").keys == ("/alert/id",)
     assert topology.topic("ALERTS").indexes == ("/alert/type",)
     assert topology.topic("POSITIONS").hash_indexes
+    view = topology.topic("ORDERS_BY_SYMBOL").view
+    assert view is not None
+    assert (view.grouping, view.underlying[0].name) == (("/symbol",), "ORDERS")
+    queue = topology.topic("WORK").queue
+    assert queue is not None
+    assert (queue.underlying_topics, queue.lease_period_s) == (("WORK",), 30.0)
     assert len(topology.by_kafka_topic()) == len(topology.topics)
 
 
-@pytest.mark.parametrize("name", ["orders.yaml", "invoices.yaml", "shipping.yaml", "blobs.yaml"])
+@pytest.mark.parametrize(
+    "name", ["orders.yaml", "invoices.yaml", "shipping.yaml", "blobs.yaml", "work.yaml"]
+)
 def test_each_example_file_loads_alone(name: str) -> None:
     assert load_topology(EXAMPLES / name).topics
 
