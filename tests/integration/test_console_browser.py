@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from processor.client.sow_client import SowClient
 from processor.log.broker import free_loopback_port
 from tests.integration.test_cli import REPO, Server, sow
 
@@ -157,6 +158,38 @@ def test_the_console_shows_publishes_queries_live_changes_and_dead_letters(
         assert "OOF (match)" in oof[0].text
         assert '"price": 50' in oof[0].text
         shot(browser, "topic-live")
+
+        # The other pages: a client's session and its subscription, the default
+        # topology's queue and view.
+        with SowClient(address, client_name="desk-7") as desk:
+            session = desk.session()
+            session.subscribe("ORDERS", "mine", filter="/symbol = 'IBM'")
+            browser.get(url + "#/clients")
+            until(
+                "the desk's session among the clients",
+                lambda: (
+                    "mine on ORDERS where /symbol = 'IBM'"
+                    in browser.find_element(
+                        By.CSS_SELECTOR, '#clients tr[data-client="desk-7"]'
+                    ).text
+                ),
+            )
+            shot(browser, "clients")
+            session.cancel()
+        browser.get(url + "#/queues")
+        until(
+            "the WORK queue",
+            lambda: browser.find_elements(By.CSS_SELECTOR, '#queues tr[data-queue="WORK"]'),
+        )
+        shot(browser, "queues")
+        browser.get(url + "#/views")
+        until(
+            "the ORDERS_BY_SYMBOL view",
+            lambda: browser.find_elements(
+                By.CSS_SELECTOR, '#views tr[data-view="ORDERS_BY_SYMBOL"]'
+            ),
+        )
+        shot(browser, "views")
 
         # A dead letter: a record no JSON decoder takes, produced straight to Kafka.
         producer = Producer({"bootstrap.servers": served["bootstrap"], "log_level": 3})
