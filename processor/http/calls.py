@@ -18,10 +18,9 @@ from typing import Any
 from processor import errors
 from processor.changelog import Envelope
 from processor.log import LogPosition
-from processor.query.sow import QueryStats
 from processor.requests.changes import Change
 from processor.requests.events import CLIENT_NAME_HEADER
-from processor.requests.queries import Row
+from processor.requests.queries import Row, stats_fields
 from processor.security import OPEN, RequestContext
 
 #: A failure's kind (``SowError.failure``) -> its HTTP status.
@@ -155,12 +154,5 @@ def change(out: Change) -> dict[str, Any]:
     return message
 
 
-def stats(counts: QueryStats) -> dict[str, Any]:
-    """A query's counts, as a group end carries them."""
-    return {
-        "topic_matches": counts.topic_matches,
-        "matches": counts.matches,
-        "records_returned": counts.records_returned,
-        "elapsed_us": counts.elapsed_us,
-        "plan": counts.plan,
-    }
+#: A query's counts as a group end's fields.
+stats = stats_fields

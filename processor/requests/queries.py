@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from processor import errors
 from processor.changelog import Envelope
@@ -66,6 +67,17 @@ class Answer:
     def stats(self) -> QueryStats:
         assert self.result.stats is not None
         return self.result.stats
+
+
+def stats_fields(counts: QueryStats) -> dict[str, Any]:
+    """A query's counts as a group end's fields (every transport's)."""
+    return {
+        "topic_matches": counts.topic_matches,
+        "matches": counts.matches,
+        "records_returned": counts.records_returned,
+        "elapsed_us": counts.elapsed_us,
+        "plan": counts.plan,
+    }
 
 
 class Queries:

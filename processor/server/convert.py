@@ -8,9 +8,8 @@ from typing import Any
 
 from processor.changelog import Envelope
 from processor.log import LogPosition
-from processor.query.sow import QueryStats
 from processor.requests.changes import Change
-from processor.requests.queries import Row
+from processor.requests.queries import Row, stats_fields
 from processor.subscriptions.model import ChangeKind
 from processor.wire import sow_pb2
 
@@ -87,12 +86,5 @@ def change(out: Change) -> Any:
     return message
 
 
-def stats(counts: QueryStats) -> dict[str, Any]:
-    """A query's counts as the fields of a group end (GroupEnd, SubscribeGroupEnd)."""
-    return {
-        "topic_matches": counts.topic_matches,
-        "matches": counts.matches,
-        "records_returned": counts.records_returned,
-        "elapsed_us": counts.elapsed_us,
-        "plan": counts.plan,
-    }
+#: A query's counts as a group end's fields.
+stats = stats_fields
