@@ -168,11 +168,14 @@ class Events:
                     return
                 batch = list(self._pending)
                 self._pending.clear()
-            if self._interval_s > 0 and time.monotonic() >= next_stats:
-                next_stats = time.monotonic() + self._interval_s
-                self.sow_stats()
-            if batch:
-                self._publish(batch)
+            try:
+                if self._interval_s > 0 and time.monotonic() >= next_stats:
+                    next_stats = time.monotonic() + self._interval_s
+                    self.sow_stats()
+                if batch:
+                    self._publish(batch)
+            except Exception:  # a bug: say so, lose these events, and go on
+                log.exception("event topics: %d events lost", len(batch))
 
     def _publish(self, batch: list[PublishCommand]) -> None:
         try:
