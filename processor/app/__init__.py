@@ -34,12 +34,13 @@ from processor.query.sow import QueryEngine
 from processor.replica.plain_tail import PlainTail
 from processor.replica.replica import Replica
 from processor.requests.dead_letters import DeadLetters
-from processor.requests.events import Events, with_event_topics
+from processor.requests.events import Events
 from processor.requests.queries import Queries
 from processor.state.opener import store_opener
 from processor.subscriptions.hub import SubscriptionHub
 from processor.subscriptions.queues import QueueHub, queue_service_id
 from processor.topology import Topology, refuse_unserved
+from processor.topology.events import with_event_topics
 from processor.worker import ProcessorChild, live_sink_from_env
 
 if TYPE_CHECKING:
@@ -263,7 +264,7 @@ def start(
         topology = load_topology(settings.topology)
     refuse_unserved(topology)  # views, conflated topics, queues: refused, never NOT_FOUND
     if service and settings.event_topics:
-        topology = with_event_topics(topology)  # /AMPS/ClientStatus, /AMPS/SOWStats
+        topology = with_event_topics(topology, settings.event_topic_prefix)
     check()
     if backend is None:
         settings, backend = kafka_backend(settings)

@@ -67,6 +67,8 @@ def cmd_acls(args: argparse.Namespace) -> int:
         dead_letter_topic=settings.dead_letter_topic,
         spark_read=args.spark_read,
         faust_app_id=args.faust_app_id,
+        event_topics=settings.event_topics,
+        event_topic_prefix=settings.event_topic_prefix,
     )
     for component in args.component or ["serve"]:
         acls = component_acls(component, topology, context)

@@ -13,12 +13,11 @@ What the settings that need more than their table line do is told in docs/operat
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from processor.config.values import parse_kafka_properties
+from processor.config.values import READ, parse_kafka_properties
 from processor.errors import ConfigurationError
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:50051"
@@ -262,6 +261,14 @@ class Settings:
             "flag",
         ),
     )
+    event_topic_prefix: str = _setting(
+        "sow-events",
+        Spec(
+            "SOW_EVENT_TOPIC_PREFIX",
+            "the event topics' Kafka topics: `<prefix>.client-status`, `<prefix>.sow-stats`",
+            "`sow-events`",
+        ),
+    )
     sow_stats_interval_s: int = _setting(
         5,
         Spec(
@@ -430,7 +437,11 @@ class Settings:
         if unknown:
             raise ConfigurationError(f"unknown settings {sorted(unknown)}; known: {sorted(specs)}")
         return replace(
-            self, **{name: _READ[specs[name].kind](name, value) for name, value in values.items()}
+            self,
+            **{
+                name: READ[specs[name].kind](name, specs[name], value)
+                for name, value in values.items()
+            },
         )
 
 
@@ -440,61 +451,3 @@ def specs_by_name() -> dict[str, Spec]:
 
 
 Settings.ENVIRONMENT = {name: spec.env for name, spec in specs_by_name().items()}
-
-
-def _choice(name: str, value: Any) -> str:
-    """``value`` if it is one of the setting's choices, or a ConfigurationError naming
-    the setting, its environment variable and the choices."""
-    spec = specs_by_name()[name]
-    text = str(value).strip().lower()
-    if text not in spec.choices:
-        raise ConfigurationError(
-            f"{name} ({spec.env}) must be one of {', '.join(spec.choices)}, got {value!r}"
-        )
-    return text
-
-
-def _whole(name: str, value: Any) -> int:
-    """``value`` as a whole number within the setting's bounds, or a ConfigurationError."""
-    spec = specs_by_name()[name]
-    least, most = spec.bounds
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(
-            f"{name} must be a whole number of {spec.unit}, got {value!r}"
-        ) from None
-    if number < least or (most is not None and number > most):
-        bound = f"at least {least}" if most is None else f"between {least} and {most}"
-        raise ConfigurationError(f"{name} must be {bound} {spec.unit}, got {value!r}")
-    return number
-
-
-def _methods(name: str, value: Any) -> str:
-    """A comma list of the setting's choices, each once, as ``a,b`` (empty: none)."""
-    spec = specs_by_name()[name]
-    given = [m.strip().lower() for m in str(value).split(",") if m.strip()]
-    wrong = [m for m in given if m not in spec.choices]
-    if wrong or len(set(given)) != len(given):
-        raise ConfigurationError(
-            f"{name} ({spec.env}) must be a comma list of {', '.join(spec.choices)}, each "
-            f"once, got {value!r}"
-        )
-    return ",".join(given)
-
-
-def _properties(name: str, value: Any) -> str:
-    parse_kafka_properties(str(value))  # refuse a malformed value now
-    return str(value)
-
-
-#: How each kind of setting reads its value.
-_READ: dict[str, Callable[[str, Any], Any]] = {
-    "text": lambda _, value: str(value),
-    "path": lambda _, value: Path(value),
-    "flag": lambda _, value: str(value).strip().lower() in ("1", "true", "yes"),
-    "whole": _whole,
-    "choice": _choice,
-    "properties": _properties,
-    "methods": _methods,
-}

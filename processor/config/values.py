@@ -1,6 +1,11 @@
-"""Setting values in text form that several settings' readers share."""
+"""How each kind of setting reads its value from text (``READ``; ``spec`` is the
+setting's :class:`~processor.config.Spec`), and the Kafka properties' form."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from processor.errors import ConfigurationError
 
@@ -23,3 +28,58 @@ def parse_kafka_properties(text: str) -> dict[str, str]:
             )
         properties[key] = value.strip()
     return properties
+
+
+def _choice(name: str, spec: Any, value: Any) -> str:
+    """``value`` if it is one of the setting's choices, or a ConfigurationError naming
+    the setting, its environment variable and the choices."""
+    text = str(value).strip().lower()
+    if text not in spec.choices:
+        raise ConfigurationError(
+            f"{name} ({spec.env}) must be one of {', '.join(spec.choices)}, got {value!r}"
+        )
+    return text
+
+
+def _whole(name: str, spec: Any, value: Any) -> int:
+    """``value`` as a whole number within the setting's bounds, or a ConfigurationError."""
+    least, most = spec.bounds
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"{name} must be a whole number of {spec.unit}, got {value!r}"
+        ) from None
+    if number < least or (most is not None and number > most):
+        bound = f"at least {least}" if most is None else f"between {least} and {most}"
+        raise ConfigurationError(f"{name} must be {bound} {spec.unit}, got {value!r}")
+    return number
+
+
+def _methods(name: str, spec: Any, value: Any) -> str:
+    """A comma list of the setting's choices, each once, as ``a,b`` (empty: none)."""
+    given = [m.strip().lower() for m in str(value).split(",") if m.strip()]
+    wrong = [m for m in given if m not in spec.choices]
+    if wrong or len(set(given)) != len(given):
+        raise ConfigurationError(
+            f"{name} ({spec.env}) must be a comma list of {', '.join(spec.choices)}, each "
+            f"once, got {value!r}"
+        )
+    return ",".join(given)
+
+
+def _properties(name: str, spec: Any, value: Any) -> str:
+    parse_kafka_properties(str(value))  # refuse a malformed value now
+    return str(value)
+
+
+#: How each kind of setting reads its value.
+READ: dict[str, Callable[[str, Any, Any], Any]] = {
+    "text": lambda _, __, value: str(value),
+    "path": lambda _, __, value: Path(value),
+    "flag": lambda _, __, value: str(value).strip().lower() in ("1", "true", "yes"),
+    "whole": _whole,
+    "choice": _choice,
+    "properties": _properties,
+    "methods": _methods,
+}

@@ -1,7 +1,7 @@
-"""AMPS's event topics: ``/AMPS/ClientStatus`` and ``/AMPS/SOWStats`` (docs/operations.md).
+"""AMPS's event topics: ``/AMPS/ClientStatus`` and ``/AMPS/SOWStats`` (docs/console.md).
 
-Both are plain topics of the topology (:func:`with_event_topics`), on Kafka topics of
-their own, so subscribing to them is the ordinary subscription API, with filters, on
+Both are plain topics of the topology (``topology.events.with_event_topics``), on Kafka
+topics of their own, so subscribing to them is the ordinary subscription API, with filters, on
 every query service; nothing about them is special past this module.
 
 * ``/AMPS/ClientStatus``: one message per client event, in AMPS's JSON form
@@ -22,49 +22,26 @@ events with one warning, never a request.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any
 
 import orjson
 
-from processor.errors import SowError, TopologyError
+from processor.errors import SowError
 from processor.publish.gateway import Gateway
 from processor.publish.requests import PublishCommand
-from processor.topology.model import PlainTopic, Topology
+from processor.topology.events import CLIENT_STATUS, SOW_STATS
 
 log = logging.getLogger(__name__)
 
-CLIENT_STATUS = "/AMPS/ClientStatus"
-SOW_STATS = "/AMPS/SOWStats"
-#: The event topics and the Kafka topics that carry them.
-EVENT_TOPICS = (
-    PlainTopic(CLIENT_STATUS, "json", "sow-events.client-status"),
-    PlainTopic(SOW_STATS, "json", "sow-events.sow-stats"),
-)
 #: The gRPC metadata (and HTTP header) a client names itself with in its events.
 CLIENT_NAME_HEADER = "sow-client-name"
 #: Events waiting to be published at most (the oldest are dropped past it).
 MAX_PENDING = 10_000
-
-
-def with_event_topics(topology: Topology) -> Topology:
-    """``topology`` with the event topics among its plain topics. ``/AMPS/`` names are
-    reserved, as in AMPS: a topology that declares one is refused."""
-    taken = [name for name in (t.name for t in topology.every_topic()) if name.startswith("/AMPS/")]
-    if taken:
-        raise TopologyError(
-            f"topic {taken[0]!r}: names starting with /AMPS/ are reserved for the event "
-            "topics (/AMPS/ClientStatus, /AMPS/SOWStats); rename the topic",
-            source=", ".join(topology.sources) or "<topology>",
-        )
-    plain = {**topology.plain_topics, **{t.name: t for t in EVENT_TOPICS}}
-    return dataclasses.replace(topology, plain_topics=MappingProxyType(plain))
 
 
 def timestamp(now: float | None = None) -> str:

@@ -122,9 +122,20 @@ def dead_letter_topic(topology: Topology) -> str:
     return topology.topics["ORDERS"].kafka_topic.replace(".ORDERS", ".dead-letter")
 
 
+def event_topic_prefix(dead_letters: str) -> str:
+    """The event topics' prefix of a test (unique too: ``SOW_EVENT_TOPIC_PREFIX``)."""
+    return dead_letters.replace(".dead-letter", ".events")
+
+
 def acls(component: str, topology: Topology, group: str = "sow-processor") -> list[Acl]:
-    """The ACLs of ``component`` for a test's topology, group and dead-letter topic."""
-    context = AclContext(group_id=group, dead_letter_topic=dead_letter_topic(topology))
+    """The ACLs of ``component`` for a test's topology, group, dead-letter topic and
+    event topics."""
+    dead_letters = dead_letter_topic(topology)
+    context = AclContext(
+        group_id=group,
+        dead_letter_topic=dead_letters,
+        event_topic_prefix=event_topic_prefix(dead_letters),
+    )
     return component_acls(component, topology, context)
 
 
@@ -142,7 +153,8 @@ class Sow:
         *extra: str,
         dead_letters: str = "",
     ) -> None:
-        """``dead_letters``: the dead-letter topic (default: the product's)."""
+        """``dead_letters``: the dead-letter topic (default: the product's), and with it
+        the event topics' prefix (:func:`event_topic_prefix`)."""
         grpc = ["--grpc-address", "127.0.0.1:0"] if command != "process" else []
         env = {
             **serve_env(),
@@ -151,6 +163,7 @@ class Sow:
         }
         if dead_letters:
             env["SOW_DEAD_LETTER_TOPIC"] = dead_letters
+            env["SOW_EVENT_TOPIC_PREFIX"] = event_topic_prefix(dead_letters)
         self.process = subprocess.Popen(
             [
                 *(sys.executable, "-m", "processor.cli", command, *grpc),

@@ -127,7 +127,12 @@ async function overview() {
       el("td", { class: "num" }, fmt(row.changelog_lag)));
   });
   lastOverview = { time: now, topics: data.topics };
-  const letters = await api("/api/dead-letters?max=10");
+  let letters = [];
+  try {
+    letters = await api("/api/dead-letters?max=10");
+  } catch (error) {  // the dead-letter topic unreadable: the rest of the page still shows
+    letters = [{ offset: "", reason: "unreadable", message: error.message, source: "", value: "" }];
+  }
   return [
     el("h2", {}, "Overview"),
     el("p", { class: "muted", id: "broker" }, data.broker || ""),

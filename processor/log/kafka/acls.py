@@ -34,6 +34,7 @@ from processor.errors import BrokerError, ConfigurationError
 from processor.log.kafka.settings import client_settings
 from processor.log.topics import topic_specs
 from processor.topology import Topology
+from processor.topology.events import with_event_topics
 from processor.topology.queue_topics import processor_topology
 
 TOPIC, GROUP, TRANSACTIONAL_ID = "Topic", "Group", "TransactionalId"
@@ -78,6 +79,10 @@ class AclContext:
     spark_read: str = "changelog"
     #: The Faust app's id (``faust.App(id)``): its group and its generated names.
     faust_app_id: str = "sow-faust"
+    #: A query service publishes the event topics (SOW_EVENT_TOPICS): it creates,
+    #: writes and reads them too, on the Kafka topics of ``event_topic_prefix``.
+    event_topics: bool = True
+    event_topic_prefix: str = "sow-events"
 
 
 class _Acls:
@@ -142,6 +147,8 @@ def _processor(acls: _Acls, topology: Topology, context: AclContext) -> None:
 
 
 def _query_service(acls: _Acls, topology: Topology, context: AclContext) -> None:
+    if context.event_topics:
+        topology = with_event_topics(topology, context.event_topic_prefix)
     acls.topics(_all_topics(topology, context), CREATE, "created at start when missing")
     for topic in topology.topics.values():
         acls.add(TOPIC, topic.changelog_topic, READ, "the read replica, replays")
