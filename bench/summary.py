@@ -315,6 +315,36 @@ def security(results: Results, rel: str) -> list[Row]:
 
 #: Each group of rows and the file it reads, in the table's order: the newest run of
 #: each comparison with the product's default settings.
+def http_api(results: Results, rel: str) -> list[Row]:
+    """The console's HTTP API beside gRPC on one service (bench/http_api.py)."""
+    data = need(results, rel)
+    run = run_of(results, rel)
+    few = data["queries"]["10 of 10,000 by filter"]
+    return [
+        Row(
+            "query, 10 of 10,000 records by filter (p50 ms, lower is better)",
+            "HTTP API (console)",
+            few["http"]["p50_ms"],
+            "gRPC (SowClient)",
+            few["grpc"]["p50_ms"],
+            rel,
+            run,
+            lower_is_better=True,
+            short="HTTP query p50 vs gRPC",
+        ),
+        Row(
+            "sow_and_subscribe, a burst of 20,000 updates (changes/s)",
+            "HTTP API (Server-Sent Events)",
+            data["subscription_changes_per_s"]["http_sse"],
+            "gRPC (SowClient)",
+            data["subscription_changes_per_s"]["grpc"],
+            rel,
+            run,
+            short="SSE subscription vs gRPC",
+        ),
+    ]
+
+
 SOURCES: tuple[tuple[Callable[[Results, str], list[Row]], str], ...] = (
     (ingest, "kafka/ingest.json"),
     (ingest, "kafka/ingest_1m.json"),
@@ -330,6 +360,7 @@ SOURCES: tuple[tuple[Callable[[Results, str], list[Row]], str], ...] = (
     (scale, "kafka/scale_2m.json"),
     (deltas, "kafka/delta_publish.json"),
     (security, "security.json"),
+    (http_api, "http_api.json"),
 )
 
 #: What a result of an unexpected shape raises while its rows are read.
