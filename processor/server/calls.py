@@ -11,7 +11,6 @@ from typing import Any
 import grpc
 
 from processor import errors
-from processor.log import LogPosition
 from processor.publish.requests import Published
 from processor.requests.events import CLIENT_NAME_HEADER
 from processor.security import OPEN, RequestContext
@@ -22,8 +21,6 @@ from processor.wire import sow_pb2
 #: is unreachable.
 WORKERS = 32
 PUBLISH_SLOTS = 24
-#: Unacknowledged batches a publish stream may have in the log writer.
-STREAM_WINDOW = 16
 #: The longest a publish waits for the broker when the request has no deadline.
 DEFAULT_WAIT_S = 30.0
 #: A request's deadline is honoured with up to this much room to send the answer.
@@ -101,16 +98,6 @@ def publish_reply(result: Published) -> Any:
         position=sow_pb2.Position(topic=topic, partition=partition, offset=offset),
         sow_key=result.sow_key,
     )
-
-
-def last_per_partition(results: list[Published | errors.SowError]) -> list[LogPosition]:
-    """The last position a batch's publishes reached in each log partition."""
-    last: dict[tuple[str, int], int] = {}
-    for result in results:
-        if not isinstance(result, errors.SowError):
-            topic, partition, offset = result.position
-            last[(topic, partition)] = max(offset, last.get((topic, partition), -1))
-    return [(topic, partition, offset) for (topic, partition), offset in last.items()]
 
 
 def publish_ack(batch_id: int, results: list[Published | errors.SowError]) -> Any:

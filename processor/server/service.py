@@ -7,10 +7,10 @@ The one table mapping failure reasons to gRPC status codes is :data:`STATUS_FOR`
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
+from functools import partial
 from typing import Any
 
 import grpc
@@ -22,18 +22,17 @@ from processor.publish.requests import PublishColumns
 from processor.query.sow import QueryEngine, SowQuery
 from processor.requests.deletes import DeleteRequest, delete
 from processor.requests.events import Events
+from processor.requests.publishes import Batch, acknowledged
 from processor.requests.queries import Queries, QueryRequest
 from processor.security import RequestContext
 from processor.server import convert
 from processor.server.calls import (
     PUBLISH_SLOTS,
-    STREAM_WINDOW,
     WORKERS,
     Calls,
     ContextOf,
     busy_error,
     client_name,
-    last_per_partition,
     publish_ack,
     publish_reply,
     time_left,
@@ -100,63 +99,33 @@ class SowServicer(sow_pb2_grpc.SowServicer):
             self._abort(context, exc)
 
     def PublishStream(self, request_iterator: Any, context: Any) -> Iterator[Any]:
-        """Bulk publish: batches are handed to the log as they arrive (up to
-        STREAM_WINDOW unacknowledged), each acknowledged in order once the broker has all
-        of it. A bad message is refused in its ack; the stream goes on."""
+        """Bulk publish (:func:`processor.requests.publishes.acknowledged`): batches go
+        to the log as they arrive, each acknowledged in order once the broker has it."""
         caller = self._contexts(context)
         if not self._publish_slots.acquire(blocking=False):
             self._abort(context, busy_error())
-        pending: queue.Queue[tuple[int, PendingPublishes, int] | BaseException | None]
-        pending = queue.Queue(maxsize=STREAM_WINDOW)
-        ended = threading.Event()
-
-        def hand_over(item: tuple[int, PendingPublishes, int] | BaseException | None) -> bool:
-            while not ended.is_set():
-                try:
-                    pending.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def read() -> None:
-            try:
-                for batch in request_iterator:
-                    publishes = self._publish_batch(batch, caller)
-                    if not hand_over((batch.batch_id, publishes, batch.ack)):
-                        return
-                hand_over(None)
-            except BaseException as exc:  # the client cancelled, or a bug: end the stream
-                hand_over(exc)
-
-        threading.Thread(target=read, name="sow-publish-stream", daemon=True).start()
+        batches = (
+            Batch(
+                batch.batch_id,
+                partial(self._publish_batch, batch, caller),
+                batch.ack == sow_pb2.PROCESSED,
+            )
+            for batch in request_iterator
+        )
         try:
-            while True:
-                item = pending.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    if context.is_active() and not isinstance(item, grpc.RpcError):
-                        log.error("publish stream failed", exc_info=item)
-                        context.abort(grpc.StatusCode.INTERNAL, f"publish stream failed: {item!r}")
-                    return
-                batch_id, publishes, ack = item
-                timeout = time_left(context)
-                if not publishes.wait(timeout):
-                    self._abort(
-                        context,
-                        errors.UnconfirmedWriteError(
-                            f"the broker did not confirm batch {batch_id} within {timeout:.3g}s; "
-                            "its messages may still be written. Resend the unacknowledged "
-                            "batches with the same publisher and sequences"
-                        ),
-                    )
-                results = publishes.results()
-                if ack == sow_pb2.PROCESSED:
-                    self._until_processed(last_per_partition(results), context)
+            for batch_id, results in acknowledged(
+                batches, self._queries, lambda: time_left(context)
+            ):
                 yield publish_ack(batch_id, results)
+        except errors.SowError as exc:
+            self._abort(context, exc)
+        except grpc.RpcError:
+            return  # the client cancelled its stream
+        except Exception as exc:  # a bug: end the stream, say so
+            if context.is_active():
+                log.error("publish stream failed", exc_info=exc)
+                context.abort(grpc.StatusCode.INTERNAL, f"publish stream failed: {exc!r}")
         finally:
-            ended.set()
             self._publish_slots.release()
 
     def _publish_batch(self, batch: Any, caller: RequestContext) -> PendingPublishes:
