@@ -5,12 +5,15 @@ scrapes and ``sow status`` prints, and a short history of them for the charts.""
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+
+log = logging.getLogger(__name__)
 
 #: Figures summed over their labels (name as exported -> the overview's key).
 TOTALS = {
@@ -120,7 +123,10 @@ class History:
 
     def _run(self) -> None:
         while not self._stopped.wait(SAMPLE_S):
-            self._sample()
+            try:
+                self._sample()
+            except Exception:  # a bug: say so; the charts miss this sample, not the rest
+                log.exception("console: a sample of the figures failed")
 
     def stop(self) -> None:
         self._stopped.set()

@@ -115,17 +115,18 @@ class Subscriber:
         )
 
     def _live(self, request: Request, subscription: Any, shaped: changes.Shaper) -> None:
+        """The live changes (:func:`processor.requests.changes.live`); while none come,
+        a ping every ``PING_S`` finds a caller that left (the write raises)."""
+
+        def still_there() -> bool:
+            request.ping()
+            return True
+
         shape = subscription.shape
         try:
-            while True:
-                deliveries = subscription.take(changes.SEND_BATCH, PING_S)
-                if not deliveries:
-                    request.ping()  # raises once the caller has left
-                    continue
+            for deliveries in changes.live(subscription, still_there, idle_s=PING_S):
                 out = changes.changes(deliveries, shape, shaped)
                 if out:
                     request.event("changes", [calls.change(c) for c in out])
         except (errors.SlowConsumerError, errors.NotEntitledError) as exc:
-            request.event("end", {"status": calls.status_of(exc), "error": str(exc)})
-        except errors.SowError as exc:  # the hub closed it (the service stops)
             request.event("end", {"status": calls.status_of(exc), "error": str(exc)})

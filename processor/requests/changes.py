@@ -128,16 +128,19 @@ def _delta(change: Change, delivery: Notice, shape: MessageShape) -> bool:
 
 
 def live(
-    subscription: Subscription, active: Callable[[], bool], batch: int = SEND_BATCH
+    subscription: Subscription,
+    active: Callable[[], bool],
+    batch: int = SEND_BATCH,
+    idle_s: float = IDLE_CHECK_S,
 ) -> Iterator[list[Notice]]:
     """The subscription's deliveries, a batch at a time, until its client leaves
-    (``active`` false while nothing waits) or it closes. A slow consumer and a caller
-    whose rights were taken away end it with their error (SlowConsumerError,
+    (``active`` false after ``idle_s`` with nothing to send) or it closes. A slow
+    consumer and a caller whose rights were taken away end it with their error (SlowConsumerError,
     NotEntitledError), which the transport sends as its reason; any other closing ends
     it quietly."""
     while True:
         try:
-            deliveries = subscription.take(batch, IDLE_CHECK_S)
+            deliveries = subscription.take(batch, idle_s)
         except errors.SlowConsumerError as exc:
             log.warning("%s", exc)
             raise
