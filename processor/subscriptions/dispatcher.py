@@ -19,7 +19,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from processor import changelog
@@ -32,6 +32,7 @@ from processor.subscriptions.model import ChangeKind, Notice
 from processor.subscriptions.plan import SubscriptionPlan
 from processor.subscriptions.replacing import ReplaceMarker
 from processor.subscriptions.subscription import Offer, Subscription
+from processor.subscriptions.window import PaginatedSubscription
 from processor.topology.model import Topic
 
 log = logging.getLogger(__name__)
@@ -44,21 +45,19 @@ class Dispatcher:
     """Filter groups of the live subscriptions and the thread that feeds them.
 
     ``inline`` matches on the caller's thread (the replica's applier) instead of a
-    dispatcher thread, for measurements. ``on_marker`` applies a replace marker, called
-    on the dispatcher thread at the marker's place in the stream.
+    dispatcher thread, for measurements. A replace marker is applied on the dispatcher
+    thread at its place in the stream (:meth:`_replace`).
     """
 
     def __init__(
         self,
         codecs: dict[str, Codec],
-        on_marker: Callable[[ReplaceMarker], None],
         *,
         inline: bool = False,
     ) -> None:
         self.lock = threading.Lock()
         self.inline = inline
         self._codecs = codecs
-        self._on_marker = on_marker
         self._indexes: dict[str, TopicIndex] = {}
         #: Subscription number -> the (index, group) pairs it is filed under.
         self._filed: dict[int, list[tuple[TopicIndex, FilterGroup]]] = {}
@@ -140,7 +139,9 @@ class Dispatcher:
 
     def file(self, subscription: Subscription, plan: SubscriptionPlan) -> None:
         """:meth:`register` with the lock held."""
-        key, expression = plan.request.filter.strip(), plan.expression
+        # Keyed by the filter it runs (the subscriber's, restricted and entitled): two
+        # callers with the same filter and different rights are in different groups.
+        key, expression = plan.filter_text.strip(), plan.expression
         entries = []
         for topic in plan.topics:
             index = self._indexes.setdefault(topic.name, TopicIndex())
@@ -164,6 +165,27 @@ class Dispatcher:
         for index, group in self._filed.get(subscription.number, ()):
             index.unsubscribe(group, subscription)
         self._filed[subscription.number] = []
+
+    def _replace(self, marker: ReplaceMarker) -> None:
+        """Move a subscription to its new filter at the replace's place in the stream."""
+        subscription, plan = marker.subscription, marker.plan
+        marker.placed.wait()
+        if marker.vector is None:
+            return  # the read failed: nothing was replaced
+        dispatcher = self
+        with dispatcher.lock:
+            if not dispatcher.is_filed(subscription):
+                return  # unsubscribed meanwhile
+            dispatcher.unfile(subscription)
+            if isinstance(subscription, PaginatedSubscription) and plan.order is not None:
+                subscription.reconfigure(plan.request, plan.order)
+            if marker.rows is not None:
+                # Under the options it had: oof or no_empties given by the replace apply
+                # to the changes after it (spec 3.9).
+                subscription.rebase(marker.vector, marker.rows, marker.gone)
+            subscription.reset(plan.request, plan.unheld)
+            subscription.shape = plan.shape
+            dispatcher.file(subscription, plan)
 
     # -- dispatching -------------------------------------------------------------------
 
@@ -198,7 +220,7 @@ class Dispatcher:
             for events in taken:
                 try:
                     if isinstance(events, ReplaceMarker):
-                        self._on_marker(events)
+                        self._replace(events)
                     else:
                         self.dispatch(events)
                 except Exception:  # a bug must not kill the dispatcher thread; logged in full
