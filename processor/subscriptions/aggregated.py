@@ -83,6 +83,12 @@ class AggregatedSubscription(Subscription):
         with self._ready:
             if self.closed is not None:
                 return
+            queue = self._queue
+            before = len(queue)
+            if before + len(notices) <= self.max_backlog:  # the common case: room
+                queue.extend(notices)
+                self._wake(before == 0)
+                return
             overflow = self._queue_all(notices)
         if overflow:
             self._run_close_callbacks()
@@ -231,10 +237,19 @@ class AggregationFeed(Subscription):
                 units, self._units = self._units, []
                 members = list(self.members.values())
             for generation, rows in units:
+                # The same notices for every subscriber with the same options.
+                shared: dict[tuple[bool, bool, bool], list[Notice]] = {}
                 for member in members:
-                    if member.joined_at < generation:
-                        notices = [_notice(member.request, self.topic.name, r) for r in rows]
-                        member.deliver([n for n in notices if n is not None])
+                    if member.joined_at >= generation:
+                        continue
+                    request = member.request
+                    options = (request.oof, request.send_deletes, request.no_empties)
+                    notices = shared.get(options)
+                    if notices is None:
+                        made = (_notice(request, self.topic.name, row) for row in rows)
+                        notices = shared[options] = [n for n in made if n is not None]
+                    if notices:
+                        member.deliver(notices)
 
 
 def _notice(request: SubscribeRequest, topic: str, row: Row) -> Notice | None:
