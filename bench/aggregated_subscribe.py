@@ -16,7 +16,8 @@ Reported: the rate kept up with, apply -> dispatched latency, the dispatcher's C
 change and the whole process's CPU per change (feeding and draining included), and the
 messages delivered.
 
-    PYTHONPATH=. python bench/aggregated_subscribe.py --json-out bench/results/aggregated_subscribe.json
+    PYTHONPATH=. python bench/aggregated_subscribe.py \
+        --json-out bench/results/aggregated_subscribe.json
 """
 
 from __future__ import annotations
@@ -27,11 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from subscribe import Row, run  # noqa: E402
-
-from processor.subscriptions.model import SubscribeRequest  # noqa: E402
+from bench.subscribe import Row, run
+from processor.subscriptions.model import SubscribeRequest
 
 PROJECTION = (
     "/symbol, COUNT(/id) AS /n, SUM(/qty) AS /qty, AVG(/price) AS /avg, "
