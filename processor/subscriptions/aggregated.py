@@ -38,7 +38,7 @@ from typing import Any, Self
 from processor import changelog
 from processor.changelog.events import ChangelogPosition
 from processor.errors import DecodeError, EnvelopeError, NotEntitledError
-from processor.expr import Aggregation
+from processor.expr import Aggregation, ContextInput
 from processor.log import LogPosition
 from processor.messages import Codec
 from processor.query.sow import QueryStats, aggregate_key, aggregated_envelope
@@ -87,7 +87,8 @@ class AggregatedSubscription(Subscription):
             before = len(queue)
             if before + len(notices) <= self.max_backlog:  # the common case: room
                 queue.extend(notices)
-                self._wake(before == 0)
+                if before == 0:  # else its sender was told already and has not emptied it
+                    self._wake()
                 return
             overflow = self._queue_all(notices)
         if overflow:
@@ -104,6 +105,8 @@ class AggregationFeed(Subscription):
             max_backlog=1,
         )
         self.topic, self.aggregation, self.codec = topic, aggregation, codec
+        #: Whether the aggregation reads message-context facts (SOW_KEY(), ...).
+        self._reads_context = any(isinstance(i, ContextInput) for i in aggregation.inputs)
         self.groups: dict[GroupKey, Group] = {}
         self._of_record: dict[bytes, GroupKey] = {}
         #: Each group's SowKey and the envelope of its row now.
@@ -111,6 +114,8 @@ class AggregationFeed(Subscription):
         self.members: dict[int, AggregatedSubscription] = {}
         self.key: FeedKey = (topic.name, "", "", "")
         self._generation = 0
+        #: The groups changed since the last flush, and the change that last did.
+        self._changed: dict[GroupKey, ChangelogPosition] = {}
         self._units: list[Unit] = []
         #: Held while a unit's notices are queued to the subscribers (in unit order).
         self._sending = threading.Lock()
@@ -143,22 +148,31 @@ class AggregationFeed(Subscription):
             rows.append((topic, sow_key, envelope))
         self._rows = {group: self._row(group, self.groups[group]) for group in self.groups}
         super().start(vector, rows)
-        self._send()
-
-    def offer_all(self, offers: list[Offer]) -> None:
-        super().offer_all(offers)
-        self._send()
+        self.flush()
 
     def _accept(self, start: dict[tuple[str, int], int], offers: list[Offer]) -> bool:
-        """Apply the offered changes to the groups and stamp each changed group's new
-        row with the next generation (lock held); never overflows."""
-        changed: dict[GroupKey, ChangelogPosition] = {}
+        """Apply the offered changes to the groups, noting the groups they changed for
+        the next :meth:`flush` (lock held); never overflows."""
+        changed = self._changed
         for notice in self._decided(start, offers):
             envelope = notice.envelope if notice.kind is ChangeKind.PUBLISH else None
             for group in self._apply(notice.sow_key, envelope):
                 changed[group] = notice.position
+        return False
+
+    def flush(self) -> None:
+        """Send each group changed since the last flush its new row (the dispatcher's
+        call once it has offered the units it took: when it is behind, one row per group
+        for all of them)."""
+        with self._ready:
+            self._stamp()
+        self._send()
+
+    def _stamp(self) -> None:
+        """The changed groups' new rows, stamped with the next generation (lock held)."""
+        changed, self._changed = self._changed, {}
         if not changed:
-            return False
+            return
         rows: list[Row] = []
         for group, position in changed.items():
             before = self._rows.get(group)
@@ -172,7 +186,6 @@ class AggregationFeed(Subscription):
             rows.append(Row(sow_key, envelope, None if before is None else before[1], position))
         self._generation += 1
         self._units.append((self._generation, rows))
-        return False
 
     def _apply(self, sow_key: bytes, envelope: bytes | None) -> tuple[GroupKey, ...]:
         """A record's new state (None: it left) applied; the groups it changed."""
@@ -198,11 +211,14 @@ class AggregationFeed(Subscription):
 
     def _contribution(self, envelope: bytes) -> tuple[GroupKey, tuple[Any, ...]] | None:
         try:
-            record = changelog.decode(envelope)
-            message = self.codec.decode(record.data)
+            if self._reads_context:
+                record = changelog.decode(envelope)
+                message, context = self.codec.decode(record.data), record.context()
+            else:  # the message alone: no need to decode the whole envelope
+                message, context = self.codec.decode(changelog.data_of(envelope)), None
         except (DecodeError, EnvelopeError):
             return None  # stored records decode; one that does not contributes nothing
-        return contribution(self.aggregation, None, message, record.context())
+        return contribution(self.aggregation, None, message, context)
 
     def _row(self, group: GroupKey, members: Group) -> tuple[bytes, bytes]:
         sow_key = aggregate_key(self.topic, group)

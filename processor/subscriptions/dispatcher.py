@@ -27,6 +27,7 @@ from processor.changelog.events import ChangeEvent
 from processor.errors import DecodeError, EnvelopeError
 from processor.expr import Expression, MessageContext
 from processor.messages import Codec
+from processor.subscriptions.aggregated import AggregationFeed
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
 from processor.subscriptions.model import ChangeKind, Notice
 from processor.subscriptions.plan import SubscriptionPlan
@@ -67,6 +68,8 @@ class Dispatcher:
         #: Changes dispatched so far, and the CPU time the dispatching took (seconds of
         #: the dispatching thread; for metrics and benchmarks).
         self.dispatched = 0
+        #: Aggregations offered changes since the last :meth:`_flush`.
+        self._feeds: dict[int, AggregationFeed] = {}
         self.dispatch_cpu_s = 0.0
         self._thread: threading.Thread | None = None
         if not inline:
@@ -196,6 +199,7 @@ class Dispatcher:
             return
         if self.inline:
             self.dispatch(events)
+            self._flush()
             return
         with self._arrived:
             self._units.append(events)
@@ -225,6 +229,20 @@ class Dispatcher:
                         self.dispatch(events)
                 except Exception:  # a bug must not kill the dispatcher thread; logged in full
                     log.exception("dispatching a change to subscriptions failed")
+            self._flush()
+
+    def _flush(self) -> None:
+        """Let the aggregations offered changes since the last call send their rows."""
+        feeds, self._feeds = self._feeds, {}
+        if not feeds:
+            return
+        began = time.thread_time()
+        for feed in feeds.values():
+            try:
+                feed.flush()
+            except Exception:  # as above
+                log.exception("sending an aggregation's rows failed")
+        self.dispatch_cpu_s += time.thread_time() - began
 
     def dispatch(self, events: Sequence[ChangeEvent]) -> None:
         """Offer a unit's changes to the subscriptions they concern, in one call per
@@ -302,6 +320,8 @@ class Dispatcher:
                 subscription.offer_all(share)
                 if subscription.closed is not None:
                     closed.append(subscription)
+                elif isinstance(subscription, AggregationFeed):
+                    self._feeds[subscription.number] = subscription
             for subscription in closed:
                 self.forget(subscription)
             self.dispatch_cpu_s += time.thread_time() - began
