@@ -23,6 +23,7 @@ messages delivered.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from pathlib import Path
@@ -86,7 +87,12 @@ def main() -> int:
             f"{r.load_average:5.2f}"
         )
     if args.json_out is not None:
-        out: list[dict[str, Any]] = [r.__dict__ for r in rows]
+        out: dict[str, Any] = {
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
+            "broker": "none (replica fed in process)",
+            "seconds": args.seconds,
+            "rows": {r.name: r.__dict__ for r in rows},
+        }
         args.json_out.write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
