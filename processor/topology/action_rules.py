@@ -84,6 +84,16 @@ def check_actions(
                     where=step.where,
                 )
             steps.extend(_step(action, step, sow, plain))
+        for step in steps:
+            kind = sow[step.topic][0] if step.topic in sow else plain.get(step.topic, "")
+            if step.module is DoModule.PUBLISH and not step.data and kind != sow[on.topic][0]:
+                raise TopologyError(
+                    f"{step.topic} holds {kind} messages and the action publishes the "
+                    f"{sow[on.topic][0]} messages of {on.topic}: give Data, or publish to a "
+                    f"topic of {sow[on.topic][0]} messages",
+                    source=action.source,
+                    where=step.where,
+                )
         out.append(ActionSpec(action.name, on, tuple(steps), action.source, action.where))
     return tuple(out)
 
