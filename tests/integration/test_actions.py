@@ -93,7 +93,10 @@ def test_deleted_records_are_published(backend: str, tmp_path: Path, unique: str
 def test_records_out_of_focus_are_published(backend: str, tmp_path: Path, unique: str) -> None:
     actions = """
   - on: {module: oof-message, topic: ORDERS, filter: "/status = 'open'"}
-    do: {module: publish-message, topic: RESULTS, data: '{"id": {{AMPS_SOW_KEY}}, "why": "{{AMPS_REASON}}"}'}
+    do:
+      module: publish-message
+      topic: RESULTS
+      data: '{"id": {{AMPS_SOW_KEY}}, "why": "{{AMPS_REASON}}"}'
 """
     with running_sow(backend, topology(unique, actions), tmp_path, unique) as (_, client):
         one = _publish(client, 1, "open")
@@ -112,10 +115,11 @@ def test_a_condition_held_past_its_duration_is_published_once(
     backend: str, tmp_path: Path, unique: str
 ) -> None:
     actions = """
-  - on: {module: message-condition-timeout, topic: ORDERS, filter: "/status = 'pending'", duration: 1s}
+  - on:
+      {module: message-condition-timeout, topic: ORDERS, filter: "/status = 'pending'", duration: 1s}
     do: {module: publish-message, topic: RESULTS}
 """
-    with running_sow(backend, topology(unique, actions), tmp_path, unique) as (app, client):
+    with running_sow(backend, topology(unique, actions), tmp_path, unique) as (_, client):
         _publish(client, 1, "pending")
         _publish(client, 2, "pending")
         _publish(client, 2, "done")  # stopped matching in time
