@@ -116,7 +116,7 @@ def test_a_condition_held_past_its_duration_is_published_once(
 ) -> None:
     actions = """
   - on:
-      {module: message-condition-timeout, topic: ORDERS, filter: "/status = 'pending'", duration: 1s}
+      {module: message-condition-timeout, topic: ORDERS, filter: "/status='pending'", duration: 1s}
     do: {module: publish-message, topic: RESULTS}
 """
     with running_sow(backend, topology(unique, actions), tmp_path, unique) as (_, client):
