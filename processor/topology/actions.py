@@ -102,13 +102,16 @@ def _module(text: str, kind: type[M], prefix: str) -> M:
     for module in kind:
         if module.value == full:
             return module
-    if full.startswith(prefix):
+    if name.startswith(prefix):
         raise ValueFormatError(
             f"{text.strip()!r} is an AMPS action kafka-sow does not run: it runs the actions on "
             f"SOW topics ({supported()}); logs, files, transports, replication, security and "
             "the server itself are managed outside kafka-sow"
         )
-    raise ValueFormatError(f"unknown action module {text.strip()!r}; supported: {supported()}")
+    raise ValueFormatError(
+        f"unknown action module {text.strip()!r} for <{prefix.split('-')[2].title()}>; "
+        f"supported: {supported()}"
+    )
 
 
 def data_variables(data: str) -> list[str]:
