@@ -2,7 +2,8 @@
 
 One JSON line per topic (what the product does with it), per view, conflated topic or
 queue (its parsed settings, and that ``sow serve`` refuses it until its issue lands), per
-action (when it runs and what it does, docs/actions.md), and one for the security the topology names (its entitlements file and logon); then the
+action (when it runs and what it does, docs/actions.md), and one for the security the
+topology names (its entitlements file and logon); then the
 replication ``sow serve`` would give the topics it creates, with a warning when an external
 cluster would keep a single copy (:func:`replication_summary`).
 """

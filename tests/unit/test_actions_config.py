@@ -60,7 +60,8 @@ def test_yaml_reads_every_supported_action() -> None:
     do: {module: publish-message, topic: LATE, message_type: json}
 """)
     purge, expire, delete, oof, timeout = actions
-    assert purge.name == "purge" and purge.on.every is not None
+    assert purge.name == "purge"
+    assert purge.on.every is not None
     assert purge.on.every.interval_ms == 3_600_000
     # compaction without a Topic: every SOW topic
     assert [(s.module, s.topic) for s in purge.do] == [
@@ -75,7 +76,8 @@ def test_yaml_reads_every_supported_action() -> None:
         "/id > 1",
     )
     assert delete.do[0].data == "{{AMPS_DATA}}"
-    assert oof.on.module is OnModule.OOF and oof.do[0].topic == "LATE"
+    assert oof.on.module is OnModule.OOF
+    assert oof.do[0].topic == "LATE"
     assert timeout.on.duration_ms == 90_000
     assert "for 90s" in timeout.describe()
 
@@ -98,10 +100,13 @@ def test_amps_xml_reads_the_same_actions() -> None:
       <Do><Module>amps-action-do-publish-message</Module>
         <Options><Topic>LATE</Topic><Data>{{AMPS_DATA}}</Data></Options></Do>
     </Action>""")
-    assert purge.name == "weekly" and purge.where == "AMPSConfig/Actions/Action[1]"
-    assert purge.on.every is not None and purge.on.every.text == "Saturday at 23:30"
+    assert purge.name == "weekly"
+    assert purge.where == "AMPSConfig/Actions/Action[1]"
+    assert purge.on.every is not None
+    assert purge.on.every.text == "Saturday at 23:30"
     assert [s.module for s in purge.do] == [DoModule.DELETE_SOW, DoModule.COMPACT_SOW]
-    assert late.name == "action 2" and late.on.duration_ms == 300_000
+    assert late.name == "action 2"
+    assert late.on.duration_ms == 300_000
     assert late.do[0].data == "{{AMPS_DATA}}"
 
 
@@ -220,8 +225,11 @@ def test_a_directory_checks_actions_once_merged(tmp_path: Path) -> None:
 
 def test_a_publish_to_another_message_type_needs_data() -> None:
     text = TOPICS + "  - {name: X, key: /id, message_type: xml}\nactions:\n"
-    action = "  - {on: {module: sow-delete-message, topic: ORDERS}, do: {module: publish-message, topic: X%s}}\n"
-    with pytest.raises(TopologyError, match="holds xml messages.*give Data"):
+    action = (
+        "  - {on: {module: sow-delete-message, topic: ORDERS}, "
+        "do: {module: publish-message, topic: X%s}}\n"
+    )
+    with pytest.raises(TopologyError, match=r"holds xml messages.*give Data"):
         parse_yaml(text + action % "", "t.yaml")
     parse_yaml(text + action % ", data: '<m>{{AMPS_SOW_KEY}}</m>'", "t.yaml")
 
