@@ -114,16 +114,14 @@ class ConditionTimeout:
         for (topic, partition), state in owned.items():
             if topic != self.topic or self._next_due(state) > now_ms:
                 continue
-            pending = self._pending(state)
             batch = transaction.batch(state)
-            done = 0
-            for due, sow_key in pending:
-                if due > now_ms or done >= MAX_PER_TRANSACTION:
+            for due, sow_key in self._pending(state)[:MAX_PER_TRANSACTION]:
+                if due > now_ms:
                     break
-                done += 1
                 self._fire(batch, due, sow_key)
-            rest = pending[done:]
-            self._next[(topic, partition)] = (state, rest[0][0] if rest else 1 << 62)
+            # Read again once this commits: what it did is then in the store (were the
+            # transaction to abort, the entries it took are still due).
+            self._next.pop((topic, partition), None)
 
     def _fire(self, batch: PartitionBatch, due: int, sow_key: bytes) -> None:
         """The Duration of a record ended: drop its entries; publish it if it matches."""

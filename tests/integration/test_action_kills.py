@@ -39,7 +39,8 @@ def _run(bootstrap: str, tmp_path: Path, unique: str, records: int, kills: int) 
     workdir = tmp_path / "work"
     workdir.mkdir()
     (workdir / "topology.yaml").write_text(_topology(unique))
-    serve = Serve(workdir, bootstrap, unique)
+    # more restarts than kills, however close together they come
+    serve = Serve(workdir, bootstrap, unique, env={"SOW_PROCESSOR_RESTARTS": str(kills + 5)})
     randomly = random.Random(36)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     began = time.monotonic()
