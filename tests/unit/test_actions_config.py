@@ -278,3 +278,20 @@ def test_schedules_tick(every: str, now: str, expected: str) -> None:
 def test_bad_schedules_say_what_is_allowed(every: str, message: str) -> None:
     with pytest.raises(ValueFormatError, match=message):
         parse_schedule(every).next_after(0)
+
+
+def test_the_processor_may_write_where_its_actions_write() -> None:
+    from processor.log.kafka.acls import AclContext, component_acls
+
+    topology = parse_yaml(
+        TOPICS
+        + "actions:\n"
+        + "  - {on: {module: schedule, every: 1h}, "
+        + "do: {module: delete-sow, topic: ORDERS, filter: '1=1'}}\n"
+        + "  - {on: {module: sow-delete-message, topic: LATE}, "
+        + "do: {module: publish-message, topic: DLQ}}\n",
+        "t.yaml",
+    )
+    acls = component_acls("processor", topology, AclContext(dead_letter_topic="dead"))
+    written = {acl.name for acl in acls if acl.operation == "Write"}
+    assert {"ORDERS", "DLQ"} <= written
