@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from processor.changelog.commands import FILTER_DELETE_KEY
 from processor.client.sow_client import SowClient
 from processor.topology.model import Topology
 from processor.topology.yaml_loader import parse_yaml
@@ -172,3 +174,42 @@ def test_a_schedule_compacts_the_store(
                 for r in caplog.records
                 if r.getMessage().startswith("action compact: compacted ORDERS")
             ]
+
+
+def test_two_processors_run_each_partitions_ticks_once(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """Each partition's owner runs its ticks; a partition that moves to the other
+    processor (the second one joins) goes on from the tick its state notes: no tick
+    of a partition runs twice."""
+    actions = """
+  - name: purge
+    on: {module: schedule, every: 1s}
+    do: {module: delete-sow, topic: ORDERS, filter: "/status = 'closed'"}
+"""
+    text = topology(unique, actions)
+    topic = text.topic("ORDERS")
+    four = replace(text, topics={**text.topics, "ORDERS": replace(topic, partitions=4)})
+    a, b = {"instance_id": "a"}, {"instance_id": "b"}
+    with running_sow(bootstrap, four, tmp_path / "a", unique, a) as (first, client):
+        time.sleep(1.5)
+        with running_sow(bootstrap, four, tmp_path / "b", unique, b, service=False) as (second, _):
+            deadline = time.monotonic() + 30
+            while not all(
+                app.processor and app.processor.owned_partitions for app in (first, second)
+            ):
+                assert time.monotonic() < deadline, "the partitions were not shared"
+                time.sleep(0.1)
+            for id_ in range(8):
+                _publish(client, id_, "closed" if id_ % 2 else "open")
+            _wait(client, "ORDERS", {0, 2, 4, 6}, within_s=15)
+            time.sleep(2.5)
+    ticks: dict[int, list[int]] = {}
+    for record in read_topic(bootstrap, topic.kafka_topic, partitions=4, timeout_s=10):
+        if record.key() == FILTER_DELETE_KEY:  # type: ignore[attr-defined]
+            stamp = record.timestamp()[1]  # type: ignore[attr-defined]
+            ticks.setdefault(record.partition(), []).append(stamp // 1000)  # type: ignore[attr-defined]
+    assert sorted(ticks) == [0, 1, 2, 3]
+    for partition, seconds in ticks.items():
+        assert len(seconds) == len(set(seconds)), f"a tick of partition {partition} ran twice"
+        assert len(seconds) >= 3
