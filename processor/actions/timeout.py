@@ -9,7 +9,9 @@ not, or did not exist), the partition's state notes the record's due time, twice
 the action's prefix (``put_state``: changelog control records, restored with the store):
 ``k`` + SowKey -> due, and ``d`` + due + SowKey (the due order). A change that makes it
 stop matching, or deletes it, drops both. When the due time comes, the owner of the
-partition drops them and publishes the record, in one transaction: exactly once. The
+partition drops them and publishes the record, in one transaction: exactly once (timers
+run before the transaction's expiries, so a record whose Duration ended before it expired
+is published even when both were due while no processor ran). The
 records that already match when the action is first defined count from then (the
 listener is a :class:`~processor.engine.feeding.Feeding`: each partition hands it its
 records once).
@@ -21,7 +23,7 @@ import hashlib
 from collections.abc import Sequence
 
 from processor.actions.publish import ActionPublisher, Watched
-from processor.changelog import STATE_PREFIX
+from processor.changelog import STATE_PREFIX, expiration_of
 from processor.changelog.events import ChangeEvent, Listener
 from processor.engine.derived import Owned
 from processor.engine.partition import PartitionState
@@ -134,5 +136,8 @@ class ConditionTimeout:
         envelope = batch.lookup(sow_key)
         if envelope is None or not self.watched.matches(envelope):
             return
+        expiration_ms = expiration_of(envelope)
+        if expiration_ms is not None and expiration_ms <= due:
+            return  # it expired before its Duration ended (its expiry is still to be made)
         for publisher in self.publishers:
             publisher.publish(batch, self.topic, sow_key, envelope, _TIMEOUT)

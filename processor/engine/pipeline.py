@@ -336,10 +336,10 @@ def expire_and_tick(
     which partitions)."""
     for state in placing:
         transaction.batch(state)
+    timers, owned = timed
+    for timer in timers:  # before the expiries: a timeout due first is acted on first
+        timer.run(transaction, owned)
     if expiring:
         expirer.expire(transaction, expiring)
     for state, derivation in ticking:
         derivation.tick(transaction.batch(state), now_ms, reject)
-    timers, owned = timed
-    for timer in timers:
-        timer.run(transaction, owned)
