@@ -105,7 +105,7 @@ class ActionPublisher:
             return sow_key
         try:
             return publish_key(route, data, "").encode()
-        except MessageError:
+        except Exception:  # a custom KeyGenerator may raise anything: the processor says why
             return None
 
     def _render(self, body: bytes, source: str, sow_key: bytes, reason: bytes) -> bytes:

@@ -21,6 +21,7 @@ from processor.changelog.commands import FILTER_DELETE_KEY
 from processor.client.sow_client import SowClient
 from processor.topology.model import Topology
 from processor.topology.yaml_loader import parse_yaml
+from tests.conftest import MEMORY
 from tests.integration.harness import read_topic, running_sow
 
 
@@ -213,3 +214,26 @@ def test_two_processors_run_each_partitions_ticks_once(
     for partition, seconds in ticks.items():
         assert len(seconds) == len(set(seconds)), f"a tick of partition {partition} ran twice"
         assert len(seconds) >= 3
+
+
+def test_an_action_record_the_target_cannot_key_is_dead_lettered(
+    tmp_path: Path, unique: str
+) -> None:
+    text = f"""
+topics:
+  - {{name: ORDERS, key: /id, kafka_topic: {unique}.ORDERS}}
+  - {{name: BY_REF, key: /ref, kafka_topic: {unique}.BY_REF}}
+actions:
+  - on: {{module: sow-delete-message, topic: ORDERS}}
+    do: {{module: publish-message, topic: BY_REF}}
+"""
+    with running_sow(MEMORY, parse_yaml(text, "t.yaml"), tmp_path, unique) as (app, client):
+        _publish(client, 1, "open")  # no /ref: BY_REF cannot key it
+        client.publish("ORDERS", b'{"id": 2, "ref": "r2"}')
+        client.delete("ORDERS", filter="1=1")
+        deadline = time.monotonic() + 10
+        while app.processor is None or app.processor.dead_lettered < 1:
+            assert time.monotonic() < deadline, "nothing was dead-lettered"
+            time.sleep(0.05)
+        _wait(client, "BY_REF", {2})
+        assert app.processor.dead_lettered == 1
