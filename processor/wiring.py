@@ -1,21 +1,29 @@
-"""The derived topics of a topology, wired for the processor: views and conflated topics
-(:mod:`processor.views`) and queues (:mod:`processor.queues`)."""
+"""The derived topics and actions of a topology, wired for the processor: views and
+conflated topics (:mod:`processor.views`), queues (:mod:`processor.queues`) and actions
+(:mod:`processor.actions`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from processor.actions import action_wiring
 from processor.queues import queue_wiring
 from processor.topology import Topology
 from processor.views import view_wiring
 
 
 def derived_wiring(topology: Topology) -> dict[str, Any]:
-    """The processor's ``listeners`` and ``derived`` options for the topology's views,
-    conflated topics and queues (empty when it has none)."""
-    views, queues = view_wiring(topology), queue_wiring(topology)
+    """The processor's ``listeners``, ``derived`` and ``timers`` options for the
+    topology's views, conflated topics, queues and actions (empty when it has none)."""
+    views, queues, actions = view_wiring(topology), queue_wiring(topology), action_wiring(topology)
     listeners = {**views.get("listeners", {})}
-    for name, more in queues.get("listeners", {}).items():
-        listeners[name] = [*listeners.get(name, ()), *more]
+    for wired in (queues, actions):
+        for name, more in wired.get("listeners", {}).items():
+            listeners[name] = [*listeners.get(name, ()), *more]
     derived = {**views.get("derived", {}), **queues.get("derived", {})}
-    return {"listeners": listeners, "derived": derived} if derived else {}
+    options: dict[str, Any] = {"listeners": listeners} if derived or actions else {}
+    if derived:
+        options["derived"] = derived
+    if actions:
+        options["timers"] = actions["timers"]
+    return options

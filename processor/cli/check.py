@@ -1,8 +1,9 @@
 """``sow check-config``: validate topology files without starting anything.
 
-One JSON line per topic (what the product does with it) and per view, conflated topic or
-queue (its parsed settings, and that ``sow serve`` refuses it until its issue lands), and
-one for the security the topology names (its entitlements file and logon); then the
+One JSON line per topic (what the product does with it), per view, conflated topic or
+queue (its parsed settings, and that ``sow serve`` refuses it until its issue lands), per
+action (when it runs and what it does, docs/actions.md), and one for the security the
+topology names (its entitlements file and logon); then the
 replication ``sow serve`` would give the topics it creates, with a warning when an external
 cluster would keep a single copy (:func:`replication_summary`).
 """
@@ -24,6 +25,7 @@ from processor.errors import BrokerError
 from processor.keys import key_function
 from processor.log.replication import MAX_DEFAULT_REPLICATION, Replication
 from processor.messages import codec_for
+from processor.topology.actions import ActionSpec
 from processor.topology.loader import load_topology
 from processor.topology.model import (
     ConflatedTopicSpec,
@@ -174,10 +176,38 @@ def describe_entry(entry: Entry, topology: Topology | None = None) -> dict[str, 
     return out
 
 
+def describe_action(action: ActionSpec) -> dict[str, Any]:
+    """An action: when it runs, what it does (docs/actions.md), and a line saying both."""
+    on = action.on
+    when: dict[str, Any] = {"module": on.module.value}
+    if on.every is not None:
+        when["every"] = on.every.text
+    else:
+        when["topic"] = on.topic
+    if on.filter:
+        when["filter"] = on.filter
+    if on.duration_ms:
+        when["duration"] = format_interval(on.duration_ms / 1000)
+    steps = []
+    for step in action.do:
+        fields = {"filter": step.filter, "data": step.data}
+        steps.append(
+            {"module": step.module.value, "topic": step.topic}
+            | {name: value for name, value in fields.items() if value}
+        )
+    return {
+        "action": action.name,
+        "element": action.where,
+        "on": when,
+        "do": steps,
+        "does": action.describe(),
+    }
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Load each file (or directory), build every topic's codec and key function, and
-    print one JSON line per topic, then per view, conflated topic and queue, then the
-    security the topology names; the first problem fails the command."""
+    print one JSON line per topic, then per view, conflated topic and queue, per action,
+    then the security the topology names; the first problem fails the command."""
     secured: list[tuple[str, Topology]] = []
     for path in args.paths:
         topology = load_topology(path)
@@ -190,6 +220,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                 key_function(topic)  # imports a custom KeyGenerator
             lines.append(describe(topic))
         lines.extend(describe_entry(entry, topology) for entry in topology.entries())
+        lines.extend(describe_action(action) for action in topology.actions)
         if topology.security is not None:
             lines.append({"security": topology.security.describe()})
             secured.append((str(path), topology))
@@ -202,7 +233,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         sys.stderr.write(
             f"{path}: OK ({len(topology.topics) - views - queues} SOW topics, {views} views "
             f"and conflated topics, {queues} queues, "
-            f"{len(topology.plain_topics)} plain topics{refused})\n"
+            f"{len(topology.plain_topics)} plain topics, {len(topology.actions)} actions"
+            f"{refused})\n"
         )
     from processor.cli.security_commands import security_summary
 

@@ -12,11 +12,11 @@ them). What it writes commits with its input offsets, exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from processor.engine.partition import PartitionState
-from processor.engine.transaction import PartitionBatch
+from processor.engine.transaction import PartitionBatch, Transaction
 from processor.log import Record
 
 #: Where a record that cannot be applied goes: the dead-letter topic, with the reason
@@ -74,6 +74,42 @@ class Ticking(Protocol):
         """Do the work due, into ``batch``; what fails for one record's own reasons goes
         to ``reject`` (as the input record that brought it) and the rest is done."""
         ...
+
+
+#: The store partitions this processor owns and has recovered, by (SOW topic, partition).
+Owned = Mapping[tuple[str, int], PartitionState]
+
+
+class Timed(Protocol):
+    """Work due at times on the store partitions of SOW topics (actions on a schedule,
+    message condition timeouts: :mod:`processor.actions`), done by whichever processor
+    owns each partition, in a transaction. The processor asks :meth:`due` after every
+    batch and every idle wait (at most ``IDLE_WAIT_S`` apart) and, when it is, calls
+    :meth:`run` at the start of the next transaction. What it writes (through the
+    partitions' batches: ``put_state``, ``produce``, ``write``) commits exactly once
+    with it."""
+
+    def due(self, owned: Owned, now_ms: int) -> bool:
+        """Whether work is due by ``now_ms`` on any of ``owned`` (cheap: called often)."""
+        ...
+
+    def run(self, transaction: Transaction, owned: Owned) -> None:
+        """Do the work due at the transaction's time on ``owned``, into its batches."""
+        ...
+
+
+def due_timers(
+    timers: Sequence[Timed],
+    states: Owned,
+    recovering: Container[tuple[str, int]],
+    now_ms: int,
+) -> tuple[list[Timed], Owned]:
+    """The timers with work due by ``now_ms``, and the partitions they act on: those of
+    ``states`` not ``recovering`` (nothing is computed without timers)."""
+    if not timers:
+        return [], {}
+    owned = {key: state for key, state in states.items() if key not in recovering}
+    return [timer for timer in timers if timer.due(owned, now_ms)], owned
 
 
 @runtime_checkable

@@ -42,7 +42,7 @@ from typing import Any
 from processor.engine.apply import Applier
 from processor.engine.assignment import Assignment
 from processor.engine.commit import CrashHook, Prepared, finish, prepare
-from processor.engine.derived import DerivedPartition, Ticking
+from processor.engine.derived import DerivedPartition, Owned, Ticking, Timed
 from processor.engine.expiry import Expirer
 from processor.engine.live import LiveFeed
 from processor.engine.partition import PartitionState
@@ -328,12 +328,17 @@ def expire_and_tick(
     now_ms: int,
     reject: Callable[..., None],
     placing: Sequence[PartitionState],
+    timed: tuple[Sequence[Timed], Owned],
     transaction: Transaction,
 ) -> None:
-    """A new transaction's expiries and timers (:meth:`Batches.apply`), and the
-    partitions it places (:meth:`Batches.unplaced`)."""
+    """A new transaction's expiries and timers (:meth:`Batches.apply`), the partitions it
+    places (:meth:`Batches.unplaced`) and the timed work due (``timed``: what is due, on
+    which partitions)."""
     for state in placing:
         transaction.batch(state)
+    timers, owned = timed
+    for timer in timers:  # before the expiries: a timeout due first is acted on first
+        timer.run(transaction, owned)
     if expiring:
         expirer.expire(transaction, expiring)
     for state, derivation in ticking:

@@ -11,10 +11,9 @@ loop, as in Kafka Streams and Quix Streams: a newly assigned persistent partitio
 is held back while its store replays its changelog, one step between polls, so a long
 restore never holds up the consumer's poll and the other partitions keep being processed.
 
-Expiration (:mod:`processor.engine.expiry`) runs in the same loop: every transaction
-also deletes the records due by then (bounded per transaction), and an idle processor
-checks its due indexes after each idle wait (``IDLE_WAIT_S``) and commits a transaction
-of expiries alone when some are due. Partitions still recovering are left out.
+Expiration (:mod:`processor.engine.expiry`) and timed work (``timers``: actions) run in
+the same loop: a transaction also does what is due by then (expiries bounded), and an idle
+processor checks after each idle wait (``IDLE_WAIT_S``); recovering partitions wait.
 
 A watchdog thread (:mod:`processor.engine.watchdog`) samples the loop about once a second:
 when the processor is stuck (blocked in a call, not consuming records that arrived, out of
@@ -41,7 +40,7 @@ from processor import errors
 from processor.engine.apply import Applier
 from processor.engine.assignment import Assignment, StoreOpener
 from processor.engine.commit import CrashHook
-from processor.engine.derived import DerivedTopic
+from processor.engine.derived import DerivedTopic, Timed, due_timers
 from processor.engine.expiry import DueIndex, Expirer, expiring_states
 from processor.engine.gc_tuning import batch_friendly_gc
 from processor.engine.live import LiveFeed, LiveSink
@@ -98,6 +97,7 @@ class Processor:
         listeners: Listeners | None = None,
         derived: Mapping[str, DerivedTopic] | None = None,
         pipelined: bool = False,
+        timers: Sequence[Timed] = (),
     ) -> None:
         """``standby_tail`` makes changelog tails for standby stores (None: no standby
         stores); only a consumer-group member has partitions it does not own.
@@ -109,7 +109,8 @@ class Processor:
         with expiration). ``derived``: the derived topics (views, queues) by name, whose
         records their :class:`~processor.engine.derived.DerivedTopic` computes from their
         input (:mod:`processor.wiring` makes both). ``pipelined``: apply the next batch
-        while the previous one commits, where that is safe (:mod:`processor.engine.pipeline`)."""
+        while the previous one commits, where that is safe (:mod:`processor.engine.pipeline`).
+        ``timers``: timed work on the partitions it owns (actions, docs/actions.md)."""
         self.topology, self._connections, self._open_store = topology, connections, open_store
         self._dead_letter_topic, self._max_batch = dead_letter_topic, max_batch
         #: When the log is ready for the next transaction (monotonic; ``_next_batch``).
@@ -166,7 +167,7 @@ class Processor:
         #: Transactions in a row whose offsets the group refused.
         self._refusals = GroupRefusals(self._stop)
         self._live: LiveFeed | None = None  # hands changes over before the commit
-        self._pipelined = pipelined
+        self._pipelined, self._timers = pipelined, tuple(timers)
 
     def attach_live(self, sink: LiveSink, units: bool = True) -> None:
         """Hand ``sink`` changes (``units``) and handed records as applied (engine/live.py)."""
@@ -425,7 +426,9 @@ class Processor:
                 ticking = assignment.ticking(now_ms)
                 due = expiring and expirer.due(expiring, now_ms)
                 placing = batches.unplaced()
-                if not records and not ticking and not due and not placing and batches.idle:
+                timed = due_timers(self._timers, assignment.states, assignment.recoveries, now_ms)
+                work = bool(records or ticking or due or placing or timed[0])
+                if not work and batches.idle:
                     continue
                 self._loop.phase = "applying and committing a batch"
                 # A failure anywhere below raises out of the pipeline, which drops every
@@ -433,10 +436,8 @@ class Processor:
                 # offsets refused by a group that moved on abort the batch alone.
                 if records and self.first_batch_at is None:
                     self.first_batch_at = time.perf_counter()
-                expire = partial(
-                    expire_and_tick, expirer, expiring, ticking, now_ms, applier.reject, placing
-                )
-                work = bool(records or ticking or due or placing)
+                expiries = (expirer, expiring, ticking, now_ms, applier.reject, placing, timed)
+                expire = partial(expire_and_tick, *expiries)
                 batches.apply(records, (self.transactions, now_ms, self._listeners), expire, work)
             batches.settle()
         finally:
@@ -455,11 +456,10 @@ class Processor:
         """The next batch: whatever is already fetched (up to ``max_batch``) without
         waiting; when nothing is, wait up to ``IDLE_WAIT_S`` for the first record (while a
         commit runs in the background, ``not idle``: ``BUSY_WAIT_S``, to land it soon) and
-        take it with whatever arrived alongside. A batch thus grows with the load (records
-        queue up while the previous transaction commits) and a lone record is applied as
-        soon as it arrives, never after a fixed batching delay; but a batch begun within
-        the log's ``commit_settle_s`` of the last commit takes what arrives until then
-        (the log would make its transaction wait longer)."""
+        take it with whatever arrived alongside. A batch grows with the load and a lone
+        record is applied as soon as it arrives, never after a fixed batching delay; but
+        one begun within the log's ``commit_settle_s`` of the last commit takes what
+        arrives until then (the log would make its transaction wait longer)."""
         records = consumer.consume(self._max_batch, 0)
         if not records:
             records = consumer.consume(1, self.IDLE_WAIT_S if idle else self.BUSY_WAIT_S)

@@ -61,6 +61,13 @@ class Store(Protocol):
         values are put as given, and are not read back)."""
         ...
 
+    def compact(self) -> tuple[int, int]:
+        """Reclaim the space of deleted and overwritten entries now (AMPS's compact SOW;
+        the action ``amps-action-do-compact-sow``) rather than when the store gets round
+        to it; (bytes before, bytes after) of its data. The caller writes nothing
+        meanwhile (the processor's loop compacts its own partitions)."""
+        ...
+
     def clear(self, meta: Mapping[bytes, bytes | None]) -> None:
         """Atomically drop every record and the whole due index, and put/delete (None)
         meta values."""

@@ -29,8 +29,10 @@ declared message types and modules).
 * The top-level ``Authentication`` and ``Entitlement`` name the logon and the
   entitlements file (:mod:`processor.topology.amps_security`); inside a ``Transport``
   they are an error (kafka-sow serves one gRPC endpoint).
+* ``Actions`` (:mod:`processor.topology.amps_actions`, docs/actions.md): the actions on
+  SOW topics; any other AMPS action module is refused, naming those supported.
 * Any other element inside SOW or Topic is an error. Top-level sections other than SOW,
-  MessageTypes, Modules, TransactionLog, Authentication and Entitlement are not read.
+  MessageTypes, Modules, TransactionLog, Authentication, Entitlement and Actions are not read.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.errors import TopologyError
+from processor.topology.amps_actions import read_actions
 from processor.topology.amps_entries import SYNONYMS, read_conflated_topic
 from processor.topology.amps_queues import QUEUE_ELEMENTS, read_queue
 from processor.topology.amps_reader import AmpsReader, Child, children
@@ -258,10 +261,13 @@ class _Reader(AmpsReader):
         return topic
 
 
-def load_amps_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> Topology:
-    """Load the SOW topics (and views, conflated topics, queues) of an AMPS configuration
-    file."""
-    return parse_amps_config(read_text(path), str(path), environ=environ)
+def load_amps_config(
+    path: str | Path, *, environ: Mapping[str, str] | None = None, alone: bool = True
+) -> Topology:
+    """Load the SOW topics (and views, conflated topics, queues, actions) of an AMPS
+    configuration file (``alone``: not one of a directory's, whose actions are checked
+    once merged)."""
+    return parse_amps_config(read_text(path), str(path), environ=environ, alone=alone)
 
 
 def _root(text: str, source: str) -> ET.Element:
@@ -283,7 +289,7 @@ def _root(text: str, source: str) -> ET.Element:
 
 
 def parse_amps_config(
-    text: str, source: str, *, environ: Mapping[str, str] | None = None
+    text: str, source: str, *, environ: Mapping[str, str] | None = None, alone: bool = True
 ) -> Topology:
     """Parse AMPS configuration ``text``; ``source`` names the file and anchors relative paths.
 
@@ -338,5 +344,5 @@ def parse_amps_config(
         entries.append(entry)
         catalog.add(Known.of(entry, SYNONYMS.get(element.tag, element.tag), where, position))
     security = read_security(reader, root)
-    topology = assemble(topics, (source,), entries)
+    topology = assemble(topics, (source,), entries, read_actions(reader, root), alone)
     return topology if security is None else dataclasses.replace(topology, security=security)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from processor.errors import ExpressionError, ParseError, TopologyError
 from processor.expr.construction import compile_construction
+from processor.topology.action_rules import check_actions
+from processor.topology.actions import ActionSpec
 from processor.topology.model import (
     KAFKA_TOPIC_NAME,
     ConflatedTopicSpec,
@@ -71,7 +73,8 @@ def merge_topologies(parts: Sequence[Topology]) -> Topology:
             if not (isinstance(topic, SowTopic) and topic.derived)  # rebuilt below
         )
         others.extend(part.entries())
-    merged = assemble(entries, tuple(sources), others)
+    actions = tuple(action for part in parts for action in part.actions)
+    merged = assemble(entries, tuple(sources), others, actions)
     return dataclasses.replace(merged, security=named[0]) if named else merged
 
 
@@ -80,11 +83,16 @@ def _at(source: str, where: str, current: str) -> str:
 
 
 def assemble(
-    entries: Sequence[Loaded], sources: tuple[str, ...], others: Sequence[Entry] = ()
+    entries: Sequence[Loaded],
+    sources: tuple[str, ...],
+    others: Sequence[Entry] = (),
+    actions: tuple[ActionSpec, ...] = (),
+    alone: bool = True,
 ) -> Topology:
     """A :class:`Topology` of ``entries`` (SOW and plain topics, in order) and ``others``
     (views, conflated topics and queues, in order); names and derived Kafka topics must
-    be unique."""
+    be unique. ``actions`` are checked against the topics (:func:`check_actions`) unless
+    the file is not ``alone`` (one of a directory's: they are checked once merged)."""
     by_name: dict[str, Loaded] = {}
     kafka: dict[str, tuple[str, str, str, str]] = {}
     for topic, source, where in scoped_by_message_type([*entries, *_view_topics(entries, others)]):
@@ -136,7 +144,11 @@ def assemble(
         else:
             queues[entry.name] = entry
             _add_queue_topic(entry, topics, plain, kafka)
-    return Topology(topics, sources, plain, views, conflated, queues)
+    if alone and actions:
+        sow = {name: (t.message_type, t.derived) for name, t in topics.items()}
+        kinds = {name: t.message_type for name, t in plain.items()}
+        actions = check_actions(actions, sow, kinds)
+    return Topology(topics, sources, plain, views, conflated, queues, actions=actions)
 
 
 def _add_queue_topic(

@@ -37,7 +37,7 @@ def load_topology(path: str | Path) -> Topology:
                 "the directory holds no topology files; expected *.yaml, *.yml or *.xml files",
                 source=str(target),
             )
-        topology = merge_topologies([load_file(p) for p in files])
+        topology = merge_topologies([load_file(p, alone=False) for p in files])
     elif target.exists():
         topology = load_file(target)
     else:
@@ -55,13 +55,14 @@ def load_topology(path: str | Path) -> Topology:
     return topology
 
 
-def load_file(path: Path) -> Topology:
-    """Load one topology file, choosing the format by its extension."""
+def load_file(path: Path, alone: bool = True) -> Topology:
+    """Load one topology file, choosing the format by its extension (``alone``: not one
+    of a directory's, whose actions are checked once merged)."""
     kind = EXTENSIONS.get(path.suffix.lower())
     if kind == "yaml":
-        return load_yaml(path)
+        return load_yaml(path, alone)
     if kind == "amps-xml":
-        return load_amps_config(path)
+        return load_amps_config(path, alone=alone)
     raise TopologyError(
         f"unknown topology file extension {path.suffix!r}; allowed: "
         ".yaml or .yml (kafka-sow YAML), .xml (AMPS configuration)",

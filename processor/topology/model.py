@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from processor.errors import ValueFormatError
+from processor.topology.actions import ActionSpec
 from processor.topology.security_spec import SecuritySpec
 
 MESSAGE_TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "bflat", "binary")
@@ -436,6 +437,8 @@ class Topology:
     #: The entitlements file and logon the topology names (None: it names none; the
     #: settings say it, and win where both do: :mod:`processor.topology.security_spec`).
     security: SecuritySpec | None = None
+    #: The actions (docs/actions.md; :mod:`processor.topology.actions`), in order.
+    actions: tuple[ActionSpec, ...] = ()
 
     def topic(self, name: str) -> SowTopic:
         """The SOW topic called ``name``; raises KeyError when there is none."""

@@ -36,11 +36,20 @@ from processor.errors import TopologyError
 from processor.topology import quantities
 from processor.topology.assemble import Loaded, assemble, check_topic, read_text
 from processor.topology.model import PlainTopic, SowTopic, Topic, Topology
+from processor.topology.yaml_actions import read_actions
 from processor.topology.yaml_entries import read_entries
 from processor.topology.yaml_fields import PARSERS, describe, named, parse_field, schema_path
 from processor.topology.yaml_security import read_security
 
-TOP_LEVEL_KEYS = ("defaults", "topics", "queues", "views", "conflated_topics", "security")
+TOP_LEVEL_KEYS = (
+    "defaults",
+    "topics",
+    "queues",
+    "views",
+    "conflated_topics",
+    "security",
+    "actions",
+)
 TOPIC_FIELDS = (
     "name",
     "message_type",
@@ -129,9 +138,10 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Hashable
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def load_yaml(path: str | Path) -> Topology:
-    """Load a YAML topology file."""
-    return parse_yaml(read_text(path), str(path))
+def load_yaml(path: str | Path, alone: bool = True) -> Topology:
+    """Load a YAML topology file (``alone``: not one of a directory's, whose actions are
+    checked once the directory is merged)."""
+    return parse_yaml(read_text(path), str(path), alone)
 
 
 def _load_document(text: str, source: str) -> object:
@@ -146,10 +156,10 @@ def _load_document(text: str, source: str) -> object:
         raise TopologyError(f"invalid YAML: {exc}", source=source) from exc
 
 
-def parse_yaml(text: str, source: str) -> Topology:
+def parse_yaml(text: str, source: str, alone: bool = True) -> Topology:
     """Parse YAML topology ``text``; ``source`` names the file in messages and anchors paths."""
     try:
-        return _parse_yaml(text, source)
+        return _parse_yaml(text, source, alone)
     except RecursionError:
         # Aliases can nest values deeper than MAX_DEPTH without composing them again.
         raise TopologyError(
@@ -159,7 +169,7 @@ def parse_yaml(text: str, source: str) -> Topology:
         ) from None
 
 
-def _parse_yaml(text: str, source: str) -> Topology:
+def _parse_yaml(text: str, source: str, alone: bool) -> Topology:
     document = _load_document(text, source)
     if document is None:
         raise TopologyError(
@@ -168,7 +178,8 @@ def _parse_yaml(text: str, source: str) -> Topology:
     if not isinstance(document, dict):
         raise TopologyError(
             "the top level must be a mapping with 'topics' (and optional 'defaults', "
-            f"'queues', 'views', 'conflated_topics' and 'security'), got {describe(document)}",
+            f"'queues', 'views', 'conflated_topics', 'security' and 'actions'), got "
+            f"{describe(document)}",
             source=source,
         )
     for key in document:
@@ -189,7 +200,9 @@ def _parse_yaml(text: str, source: str) -> Topology:
         (_topic(raw, index, defaults, source, base), source, f"topics[{index}]")
         for index, raw in enumerate(topics)
     ]
-    topology = assemble(entries, (source,), read_entries(document, entries, source, base))
+    actions = read_actions(document["actions"], source) if "actions" in document else ()
+    others = read_entries(document, entries, source, base)
+    topology = assemble(entries, (source,), others, actions, alone)
     if "security" not in document:
         return topology
     return replace(topology, security=read_security(document["security"], source, base))

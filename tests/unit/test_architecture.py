@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"log", "state"},
     {"publish"},
     {"engine"},
-    {"views", "queues"},
+    {"views", "queues", "actions"},
     {"replica", "wiring"},
     {"query", "spark", "faust"},
     {"subscriptions"},

@@ -233,3 +233,40 @@ def test_more_in_sync_than_copies_fails_the_check() -> None:
     assert done.returncode == 3, done.stderr
     assert "min in-sync replicas (3) exceed the replication factor (2)" in done.stderr
     assert "SOW_MIN_INSYNC_REPLICAS to at most 2" in done.stderr
+
+
+def test_each_action_is_listed_with_what_it_does(tmp_path: Path) -> None:
+    path = tmp_path / "actions.xml"
+    path.write_text(
+        """<AMPSConfig><SOW>
+  <Topic><Name>ORDERS</Name><MessageType>json</MessageType><Key>/id</Key></Topic>
+  <Topic><Name>LATE</Name><MessageType>json</MessageType><Key>/id</Key></Topic></SOW>
+<Actions>
+  <Action>
+    <On><Module>amps-action-on-schedule</Module>
+      <Options><Every>*/5 * * * *</Every><Name>purge</Name></Options></On>
+    <Do><Module>amps-action-do-delete-sow</Module>
+      <Options><Topic>ORDERS</Topic><Filter>/done = 1</Filter></Options></Do>
+  </Action>
+  <Action>
+    <On><Module>amps-action-on-message-condition-timeout</Module>
+      <Options><Topic>ORDERS</Topic><Filter>/done = 0</Filter><Duration>90s</Duration></Options>
+    </On>
+    <Do><Module>amps-action-do-publish-message</Module><Options><Topic>LATE</Topic></Options></Do>
+  </Action>
+</Actions></AMPSConfig>"""
+    )
+    done = _check(path)
+    assert done.returncode == 0, done.stderr
+    actions = [json.loads(line) for line in done.stdout.splitlines() if '"action"' in line]
+    assert [a["action"] for a in actions] == ["purge", "action 2"]
+    assert actions[0]["on"] == {"module": "amps-action-on-schedule", "every": "*/5 * * * *"}
+    assert actions[0]["do"] == [
+        {"module": "amps-action-do-delete-sow", "topic": "ORDERS", "filter": "/done = 1"}
+    ]
+    assert actions[1]["on"]["duration"] == "90s"
+    assert actions[1]["does"] == (
+        "action 2: message-condition-timeout on ORDERS where /done = 0 for 90s -> "
+        "publish-message LATE"
+    )
+    assert "2 actions" in done.stderr

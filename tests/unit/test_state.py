@@ -117,3 +117,18 @@ def test_meta_items_lists_one_prefix_and_none_deletes_meta(
     assert list(store.meta_items(b"publisher:")) == []
     assert store.get_meta(b"pub") == b"x"
     store.close()
+
+
+def test_compaction_keeps_the_data_and_reclaims_what_was_deleted(
+    make_store: Factory, tmp_path: Path
+) -> None:
+    store = make_store(tmp_path)
+    store.write({b"k%04d" % i: b"x" * 2000 for i in range(500)}, {b"m": b"1"})
+    store.write({b"k%04d" % i: None for i in range(1, 500)}, {})
+    before, after = store.compact()
+    assert list(store.items()) == [(b"k0000", b"x" * 2000)]
+    assert store.get_meta(b"m") == b"1"
+    if isinstance(store, RocksDBStore):
+        assert before > 500 * 2000 / 10  # the deleted records still took room
+        assert after < before / 10
+    store.close()

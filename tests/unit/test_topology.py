@@ -165,7 +165,10 @@ def test_parse_yaml_from_text() -> None:
     [
         (
             "topics: []\ncolour: red\n",
-            ["colour", "allowed: conflated_topics, defaults, queues, security, topics, views"],
+            [
+                "colour",
+                "allowed: actions, conflated_topics, defaults, queues, security, topics, views",
+            ],
         ),
         (
             "topics:\n  - {name: ORDERS, partiton: 2}\n",

@@ -34,6 +34,7 @@ from processor.errors import BrokerError, ConfigurationError
 from processor.log.kafka.settings import client_settings
 from processor.log.topics import topic_specs
 from processor.topology import Topology
+from processor.topology.actions import DoModule
 from processor.topology.events import with_event_topics
 from processor.topology.queue_topics import processor_topology
 
@@ -134,6 +135,12 @@ def _processor(acls: _Acls, topology: Topology, context: AclContext) -> None:
         if topic.queue is not None:
             acls.add(TOPIC, topic.deliveries_topic, WRITE, "the queue's leases")
     acls.add(TOPIC, context.dead_letter_topic, WRITE, "records that cannot be applied")
+    targets = {**topology.plain_topics, **topology.topics}
+    for action in topology.actions:  # docs/actions.md
+        for step in action.do:
+            if step.module in (DoModule.PUBLISH, DoModule.DELETE_SOW):
+                name = targets[step.topic].kafka_topic
+                acls.add(TOPIC, name, WRITE, f"the action {action.name}'s records")
     for name in _all_topics(topology, context):
         acls.add(TOPIC, name, DESCRIBE, "checked at start (partitions)")
     acls.add(GROUP, context.group_id, READ, "the processors' consumer group, offsets")

@@ -1,0 +1,182 @@
+"""Actions (AMPS's ``<Actions>``, docs/actions.md): what the processor does by itself, on a
+schedule or when a SOW record expires, is deleted, goes out of focus or stays matching a
+filter too long. Both topology formats read them into :class:`ActionSpec`; this module
+holds the model and the checks every format shares (:func:`check_actions`, run once the
+topics are known).
+
+Supported, with AMPS's module names (anything else is refused naming these):
+
+* ``On``: ``amps-action-on-schedule`` (``Every``); ``amps-action-on-sow-expire-message``,
+  ``amps-action-on-sow-delete-message``, ``amps-action-on-oof-message`` (``Topic``,
+  ``MessageType``, ``Filter``); ``amps-action-on-message-condition-timeout`` (the same
+  and ``Duration``).
+* ``Do``: ``amps-action-do-publish-message`` (``Topic``, ``MessageType``, ``Data``) after a
+  message event; ``amps-action-do-delete-sow`` (``Topic``, ``MessageType``, ``Filter``) and
+  ``amps-action-do-compact-sow`` (``Topic``, ``MessageType``; none: every SOW topic) on a
+  schedule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeVar
+
+from processor.errors import ValueFormatError
+from processor.topology.schedule import Schedule
+
+
+class OnModule(Enum):
+    """When an action runs (AMPS module names)."""
+
+    SCHEDULE = "amps-action-on-schedule"
+    SOW_EXPIRE = "amps-action-on-sow-expire-message"
+    SOW_DELETE = "amps-action-on-sow-delete-message"
+    OOF = "amps-action-on-oof-message"
+    CONDITION_TIMEOUT = "amps-action-on-message-condition-timeout"
+
+
+class DoModule(Enum):
+    """What an action does (AMPS module names)."""
+
+    PUBLISH = "amps-action-do-publish-message"
+    DELETE_SOW = "amps-action-do-delete-sow"
+    COMPACT_SOW = "amps-action-do-compact-sow"
+
+
+#: The message events: each names the SOW topic whose records it watches.
+MESSAGE_EVENTS = (
+    OnModule.SOW_EXPIRE,
+    OnModule.SOW_DELETE,
+    OnModule.OOF,
+    OnModule.CONDITION_TIMEOUT,
+)
+#: What each kind of event may do.
+ALLOWED_DO: dict[OnModule, tuple[DoModule, ...]] = {
+    OnModule.SCHEDULE: (DoModule.DELETE_SOW, DoModule.COMPACT_SOW),
+    **{event: (DoModule.PUBLISH,) for event in MESSAGE_EVENTS},
+}
+#: The options of each module (AMPS's names; the YAML format writes them in snake_case).
+ON_OPTIONS: dict[OnModule, tuple[str, ...]] = {
+    OnModule.SCHEDULE: ("Every", "Name"),
+    OnModule.SOW_EXPIRE: ("Topic", "MessageType", "Filter"),
+    OnModule.SOW_DELETE: ("Topic", "MessageType", "Filter"),
+    OnModule.OOF: ("Topic", "MessageType", "Filter"),
+    OnModule.CONDITION_TIMEOUT: ("Topic", "MessageType", "Filter", "Duration"),
+}
+DO_OPTIONS: dict[DoModule, tuple[str, ...]] = {
+    DoModule.PUBLISH: ("Topic", "MessageType", "Data"),
+    DoModule.DELETE_SOW: ("Topic", "MessageType", "Filter"),
+    DoModule.COMPACT_SOW: ("Topic", "MessageType"),
+}
+#: The variables a publish action's ``Data`` may use.
+DATA_VARIABLES = ("AMPS_DATA", "AMPS_TOPIC", "AMPS_SOW_KEY", "AMPS_REASON")
+_VARIABLE = re.compile(r"\{\{\s*([^}]*?)\s*\}\}")
+
+
+def supported() -> str:
+    """The modules kafka-sow runs, for refusals."""
+    ons = ", ".join(m.value for m in OnModule)
+    dos = ", ".join(m.value for m in DoModule)
+    return f"On: {ons}; Do: {dos}"
+
+
+M = TypeVar("M", OnModule, DoModule)
+
+
+def on_module(text: str) -> OnModule:
+    """The ``On`` module named ``text`` (AMPS's name, or the YAML short form without
+    ``amps-action-on-``); raises ValueFormatError naming what is supported."""
+    return _module(text, OnModule, "amps-action-on-")
+
+
+def do_module(text: str) -> DoModule:
+    """The ``Do`` module named ``text`` (as :func:`on_module`)."""
+    return _module(text, DoModule, "amps-action-do-")
+
+
+def _module(text: str, kind: type[M], prefix: str) -> M:
+    name = text.strip().lower()
+    full = name if name.startswith("amps-action-") else prefix + name
+    for module in kind:
+        if module.value == full:
+            return module
+    if name.startswith(prefix):
+        raise ValueFormatError(
+            f"{text.strip()!r} is an AMPS action kafka-sow does not run: it runs the actions on "
+            f"SOW topics ({supported()}); logs, files, transports, replication, security and "
+            "the server itself are managed outside kafka-sow"
+        )
+    raise ValueFormatError(
+        f"unknown action module {text.strip()!r} for <{prefix.split('-')[2].title()}>; "
+        f"supported: {supported()}"
+    )
+
+
+def data_variables(data: str) -> list[str]:
+    """The ``{{VARIABLE}}`` names in a publish action's ``Data``."""
+    return _VARIABLE.findall(data)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionOn:
+    """When: the module, and its options (``topic`` resolved to a topology name by
+    :func:`check_actions`; ``duration_ms`` for a condition timeout)."""
+
+    module: OnModule
+    topic: str = ""
+    message_type: str = ""
+    filter: str = ""
+    every: Schedule | None = None
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ActionDo:
+    """One step: the module and its options (``topic`` empty: every SOW topic, for
+    compaction)."""
+
+    module: DoModule
+    topic: str = ""
+    message_type: str = ""
+    filter: str = ""
+    data: str = ""
+    where: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    """One action: a name (the schedule's ``Name``, else ``action N``), when, and its
+    steps in order; ``source``/``where`` locate it for messages."""
+
+    name: str
+    on: ActionOn
+    do: tuple[ActionDo, ...]
+    source: str = ""
+    where: str = ""
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The SOW topics whose partitions run the action: the watched topic of a message
+        event, the steps' topics of a schedule."""
+        if self.on.module is not OnModule.SCHEDULE:
+            return (self.on.topic,)
+        return tuple(dict.fromkeys(step.topic for step in self.do))
+
+    def describe(self) -> str:
+        """One line for ``sow check-config``."""
+        on = self.on
+        if on.every is not None:
+            when = f"every {on.every.text!r}"
+        else:
+            when = f"{on.module.value.removeprefix('amps-action-on-')} on {on.topic}"
+            if on.filter:
+                when += f" where {on.filter}"
+            if on.duration_ms:
+                when += f" for {on.duration_ms / 1000:g}s"
+        steps = []
+        for step in self.do:
+            what = step.module.value.removeprefix("amps-action-do-")
+            steps.append(f"{what} {step.topic}" + (f" where {step.filter}" if step.filter else ""))
+        return f"{self.name}: {when} -> {'; '.join(steps)}"
