@@ -116,13 +116,13 @@ class QueueDefinition:
 
     def takes(self, message: Any, context: MessageContext) -> bool:
         """Whether the queue's ``Filter`` takes the message."""
-        return self.filter is None or self.filter.matches(message, context)
+        return self.filter is None or self.filter.matches(message, context, overrun="queue")
 
     def priority_of(self, message: Any, context: MessageContext) -> int | None:
         return None if self.priority is None else priority_of(self.priority(message, context))
 
     def is_barrier(self, message: Any, context: MessageContext) -> bool:
-        return self.barrier is not None and self.barrier.matches(message, context)
+        return self.barrier is not None and self.barrier.matches(message, context, overrun="queue")
 
     def expires_ms(self, published_ms: int, own_ms: int | None) -> int | None:
         """When a message published at ``published_ms`` expires, given its own expiration
