@@ -25,7 +25,7 @@ from processor.topology.loader import load_topology
 from tests.unit import test_expr_conformance_functions as functions_rows
 from tests.unit import test_expr_conformance_language as language_rows
 from tests.unit.test_expr_parser_fuzz import TOKENS
-from tests.unit.test_expr_regex import AGREED, REFUSED, SEMANTICS
+from tests.unit.test_expr_regex import AGREED, LINEAR_ONLY, REFUSED, SEMANTICS
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The time one case may take (compile and evaluate, or load one topology file).
@@ -112,6 +112,7 @@ _LITERALS = [
     "NULL", "TRUE", "NAN_VALUE()", "/a", "/c[1]", "/o/p/q", "'" + "x" * 5000 + "'",
 ]  # fmt: skip
 _REGEXES = [pattern for pattern, _, _ in SEMANTICS] + AGREED + [p for p, _, _ in REFUSED]
+_REGEXES += [pattern for pattern, _, _ in LINEAR_ONLY]
 _REGEXES += [".*.*.*.*.*.*.*.*yz", "(a+)+$", "(x+x+)+y", "(a|aa)*c", "a{1000}", "[" * 3]
 _TOKEN = re.compile(r"\s+|[A-Za-z_]\w*|\d+(?:\.\d+)?|'(?:\\.|[^'\\])*'|\"[^\"]*\"|.", re.S)
 
