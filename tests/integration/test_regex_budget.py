@@ -67,6 +67,12 @@ def test_a_catastrophic_pattern_is_stopped_everywhere(tmp_path: Path) -> None:
         assert f"budget of {BUDGET_MS} ms" in caught.value.details
         assert "SOW_REGEX_MATCH_BUDGET_MS" in caught.value.details
 
+        with client.sow_and_subscribe("t", filter=FILTER) as failed:  # its query fails
+            refused = Collector(failed)
+            assert refused.done.wait(REQUEST_S)
+            assert refused.error is not None
+            assert refused.error.code == "RESOURCE_EXHAUSTED"
+
         deadline = time.monotonic() + 20
         while True:  # the view counts the record the pattern matches, not the long one
             records, _, _ = client.query("V")
