@@ -3,11 +3,14 @@
 AMPS evaluates patterns with PCRE, a backtracking engine: a pattern such as
 ``.*.*.*.*.*.*.*.*yz`` takes time exponential in the length of the text. Here patterns
 run on RE2 (:mod:`processor.expr.regex`), whose time is linear in the text, so no filter
-can hang a thread. RE2 cannot run the PCRE features that need backtracking; they are
-refused at compile time with an ExpressionError that names the construct, its offset in
-the pattern and what to write instead (the list is in docs/expressions.md).
+can hang a thread. RE2 cannot run the PCRE features that need backtracking: the
+translator notes the first one (:attr:`Translation.needs`), and the pattern is translated
+again for the backtracking engine (:mod:`processor.expr.pcre_backtrack`), which runs it
+within a time budget per match. A few PCRE features neither runs are refused with an
+ExpressionError that names the construct, its offset in the pattern and what to write
+instead (the lists are in docs/expressions.md).
 
-:func:`translate` reads the PCRE syntax itself rather than handing the pattern to RE2,
+:class:`Translator` reads the PCRE syntax itself rather than handing the pattern over,
 because the two dialects differ in ways that would otherwise change results silently.
 The translation applies every flag itself and emits flag-free RE2 syntax:
 
@@ -17,7 +20,7 @@ The translation applies every flag itself and emits flag-free RE2 syntax:
   is the very end); ``\\s`` includes the vertical tab, as in PCRE;
 * ``\\h`` ``\\v`` ``\\R`` ``\\N`` ``\\e`` ``\\cX`` ``\\o{}`` ``(?#...)`` and named groups
   in every PCRE spelling are rewritten into forms RE2 knows;
-* every group becomes non-capturing; the only capturing groups of the result are the
+* for RE2 every group becomes non-capturing; the only capturing groups of the result are the
   final newline that ``$``/``\\Z`` may consume (REGEXP_REPLACE gives it back).
 """
 

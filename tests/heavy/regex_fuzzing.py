@@ -7,9 +7,9 @@ tests/heavy/fuzzing.py does), before it counts as slow.
 
 The budget is the engine's clock (CPU time, processor/expr/backtrack.py); the slack covers
 the difference from wall time when other processes share the cores. Patterns RE2 runs have
-no budget (their time is linear in the text): their matches are held to RE2_LIMIT_S, the
-limit of the expression fuzz (a replacement of 100,000 one-character matches takes about
-a quarter of a second).
+no budget (their time is linear in the text): a match is held to RE2_LIMIT_S plus
+RE2_PER_CHARACTER_S per character of the text (a replacement walks its matches in
+Python: ``x*`` on 100 KB makes 100,001 empty matches, about a second on a loaded machine).
 """
 
 from __future__ import annotations
@@ -55,8 +55,10 @@ PIECES = [
 SEEDS = [pattern for pattern, _, _ in SEMANTICS] + AGREED
 SEEDS += [pattern for pattern, _, _ in LINEAR_ONLY + REFUSED] + CATASTROPHIC
 ALPHABET = "aaab,xyzA1 .\n\t\\é"
-#: The time a match on RE2 may take (as a case of tests/heavy/fuzzing.py).
+#: The time a match on RE2 may take (as a case of tests/heavy/fuzzing.py), and more per
+#: character of the text.
 RE2_LIMIT_S = 1.0
+RE2_PER_CHARACTER_S = 25e-6
 #: The lengths of the long texts a pattern is matched against (100 KB at most).
 LONG = (1_000, 10_000, 100_000)
 
@@ -182,9 +184,9 @@ def fuzz_regexes(
                 texts.append(long_text(rng))
             bounded = isinstance(regex, Backtracking)
             report.backtracking += bounded
-            limit_s = budget / 1000 + slack_s if bounded else RE2_LIMIT_S
             for text in texts:
-                _match(report, regex, text, limit_s)
+                linear_s = RE2_LIMIT_S + RE2_PER_CHARACTER_S * len(text)
+                _match(report, regex, text, budget / 1000 + slack_s if bounded else linear_s)
     finally:
         set_budget_ms(previous)
     report.wall_s = time.perf_counter() - started
