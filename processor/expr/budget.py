@@ -26,7 +26,7 @@ _lock = threading.Lock()
 _overruns: Counter[str] = Counter()
 
 #: Where an overrun is counted rather than raised (the metric's ``where`` label).
-PLACES = ("query", "subscription", "view", "queue", "delete", "function")
+PLACES = ("subscription", "view", "queue", "delete", "function")
 
 
 def budget_ms() -> int:
