@@ -25,12 +25,15 @@ from processor.views.contribution import GroupKey, Values, contribution
 
 
 class Group:
-    """One group's members and accumulator."""
+    """One group's members and accumulator. ``where`` counts a regex overrun in the
+    aggregates' arguments (:mod:`processor.expr.budget`): "view", or "subscription" for
+    an aggregated subscription's groups."""
 
-    __slots__ = ("accumulator", "members", "output", "touched")
+    __slots__ = ("accumulator", "members", "output", "touched", "where")
 
-    def __init__(self, aggregation: Aggregation) -> None:
+    def __init__(self, aggregation: Aggregation, where: str = "view") -> None:
         self.accumulator: Accumulator = aggregation.accumulator(exact=True)
+        self.where = where
         #: Each member's input values by member id, oldest update first.
         self.members: dict[bytes, Values] = {}
         #: The output message last written for the group (the processor's view).
@@ -48,7 +51,7 @@ class Group:
         try:
             self.accumulator.remove(values, last)
         except RegexBudgetError:
-            count_overrun("view")
+            count_overrun(self.where)
             return False
         del self.members[member]
         return True
@@ -63,7 +66,7 @@ class Group:
         try:
             self.accumulator.add(values)
         except RegexBudgetError:
-            count_overrun("view")
+            count_overrun(self.where)
             return False
         self.members[member] = values
         return True
