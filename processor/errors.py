@@ -185,6 +185,27 @@ class TooDeepError(ExpressionError):
     """Python cannot compile the generated source: the expression nests too deeply."""
 
 
+class RegexBudgetError(ExpressionError):
+    """A regular expression that runs on the backtracking engine (a PCRE construct RE2
+    cannot run: backreferences, lookaround, ...) took longer than its budget on one text
+    (``SOW_REGEX_MATCH_BUDGET_MS``). A query fails with it (RESOURCE_EXHAUSTED); a
+    subscription's, view's or queue's filter counts it and does not match the message
+    (docs/expressions.md). ``pattern`` is the pattern, ``budget_ms`` the budget."""
+
+    failure = "exhausted"
+
+    def __init__(self, pattern: str, budget_ms: float, what: str = "LIKE pattern") -> None:
+        self.pattern = pattern
+        self.budget_ms = budget_ms
+        super().__init__(
+            f"the {what} {pattern!r} took longer than its budget of {budget_ms:g} ms on one "
+            "value and was stopped (it backtracks: a nested repetition or a backreference "
+            "over a long text); write a pattern that RE2 can run (no backreferences, "
+            "lookaround, atomic groups or possessive quantifiers; see docs/expressions.md), "
+            "or raise SOW_REGEX_MATCH_BUDGET_MS"
+        )
+
+
 class MessageTooLargeError(InvalidRequestError):
     """A published message is larger than the log (topic, broker or changelog) accepts."""
 

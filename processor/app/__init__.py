@@ -26,6 +26,7 @@ from processor.errors import (
     SowError,
     StartCancelledError,
 )
+from processor.expr.budget import set_budget_ms
 from processor.log import LogWriter
 from processor.log.broker import Broker
 from processor.log.topics import topic_specs
@@ -258,6 +259,7 @@ def start(
         if cancelled is not None and cancelled.is_set():
             raise StartCancelledError("stopped while starting")
 
+    set_budget_ms(settings.regex_match_budget_ms)  # one per process (processor.expr.budget)
     if topology is None:
         from processor.topology.loader import load_topology
 

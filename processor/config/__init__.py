@@ -280,6 +280,18 @@ class Settings:
             unit="seconds",
         ),
     )
+    regex_match_budget_ms: int = _setting(
+        100,
+        Spec(
+            "SOW_REGEX_MATCH_BUDGET_MS",
+            "the time one match of a LIKE or REGEXP_REPLACE pattern that needs backtracking "
+            "may take (docs/expressions.md; below)",
+            "`100`",
+            "whole",
+            bounds=(1, 60000),
+            unit="milliseconds",
+        ),
+    )
     ephemeral_log: bool = _setting(
         False,
         Spec(

@@ -412,6 +412,6 @@ def _matching(
             message = decode(decoded.data)
         except MessageError:
             message = None
-        if expression.matches(message, decoded.context()):
+        if expression.matches(message, decoded.context(), overrun="delete"):
             matched.append(sow_key)
     return matched

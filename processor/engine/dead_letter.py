@@ -27,6 +27,7 @@ from processor.errors import (
     MessageError,
     ProcessingError,
     RecordTooLargeError,
+    RegexBudgetError,
     SowError,
 )
 from processor.log import Headers, Record
@@ -77,6 +78,8 @@ class DeadLetters:
         one record (then the caller re-raises it)."""
         if isinstance(exc, MessageError):
             return exc
+        if isinstance(exc, RegexBudgetError):  # a pattern too slow on this record's values
+            return ProcessingError(str(exc))
         if isinstance(exc, SowError):
             return None  # a broker, store or programming state failure: not the record's
         translated = self.produce_error(exc)

@@ -35,7 +35,7 @@ class PatternRecords:
         assert topic.pattern is not None
         self.topic = topic
         self.partition = partition
-        self._pattern = compile_regex(topic.pattern, what="Pattern")
+        self._pattern = compile_regex(topic.pattern, what="Pattern", backtracking=False)
         self._keys: dict[str, FieldKeyGenerator] = {}
         self._writers: dict[tuple[str, str], EnvelopeWriter] = {}
 

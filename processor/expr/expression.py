@@ -12,8 +12,9 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from processor.errors import TooDeepError
+from processor.errors import RegexBudgetError, TooDeepError
 from processor.expr import ast, parser, scan
+from processor.expr.budget import count_overrun
 from processor.expr.codegen import build, predicate
 from processor.expr.compiler import Compiler, conjuncts
 from processor.expr.inputs import ContextInput, FieldInput, Input, MessageContext
@@ -32,7 +33,9 @@ class Expression:
     first-appearance order; ``deterministic`` is False when it calls a non-deterministic
     function (UNIX_TIMESTAMP()). Code is generated on first evaluation; after that,
     evaluation never raises, for any message (an expression too deep for Python to compile
-    raises TooDeepError, an ExpressionError, when first evaluated)."""
+    raises TooDeepError, an ExpressionError, when first evaluated), except that a LIKE on
+    the backtracking engine that overruns its budget raises RegexBudgetError (see
+    :meth:`matches` for filters that count it instead)."""
 
     __slots__ = (
         "_built",
@@ -154,13 +157,25 @@ class Expression:
             self._build()
         return self._call(message, context)
 
-    def matches(self, message: Any, context: MessageContext | None = None) -> bool:
+    def matches(
+        self, message: Any, context: MessageContext | None = None, *, overrun: str = ""
+    ) -> bool:
         """True when the expression is TRUE for the message (a filter matches); FALSE,
         NULL and NaN do not match. A non-boolean value is read as a boolean (non-zero
-        numbers are TRUE)."""
+        numbers are TRUE).
+
+        A LIKE that overruns its match budget raises RegexBudgetError; with ``overrun``
+        (where the filter runs: "subscription", "view"...) it is counted there instead
+        (:mod:`processor.expr.budget`) and the message does not match."""
         if not self._built:
             self._build()
-        return self._match(message, context)
+        try:
+            return self._match(message, context)
+        except RegexBudgetError:
+            if not overrun:
+                raise
+            count_overrun(overrun)
+            return False
 
     def evaluate_inputs(self, values: Sequence[Any]) -> Any:
         """The expression's value given the values of :attr:`inputs`, in order."""
@@ -190,6 +205,8 @@ class Expression:
                 if driver is not None:
                     return scan.driven(driver, keys, columns)
             return self._scan(keys, columns)
+        except RegexBudgetError:
+            raise  # the query fails with it (a record is not to be skipped silently)
         except Exception as exc:
             # The inline code and the helpers are total; should a Python-level surprise
             # (a column that is not a Mapping, an exotic value) ever raise, say so and
@@ -204,6 +221,8 @@ class Expression:
             try:
                 if self._test(*[get(key) for get in getters]):
                     matched.append(key)
+            except RegexBudgetError:
+                raise
             except Exception:  # one record's surprise (see above) excludes only that record
                 continue
         return matched

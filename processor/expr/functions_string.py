@@ -18,8 +18,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from processor.errors import RegexBudgetError
 from processor.expr.ast import Value
-from processor.expr.regex import Regex, compile_regex
+from processor.expr.budget import count_overrun
+from processor.expr.regex import Matcher, compile_regex
 from processor.expr.values import isnan, num, text_of
 
 _UPPER = {code: code - 32 for code in range(ord("a"), ord("z") + 1)}
@@ -81,16 +83,21 @@ def replace(value: Value, find: Value, replacement: Value = None) -> Value:
 
 
 @functools.lru_cache(maxsize=256)
-def _regex(pattern: str) -> Regex:
+def _regex(pattern: str) -> Matcher:
     return compile_regex(pattern, what="REGEXP_REPLACE pattern")
 
 
 def regexp_replace(value: Value, pattern: Value, replacement: Value = None) -> Value:
     """REGEXP_REPLACE(s, pattern, repl): every PCRE match replaced by ``repl`` taken
     literally (back-references in the replacement are unconfirmed in AMPS, so none are
-    interpreted); an invalid pattern, or one that needs backtracking, gives NULL (a
-    constant one is refused when the expression is compiled). Linear time in the text."""
-    return _regex(_text(pattern)).replace(_text(value), _text(replacement))
+    interpreted); an invalid pattern gives NULL (a constant one is refused when the
+    expression is compiled). Linear time in the text on RE2; a pattern on the backtracking
+    engine that overruns its match budget gives NULL and is counted ("function")."""
+    try:
+        return _regex(_text(pattern)).replace(_text(value), _text(replacement))
+    except RegexBudgetError:
+        count_overrun("function")
+        return None
 
 
 def substr(value: Value, start: Value, count: Value = None) -> Value:

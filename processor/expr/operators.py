@@ -267,7 +267,8 @@ class LikePattern:
 def compile_like(pattern: str, raw: bool, *, text: str = "", position: int = -1) -> LikePattern:
     """Compile a LIKE pattern once: raw patterns (``r'...'``) match literally, others are
     PCRE (see :func:`processor.expr.regex.compile_regex`; ExpressionError for an invalid
-    pattern or one that needs backtracking); a pattern without metacharacters or flags
+    pattern; one that needs backtracking may raise RegexBudgetError when it is matched); a
+    pattern without metacharacters or flags
     becomes a substring test."""
     if raw or not (_META & set(pattern)):
         return LikePattern(pattern, lambda subject: pattern in subject, pattern)

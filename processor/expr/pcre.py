@@ -3,11 +3,14 @@
 AMPS evaluates patterns with PCRE, a backtracking engine: a pattern such as
 ``.*.*.*.*.*.*.*.*yz`` takes time exponential in the length of the text. Here patterns
 run on RE2 (:mod:`processor.expr.regex`), whose time is linear in the text, so no filter
-can hang a thread. RE2 cannot run the PCRE features that need backtracking; they are
-refused at compile time with an ExpressionError that names the construct, its offset in
-the pattern and what to write instead (the list is in docs/expressions.md).
+can hang a thread. RE2 cannot run the PCRE features that need backtracking: the
+translator notes the first one (:attr:`Translation.needs`), and the pattern is translated
+again for the backtracking engine (:mod:`processor.expr.pcre_backtrack`), which runs it
+within a time budget per match. A few PCRE features neither runs are refused with an
+ExpressionError that names the construct, its offset in the pattern and what to write
+instead (the lists are in docs/expressions.md).
 
-:func:`translate` reads the PCRE syntax itself rather than handing the pattern to RE2,
+:class:`Translator` reads the PCRE syntax itself rather than handing the pattern over,
 because the two dialects differ in ways that would otherwise change results silently.
 The translation applies every flag itself and emits flag-free RE2 syntax:
 
@@ -17,7 +20,7 @@ The translation applies every flag itself and emits flag-free RE2 syntax:
   is the very end); ``\\s`` includes the vertical tab, as in PCRE;
 * ``\\h`` ``\\v`` ``\\R`` ``\\N`` ``\\e`` ``\\cX`` ``\\o{}`` ``(?#...)`` and named groups
   in every PCRE spelling are rewritten into forms RE2 knows;
-* every group becomes non-capturing; the only capturing groups of the result are the
+* for RE2 every group becomes non-capturing; the only capturing groups of the result are the
   final newline that ``$``/``\\Z`` may consume (REGEXP_REPLACE gives it back).
 """
 
@@ -28,6 +31,7 @@ import re
 from typing import NoReturn
 
 from processor.errors import ExpressionError
+from processor.expr import pcre_backtrack
 from processor.expr.pcre_class import (
     HSPACE,
     SPACE,
@@ -38,8 +42,14 @@ from processor.expr.pcre_class import (
     ranges,
 )
 
-#: RE2 refuses a counted repetition above this (PCRE allows 65535).
+#: RE2 refuses a counted repetition above this; a larger one runs on the backtracking
+#: engine, up to PCRE's own limit.
 MAX_REPEAT = 1000
+PCRE_MAX_REPEAT = 65535
+#: The backtracking engine expands counted repetitions when it compiles a pattern (about
+#: 300 bytes per repeated item: ``(a{1000}){1000}`` takes 280 MB and a second). A pattern
+#: whose nested counts times its length exceed this is refused.
+MAX_EXPANSION = 100_000
 #: Stands for PCRE's ``$`` (outside multiline mode) and ``\Z``: the end of the text, or
 #: before a newline that ends it. RE2 has no such assertion; :mod:`processor.expr.regex`
 #: replaces this mark (a character the translation never emits otherwise) by the RE2 form
@@ -49,9 +59,6 @@ END = "\x00"
 _QUANTIFIER = re.compile(r"\{([0-9]+)(?:(,)([0-9]*))?\}")
 _FLAG_GROUP = re.compile(r"\(\?([A-Za-z]*)(?:-([A-Za-z]*))?([:)])")
 _NAMED_GROUP = re.compile(r"\(\?(?:P?<([A-Za-z_][A-Za-z0-9_]*)>|'([A-Za-z_][A-Za-z0-9_]*)')")
-_BACKREF = "write the repeated text out, e.g. '(ab|cd)\\1' as 'abab|cdcd'"
-_LOOKAROUND = "match the text itself, or combine two conditions: /f LIKE 'a' AND /f NOT LIKE 'ab'"
-_NO_BACKTRACKING = "RE2 never backtracks, so there is nothing to limit"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,25 +78,43 @@ _FLAG_NAMES = {"i": "caseless", "x": "extended", "m": "multiline", "s": "dotall"
 @dataclasses.dataclass(frozen=True)
 class Translation:
     """``source`` is RE2 syntax meaning what the PCRE pattern means; ``anchored`` is
-    set by a leading ``(?A)`` (the match must start at the start of the text)."""
+    set by a leading ``(?A)`` (the match must start at the start of the text). ``needs``
+    names the first construct RE2 cannot run and its offset (then ``source`` is not for
+    RE2: translate again for the backtracking engine)."""
 
     source: str
     anchored: bool
+    needs: tuple[str, int] | None = None
 
 
 class Translator:
     """One pass over a PCRE pattern (see the module docstring); :meth:`run` returns the
-    translation or raises ExpressionError naming ``what`` (for example "LIKE pattern")."""
+    translation or raises ExpressionError naming ``what`` (for example "LIKE pattern").
 
-    def __init__(self, pattern: str, *, what: str, text: str, position: int) -> None:
+    For RE2 (the default) a construct that needs backtracking is noted
+    (:attr:`Translation.needs`); with ``backtracking`` the translation is for the
+    backtracking engine instead (groups capture, and those
+    constructs are written out: :mod:`processor.expr.pcre_backtrack`)."""
+
+    def __init__(
+        self, pattern: str, *, what: str, text: str, position: int, backtracking: bool = False
+    ) -> None:
         self.pattern = pattern
         self.what = what
         self.text = text
         self.position = position
+        self.backtracking = backtracking
         self.out: list[str] = []
         self.flags = Flags()
         self.stack: list[Flags] = []
         self.anchored = False
+        #: Capturing groups opened so far (for relative references).
+        self.groups = 0
+        #: The largest product of nested counted repetitions, per open group (the last is
+        #: the innermost), and that of the group closed last (see MAX_EXPANSION).
+        self.expansion = [1]
+        self.closed = 1
+        self.needs: tuple[str, int] | None = None
 
     # -- errors -----------------------------------------------------------------------
 
@@ -103,14 +128,19 @@ class Translator:
         )
 
     def refuse(self, construct: str, offset: int, advice: str) -> NoReturn:
-        """Raise the ExpressionError for a PCRE construct RE2 cannot run."""
+        """Raise the ExpressionError for a PCRE construct neither engine can run."""
         raise ExpressionError(
             f"{self.what} {self.pattern!r}: {construct} (at offset {offset} of the pattern) "
-            "is not supported, because patterns run in linear time (RE2, see "
-            f"docs/expressions.md); {advice}",
+            f"is not supported (see docs/expressions.md); {advice}",
             text=self.text,
             position=self.position,
         )
+
+    def backtrack(self, construct: str, offset: int) -> None:
+        """A construct that needs the backtracking engine: noted when translating for
+        RE2 (the first one, for :attr:`Translation.needs`)."""
+        if not self.backtracking and self.needs is None:
+            self.needs = (construct, offset)
 
     # -- the pattern ------------------------------------------------------------------
 
@@ -121,7 +151,15 @@ class Translator:
             index = self.item(index)
         if self.stack:
             self.fail("a group is not closed", len(pattern), "add the missing ')'")
-        return Translation("".join(self.out), self.anchored)
+        if self.backtracking and self.expansion[0] * len(pattern) > MAX_EXPANSION:
+            self.refuse(
+                f"counted repetitions that repeat an item {self.expansion[0]:,} times in a "
+                f"pattern of {len(pattern)} characters (their product is above "
+                f"{MAX_EXPANSION:,}, too large to compile)",
+                0,
+                "use smaller counts, or '*' / '+'",
+            )
+        return Translation("".join(self.out), self.anchored, self.needs)
 
     def item(self, index: int) -> int:
         """Translate the item at ``index``; returns the index after it."""
@@ -141,6 +179,8 @@ class Translator:
             if not self.stack:
                 self.fail("')' closes no group", index, "remove it or escape it as '\\)'")
             self.flags = self.stack.pop()
+            self.closed = self.expansion.pop()
+            self.expansion[-1] = max(self.expansion[-1], self.closed)
             self.out.append(")")
             return index + 1
         if char in "*+?":
@@ -174,13 +214,17 @@ class Translator:
 
     def counted(self, index: int, match: re.Match[str]) -> int:
         """``{n}``, ``{n,}``, ``{n,m}``."""
-        for number in (match.group(1), match.group(3)):
-            if number and int(number) > MAX_REPEAT:
-                self.refuse(
-                    f"the repetition count {int(number)} (above {MAX_REPEAT})",
-                    index,
-                    f"use a count of at most {MAX_REPEAT}, or '*' / '+'",
-                )
+        counts = [int(number) for number in (match.group(1), match.group(3)) if number]
+        if max(counts) > PCRE_MAX_REPEAT:
+            self.fail(
+                f"the repetition count {max(counts)} is above {PCRE_MAX_REPEAT}",
+                index,
+                f"use a count of at most {PCRE_MAX_REPEAT}, or '*' / '+'",
+            )
+        if max(counts) > MAX_REPEAT:
+            self.backtrack(f"the repetition count {max(counts)} (above {MAX_REPEAT})", index)
+        inner = self.closed if self.out and self.out[-1] == ")" else 1
+        self.expansion[-1] = max(self.expansion[-1], inner * max(counts))
         return self.quantifier(index, match.group(0), match.end())
 
     def quantifier(self, index: int, operator: str, after: int) -> int:
@@ -189,11 +233,9 @@ class Translator:
         if following == "?":
             lazy, after = True, after + 1
         elif following == "+":
-            self.refuse(
-                f"the possessive quantifier '{operator}+'",
-                index,
-                f"write '{operator}' ({_NO_BACKTRACKING})",
-            )
+            self.backtrack(f"the possessive quantifier '{operator}+'", index)
+            self.out.append(operator + "+")
+            return after + 1
         if self.flags.ungreedy:
             lazy = not lazy
         self.out.append(operator + ("?" if lazy else ""))
@@ -201,18 +243,31 @@ class Translator:
 
     # -- groups -------------------------------------------------------------------------
 
-    def open(self, inner: Flags) -> None:
+    def open(self, inner: Flags, opener: str = "(?:") -> None:
         self.stack.append(self.flags)
+        self.expansion.append(1)
         self.flags = inner
-        self.out.append("(?:")
+        self.out.append(opener)
+
+    def reopen(self, opener: str) -> None:
+        """Open a group written ``opener`` (a lookaround, an atomic group...)."""
+        self.open(self.flags, opener)
+
+    def capture(self, name: str = "") -> None:
+        """Open a capturing group (for RE2 every group is non-capturing)."""
+        self.groups += 1
+        if not self.backtracking:
+            self.open(self.flags)
+        else:
+            self.open(self.flags, f"(?P<{name}>" if name else "(")
 
     def group(self, index: int) -> int:
         """``(`` and every ``(?...)`` / ``(*...)`` form."""
         pattern = self.pattern
         if pattern.startswith("(*", index):
-            self.refuse("a backtracking control verb '(*...)'", index, "remove it")
+            return pcre_backtrack.verb(self, index)
         if not pattern.startswith("(?", index):
-            self.open(self.flags)
+            self.capture()
             return index + 1
         head = pattern[index + 2 : index + 4]
         if head.startswith("#"):
@@ -223,42 +278,19 @@ class Translator:
         if head.startswith(":"):
             self.open(self.flags)
             return index + 3
-        self.refuse_group(index, head)
+        if head.startswith("C"):
+            self.refuse("the callout '(?C'", index, "remove it")
+        after = pcre_backtrack.group(self, index, head)
+        if after is not None:
+            return after
         named = _NAMED_GROUP.match(pattern, index)
         if named is not None:
-            self.open(self.flags)
+            self.capture(named.group(1) or named.group(2))
             return named.end()
         flagged = _FLAG_GROUP.match(pattern, index)
         if flagged is None:
             self.fail(f"unknown group syntax {pattern[index : index + 4]!r}", index, _GROUP_HELP)
         return self.flag_group(index, flagged)
-
-    def refuse_group(self, index: int, head: str) -> None:
-        """Refuse the ``(?`` forms RE2 cannot run (``head``: the two characters after)."""
-        first = head[:1]
-        if first in ("=", "!"):
-            self.refuse(f"the lookahead assertion '(?{first}'", index, _LOOKAROUND)
-        if head in ("<=", "<!"):
-            self.refuse(f"the lookbehind assertion '(?{head}'", index, _LOOKAROUND)
-        if first == ">":
-            self.refuse("the atomic group '(?>'", index, f"write '(?:' ({_NO_BACKTRACKING})")
-        if first == "|":
-            self.refuse("the branch-reset group '(?|'", index, "write a plain group '(?:'")
-        if first == "(":
-            self.refuse("the conditional group '(?('", index, "split it into alternatives with '|'")
-        if (
-            first in ("R", "&")
-            or first.isdigit()
-            or head == "P>"
-            or (first in ("+", "-") and head[1:].isdigit())
-        ):
-            self.refuse(
-                f"the recursion or subroutine call '(?{head}'", index, "spell the sub-pattern out"
-            )
-        if head == "P=":
-            self.refuse("the named backreference '(?P='", index, _BACKREF)
-        if first == "C":
-            self.refuse("the callout '(?C'", index, "remove it")
 
     def flag_group(self, index: int, match: re.Match[str]) -> int:
         """``(?flags)`` (to the end of the enclosing group) or ``(?flags:...)``."""
@@ -310,25 +342,16 @@ class Translator:
             return self.quoted(index)
         if letter in "pP":
             return self.property(index)
-        if letter in "123456789" and not re.match(r"[1-3][0-7][0-7]", pattern[index + 1 :]):
-            self.refuse(f"the backreference '{pattern[index : index + 2]}'", index, _BACKREF)
-        self.refuse_escape(index, letter)
+        after = pcre_backtrack.escape(self, index, letter)
+        if after is not None:
+            return after
+        if letter == "C":
+            self.refuse("the single code unit '\\C'", index, "use '.' (one character)")
+        if letter == "X":
+            self.refuse("the grapheme cluster '\\X'", index, "use '.' (one character)")
         code, after = code_point(self, index, in_class=False)
         self.out.append(self.char(code))
         return after
-
-    def refuse_escape(self, index: int, letter: str) -> None:
-        if letter in "gk":
-            self.refuse(f"the backreference or subroutine '\\{letter}'", index, _BACKREF)
-        refused = {
-            "G": ("the match-start assertion '\\G'", "anchor with '^' instead"),
-            "K": ("the match-reset '\\K'", "match the whole text you mean"),
-            "X": ("the grapheme cluster '\\X'", "use '.' (one character)"),
-            "C": ("the single code unit '\\C'", "use '.' (one character)"),
-        }
-        if letter in refused:
-            construct, advice = refused[letter]
-            self.refuse(construct, index, advice)
 
     def quoted(self, index: int) -> int:
         """``\\Q...\\E``: literal text."""
@@ -340,7 +363,7 @@ class Translator:
     def property(self, index: int) -> int:
         """``\\pL``, ``\\p{Greek}``, ``\\P{...}``: passed to RE2 as written."""
         item, after = self.property_item(index)
-        self.out.append(item)
+        self.out.append(f"(?u:{item})" if self.backtracking else item)
         return after
 
     def property_item(self, index: int) -> tuple[str, int]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import NoReturn, Protocol
 
+from processor.expr.pcre_backtrack import properties
+
 
 class _Caseless(Protocol):
     @property
@@ -23,6 +25,7 @@ class Translator(Protocol):
     """What a class reader needs of :class:`processor.expr.pcre.Translator`."""
 
     pattern: str
+    backtracking: bool
 
     @property
     def flags(self) -> _Caseless: ...
@@ -145,10 +148,13 @@ class ClassReader:
         self.pattern = translator.pattern
         self.start = start
         self.items: list[str] = []
+        #: Unicode properties, kept apart for the backtracking engine (see ``read``).
+        self.properties: list[str] = []
         self.caseless = translator.flags.caseless
 
     def read(self) -> tuple[str, int]:
-        """The RE2 class and the index after the closing ``]``."""
+        """The class (RE2 syntax; for the backtracking engine, an alternation when it holds
+        Unicode properties) and the index after the closing ``]``."""
         pattern, index = self.pattern, self.start + 1
         negate = pattern.startswith("^", index)
         index += negate
@@ -162,6 +168,8 @@ class ClassReader:
                 break
             first = False
             index = self.member(index)
+        if self.properties:
+            return properties(self.items, self.properties, negate), index + 1
         return f"[{'^' if negate else ''}{''.join(self.items)}]", index + 1
 
     def member(self, index: int) -> int:
@@ -231,7 +239,7 @@ class ClassReader:
             return None, index + 2
         if letter in ("p", "P"):
             item, after = self.translator.property_item(index)
-            self.items.append(item)
+            (self.properties if self.translator.backtracking else self.items).append(item)
             return None, after
         if letter.isascii() and letter.isalpha() and letter not in "abefnrtxoc":
             self.translator.fail(

@@ -2,9 +2,11 @@
 
 A pattern is PCRE syntax (as in AMPS), translated by :mod:`processor.expr.pcre` and
 compiled by RE2 (the google-re2 package), whose matching time is linear in the length of
-the text for every pattern: no filter, query or filter delete can hang a thread on a
-pathological pattern. RE2's program size is capped (``max_mem``), so compiling is bounded
-too. Patterns that need backtracking are refused at compile time (ExpressionError).
+the text for every pattern it accepts. RE2's program size is capped (``max_mem``), so
+compiling is bounded too. A pattern RE2 cannot run (a backreference, lookaround, an atomic
+group, a possessive quantifier..., or a program above :data:`MAX_PROGRAM_SIZE`) runs on
+the backtracking engine of :mod:`processor.expr.backtrack` instead, where every match is
+bounded by a time budget: no filter, query or filter delete can hang a thread.
 
 Texts are matched as UTF-8; a lone surrogate (possible in a decoded JSON string) is
 carried through unchanged ("surrogatepass") and matches only ``.`` and negated classes.
@@ -12,12 +14,13 @@ carried through unchanged ("surrogatepass") and matches only ``.`` and negated c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import re2  # type: ignore[import-untyped]
 
 from processor.errors import ExpressionError
-from processor.expr.pcre import END, Translator
+from processor.expr.backtrack import compile_backtracking
+from processor.expr.pcre import END, MAX_REPEAT, Translator
 
 # The low-level RE2 object of google-re2 (the version is pinned in pyproject.toml): its
 # Match answers spans directly, about ten times faster than the re-like wrapper, which
@@ -26,6 +29,20 @@ _RE2 = re2._re2.RE2
 _UNANCHORED = _RE2.Anchor.UNANCHORED
 _ANCHOR_START = _RE2.Anchor.ANCHOR_START
 _MISS = (-1, -1)
+
+
+class Matcher(Protocol):
+    """A compiled pattern, on RE2 (:class:`Regex`) or the backtracking engine
+    (:class:`processor.expr.backtrack.Backtracking`, whose methods may raise
+    RegexBudgetError)."""
+
+    pattern: str
+
+    def search(self, text: str) -> bool: ...
+
+    def replace(self, text: str, replacement: str) -> str: ...
+
+
 #: RE2's budget for one compiled pattern (its default); a larger program is refused.
 MAX_MEMORY = 8 << 20
 #: The largest RE2 program accepted, in instructions. Matching takes time linear in the
@@ -139,25 +156,50 @@ def _span(spans: list[tuple[int, int]]) -> tuple[int, int]:
 
 
 def compile_regex(
-    pattern: str, *, what: str = "LIKE pattern", text: str = "", position: int = -1
-) -> Regex:
+    pattern: str,
+    *,
+    what: str = "LIKE pattern",
+    text: str = "",
+    position: int = -1,
+    backtracking: bool = True,
+) -> Matcher:
     """Compile a PCRE-style pattern (see :mod:`processor.expr.pcre` for the dialect).
 
     Inline flags ``(?i)`` ``(?m)`` ``(?s)`` ``(?x)`` ``(?U)`` work as in PCRE, anywhere
     and in scoped groups ``(?i:...)``; a leading ``(?A)`` anchors the match at the start
     of the text. Matching is not Unicode-aware (``\\w``, ``\\d``, ``(?i)`` are ASCII), as
-    in AMPS. Raises ExpressionError, naming ``what`` and the offset in the pattern, for an
-    invalid pattern or a construct that needs backtracking (backreferences, lookaround,
-    atomic groups, possessive quantifiers, recursion, conditionals, ...)."""
+    in AMPS. A pattern RE2 cannot run goes to the backtracking engine, unless
+    ``backtracking`` is False (topic patterns, matched where no budget can be spent): it
+    is then refused. Raises ExpressionError, naming ``what`` and the offset in the
+    pattern, for an invalid pattern or a construct no engine here runs (callouts, ...)."""
     translation = Translator(pattern, what=what, text=text, position=position).run()
+    if translation.needs is not None:
+        construct, offset = translation.needs
+        if not backtracking:
+            raise ExpressionError(
+                f"{what} {pattern!r}: {construct} (at offset {offset} of the "
+                "pattern) is not supported here, because this pattern must run in linear "
+                "time (RE2, see docs/expressions.md); write it without backreferences, "
+                "lookaround, atomic groups, possessive quantifiers or counts above "
+                f"{MAX_REPEAT}",
+                text=text,
+                position=position,
+            ) from None
+        return compile_backtracking(pattern, what=what, text=text, position=position)
     source = translation.source
     if translation.anchored:
         source = f"\\A(?:{source})"
     compiled = _RE2(_encode(source.replace(END, ENDINGS["end"])), _options(capture=False))
+    # RE2 refuses a program above its memory budget, or nested counts above 1000 in all.
+    large = not compiled.ok() and any(
+        why in _problem(compiled) for why in ("too large", "invalid repetition size")
+    )
+    if compiled.ok() and compiled.ProgramSize() > MAX_PROGRAM_SIZE:
+        large = True
+    if large and backtracking:
+        return compile_backtracking(pattern, what=what, text=text, position=position)
     if not compiled.ok():
-        problem = compiled.error()
-        if isinstance(problem, bytes):
-            problem = problem.decode("utf-8", "replace")
+        problem = _problem(compiled)
         advice = "simplify the pattern" if "too large" in problem else "fix the pattern"
         raise ExpressionError(
             f"invalid regular expression in {what} {pattern!r}: {problem}; {advice}",
@@ -168,10 +210,18 @@ def compile_regex(
     if size > MAX_PROGRAM_SIZE:
         raise ExpressionError(
             f"{what} {pattern!r}: a pattern compiling to {size} RE2 instructions (above "
-            f"{MAX_PROGRAM_SIZE}) is not supported, because matching time grows with its "
+            f"{MAX_PROGRAM_SIZE}) is not supported here, because matching time grows with its "
             "size; shorten large counted repetitions (such as '.{300}') and repeated Unicode "
             "properties (such as '\\p{L}{3}')",
             text=text,
             position=position,
         )
     return Regex(pattern, source, compiled)
+
+
+def _problem(compiled: Any) -> str:
+    """Why RE2 did not compile a pattern."""
+    problem = compiled.error()
+    if isinstance(problem, bytes):
+        problem = problem.decode("utf-8", "replace")
+    return str(problem)

@@ -30,6 +30,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from processor import errors
+from processor.expr.budget import overruns
 from processor.queues.topic import QueueTopic
 
 if TYPE_CHECKING:
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
     from processor.subscriptions.hub import SubscriptionHub
 
 log = logging.getLogger(__name__)
+
+#: Counted in every process (the processor child's too): a relayed count is added to this
+#: process's own rather than dropped (:meth:`Observer.exposition`).
+REGEX_OVERRUNS = "sow_regex_budget_exceeded"
 
 #: A handler of other paths of the metrics endpoint: (request, method) -> served.
 Mounted = Callable[[BaseHTTPRequestHandler, str], bool]
@@ -79,6 +84,15 @@ class ComponentCollector(Collector):
         self._broker = broker
 
     def collect(self) -> Iterator[Metric]:
+        regex = CounterMetricFamily(
+            REGEX_OVERRUNS,
+            "Regular-expression matches stopped at their budget (SOW_REGEX_MATCH_BUDGET_MS) "
+            "that made a filter not match, or REGEXP_REPLACE NULL, by where",
+            labels=["where"],
+        )
+        for where, count in overruns().items():
+            regex.add_metric([where], count)
+        yield regex
         if self._broker:
             info = GaugeMetricFamily(
                 "sow_broker_info", "The broker this process uses", labels=["broker"]
@@ -368,7 +382,9 @@ class Observer:
         processor child's ``sow_broker_info`` would name the parent's broker as external)."""
         own = generate_latest(self.registry)
         names = {line.split()[2] for line in own.splitlines() if line.startswith(b"# HELP ")}
-        return own + b"".join(_without_families(fetch(), names) for fetch in self._relayed)
+        relayed = [fetch() for fetch in self._relayed]
+        own = _summed(own, relayed, REGEX_OVERRUNS.encode() + b"_total")
+        return own + b"".join(_without_families(text, names) for text in relayed)
 
     def serve(self, address: str) -> str:
         """Serve HTTP on ``host:port`` (port 0: any free one); return the bound address."""
@@ -427,6 +443,25 @@ class Observer:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+
+def _summed(own: bytes, relayed: list[bytes], name: bytes) -> bytes:
+    """``own`` with the relayed samples of counter ``name`` added to its own samples of
+    the same labels (both processes export every label)."""
+    extra: dict[bytes, float] = {}
+    for text in relayed:
+        for line in text.splitlines():
+            if line.startswith(name + b"{"):
+                series, _, value = line.rpartition(b" ")
+                extra[series] = extra.get(series, 0.0) + float(value)
+    if not extra:
+        return own
+    lines = own.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        series, _, value = line.rstrip(b"\n").rpartition(b" ")
+        if series in extra:
+            lines[index] = series + b" " + repr(float(value) + extra[series]).encode() + b"\n"
+    return b"".join(lines)
 
 
 def _without_families(text: bytes, names: set[bytes]) -> bytes:

@@ -16,8 +16,10 @@ from typing import Any
 
 from processor.changelog.commands import CORRELATION_HEADER, EXPIRATION_HEADER
 from processor.engine.headers import expiration_seconds
+from processor.errors import RegexBudgetError
 from processor.expr import Expression, MessageContext
 from processor.expr import compile as compile_expression
+from processor.expr.budget import count_overrun
 from processor.log import Headers
 from processor.messages import Codec, codec_for
 from processor.queues.ledger import QueueRules, priority_of
@@ -116,13 +118,19 @@ class QueueDefinition:
 
     def takes(self, message: Any, context: MessageContext) -> bool:
         """Whether the queue's ``Filter`` takes the message."""
-        return self.filter is None or self.filter.matches(message, context)
+        return self.filter is None or self.filter.matches(message, context, overrun="queue")
 
     def priority_of(self, message: Any, context: MessageContext) -> int | None:
-        return None if self.priority is None else priority_of(self.priority(message, context))
+        if self.priority is None:
+            return None
+        try:
+            return priority_of(self.priority(message, context))
+        except RegexBudgetError:  # a pattern over its budget: the default priority, counted
+            count_overrun("queue")
+            return None
 
     def is_barrier(self, message: Any, context: MessageContext) -> bool:
-        return self.barrier is not None and self.barrier.matches(message, context)
+        return self.barrier is not None and self.barrier.matches(message, context, overrun="queue")
 
     def expires_ms(self, published_ms: int, own_ms: int | None) -> int | None:
         """When a message published at ``published_ms`` expires, given its own expiration

@@ -40,7 +40,7 @@ class Filters:
 
             def matches(message: QueueMessage, expression: Expression = expression) -> bool:
                 decoded = changelog.decode(message.data)
-                return expression.matches(decode(decoded.data), decoded.context())
+                return expression.matches(decode(decoded.data), decoded.context(), overrun="queue")
 
             if len(self._known) >= self.LIMIT:
                 self._known.clear()

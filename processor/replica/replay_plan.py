@@ -173,7 +173,7 @@ def change_filter(
         except (DecodeError, EnvelopeError):
             return False
         context = changelog.decode(new).context() if needs_context else None
-        return expression.matches(message, context)
+        return expression.matches(message, context, overrun="subscription")
 
     return matches
 

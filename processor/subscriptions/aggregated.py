@@ -202,7 +202,7 @@ class AggregationFeed(Subscription):
             key, values = found
             group = self.groups.get(key)
             if group is None:
-                group = self.groups[key] = Group(self.aggregation)
+                group = self.groups[key] = Group(self.aggregation, "subscription")
             group.upsert(sow_key, values)
             self._of_record[sow_key] = key
             changed = (*changed, key) if key != old else changed

@@ -127,7 +127,9 @@ class FilterGroup:
         expression = self.expression
         if expression is None:
             return True
-        return expression.matches(message, context() if self.needs_context else None)
+        return expression.matches(
+            message, context() if self.needs_context else None, overrun="subscription"
+        )
 
 
 class RangeFamily:

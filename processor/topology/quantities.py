@@ -304,7 +304,7 @@ def check_topic_pattern(text: str) -> str:
     if not text.strip():
         raise ValueFormatError("a Pattern needs a regular expression, such as ^orders\\.")
     try:
-        compile_regex(text, what="Pattern")
+        compile_regex(text, what="Pattern", backtracking=False)
     except ExpressionError as exc:
         raise ValueFormatError(
             f"Pattern {text!r} is not a valid regular expression: {exc}"

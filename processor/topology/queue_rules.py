@@ -269,7 +269,7 @@ def _underlying(
             under_where,
         )
     try:
-        pattern = compile_regex(underlying, what=f"{under} pattern")
+        pattern = compile_regex(underlying, what=f"{under} pattern", backtracking=False)
     except ExpressionError as exc:
         d.fail(str(exc), under_where)
     matched = [k for k in logged if pattern.search(k.name)]

@@ -22,7 +22,7 @@ import functools
 import re
 
 from processor.errors import InvalidRequestError, UnknownTopicError
-from processor.expr.regex import Regex, compile_regex
+from processor.expr.regex import Matcher, compile_regex
 from processor.topology.model import SowTopic, Topic, Topology
 
 #: Characters that make a topic name a regular expression (spec 1.18, section 9 item 24).
@@ -71,10 +71,10 @@ def _known(topology: Topology) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _pattern_regex(pattern: str) -> Regex:
+def _pattern_regex(pattern: str) -> Matcher:
     """A Pattern topic's compiled regular expression (compiled once: it is matched on
     every command that names a topic the topology does not list)."""
-    return compile_regex(pattern, what="Pattern")
+    return compile_regex(pattern, what="Pattern", backtracking=False)
 
 
 def stores_several(topic: SowTopic) -> bool:
@@ -189,7 +189,7 @@ def resolve_topics(topology: Topology, name: str) -> list[SowTopic]:
     if not is_pattern(name) or name in topology.topics or name in topology.plain_topics:
         return [resolve_topic(topology, name)]
     # RE2 (linear time): a topic pattern from a request can never hang a thread.
-    pattern = compile_regex(name, what="topic pattern")
+    pattern = compile_regex(name, what="topic pattern", backtracking=False)
     matched = [t for t in topology.topics.values() if pattern.search(t.name) or stores_several(t)]
     if not matched:
         plain = [t for t in topology.plain_topics if pattern.search(t)]
@@ -229,7 +229,7 @@ def resolve_subscribed_topics(topology: Topology, name: str) -> list[Topic]:
                 f"consume); subscribe to {queue.queue.underlying} for every message published"
             )
         return [resolve_publish_topic(topology, name)]
-    pattern = compile_regex(name, what="topic pattern")
+    pattern = compile_regex(name, what="topic pattern", backtracking=False)
     matched = [
         t
         for t in topology.every_topic()

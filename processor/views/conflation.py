@@ -84,7 +84,9 @@ class ConflatedDefinition:
         if self.filter is None:
             return True
         decoded = changelog.decode(envelope)
-        return self.filter.matches(self.codec.decode(decoded.data), decoded.context())
+        return self.filter.matches(
+            self.codec.decode(decoded.data), decoded.context(), overrun="view"
+        )
 
 
 class ConflatedFeed:

@@ -42,7 +42,7 @@ def contribution(
     context: MessageContext | None = None,
 ) -> tuple[GroupKey, Values] | None:
     """The group and input values of one record (None: the filter rejects it)."""
-    if filter is not None and not filter.matches(message, context):
+    if filter is not None and not filter.matches(message, context, overrun="view"):
         return None
     values = tuple(
         extract(message, item.steps)

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 from processor.changelog.events import ChangeEvent, Listener
 from processor.engine.transaction import PartitionBatch
+from processor.errors import RegexBudgetError
+from processor.expr.budget import count_overrun
 from processor.views.contribution import Change, GroupKey, Values, encode_values
 from processor.views.definition import ViewDefinition
 
@@ -156,8 +158,14 @@ class ViewFeed:
 
     def _contributed(self, envelope: bytes) -> Contributed | None:
         """An underlying record's (envelope's) group SowKey, its partition and input
-        values (None: filtered out); group SowKeys are remembered."""
-        found = self.definition.contribution_of(self.source, envelope)
+        values (None: filtered out); group SowKeys are remembered. A grouping or an input
+        of the view whose pattern overruns its match budget leaves the record out, counted
+        (the filter's own overrun is counted in :func:`contribution`)."""
+        try:
+            found = self.definition.contribution_of(self.source, envelope)
+        except RegexBudgetError:
+            count_overrun("view")
+            return None
         if found is None:
             return None
         group, values = found

@@ -17,18 +17,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from processor.errors import RegexBudgetError
 from processor.expr import Accumulator, Aggregation, Expression, compile_aggregation
 from processor.expr import compile as compile_expression
+from processor.expr.budget import count_overrun
 from processor.views.contribution import GroupKey, Values, contribution
 
 
 class Group:
-    """One group's members and accumulator."""
+    """One group's members and accumulator. ``where`` counts a regex overrun in the
+    aggregates' arguments (:mod:`processor.expr.budget`): "view", or "subscription" for
+    an aggregated subscription's groups."""
 
-    __slots__ = ("accumulator", "members", "output", "touched")
+    __slots__ = ("accumulator", "members", "output", "touched", "where")
 
-    def __init__(self, aggregation: Aggregation) -> None:
+    def __init__(self, aggregation: Aggregation, where: str = "view") -> None:
         self.accumulator: Accumulator = aggregation.accumulator(exact=True)
+        self.where = where
         #: Each member's input values by member id, oldest update first.
         self.members: dict[bytes, Values] = {}
         #: The output message last written for the group (the processor's view).
@@ -37,19 +42,34 @@ class Group:
         self.touched = -1
 
     def retract(self, member: bytes) -> bool:
-        """Take a member out; False when it was not in the group."""
-        values = self.members.pop(member, None)
+        """Take a member out; False when it was not in the group, or when a pattern in
+        the aggregates' arguments overran its match budget (counted: the member stays)."""
+        values = self.members.get(member)
         if values is None:
             return False
-        last = next(reversed(self.members.values()), None)
-        self.accumulator.remove(values, last)
+        last = next((v for m, v in reversed(self.members.items()) if m != member), None)
+        try:
+            self.accumulator.remove(values, last)
+        except RegexBudgetError:
+            count_overrun(self.where)
+            return False
+        del self.members[member]
         return True
 
-    def upsert(self, member: bytes, values: Values) -> None:
-        """Put a member in (or replace it) as the group's latest update."""
-        self.retract(member)
+    def upsert(self, member: bytes, values: Values) -> bool:
+        """Put a member in (or replace it) as the group's latest update. False when a
+        pattern in the aggregates' arguments overran its match budget (counted): the new
+        values are left out, as a view's filter leaves out a record it overruns on (the
+        member's old values are retracted if they can be)."""
+        if member in self.members and not self.retract(member):
+            return False
+        try:
+            self.accumulator.add(values)
+        except RegexBudgetError:
+            count_overrun(self.where)
+            return False
         self.members[member] = values
-        self.accumulator.add(values)
+        return True
 
     def result(self) -> dict[str, Any]:
         return self.accumulator.result()

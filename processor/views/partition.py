@@ -176,8 +176,10 @@ class ViewPartition:
                 kept[state_key] = None
             else:
                 sequence += 1
-                group.upsert(member, values)
-                kept[state_key] = encode_values(sequence, values)
+                if group.upsert(member, values):
+                    kept[state_key] = encode_values(sequence, values)
+                elif member not in group.members:  # left out (a pattern over its budget)
+                    kept[state_key] = None
             group.touched = number
             if inline:
                 changed[view_key] = (log_topic, offset, stamp)

@@ -21,11 +21,12 @@ from typing import Any
 
 from processor.errors import SowError
 from processor.expr import MessageContext, compile
+from processor.expr.budget import budget_ms, set_budget_ms
 from processor.topology.loader import load_topology
 from tests.unit import test_expr_conformance_functions as functions_rows
 from tests.unit import test_expr_conformance_language as language_rows
 from tests.unit.test_expr_parser_fuzz import TOKENS
-from tests.unit.test_expr_regex import AGREED, REFUSED, SEMANTICS
+from tests.unit.test_expr_regex import AGREED, LINEAR_ONLY, REFUSED, SEMANTICS
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The time one case may take (compile and evaluate, or load one topology file).
@@ -34,6 +35,8 @@ LIMIT_S = 1.0
 #: dense syntax (the parser refuses texts over 65,536 characters): longer cases would
 #: measure the parser's throughput on a loaded machine, not look for hangs.
 MAX_EXPRESSION = 16_384
+#: The regex match budget during the expression fuzz (see :func:`fuzz_expressions`).
+MATCH_BUDGET_MS = 5
 
 
 @dataclasses.dataclass
@@ -112,6 +115,7 @@ _LITERALS = [
     "NULL", "TRUE", "NAN_VALUE()", "/a", "/c[1]", "/o/p/q", "'" + "x" * 5000 + "'",
 ]  # fmt: skip
 _REGEXES = [pattern for pattern, _, _ in SEMANTICS] + AGREED + [p for p, _, _ in REFUSED]
+_REGEXES += [pattern for pattern, _, _ in LINEAR_ONLY]
 _REGEXES += [".*.*.*.*.*.*.*.*yz", "(a+)+$", "(x+x+)+y", "(a|aa)*c", "a{1000}", "[" * 3]
 _TOKEN = re.compile(r"\s+|[A-Za-z_]\w*|\d+(?:\.\d+)?|'(?:\\.|[^'\\])*'|\"[^\"]*\"|.", re.S)
 
@@ -233,9 +237,17 @@ def check_expression(text: str) -> None:
 
 
 def fuzz_expressions(count: int, seed: int) -> Report:
-    """``count`` mutated expressions from the generator seeded with ``seed``."""
+    """``count`` mutated expressions from the generator seeded with ``seed``. A pattern on
+    the backtracking engine may take its whole budget on every message, twice (value and
+    filter): the budget is cut to MATCH_BUDGET_MS so that a case stays within LIMIT_S
+    (the regex fuzz, tests/heavy/regex_fuzzing.py, checks the budget itself)."""
     rng, seeds = random.Random(seed), expression_seeds()
-    return run(lambda _: mutate_expression(rng, seeds), count, check_expression)
+    previous = budget_ms()
+    set_budget_ms(MATCH_BUDGET_MS)
+    try:
+        return run(lambda _: mutate_expression(rng, seeds), count, check_expression)
+    finally:
+        set_budget_ms(previous)
 
 
 # -- topologies ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """LIKE and REGEXP_REPLACE on RE2: linear time on patterns that make a backtracking engine
 hang, PCRE semantics kept where RE2's own differ, refused constructs named with their
 offset, and agreement with Python's ``re`` (a backtracking PCRE-like engine) on the
-syntax both accept."""
+syntax both accept. What RE2 cannot run goes to the backtracking engine:
+tests/unit/test_expr_backtracking.py."""
 
 from __future__ import annotations
 
@@ -49,33 +50,57 @@ def test_backtracking_regexp_replace_runs_in_linear_time() -> None:
     assert time.perf_counter() - started < 0.5
 
 
-REFUSED = [
+#: What RE2 cannot run: LIKE and REGEXP_REPLACE run it on the backtracking engine
+#: (tests/unit/test_expr_backtracking.py); a topic pattern, matched where no budget can be
+#: spent, refuses it, naming the construct and its offset.
+LINEAR_ONLY = [
     (r"(.)\1", "the backreference '\\1'", 3),
-    (r"(?P<a>.)(?P=a)", "named backreference", 8),
-    (r"(a)\g1", "backreference or subroutine '\\g'", 3),
-    (r"(?<a>.)\k<a>", "backreference or subroutine '\\k'", 7),
-    ("a(?=b)", "lookahead assertion '(?='", 1),
-    ("a(?!b)", "lookahead assertion '(?!'", 1),
-    ("(?<=a)b", "lookbehind assertion '(?<='", 0),
-    ("(?<!a)b", "lookbehind assertion '(?<!'", 0),
-    ("(?>a+)b", "atomic group", 0),
+    (r"(?P<a>.)(?P=a)", "the backreference", 8),
+    (r"(a)\g1", "the reference '\\g1'", 3),
+    (r"(?<a>.)\k<a>", "the reference '\\k<a>'", 7),
+    ("a(?=b)", "the lookahead '(?='", 1),
+    ("a(?!b)", "the negative lookahead '(?!'", 1),
+    ("(?<=a)b", "the lookbehind assertion '(?<='", 0),
+    ("(?<!a)b", "the lookbehind assertion '(?<!'", 0),
+    ("(?>a+)b", "the atomic group", 0),
     ("a*+b", "possessive quantifier '*+'", 1),
     ("a++b", "possessive quantifier '++'", 1),
     ("a?+b", "possessive quantifier '?+'", 1),
     ("a{2,3}+b", "possessive quantifier '{2,3}+'", 1),
-    ("(a|(?R))", "recursion or subroutine", 3),
-    ("(a)(?1)", "recursion or subroutine", 3),
-    ("(?<n>a)(?&n)", "recursion or subroutine", 7),
+    ("(a|(?R))", "subroutine call", 3),
+    ("(a)(?1)", "subroutine call", 3),
+    ("(?<n>a)(?&n)", "subroutine call", 7),
     ("(?(1)a|b)", "conditional group", 0),
-    ("(?|(a)|(b))", "branch-reset group", 0),
-    ("(*SKIP)a", "backtracking control verb", 0),
+    ("(?|(a)|(b))", "the branch reset", 0),
+    ("(*SKIP)a", "the control verb '(*SKIP)'", 0),
+    (r"\Ga", "'\\G'", 0),
+    (r"a\Kb", "'\\K'", 1),
+    ("a{1001}", "repetition count 1001", 1),
+]
+
+
+@pytest.mark.parametrize(("pattern", "construct", "offset"), LINEAR_ONLY)
+def test_topic_patterns_refuse_what_needs_backtracking(
+    pattern: str, construct: str, offset: int
+) -> None:
+    with pytest.raises(ExpressionError) as caught:
+        compile_regex(pattern, what="topic pattern", backtracking=False)
+    message = str(caught.value)
+    assert construct in message
+    assert f"at offset {offset} of the pattern" in message
+    assert "not supported here" in message
+    assert "linear time" in message
+    assert message.startswith(f"topic pattern {pattern!r}")
+
+
+REFUSED = [
     ("(?C1)a", "callout", 0),
-    (r"\Ga", "match-start assertion '\\G'", 0),
-    (r"a\Kb", "match-reset '\\K'", 1),
     (r"\X", "grapheme cluster", 0),
     (r"\C", "single code unit", 0),
-    ("a{1001}", "repetition count 1001", 1),
     ("[[=a=]]", "POSIX collating element", 1),
+    ("(*COMMIT)a", "the verb or option '(*COMMIT)'", 0),
+    ("(*UTF8)a", "the verb or option '(*UTF8)'", 0),
+    ("(?(R)a|b)", "the condition", 0),
 ]
 
 
@@ -88,7 +113,6 @@ def test_refused_constructs_name_what_and_where(pattern: str, construct: str, of
     assert construct in message
     assert f"at offset {offset} of the pattern" in message
     assert "not supported" in message
-    assert "linear time" in message
     assert caught.value.text == text
 
 
@@ -107,14 +131,30 @@ def test_refused_constructs_name_what_and_where(pattern: str, construct: str, of
         ("[[:word2:]]", "unknown POSIX class"),
         (r"\p{Nope}", "invalid regular expression"),
         ("*a", "no argument for repetition operator"),
-        ("(a{1000}){1000}", "invalid regular expression"),
-        (".{300}", "compiling to 2404 RE2 instructions (above 2000)"),
-        ("\\p{L}{3}", "RE2 instructions (above 2000)"),
+        ("(a{1000}){1000}", "repeat an item 1,000,000 times"),
+        ("a{65536}", "the repetition count 65536 is above 65535"),
+        (r"(a)\g{-2}", "the relative reference -2 names no group"),
+        (r"\k<", "the reference '\\k<' is invalid"),
+        (r"(a)\2", "invalid group reference"),
     ],
 )
 def test_invalid_patterns_are_expression_errors(pattern: str, fragment: str) -> None:
     with pytest.raises(ExpressionError) as caught:
         compile_regex(pattern)
+    assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fragment"),
+    [
+        ("(a{1000}){1000}", "invalid repetition size"),
+        (".{300}", "compiling to 2404 RE2 instructions (above 2000)"),
+        ("\\p{L}{3}", "RE2 instructions (above 2000)"),
+    ],
+)
+def test_patterns_too_large_for_re2_are_refused_where_linear(pattern: str, fragment: str) -> None:
+    with pytest.raises(ExpressionError) as caught:
+        compile_regex(pattern, backtracking=False)
     assert fragment in str(caught.value)
 
 
@@ -304,5 +344,6 @@ def test_regexp_replace_keeps_the_final_newline_before_dollar() -> None:
 
 
 def test_regexp_replace_with_a_refused_runtime_pattern_is_null() -> None:
-    assert evaluate("REGEXP_REPLACE(/a, /p, 'x')", {"a": "aa", "p": r"(a)\1"}) is None
+    assert evaluate("REGEXP_REPLACE(/a, /p, 'x')", {"a": "aa", "p": r"(?C1)a"}) is None
+    assert evaluate("REGEXP_REPLACE(/a, /p, 'x')", {"a": "aab", "p": r"(a)\1"}) == "xb"
     assert evaluate("REGEXP_REPLACE(/a, /p, 'x')", {"a": "aa", "p": "a"}) == "xx"
