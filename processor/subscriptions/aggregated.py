@@ -47,7 +47,7 @@ from processor.subscriptions.plan import SubscriptionPlan
 from processor.subscriptions.subscription import Offer, SharedSender, StartVector, Subscription
 from processor.topology.model import SowTopic
 from processor.views.contribution import GroupKey, contribution
-from processor.views.grouped import Group
+from processor.views.grouped import Group, GroupedView
 
 #: What identifies a shared aggregation: topic, projection, grouping, effective filter.
 FeedKey = tuple[str, str, str, str]
@@ -107,8 +107,7 @@ class AggregationFeed(Subscription):
         self.topic, self.aggregation, self.codec = topic, aggregation, codec
         #: Whether the aggregation reads message-context facts (SOW_KEY(), ...).
         self._reads_context = any(isinstance(i, ContextInput) for i in aggregation.inputs)
-        self.groups: dict[GroupKey, Group] = {}
-        self._of_record: dict[bytes, GroupKey] = {}
+        self.groups = GroupedView(aggregation, where="subscription")
         #: Each group's SowKey and the envelope of its row now.
         self._rows: dict[GroupKey, tuple[bytes, bytes]] = {}
         self.members: dict[int, AggregatedSubscription] = {}
@@ -146,7 +145,8 @@ class AggregationFeed(Subscription):
             sow_key = changelog.decode(envelope).sow_key.encode()
             self._apply(sow_key, envelope)
             rows.append((topic, sow_key, envelope))
-        self._rows = {group: self._row(group, self.groups[group]) for group in self.groups}
+        groups = self.groups
+        self._rows = {key: self._row(key, groups.group(key)) for key in groups.group_keys()}
         super().start(vector, rows)
         self.flush()
 
@@ -176,7 +176,7 @@ class AggregationFeed(Subscription):
         rows: list[Row] = []
         for group, position in changed.items():
             before = self._rows.get(group)
-            members = self.groups.get(group)
+            members = self.groups.group(group)
             if members is None:
                 if before is not None:
                     del self._rows[group]
@@ -189,25 +189,9 @@ class AggregationFeed(Subscription):
 
     def _apply(self, sow_key: bytes, envelope: bytes | None) -> tuple[GroupKey, ...]:
         """A record's new state (None: it left) applied; the groups it changed."""
-        old = self._of_record.pop(sow_key, None)
-        changed: tuple[GroupKey, ...] = ()
-        if old is not None:
-            left = self.groups[old]
-            left.retract(sow_key)
-            if not left.members:
-                del self.groups[old]
-            changed = (old,)
-        found = None if envelope is None else self._contribution(envelope)
-        if found is not None:
-            key, values = found
-            group = self.groups.get(key)
-            if group is None:
-                group = self.groups[key] = Group(self.aggregation, "subscription")
-            group.upsert(sow_key, values)
-            self._of_record[sow_key] = key
-            changed = (*changed, key) if key != old else changed
         self.applied += 1
-        return changed
+        found = None if envelope is None else self._contribution(envelope)
+        return self.groups.place(sow_key, found)
 
     def _contribution(self, envelope: bytes) -> tuple[GroupKey, tuple[Any, ...]] | None:
         try:
@@ -220,7 +204,8 @@ class AggregationFeed(Subscription):
             return None  # stored records decode; one that does not contributes nothing
         return contribution(self.aggregation, None, message, context)
 
-    def _row(self, group: GroupKey, members: Group) -> tuple[bytes, bytes]:
+    def _row(self, group: GroupKey, members: Group | None) -> tuple[bytes, bytes]:
+        assert members is not None
         sow_key = aggregate_key(self.topic, group)
         now_ms = int(time.time() * 1000)
         envelope = aggregated_envelope(self.topic, sow_key, members.result(), now_ms)

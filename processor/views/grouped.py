@@ -76,49 +76,72 @@ class Group:
 
 
 class GroupedView:
-    """One view's groups over one topic's records, in memory (see the module doc)."""
+    """One view's groups over one topic's records, in memory (see the module doc).
+    ``where`` counts a regex overrun in the aggregates' arguments (see :class:`Group`)."""
 
-    __slots__ = ("_aggregation", "_filter", "_groups", "_of_record")
+    __slots__ = ("_aggregation", "_filter", "_groups", "_of_record", "_where")
 
-    def __init__(self, projection: str, grouping: str, filter_text: str | None = None) -> None:
-        self._aggregation: Aggregation = compile_aggregation(projection, grouping)
-        self._filter: Expression | None = (
-            compile_expression(filter_text) if filter_text and filter_text.strip() else None
-        )
+    def __init__(
+        self, aggregation: Aggregation, filter: Expression | None = None, where: str = "view"
+    ) -> None:
+        self._aggregation, self._filter, self._where = aggregation, filter, where
         self._groups: dict[GroupKey, Group] = {}
         #: Each record's group, for retracting it without its old message.
         self._of_record: dict[bytes, GroupKey] = {}
+
+    @classmethod
+    def compiled(
+        cls, projection: str, grouping: str, filter_text: str | None = None
+    ) -> GroupedView:
+        """A view of a projection, grouping and filter given as text."""
+        found = filter_text is not None and filter_text.strip()
+        return cls(
+            compile_aggregation(projection, grouping),
+            compile_expression(filter_text) if found and filter_text else None,
+        )
 
     @property
     def groups(self) -> int:
         return len(self._groups)
 
+    def group(self, key: GroupKey) -> Group | None:
+        return self._groups.get(key)
+
+    def group_keys(self) -> list[GroupKey]:
+        return list(self._groups)
+
     def apply(self, key: bytes, new: Mapping[str, Any] | None) -> dict[GroupKey, Any]:
         """Apply one record's change (``new`` None: deleted); return each group it changed
         with the group's output message, or None when the group is now empty."""
-        changed: dict[GroupKey, Group] = {}
-        old_group = self._of_record.pop(key, None)
-        if old_group is not None:
-            group = self._groups[old_group]
-            group.retract(key)
-            changed[old_group] = group
         found = None if new is None else contribution(self._aggregation, self._filter, new)
+        out: dict[GroupKey, Any] = {}
+        for group_key in self.place(key, found):
+            group = self._groups.get(group_key)
+            out[group_key] = None if group is None else group.result()
+        return out
+
+    def place(self, key: bytes, found: tuple[GroupKey, Values] | None) -> tuple[GroupKey, ...]:
+        """Put record ``key``'s contribution (``found``: its group and values; None: it
+        contributes nothing now) in place of its old one; return the groups it changed.
+        A group left empty is dropped."""
+        changed: tuple[GroupKey, ...] = ()
+        old = self._of_record.pop(key, None)
+        if old is not None:
+            left = self._groups[old]
+            left.retract(key)
+            if not left.members:
+                del self._groups[old]
+            changed = (old,)
         if found is not None:
             group_key, values = found
             joined = self._groups.get(group_key)
             if joined is None:
-                joined = self._groups[group_key] = Group(self._aggregation)
+                joined = self._groups[group_key] = Group(self._aggregation, self._where)
             joined.upsert(key, values)
             self._of_record[key] = group_key
-            changed[group_key] = joined
-        out: dict[GroupKey, Any] = {}
-        for group_key, group in changed.items():
-            if group.members:
-                out[group_key] = group.result()
-            else:
-                del self._groups[group_key]
-                out[group_key] = None
-        return out
+            if group_key != old:
+                changed = (*changed, group_key)
+        return changed
 
     def results(self) -> dict[GroupKey, Any]:
         """Every group's output message."""

@@ -74,7 +74,7 @@ def test_a_grouped_view_equals_its_aggregation_recomputed_after_every_step(
     steps: list[tuple[int, dict[str, Any] | None]], filtered: bool
 ) -> None:
     filter_text = FILTER if filtered else None
-    view = GroupedView(PROJECTION, GROUPING, filter_text)
+    view = GroupedView.compiled(PROJECTION, GROUPING, filter_text)
     state: dict[bytes, dict[str, Any]] = {}
     before: dict[Any, Any] = {}
     for number, message in steps:
@@ -97,7 +97,7 @@ def test_a_grouped_view_equals_its_aggregation_recomputed_after_every_step(
 
 
 def test_a_group_emptied_by_deletes_is_deleted_and_loading_builds_the_groups() -> None:
-    view = GroupedView("SUM(/qty) AS /total, /region AS /region", "/region")
+    view = GroupedView.compiled("SUM(/qty) AS /total, /region AS /region", "/region")
     assert view.apply(b"1", {"region": "EU", "qty": 2}) == {("EU",): {"total": 2, "region": "EU"}}
     assert view.apply(b"2", {"region": "EU", "qty": 3}) == {("EU",): {"total": 5, "region": "EU"}}
     assert view.apply(b"1", {"region": "US", "qty": 2}) == {
@@ -106,6 +106,6 @@ def test_a_group_emptied_by_deletes_is_deleted_and_loading_builds_the_groups() -
     }
     assert view.apply(b"2", None) == {("EU",): None}
     assert view.groups == 1
-    rebuilt = GroupedView("SUM(/qty) AS /total, /region AS /region", "/region")
+    rebuilt = GroupedView.compiled("SUM(/qty) AS /total, /region AS /region", "/region")
     rebuilt.load([(b"1", {"region": "US", "qty": 2})])
     assert rebuilt.results() == view.results()
