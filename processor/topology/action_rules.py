@@ -24,8 +24,9 @@ from processor.topology.quantities import parse_interval
 from processor.topology.schedule import MIN_INTERVAL_MS, Schedule, calendar_schedule
 
 _HELP = (
-    "an interval (30s, 5m, 1h), a daily time (00:30, 11:30PM), a day and time "
-    "(Saturday at 23:30) or a five-field cron expression (*/15 * * * *)"
+    "a duration (30s, 5m, 4h, 1d), a 24-hour daily time (00:30, 17:47; local time, "
+    "17:47Z for UTC), a day and time (Saturday at 11:00) or a five-field cron "
+    "expression (*/15 * * * *)"
 )
 
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -234,27 +237,45 @@ def test_a_publish_to_another_message_type_needs_data() -> None:
     parse_yaml(text + action % ", data: '<m>{{AMPS_SOW_KEY}}</m>'", "t.yaml")
 
 
+@pytest.fixture
+def five_hours_behind_utc() -> Iterator[None]:
+    """The local time zone UTC-5, without daylight saving (POSIX ``TZ``)."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "XST+05"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
 @pytest.mark.parametrize(
     ("every", "now", "expected"),
-    [
-        ("1h", "2026-11-29T16:55:00", "2026-11-29T17:00:00"),
+    [  # instants in UTC; the local time zone is UTC-5
+        ("1h", "2026-11-29T16:55:10", "2026-11-29T17:55:10"),  # a timer: from the last run
         ("30s", "2026-11-29T16:55:00", "2026-11-29T16:55:30"),
-        ("1d", "2026-11-29T16:55:00", "2026-11-30T00:00:00"),
-        ("00:30", "2026-11-29T16:55:00", "2026-11-30T00:30:00"),
-        ("17:05", "2026-11-29T16:55:00", "2026-11-29T17:05:00"),
-        ("11:30PM", "2026-11-29T16:55:00", "2026-11-29T23:30:00"),
-        ("12:15AM", "2026-11-29T16:55:00", "2026-11-30T00:15:00"),
-        ("every day at 17:00", "2026-11-29T17:00:00", "2026-11-30T17:00:00"),
-        ("Saturday at 23:30", "2026-11-29T16:55:00", "2026-12-05T23:30:00"),
-        ("Sun at 4:00AM", "2026-11-29T03:00:00", "2026-11-29T04:00:00"),
+        ("1d", "2026-11-29T16:55:00", "2026-11-30T16:55:00"),
+        ("00:30", "2026-11-29T16:55:00", "2026-11-30T05:30:00"),  # local
+        ("00:30Z", "2026-11-29T16:55:00", "2026-11-30T00:30:00"),  # UTC
+        ("17:05Z", "2026-11-29T16:55:00", "2026-11-29T17:05:00"),
+        ("12:00", "2026-11-29T16:55:00", "2026-11-29T17:00:00"),
+        ("Saturday at 11:00", "2026-11-29T16:55:00", "2026-12-05T16:00:00"),
+        ("Saturday at 23:30Z", "2026-11-29T16:55:00", "2026-12-05T23:30:00"),
+        ("wednesday at 03:32z", "2026-11-29T16:55:00", "2026-12-02T03:32:00"),
+        ("Sun at 04:00Z", "2026-11-29T03:00:00", "2026-11-29T04:00:00"),
         ("*/15 * * * *", "2026-11-29T16:55:00", "2026-11-29T17:00:00"),
-        ("0 2 * * 1-5", "2026-11-28T16:55:00", "2026-11-30T02:00:00"),  # Sat -> Mon
-        ("0 0 29 feb *", "2026-11-29T16:55:00", "2028-02-29T00:00:00"),
-        ("0 0 13 * fri", "2026-11-29T16:55:00", "2026-12-04T00:00:00"),  # either day
-        ("5,10 8-9 * * 0", "2026-11-29T08:05:00", "2026-11-29T08:10:00"),
-        ("0 12 * * 7", "2026-11-29T16:55:00", "2026-12-06T12:00:00"),  # 7 = Sunday
+        ("0 2 * * 1-5", "2026-11-28T16:55:00", "2026-11-30T07:00:00"),  # Sat -> Mon
+        ("0 0 29 feb *", "2026-11-29T16:55:00", "2028-02-29T05:00:00"),
+        ("0 0 13 * fri", "2026-11-29T16:55:00", "2026-12-04T05:00:00"),  # either day
+        ("5,10 8-9 * * 0", "2026-11-29T13:05:00", "2026-11-29T13:10:00"),
+        ("0 12 * * 7", "2026-11-29T17:55:00", "2026-12-06T17:00:00"),  # 7 = Sunday
     ],
 )
+@pytest.mark.usefixtures("five_hours_behind_utc")
 def test_schedules_tick(every: str, now: str, expected: str) -> None:
     assert parse_schedule(every).next_after(_ms(now)) == _ms(expected)
 
@@ -263,9 +284,11 @@ def test_schedules_tick(every: str, now: str, expected: str) -> None:
     ("every", "message"),
     [
         ("", "empty"),
-        ("soon", "is not an interval"),
+        ("soon", "is not a duration"),
         ("25:00", "not a time of day"),
-        ("13:00PM", "1 to 12"),
+        ("11:30PM", "24-hour notation"),
+        ("Sun at 4:00 am", "24-hour notation"),
+        ("every day at 17:00", "is not a duration"),
         ("Funday at 10:00", "not a day of the week"),
         ("60 * * * *", "outside 0-59"),
         ("* * * * 8", "outside 0-7"),
