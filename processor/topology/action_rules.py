@@ -7,18 +7,23 @@ or TopologyError naming the action."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from processor.errors import ExpressionError, ParseError, TopologyError, ValueFormatError
 from processor.expr import compile as compile_expression
 from processor.topology.actions import (
     ALLOWED_DO,
     DATA_VARIABLES,
+    EXPIRE_REASONS,
     MESSAGE_EVENTS,
+    OOF_TYPES,
     ActionDo,
     ActionOn,
     ActionSpec,
     DoModule,
     OnModule,
     data_variables,
+    known_variable,
 )
 from processor.topology.quantities import parse_interval
 from processor.topology.schedule import MIN_INTERVAL_MS, Schedule, calendar_schedule
@@ -73,7 +78,7 @@ def check_actions(
         if on.module in MESSAGE_EVENTS:
             topic = _sow_topic(action, on.topic, on.message_type, sow, "On")
             _filter(action, on.filter, topic, "On")
-            on = ActionOn(on.module, topic, on.message_type, on.filter, None, on.duration_ms)
+            on = replace(on, topic=topic)
         steps: list[ActionDo] = []
         for step in action.do:
             if step.module not in ALLOWED_DO[on.module]:
@@ -110,9 +115,10 @@ def _step(
     if step.module is DoModule.PUBLISH:
         target = _publish_topic(action, step, sow, plain)
         for name in data_variables(step.data):
-            if name not in DATA_VARIABLES:
+            if not known_variable(name):
                 raise TopologyError(
-                    f"Data uses {{{{{name}}}}}; the variables are {', '.join(DATA_VARIABLES)}",
+                    f"Data uses {{{{{name}}}}}; the variables are {', '.join(DATA_VARIABLES)} "
+                    "and AMPS_BYTE_XX (XX: two uppercase hex digits)",
                     source=action.source,
                     where=step.where,
                 )
@@ -234,7 +240,31 @@ def build_on(module: OnModule, options: dict[str, str]) -> ActionOn:
         message_type=options.get("MessageType", ""),
         filter=options.get("Filter", ""),
         duration_ms=duration_ms,
+        reasons=_reasons(module, options),
     )
+
+
+def _reasons(module: OnModule, options: dict[str, str]) -> tuple[str, ...]:
+    """The reasons an expiry (``Reason``) or OOF (``Type``) action acts on: AMPS's
+    comma-delimited names; empty for all."""
+    option = "Reason" if module is OnModule.SOW_EXPIRE else "Type"
+    names = [name.strip().lower() for name in options.get(option, "").split(",")]
+    names = [name for name in names if name]
+    allowed = EXPIRE_REASONS if module is OnModule.SOW_EXPIRE else tuple(OOF_TYPES)
+    for name in names:
+        if name not in allowed:
+            raise ValueFormatError(
+                f"{option} {name!r} is not one of {module.value}'s: {', '.join(allowed)}"
+            )
+    if module is OnModule.SOW_EXPIRE:
+        if names and "time_limit" not in names:
+            raise ValueFormatError(
+                "a SOW record expires only for time_limit (forced_expire and max_cancels "
+                "are queue expirations): with this Reason the action would never run; "
+                "include time_limit or leave Reason out"
+            )
+        return tuple(names)
+    return tuple(OOF_TYPES[name] for name in names)
 
 
 def build_do(module: DoModule, options: dict[str, str], where: str) -> ActionDo:

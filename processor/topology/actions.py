@@ -6,10 +6,12 @@ topics are known).
 
 Supported, with AMPS's module names (anything else is refused naming these):
 
-* ``On``: ``amps-action-on-schedule`` (``Every``); ``amps-action-on-sow-expire-message``,
-  ``amps-action-on-sow-delete-message``, ``amps-action-on-oof-message`` (``Topic``,
-  ``MessageType``, ``Filter``); ``amps-action-on-message-condition-timeout`` (the same
-  and ``Duration``).
+* ``On``: ``amps-action-on-schedule`` (``Every``, ``Name``);
+  ``amps-action-on-sow-expire-message`` (``Topic``, ``MessageType``, ``Reason``),
+  ``amps-action-on-sow-delete-message`` (``Topic``, ``MessageType``),
+  ``amps-action-on-oof-message`` (``Topic``, ``MessageType``, ``Filter``, ``Type``),
+  ``amps-action-on-message-condition-timeout`` (``Topic``, ``MessageType``, ``Filter``,
+  ``Duration``); a ``Filter`` on an expiry or a delete is a kafka-sow extension.
 * ``Do``: ``amps-action-do-publish-message`` (``Topic``, ``MessageType``, ``Data``) after a
   message event; ``amps-action-do-delete-sow`` (``Topic``, ``MessageType``, ``Filter``) and
   ``amps-action-do-compact-sow`` (``Topic``, ``MessageType``; none: every SOW topic) on a
@@ -60,9 +62,9 @@ ALLOWED_DO: dict[OnModule, tuple[DoModule, ...]] = {
 #: The options of each module (AMPS's names; the YAML format writes them in snake_case).
 ON_OPTIONS: dict[OnModule, tuple[str, ...]] = {
     OnModule.SCHEDULE: ("Every", "Name"),
-    OnModule.SOW_EXPIRE: ("Topic", "MessageType", "Filter"),
+    OnModule.SOW_EXPIRE: ("Topic", "MessageType", "Reason", "Filter"),
     OnModule.SOW_DELETE: ("Topic", "MessageType", "Filter"),
-    OnModule.OOF: ("Topic", "MessageType", "Filter"),
+    OnModule.OOF: ("Topic", "MessageType", "Filter", "Type"),
     OnModule.CONDITION_TIMEOUT: ("Topic", "MessageType", "Filter", "Duration"),
 }
 DO_OPTIONS: dict[DoModule, tuple[str, ...]] = {
@@ -70,9 +72,28 @@ DO_OPTIONS: dict[DoModule, tuple[str, ...]] = {
     DoModule.DELETE_SOW: ("Topic", "MessageType", "Filter"),
     DoModule.COMPACT_SOW: ("Topic", "MessageType"),
 }
-#: The variables a publish action's ``Data`` may use.
-DATA_VARIABLES = ("AMPS_DATA", "AMPS_TOPIC", "AMPS_SOW_KEY", "AMPS_REASON")
+#: Why a SOW record expires, as AMPS's ``AMPS_REASON`` of ``amps-action-on-sow-expire-
+#: message`` says it (its ``Reason`` option picks among them): the expiration time
+#: passed; a queue message acknowledged with ``expire``, or cancelled ``MaxCancels``
+#: times. Only ``time_limit`` happens to a SOW topic's record.
+EXPIRE_REASONS = ("time_limit", "forced_expire", "max_cancels")
+#: The OOFs ``amps-action-on-oof-message``'s ``Type`` picks: no longer matching the
+#: Filter, deleted (with the ``Reason`` of AMPS's OOF messages each gives).
+OOF_TYPES = {"match": "match", "delete": "deleted"}
+#: The variables a publish action's ``Data`` may use: the event's (AMPS's, and the
+#: kafka-sow extension ``AMPS_SOW_KEY``), AMPS's defaults, and ``AMPS_BYTE_XX``.
+DATA_VARIABLES = (
+    "AMPS_DATA",
+    "AMPS_DATA_LENGTH",
+    "AMPS_TOPIC",
+    "AMPS_SOW_KEY",
+    "AMPS_REASON",
+    "AMPS_CORRELATION_ID",
+    "AMPS_DATETIME",
+    "AMPS_UNIX_TIMESTAMP",
+)
 _VARIABLE = re.compile(r"\{\{\s*([^}]*?)\s*\}\}")
+_BYTE = re.compile(r"AMPS_BYTE_[0-9A-F]{2}")
 
 
 def supported() -> str:
@@ -119,10 +140,16 @@ def data_variables(data: str) -> list[str]:
     return _VARIABLE.findall(data)
 
 
+def known_variable(name: str) -> bool:
+    """Whether ``{{name}}`` is a variable a publish action's ``Data`` may use."""
+    return name in DATA_VARIABLES or _BYTE.fullmatch(name) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class ActionOn:
     """When: the module, and its options (``topic`` resolved to a topology name by
-    :func:`check_actions`; ``duration_ms`` for a condition timeout)."""
+    :func:`check_actions`; ``duration_ms`` for a condition timeout; ``reasons``: the
+    reasons an expiry or OOF action acts on, empty for all)."""
 
     module: OnModule
     topic: str = ""
@@ -130,6 +157,7 @@ class ActionOn:
     filter: str = ""
     every: Schedule | None = None
     duration_ms: int = 0
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +203,8 @@ class ActionSpec:
                 when += f" where {on.filter}"
             if on.duration_ms:
                 when += f" for {on.duration_ms / 1000:g}s"
+            if on.reasons:
+                when += f" ({', '.join(on.reasons)})"
         steps = []
         for step in self.do:
             what = step.module.value.removeprefix("amps-action-do-")

@@ -318,3 +318,51 @@ def test_the_processor_may_write_where_its_actions_write() -> None:
     acls = component_acls("processor", topology, AclContext(dead_letter_topic="dead"))
     written = {acl.name for acl in acls if acl.operation == "Write"}
     assert {"ORDERS", "DLQ"} <= written
+
+
+def test_an_expiry_takes_amps_reasons_and_an_oof_its_type() -> None:
+    expire, oof = _yaml("""
+  - on: {module: sow-expire-message, topic: ORDERS, reason: "time_limit, forced_expire"}
+    do: {module: publish-message, topic: DLQ}
+  - on: {module: oof-message, topic: ORDERS, filter: "/s = 1", type: delete}
+    do: {module: publish-message, topic: DLQ}
+""")
+    assert expire.on.reasons == ("time_limit", "forced_expire")
+    assert oof.on.reasons == ("deleted",)
+    assert "(deleted)" in oof.describe()
+    (xml,) = _xml("""<Action>
+  <On><Module>amps-action-on-sow-expire-message</Module>
+    <Options><Topic>ORDERS</Topic><MessageType>json</MessageType>
+      <Reason>time_limit</Reason></Options></On>
+  <Do><Module>amps-action-do-publish-message</Module>
+    <Options><Topic>LATE</Topic><MessageType>json</MessageType>
+      <Data>{{AMPS_DATA}}</Data></Options></Do></Action>""")
+    assert xml.on.reasons == ("time_limit",)
+
+
+@pytest.mark.parametrize(
+    ("on", "message"),
+    [
+        ("{module: sow-expire-message, topic: ORDERS, reason: expired}", "time_limit, forced"),
+        ("{module: sow-expire-message, topic: ORDERS, reason: max_cancels}", "never run"),
+        ("{module: oof-message, topic: ORDERS, type: expire}", "match, delete"),
+        ("{module: sow-delete-message, topic: ORDERS, reason: time_limit}", "option .reason."),
+    ],
+)
+def test_bad_reasons_and_types_are_refused(on: str, message: str) -> None:
+    with pytest.raises(TopologyError, match=message):
+        _yaml(f"  - {{on: {on}, do: {{module: publish-message, topic: DLQ}}}}\n")
+
+
+def test_data_takes_amps_variables_and_refuses_others() -> None:
+    template = "{{AMPS_DATA_LENGTH}}{{AMPS_CORRELATION_ID}}{{AMPS_DATETIME}}{{AMPS_BYTE_0A}}"
+    _yaml(
+        "  - {on: {module: sow-delete-message, topic: ORDERS}, "
+        f"do: {{module: publish-message, topic: DLQ, data: '{template}'}}}}\n"
+    )
+    for bad in ("{{AMPS_BYTE_0a}}", "{{AMPS_CLIENT_NAME}}"):
+        with pytest.raises(TopologyError, match="AMPS_BYTE_XX"):
+            _yaml(
+                "  - {on: {module: sow-delete-message, topic: ORDERS}, "
+                f"do: {{module: publish-message, topic: DLQ, data: '{bad}'}}}}\n"
+            )
