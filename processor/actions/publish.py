@@ -24,12 +24,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from processor import changelog
+from processor.changelog.commands import DELTA_HEADER, DELTA_NATIVE
 from processor.engine.transaction import PartitionBatch
 from processor.errors import MessageError
 from processor.expr import compile as compile_expression
 from processor.keys import partition_for
 from processor.messages import codec_for
-from processor.publish.routes import PublishRoute, publish_key
+from processor.publish.routes import PublishRoute, delta_key, publish_key
 from processor.topology.actions import ActionDo, ActionSpec
 from processor.topology.model import SowTopic, Topic
 
@@ -76,11 +77,14 @@ class ActionPublisher:
     def __init__(self, action: ActionSpec, step: ActionDo, target: Topic) -> None:
         self.route = PublishRoute(target, _NO_LIMIT)
         self.sow = isinstance(target, SowTopic)
+        self.delta = step.delta and self.sow  # to a plain topic, a delta is a publish
         self.data = step.data.encode()
         self.headers = [
             (ACTION_HEADER, action.name.encode()),
             (EVENT_HEADER, action.on.module.value.removeprefix("amps-action-on-").encode()),
         ]
+        if self.delta:
+            self.headers.append((DELTA_HEADER, DELTA_NATIVE))
         #: Records published since start (monitoring, tests).
         self.published = 0
 
@@ -114,6 +118,8 @@ class ActionPublisher:
         if not self.sow or route.key_function is None:
             return sow_key
         try:
+            if self.delta:
+                return delta_key(route, data, False, "").encode()
             return publish_key(route, data, "").encode()
         except Exception:  # a custom KeyGenerator may raise anything: the processor says why
             return None

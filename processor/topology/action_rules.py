@@ -122,7 +122,7 @@ def _step(
                     source=action.source,
                     where=step.where,
                 )
-        return [ActionDo(step.module, target, step.message_type, "", step.data, step.where)]
+        return [replace(step, topic=target, filter="")]
     topic = _sow_topic(action, step.topic, step.message_type, sow, "Do", step.where)
     if step.module is DoModule.DELETE_SOW:
         if not step.filter:
@@ -271,6 +271,11 @@ def build_do(module: DoModule, options: dict[str, str], where: str) -> ActionDo:
     """A ``Do`` step of ``module`` from its options (as :func:`build_on`)."""
     if module is DoModule.PUBLISH and not options.get("Topic"):
         raise ValueFormatError("amps-action-do-publish-message needs a Topic to publish to")
+    if _flag(options, "UpdateOnly"):
+        raise ValueFormatError(
+            "UpdateOnly true is not supported: kafka-sow's delta publish inserts a record "
+            "that is not there; leave UpdateOnly out (or false)"
+        )
     return ActionDo(
         module,
         topic=options.get("Topic", ""),
@@ -278,4 +283,13 @@ def build_do(module: DoModule, options: dict[str, str], where: str) -> ActionDo:
         filter=options.get("Filter", ""),
         data=options.get("Data", ""),
         where=where,
+        delta=_flag(options, "Delta"),
     )
+
+
+def _flag(options: dict[str, str], name: str) -> bool:
+    """A true/false option (absent: false)."""
+    text = options.get(name, "false").strip().lower()
+    if text not in ("true", "false"):
+        raise ValueFormatError(f"{name} is true or false, not {options[name]!r}")
+    return text == "true"

@@ -12,8 +12,9 @@ Supported, with AMPS's module names (anything else is refused naming these):
   ``amps-action-on-oof-message`` (``Topic``, ``MessageType``, ``Filter``, ``Type``),
   ``amps-action-on-message-condition-timeout`` (``Topic``, ``MessageType``, ``Filter``,
   ``Duration``); a ``Filter`` on an expiry or a delete is a kafka-sow extension.
-* ``Do``: ``amps-action-do-publish-message`` (``Topic``, ``MessageType``, ``Data``) after a
-  message event; ``amps-action-do-delete-sow`` (``Topic``, ``MessageType``, ``Filter``) and
+* ``Do``: ``amps-action-do-publish-message`` (``Topic``, ``MessageType``, ``Data``,
+  ``Delta``; ``UpdateOnly`` only false) after a message event;
+  ``amps-action-do-delete-sow`` (``Topic``, ``MessageType``, ``Filter``) and
   ``amps-action-do-compact-sow`` (``Topic``, ``MessageType``; none: every SOW topic) on a
   schedule.
 """
@@ -68,7 +69,7 @@ ON_OPTIONS: dict[OnModule, tuple[str, ...]] = {
     OnModule.CONDITION_TIMEOUT: ("Topic", "MessageType", "Filter", "Duration"),
 }
 DO_OPTIONS: dict[DoModule, tuple[str, ...]] = {
-    DoModule.PUBLISH: ("Topic", "MessageType", "Data"),
+    DoModule.PUBLISH: ("Topic", "MessageType", "Data", "Delta", "UpdateOnly"),
     DoModule.DELETE_SOW: ("Topic", "MessageType", "Filter"),
     DoModule.COMPACT_SOW: ("Topic", "MessageType"),
 }
@@ -163,7 +164,7 @@ class ActionOn:
 @dataclass(frozen=True, slots=True)
 class ActionDo:
     """One step: the module and its options (``topic`` empty: every SOW topic, for
-    compaction)."""
+    compaction; ``delta``: a publish is a delta publish)."""
 
     module: DoModule
     topic: str = ""
@@ -171,6 +172,7 @@ class ActionDo:
     filter: str = ""
     data: str = ""
     where: str = ""
+    delta: bool = False
 
 
 @dataclass(frozen=True, slots=True)

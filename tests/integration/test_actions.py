@@ -137,6 +137,25 @@ def test_deleted_records_are_published(backend: str, tmp_path: Path, unique: str
         _wait(client, "ORDERS", {3})
 
 
+def test_a_delta_publish_merges_into_the_target(backend: str, tmp_path: Path, unique: str) -> None:
+    actions = """
+  - on: {module: sow-delete-message, topic: ORDERS}
+    do: {module: publish-message, topic: RESULTS, data: "{{AMPS_DATA}}", delta: true}
+"""
+    with running_sow(backend, topology(unique, actions), tmp_path, unique) as (_, client):
+        client.publish("RESULTS", b'{"id": 1, "note": "kept"}')
+        _publish(client, 1, "open")
+        client.delete("ORDERS", filter="1=1")
+        deadline = time.monotonic() + 20
+        while True:
+            records, _, _ = client.query("RESULTS")
+            if records and "status" in json.loads(records[0].data):
+                break
+            assert time.monotonic() < deadline, "the delta was not merged"
+            time.sleep(0.05)
+        assert json.loads(records[0].data) == {"id": 1, "note": "kept", "status": "open"}
+
+
 def test_records_out_of_focus_are_published(backend: str, tmp_path: Path, unique: str) -> None:
     actions = """
   - on: {module: oof-message, topic: ORDERS, filter: "/status = 'open'"}

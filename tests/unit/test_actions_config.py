@@ -366,3 +366,15 @@ def test_data_takes_amps_variables_and_refuses_others() -> None:
                 "  - {on: {module: sow-delete-message, topic: ORDERS}, "
                 f"do: {{module: publish-message, topic: DLQ, data: '{bad}'}}}}\n"
             )
+
+
+def test_a_publish_takes_delta_and_refuses_update_only() -> None:
+    step = "  - {on: {module: sow-delete-message, topic: ORDERS}, do: {module: publish-message, "
+    (action,) = _yaml(step + "topic: LATE, delta: true}}\n")
+    assert action.do[0].delta
+    (action,) = _yaml(step + "topic: LATE, delta: 'false', update_only: 'false'}}\n")
+    assert not action.do[0].delta
+    with pytest.raises(TopologyError, match="UpdateOnly true is not supported"):
+        _yaml(step + "topic: LATE, delta: 'true', update_only: 'true'}}\n")
+    with pytest.raises(TopologyError, match="true or false"):
+        _yaml(step + "topic: LATE, delta: 'yes'}}\n")
