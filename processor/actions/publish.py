@@ -20,7 +20,6 @@ dead-letter topic with the reason); to a plain topic, keyed by the watched recor
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Any
 
 from processor import changelog
@@ -31,7 +30,7 @@ from processor.expr import compile as compile_expression
 from processor.keys import partition_for
 from processor.messages import codec_for
 from processor.publish.routes import PublishRoute, delta_key, publish_key
-from processor.topology.actions import ActionDo, ActionSpec
+from processor.topology.actions import ActionDo, ActionSpec, time_variables
 from processor.topology.model import SowTopic, Topic
 
 ACTION_HEADER = "sow.action"
@@ -140,11 +139,7 @@ class ActionPublisher:
             "AMPS_SOW_KEY": sow_key,
             "AMPS_REASON": reason,
             "AMPS_CORRELATION_ID": correlation_id,
-            "AMPS_DATETIME": datetime.fromtimestamp(now_ms / 1000, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z")
-            .encode(),
-            "AMPS_UNIX_TIMESTAMP": str(now_ms // 1000).encode(),
+            **{name: text.encode() for name, text in time_variables(now_ms).items()},
         }
 
         def value(match: re.Match[bytes]) -> bytes:

@@ -15,6 +15,7 @@ from processor.topology.actions import (
     ALLOWED_DO,
     DATA_VARIABLES,
     EXPIRE_REASONS,
+    FILTER_VARIABLES,
     MESSAGE_EVENTS,
     OOF_TYPES,
     ActionDo,
@@ -24,6 +25,8 @@ from processor.topology.actions import (
     OnModule,
     data_variables,
     known_variable,
+    substitute,
+    time_variables,
 )
 from processor.topology.quantities import parse_interval
 from processor.topology.schedule import MIN_INTERVAL_MS, Schedule, calendar_schedule
@@ -111,6 +114,13 @@ def _step(
     plain: dict[str, str],
 ) -> list[ActionDo]:
     if step.module is DoModule.COMPACT_SOW and not step.topic:
+        if step.message_type:
+            raise TopologyError(
+                "amps-action-do-compact-sow takes MessageType only with a Topic: give both "
+                "(one topic) or neither (every SOW topic)",
+                source=action.source,
+                where=step.where,
+            )
         return [ActionDo(step.module, name, where=step.where) for name in sow]
     if step.module is DoModule.PUBLISH:
         target = _publish_topic(action, step, sow, plain)
@@ -138,7 +148,15 @@ def _step(
                 source=action.source,
                 where=step.where,
             )
-        _filter(action, step.filter, topic, "Do", step.where)
+        for name in data_variables(step.filter):
+            if not known_variable(name, FILTER_VARIABLES):
+                raise TopologyError(
+                    f"the Filter uses {{{{{name}}}}}; a scheduled delete's Filter may use "
+                    f"{', '.join(FILTER_VARIABLES)} and AMPS_BYTE_XX (the tick's time)",
+                    source=action.source,
+                    where=step.where,
+                )
+        _filter(action, substitute(step.filter, time_variables(0)), topic, "Do", step.where)
     return [ActionDo(step.module, topic, step.message_type, step.filter, "", step.where)]
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import Enum
 from typing import TypeVar
 
@@ -141,9 +142,38 @@ def data_variables(data: str) -> list[str]:
     return _VARIABLE.findall(data)
 
 
-def known_variable(name: str) -> bool:
-    """Whether ``{{name}}`` is a variable a publish action's ``Data`` may use."""
-    return name in DATA_VARIABLES or _BYTE.fullmatch(name) is not None
+def known_variable(name: str, names: tuple[str, ...] = DATA_VARIABLES) -> bool:
+    """Whether ``{{name}}`` is one of ``names`` (by default: those a publish action's
+    ``Data`` may use) or an ``AMPS_BYTE_XX``."""
+    return name in names or _BYTE.fullmatch(name) is not None
+
+
+def time_variables(now_ms: int) -> dict[str, str]:
+    """AMPS's default time variables at ``now_ms``: ``AMPS_DATETIME`` (ISO-8601, UTC) and
+    ``AMPS_UNIX_TIMESTAMP`` (whole seconds since the epoch)."""
+    moment = datetime.fromtimestamp(now_ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return {
+        "AMPS_DATETIME": moment.replace("+00:00", "Z"),
+        "AMPS_UNIX_TIMESTAMP": str(now_ms // 1000),
+    }
+
+
+def substitute(text: str, values: dict[str, str]) -> str:
+    """``text`` with each ``{{NAME}}`` replaced by ``values[NAME]`` (``AMPS_BYTE_XX``: the
+    character of code XX); the names are checked when the topology is read."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match[1]
+        if _BYTE.fullmatch(name):
+            return chr(int(name[10:], 16))
+        return values[name]
+
+    return _VARIABLE.sub(value, text)
+
+
+#: The variables a scheduled ``amps-action-do-delete-sow``'s ``Filter`` may use (the
+#: tick's time: ``LAST_UPDATED() < {{AMPS_UNIX_TIMESTAMP}} - 86400``), and AMPS_BYTE_XX.
+FILTER_VARIABLES = ("AMPS_DATETIME", "AMPS_UNIX_TIMESTAMP")
 
 
 @dataclass(frozen=True, slots=True)

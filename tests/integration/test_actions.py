@@ -200,10 +200,14 @@ def test_a_condition_held_past_its_duration_is_published_once(
 
 
 def test_a_schedule_deletes_by_filter(backend: str, tmp_path: Path, unique: str) -> None:
+    # AMPS's maintenance form: the Filter compares with the tick's time
     actions = """
   - name: purge
     on: {module: schedule, every: 1s}
-    do: {module: delete-sow, topic: ORDERS, filter: "/status = 'closed'"}
+    do:
+      module: delete-sow
+      topic: ORDERS
+      filter: "/status = 'closed' AND LAST_UPDATED() > {{AMPS_UNIX_TIMESTAMP}} - 60"
 """
     with running_sow(backend, topology(unique, actions), tmp_path, unique) as (_, client):
         for id_ in range(6):

@@ -13,7 +13,7 @@ import pytest
 
 from processor.errors import TopologyError, ValueFormatError
 from processor.topology.action_rules import parse_schedule
-from processor.topology.actions import DoModule, OnModule
+from processor.topology.actions import DoModule, OnModule, substitute, time_variables
 from processor.topology.amps_xml import parse_amps_config
 from processor.topology.loader import load_topology
 from processor.topology.yaml_loader import parse_yaml
@@ -378,3 +378,22 @@ def test_a_publish_takes_delta_and_refuses_update_only() -> None:
         _yaml(step + "topic: LATE, delta: 'true', update_only: 'true'}}\n")
     with pytest.raises(TopologyError, match="true or false"):
         _yaml(step + "topic: LATE, delta: 'yes'}}\n")
+
+
+def test_a_scheduled_delete_filter_takes_the_tick_time() -> None:
+    step = "  - {on: {module: schedule, every: 1h}, do: {module: delete-sow, topic: ORDERS, "
+    text = "LAST_UPDATED() < {{AMPS_UNIX_TIMESTAMP}} - 86400 AND /d < '{{AMPS_DATETIME}}'"
+    (action,) = _yaml(step + f'filter: "{text}"}}}}\n')
+    assert substitute(action.do[0].filter, time_variables(86_400_500)) == (
+        "LAST_UPDATED() < 86400 - 86400 AND /d < '1970-01-02T00:00:00.500Z'"
+    )
+    with pytest.raises(TopologyError, match="may use AMPS_DATETIME, AMPS_UNIX_TIMESTAMP"):
+        _yaml(step + "filter: '/id = {{AMPS_DATA}}'}}\n")
+
+
+def test_compaction_takes_message_type_only_with_a_topic() -> None:
+    step = "  - {on: {module: schedule, every: 1h}, do: {module: compact-sow%s}}\n"
+    assert len(_yaml(step % ", topic: ORDERS, message_type: json")[0].do) == 1
+    assert len(_yaml(step % "")[0].do) == 2  # every SOW topic
+    with pytest.raises(TopologyError, match="MessageType only with a Topic"):
+        _yaml(step % ", message_type: json")
