@@ -277,9 +277,10 @@ def _reasons(module: OnModule, options: dict[str, str]) -> tuple[str, ...]:
     if module is OnModule.SOW_EXPIRE:
         if names and "time_limit" not in names:
             raise ValueFormatError(
-                "a SOW record expires only for time_limit (forced_expire and max_cancels "
-                "are queue expirations): with this Reason the action would never run; "
-                "include time_limit or leave Reason out"
+                "kafka-sow gives every expiration the reason time_limit (a queue "
+                "message's too: its forced_expire or max_cancels is not told apart): with "
+                "this Reason the action would never run; include time_limit or leave "
+                "Reason out"
             )
         return tuple(names)
     return tuple(OOF_TYPES[name] for name in names)

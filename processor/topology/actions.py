@@ -77,7 +77,7 @@ DO_OPTIONS: dict[DoModule, tuple[str, ...]] = {
 #: Why a SOW record expires, as AMPS's ``AMPS_REASON`` of ``amps-action-on-sow-expire-
 #: message`` says it (its ``Reason`` option picks among them): the expiration time
 #: passed; a queue message acknowledged with ``expire``, or cancelled ``MaxCancels``
-#: times. Only ``time_limit`` happens to a SOW topic's record.
+#: times. kafka-sow gives every expiration ``time_limit`` (a queue message's too).
 EXPIRE_REASONS = ("time_limit", "forced_expire", "max_cancels")
 #: The OOFs ``amps-action-on-oof-message``'s ``Type`` picks: no longer matching the
 #: Filter, deleted (with the ``Reason`` of AMPS's OOF messages each gives).
