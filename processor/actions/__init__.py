@@ -44,7 +44,10 @@ def action_wiring(topology: Topology) -> dict[str, Any]:
             listeners.setdefault(action.on.topic, []).append(timeout)
             timers.append(timeout)
         else:
-            events.setdefault(action.on.topic, []).append(EventAction(module, watched, publishers))
+            event = EventAction(
+                module, watched, publishers, action.on.reasons if module is OnModule.OOF else ()
+            )
+            events.setdefault(action.on.topic, []).append(event)
     for name, watching in events.items():
         listeners.setdefault(name, []).append(EventActions(watching))
     return {"listeners": listeners, "timers": timers}

@@ -11,7 +11,9 @@ aborted transaction (a crash, a SIGKILL) takes the record with it, and the event
 again, with its record, when the input is applied again.
 
 What the record holds: the record as it was before the event (the deleted or expired
-message; for an OOF by update, the message that no longer matches).
+message; for an OOF by update, the message that no longer matches). Its reason is AMPS's:
+``time_limit`` for an expiry (``AMPS_REASON`` of ``amps-action-on-sow-expire-message``),
+``deleted`` for a delete, and an OOF message's ``match``, ``deleted`` or ``expired``.
 """
 
 from __future__ import annotations
@@ -24,16 +26,22 @@ from processor.engine.transaction import PartitionBatch
 from processor.topology.actions import OnModule
 
 _EXPIRE, _DELETE = ChangeReason.EXPIRE, ChangeReason.DELETE
-_EXPIRED, _DELETED, _MATCH = b"expired", b"deleted", b"match"
+_EXPIRED, _DELETED, _MATCH, _TIME_LIMIT = b"expired", b"deleted", b"match", b"time_limit"
 
 
 class EventAction:
-    """One action on a message event: what it watches and its publish steps."""
+    """One action on a message event: what it watches, the OOF reasons it acts on (its
+    ``Type``; empty: all), and its publish steps."""
 
     def __init__(
-        self, module: OnModule, watched: Watched, publishers: Sequence[ActionPublisher]
+        self,
+        module: OnModule,
+        watched: Watched,
+        publishers: Sequence[ActionPublisher],
+        oof_reasons: Sequence[str] = (),
     ) -> None:
         self.module, self.watched, self.publishers = module, watched, tuple(publishers)
+        self.oof_reasons = frozenset(reason.encode() for reason in oof_reasons)
 
     def take(self, event: ChangeEvent, batch: PartitionBatch) -> None:
         """Publish the event's record if the event is this action's."""
@@ -47,13 +55,15 @@ class EventAction:
             reason = (
                 _MATCH if new is not None else _EXPIRED if event.reason is _EXPIRE else _DELETED
             )
+            if self.oof_reasons and reason not in self.oof_reasons:
+                return
             body = new if new is not None else old
         elif new is not None:
             return
         elif module is OnModule.SOW_EXPIRE:
             if event.reason is not _EXPIRE or not matches(old):
                 return
-            reason, body = _EXPIRED, old
+            reason, body = _TIME_LIMIT, old
         else:
             if event.reason is not _DELETE or not matches(old):
                 return

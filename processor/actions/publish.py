@@ -3,9 +3,13 @@ the action's Filter (:class:`Watched`), and the record ``amps-action-do-publish-
 produces (:class:`ActionPublisher`), in the transaction of the event that caused it.
 
 The published record: the message's body as the value (or the step's ``Data``, its
-``{{AMPS_DATA}}``, ``{{AMPS_TOPIC}}``, ``{{AMPS_SOW_KEY}}`` and ``{{AMPS_REASON}}``
-replaced), and headers ``sow.action`` (the action's name), ``sow.action.event`` (the On
-module without ``amps-action-on-``), ``sow.action.reason`` (:data:`REASONS`),
+variables replaced: the event's ``{{AMPS_DATA}}``, ``{{AMPS_DATA_LENGTH}}``,
+``{{AMPS_TOPIC}}``, ``{{AMPS_REASON}}``, ``{{AMPS_CORRELATION_ID}}`` (empty if the record
+has none) and ``{{AMPS_SOW_KEY}}``; AMPS's defaults ``{{AMPS_DATETIME}}`` (ISO-8601, UTC)
+and ``{{AMPS_UNIX_TIMESTAMP}}`` (seconds), both the transaction's time, and
+``{{AMPS_BYTE_XX}}``, the byte of hex value XX), and headers ``sow.action`` (the action's
+name), ``sow.action.event`` (the On module without ``amps-action-on-``),
+``sow.action.reason`` (:data:`REASONS`),
 ``sow.action.topic`` (the watched topic) and ``sow.action.sow_key``. To a SOW topic it
 goes like a publisher's record: keyed by the SowKey its Key fields give (or, for a topic
 whose publishers give SowKeys, the watched record's SowKey) on that key's partition, and
@@ -19,13 +23,14 @@ import re
 from typing import Any
 
 from processor import changelog
+from processor.changelog.commands import DELTA_HEADER, DELTA_NATIVE
 from processor.engine.transaction import PartitionBatch
 from processor.errors import MessageError
 from processor.expr import compile as compile_expression
 from processor.keys import partition_for
 from processor.messages import codec_for
-from processor.publish.routes import PublishRoute, publish_key
-from processor.topology.actions import ActionDo, ActionSpec
+from processor.publish.routes import PublishRoute, delta_key, publish_key
+from processor.topology.actions import ActionDo, ActionSpec, time_variables
 from processor.topology.model import SowTopic, Topic
 
 ACTION_HEADER = "sow.action"
@@ -33,9 +38,9 @@ EVENT_HEADER = "sow.action.event"
 REASON_HEADER = "sow.action.reason"
 TOPIC_HEADER = "sow.action.topic"
 SOW_KEY_HEADER = "sow.action.sow_key"
-#: Why an action ran: the record expired, was deleted, no longer matches the Filter
-#: (out of focus), or kept matching it for the Duration.
-REASONS = (b"expired", b"deleted", b"match", b"timeout")
+#: Why an action ran: the record expired (``time_limit``), was deleted, went out of focus
+#: (no longer matches the Filter, deleted, expired), or kept matching it for the Duration.
+REASONS = (b"time_limit", b"deleted", b"match", b"expired", b"timeout")
 #: The size limit of a record is the log's; the processor dead-letters what it cannot apply.
 _NO_LIMIT = 1 << 62
 _VARIABLE = re.compile(rb"\{\{\s*([^}]*?)\s*\}\}")
@@ -71,11 +76,14 @@ class ActionPublisher:
     def __init__(self, action: ActionSpec, step: ActionDo, target: Topic) -> None:
         self.route = PublishRoute(target, _NO_LIMIT)
         self.sow = isinstance(target, SowTopic)
+        self.delta = step.delta and self.sow  # to a plain topic, a delta is a publish
         self.data = step.data.encode()
         self.headers = [
             (ACTION_HEADER, action.name.encode()),
             (EVENT_HEADER, action.on.module.value.removeprefix("amps-action-on-").encode()),
         ]
+        if self.delta:
+            self.headers.append((DELTA_HEADER, DELTA_NATIVE))
         #: Records published since start (monitoring, tests).
         self.published = 0
 
@@ -83,8 +91,13 @@ class ActionPublisher:
         self, batch: PartitionBatch, source: str, sow_key: bytes, envelope: bytes, reason: bytes
     ) -> None:
         """Publish the record of a watched record (``envelope``) for ``reason``."""
-        body = changelog.decode(envelope).data
-        data = self._render(body, source, sow_key, reason) if self.data else body
+        decoded = changelog.decode(envelope)
+        body = decoded.data
+        if self.data:
+            correlation_id = (decoded.correlation_id or "").encode()
+            data = self._render(body, source, sow_key, reason, correlation_id, batch.now_ms)
+        else:
+            data = body
         key = self._key(data, sow_key)
         headers = [
             *self.headers,
@@ -104,15 +117,35 @@ class ActionPublisher:
         if not self.sow or route.key_function is None:
             return sow_key
         try:
+            if self.delta:
+                return delta_key(route, data, False, "").encode()
             return publish_key(route, data, "").encode()
         except Exception:  # a custom KeyGenerator may raise anything: the processor says why
             return None
 
-    def _render(self, body: bytes, source: str, sow_key: bytes, reason: bytes) -> bytes:
+    def _render(
+        self,
+        body: bytes,
+        source: str,
+        sow_key: bytes,
+        reason: bytes,
+        correlation_id: bytes,
+        now_ms: int,
+    ) -> bytes:
         values = {
             "AMPS_DATA": body,
+            "AMPS_DATA_LENGTH": str(len(body)).encode(),
             "AMPS_TOPIC": source.encode(),
             "AMPS_SOW_KEY": sow_key,
             "AMPS_REASON": reason,
+            "AMPS_CORRELATION_ID": correlation_id,
+            **{name: text.encode() for name, text in time_variables(now_ms).items()},
         }
-        return _VARIABLE.sub(lambda match: values[match[1].decode()], self.data)
+
+        def value(match: re.Match[bytes]) -> bytes:
+            name = match[1].decode()
+            if name.startswith("AMPS_BYTE_"):
+                return bytes([int(name[10:], 16)])
+            return values[name]
+
+        return _VARIABLE.sub(value, self.data)

@@ -13,7 +13,8 @@ processor ran collapse into one run.
 
 * **delete-sow** writes a filter delete (the command a ``sow_delete`` by filter writes,
   :mod:`processor.changelog.commands`) to the partition's input, in the tick's
-  transaction: exactly once per tick; the processor applies it as it applies any
+  transaction, its Filter's ``{{AMPS_UNIX_TIMESTAMP}}``/``{{AMPS_DATETIME}}`` the tick's
+  time: exactly once per tick; the processor applies it as it applies any
   sow_delete, in log order (so ``on-sow-delete-message`` actions see its deletes).
 * **compact-sow** compacts the partition's RocksDB store (:meth:`Store.compact`: the
   space of deleted and replaced records is reclaimed now). The broker compacts the
@@ -31,7 +32,7 @@ from processor.changelog.commands import FILTER_DELETE_KEY, FILTER_HEADER
 from processor.engine.derived import Owned
 from processor.engine.partition import PartitionState
 from processor.engine.transaction import Transaction
-from processor.topology.actions import ActionSpec, DoModule
+from processor.topology.actions import ActionSpec, DoModule, substitute, time_variables
 from processor.topology.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ class ScheduledAction:
                 if step.topic != state.topic.name:
                     continue
                 if step.module is DoModule.DELETE_SOW:
-                    self._delete(transaction, state, step.filter)
+                    text = substitute(step.filter, time_variables(now_ms))
+                    self._delete(transaction, state, text)
                 elif step.module is DoModule.COMPACT_SOW:
                     self._compact(state)
 

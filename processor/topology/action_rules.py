@@ -7,25 +7,34 @@ or TopologyError naming the action."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from processor.errors import ExpressionError, ParseError, TopologyError, ValueFormatError
 from processor.expr import compile as compile_expression
 from processor.topology.actions import (
     ALLOWED_DO,
     DATA_VARIABLES,
+    EXPIRE_REASONS,
+    FILTER_VARIABLES,
     MESSAGE_EVENTS,
+    OOF_TYPES,
     ActionDo,
     ActionOn,
     ActionSpec,
     DoModule,
     OnModule,
     data_variables,
+    known_variable,
+    substitute,
+    time_variables,
 )
 from processor.topology.quantities import parse_interval
 from processor.topology.schedule import MIN_INTERVAL_MS, Schedule, calendar_schedule
 
 _HELP = (
-    "an interval (30s, 5m, 1h), a daily time (00:30, 11:30PM), a day and time "
-    "(Saturday at 23:30) or a five-field cron expression (*/15 * * * *)"
+    "a duration (30s, 5m, 4h, 1d), a 24-hour daily time (00:30, 17:47; local time, "
+    "17:47Z for UTC), a day and time (Saturday at 11:00) or a five-field cron "
+    "expression (*/15 * * * *)"
 )
 
 
@@ -72,7 +81,7 @@ def check_actions(
         if on.module in MESSAGE_EVENTS:
             topic = _sow_topic(action, on.topic, on.message_type, sow, "On")
             _filter(action, on.filter, topic, "On")
-            on = ActionOn(on.module, topic, on.message_type, on.filter, None, on.duration_ms)
+            on = replace(on, topic=topic)
         steps: list[ActionDo] = []
         for step in action.do:
             if step.module not in ALLOWED_DO[on.module]:
@@ -105,17 +114,25 @@ def _step(
     plain: dict[str, str],
 ) -> list[ActionDo]:
     if step.module is DoModule.COMPACT_SOW and not step.topic:
+        if step.message_type:
+            raise TopologyError(
+                "amps-action-do-compact-sow takes MessageType only with a Topic: give both "
+                "(one topic) or neither (every SOW topic)",
+                source=action.source,
+                where=step.where,
+            )
         return [ActionDo(step.module, name, where=step.where) for name in sow]
     if step.module is DoModule.PUBLISH:
         target = _publish_topic(action, step, sow, plain)
         for name in data_variables(step.data):
-            if name not in DATA_VARIABLES:
+            if not known_variable(name):
                 raise TopologyError(
-                    f"Data uses {{{{{name}}}}}; the variables are {', '.join(DATA_VARIABLES)}",
+                    f"Data uses {{{{{name}}}}}; the variables are {', '.join(DATA_VARIABLES)} "
+                    "and AMPS_BYTE_XX (XX: two uppercase hex digits)",
                     source=action.source,
                     where=step.where,
                 )
-        return [ActionDo(step.module, target, step.message_type, "", step.data, step.where)]
+        return [replace(step, topic=target, filter="")]
     topic = _sow_topic(action, step.topic, step.message_type, sow, "Do", step.where)
     if step.module is DoModule.DELETE_SOW:
         if not step.filter:
@@ -131,7 +148,15 @@ def _step(
                 source=action.source,
                 where=step.where,
             )
-        _filter(action, step.filter, topic, "Do", step.where)
+        for name in data_variables(step.filter):
+            if not known_variable(name, FILTER_VARIABLES):
+                raise TopologyError(
+                    f"the Filter uses {{{{{name}}}}}; a scheduled delete's Filter may use "
+                    f"{', '.join(FILTER_VARIABLES)} and AMPS_BYTE_XX (the tick's time)",
+                    source=action.source,
+                    where=step.where,
+                )
+        _filter(action, substitute(step.filter, time_variables(0)), topic, "Do", step.where)
     return [ActionDo(step.module, topic, step.message_type, step.filter, "", step.where)]
 
 
@@ -233,13 +258,43 @@ def build_on(module: OnModule, options: dict[str, str]) -> ActionOn:
         message_type=options.get("MessageType", ""),
         filter=options.get("Filter", ""),
         duration_ms=duration_ms,
+        reasons=_reasons(module, options),
     )
+
+
+def _reasons(module: OnModule, options: dict[str, str]) -> tuple[str, ...]:
+    """The reasons an expiry (``Reason``) or OOF (``Type``) action acts on: AMPS's
+    comma-delimited names; empty for all."""
+    option = "Reason" if module is OnModule.SOW_EXPIRE else "Type"
+    names = [name.strip().lower() for name in options.get(option, "").split(",")]
+    names = [name for name in names if name]
+    allowed = EXPIRE_REASONS if module is OnModule.SOW_EXPIRE else tuple(OOF_TYPES)
+    for name in names:
+        if name not in allowed:
+            raise ValueFormatError(
+                f"{option} {name!r} is not one of {module.value}'s: {', '.join(allowed)}"
+            )
+    if module is OnModule.SOW_EXPIRE:
+        if names and "time_limit" not in names:
+            raise ValueFormatError(
+                "kafka-sow gives every expiration the reason time_limit (a queue "
+                "message's too: its forced_expire or max_cancels is not told apart): with "
+                "this Reason the action would never run; include time_limit or leave "
+                "Reason out"
+            )
+        return tuple(names)
+    return tuple(OOF_TYPES[name] for name in names)
 
 
 def build_do(module: DoModule, options: dict[str, str], where: str) -> ActionDo:
     """A ``Do`` step of ``module`` from its options (as :func:`build_on`)."""
     if module is DoModule.PUBLISH and not options.get("Topic"):
         raise ValueFormatError("amps-action-do-publish-message needs a Topic to publish to")
+    if _flag(options, "UpdateOnly"):
+        raise ValueFormatError(
+            "UpdateOnly true is not supported: kafka-sow's delta publish inserts a record "
+            "that is not there; leave UpdateOnly out (or false)"
+        )
     return ActionDo(
         module,
         topic=options.get("Topic", ""),
@@ -247,4 +302,13 @@ def build_do(module: DoModule, options: dict[str, str], where: str) -> ActionDo:
         filter=options.get("Filter", ""),
         data=options.get("Data", ""),
         where=where,
+        delta=_flag(options, "Delta"),
     )
+
+
+def _flag(options: dict[str, str], name: str) -> bool:
+    """A true/false option (absent: false)."""
+    text = options.get(name, "false").strip().lower()
+    if text not in ("true", "false"):
+        raise ValueFormatError(f"{name} is true or false, not {options[name]!r}")
+    return text == "true"

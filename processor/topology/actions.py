@@ -6,12 +6,15 @@ topics are known).
 
 Supported, with AMPS's module names (anything else is refused naming these):
 
-* ``On``: ``amps-action-on-schedule`` (``Every``); ``amps-action-on-sow-expire-message``,
-  ``amps-action-on-sow-delete-message``, ``amps-action-on-oof-message`` (``Topic``,
-  ``MessageType``, ``Filter``); ``amps-action-on-message-condition-timeout`` (the same
-  and ``Duration``).
-* ``Do``: ``amps-action-do-publish-message`` (``Topic``, ``MessageType``, ``Data``) after a
-  message event; ``amps-action-do-delete-sow`` (``Topic``, ``MessageType``, ``Filter``) and
+* ``On``: ``amps-action-on-schedule`` (``Every``, ``Name``);
+  ``amps-action-on-sow-expire-message`` (``Topic``, ``MessageType``, ``Reason``),
+  ``amps-action-on-sow-delete-message`` (``Topic``, ``MessageType``),
+  ``amps-action-on-oof-message`` (``Topic``, ``MessageType``, ``Filter``, ``Type``),
+  ``amps-action-on-message-condition-timeout`` (``Topic``, ``MessageType``, ``Filter``,
+  ``Duration``); a ``Filter`` on an expiry or a delete is a kafka-sow extension.
+* ``Do``: ``amps-action-do-publish-message`` (``Topic``, ``MessageType``, ``Data``,
+  ``Delta``; ``UpdateOnly`` only false) after a message event;
+  ``amps-action-do-delete-sow`` (``Topic``, ``MessageType``, ``Filter``) and
   ``amps-action-do-compact-sow`` (``Topic``, ``MessageType``; none: every SOW topic) on a
   schedule.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import Enum
 from typing import TypeVar
 
@@ -60,19 +64,38 @@ ALLOWED_DO: dict[OnModule, tuple[DoModule, ...]] = {
 #: The options of each module (AMPS's names; the YAML format writes them in snake_case).
 ON_OPTIONS: dict[OnModule, tuple[str, ...]] = {
     OnModule.SCHEDULE: ("Every", "Name"),
-    OnModule.SOW_EXPIRE: ("Topic", "MessageType", "Filter"),
+    OnModule.SOW_EXPIRE: ("Topic", "MessageType", "Reason", "Filter"),
     OnModule.SOW_DELETE: ("Topic", "MessageType", "Filter"),
-    OnModule.OOF: ("Topic", "MessageType", "Filter"),
+    OnModule.OOF: ("Topic", "MessageType", "Filter", "Type"),
     OnModule.CONDITION_TIMEOUT: ("Topic", "MessageType", "Filter", "Duration"),
 }
 DO_OPTIONS: dict[DoModule, tuple[str, ...]] = {
-    DoModule.PUBLISH: ("Topic", "MessageType", "Data"),
+    DoModule.PUBLISH: ("Topic", "MessageType", "Data", "Delta", "UpdateOnly"),
     DoModule.DELETE_SOW: ("Topic", "MessageType", "Filter"),
     DoModule.COMPACT_SOW: ("Topic", "MessageType"),
 }
-#: The variables a publish action's ``Data`` may use.
-DATA_VARIABLES = ("AMPS_DATA", "AMPS_TOPIC", "AMPS_SOW_KEY", "AMPS_REASON")
+#: Why a SOW record expires, as AMPS's ``AMPS_REASON`` of ``amps-action-on-sow-expire-
+#: message`` says it (its ``Reason`` option picks among them): the expiration time
+#: passed; a queue message acknowledged with ``expire``, or cancelled ``MaxCancels``
+#: times. kafka-sow gives every expiration ``time_limit`` (a queue message's too).
+EXPIRE_REASONS = ("time_limit", "forced_expire", "max_cancels")
+#: The OOFs ``amps-action-on-oof-message``'s ``Type`` picks: no longer matching the
+#: Filter, deleted (with the ``Reason`` of AMPS's OOF messages each gives).
+OOF_TYPES = {"match": "match", "delete": "deleted"}
+#: The variables a publish action's ``Data`` may use: the event's (AMPS's, and the
+#: kafka-sow extension ``AMPS_SOW_KEY``), AMPS's defaults, and ``AMPS_BYTE_XX``.
+DATA_VARIABLES = (
+    "AMPS_DATA",
+    "AMPS_DATA_LENGTH",
+    "AMPS_TOPIC",
+    "AMPS_SOW_KEY",
+    "AMPS_REASON",
+    "AMPS_CORRELATION_ID",
+    "AMPS_DATETIME",
+    "AMPS_UNIX_TIMESTAMP",
+)
 _VARIABLE = re.compile(r"\{\{\s*([^}]*?)\s*\}\}")
+_BYTE = re.compile(r"AMPS_BYTE_[0-9A-F]{2}")
 
 
 def supported() -> str:
@@ -119,10 +142,45 @@ def data_variables(data: str) -> list[str]:
     return _VARIABLE.findall(data)
 
 
+def known_variable(name: str, names: tuple[str, ...] = DATA_VARIABLES) -> bool:
+    """Whether ``{{name}}`` is one of ``names`` (by default: those a publish action's
+    ``Data`` may use) or an ``AMPS_BYTE_XX``."""
+    return name in names or _BYTE.fullmatch(name) is not None
+
+
+def time_variables(now_ms: int) -> dict[str, str]:
+    """AMPS's default time variables at ``now_ms``: ``AMPS_DATETIME`` (ISO-8601, UTC) and
+    ``AMPS_UNIX_TIMESTAMP`` (whole seconds since the epoch)."""
+    moment = datetime.fromtimestamp(now_ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return {
+        "AMPS_DATETIME": moment.replace("+00:00", "Z"),
+        "AMPS_UNIX_TIMESTAMP": str(now_ms // 1000),
+    }
+
+
+def substitute(text: str, values: dict[str, str]) -> str:
+    """``text`` with each ``{{NAME}}`` replaced by ``values[NAME]`` (``AMPS_BYTE_XX``: the
+    character of code XX); the names are checked when the topology is read."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match[1]
+        if _BYTE.fullmatch(name):
+            return chr(int(name[10:], 16))
+        return values[name]
+
+    return _VARIABLE.sub(value, text)
+
+
+#: The variables a scheduled ``amps-action-do-delete-sow``'s ``Filter`` may use (the
+#: tick's time: ``LAST_UPDATED() < {{AMPS_UNIX_TIMESTAMP}} - 86400``), and AMPS_BYTE_XX.
+FILTER_VARIABLES = ("AMPS_DATETIME", "AMPS_UNIX_TIMESTAMP")
+
+
 @dataclass(frozen=True, slots=True)
 class ActionOn:
     """When: the module, and its options (``topic`` resolved to a topology name by
-    :func:`check_actions`; ``duration_ms`` for a condition timeout)."""
+    :func:`check_actions`; ``duration_ms`` for a condition timeout; ``reasons``: the
+    reasons an expiry or OOF action acts on, empty for all)."""
 
     module: OnModule
     topic: str = ""
@@ -130,12 +188,13 @@ class ActionOn:
     filter: str = ""
     every: Schedule | None = None
     duration_ms: int = 0
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ActionDo:
     """One step: the module and its options (``topic`` empty: every SOW topic, for
-    compaction)."""
+    compaction; ``delta``: a publish is a delta publish)."""
 
     module: DoModule
     topic: str = ""
@@ -143,6 +202,7 @@ class ActionDo:
     filter: str = ""
     data: str = ""
     where: str = ""
+    delta: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +235,8 @@ class ActionSpec:
                 when += f" where {on.filter}"
             if on.duration_ms:
                 when += f" for {on.duration_ms / 1000:g}s"
+            if on.reasons:
+                when += f" ({', '.join(on.reasons)})"
         steps = []
         for step in self.do:
             what = step.module.value.removeprefix("amps-action-do-")

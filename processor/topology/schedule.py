@@ -1,21 +1,26 @@
 """When a scheduled action runs: AMPS's ``Every`` option of ``amps-action-on-schedule``.
 
-:func:`processor.topology.action_rules.parse_schedule` reads one of:
+:func:`processor.topology.action_rules.parse_schedule` reads AMPS's three forms:
 
-* an **interval**, ``30s``, ``5m``, ``1h``, ``1d`` (any AMPS interval of at least one
-  second): the ticks are the multiples of the interval since the Unix epoch (``1h`` runs
-  on the hour, UTC);
-* a **daily time**, ``00:30``, ``17:05``, ``11:30PM``, ``every day at 17:00``;
-* a **weekly day and time**, ``Saturday at 23:30``, ``Sun at 4:00AM``;
-* a **cron expression** of five fields, ``minute hour day-of-month month day-of-week``
-  (``*/15 * * * *``, ``0 2 * * 1-5``; lists, ranges, steps and ``*``; day of week 0-7,
-  0 and 7 are Sunday; names ``mon``..``sun`` and ``jan``..``dec``; when both day fields
-  are restricted, a day matching either runs, as in cron).
+* a **timer**, a duration (``30s``, ``5m``, ``4h``, ``1d``; at least one second): the
+  action runs that long after the partition first saw the action, then that long after
+  each run (AMPS starts the timer when the instance starts and resets it after each run;
+  here the last run is kept with the partition, so a restart does not reset it);
+* a **daily time**, ``HH:MM`` in 24-hour notation (``00:32``, ``17:47``);
+* a **weekly day and time**, ``<day> at HH:MM`` (``Saturday at 11:00``,
+  ``Wednesday at 03:32``; a day's first three letters do too).
 
-Times are UTC. A :class:`Schedule` answers :meth:`Schedule.next_after`: the first tick
-strictly after an instant; the processor runs an action when the first tick after the
-last run it recorded has come (:mod:`processor.actions.scheduled`), so ticks missed while
-no processor ran collapse into one run.
+A time is **local time** (the processor host's time zone, ``TZ``) unless it ends in ``Z``:
+``11:32`` is 11:32 local time, ``11:32Z`` is 11:32 UTC, as in AMPS. A kafka-sow
+extension: a **cron expression** of five fields, ``minute hour day-of-month month
+day-of-week`` (``*/15 * * * *``, ``0 2 * * 1-5``; lists, ranges, steps and ``*``; day of
+week 0-7, 0 and 7 are Sunday; names ``mon``..``sun`` and ``jan``..``dec``; when both day
+fields are restricted, a day matching either runs, as in cron), in local time as cron's.
+
+A :class:`Schedule` answers :meth:`Schedule.next_after`: the first tick strictly after an
+instant; the processor runs an action when the first tick after the last run it recorded
+has come (:mod:`processor.actions.scheduled`), so ticks missed while no processor ran
+collapse into one run.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from processor.errors import ValueFormatError
 
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-_TIME = r"(?P<hour>\d{1,2}):(?P<minute>\d{2})\s*(?P<half>[AaPp][Mm])?"
-_DAILY = re.compile(rf"^(?:every\s+day\s+at\s+|daily\s+at\s+)?{_TIME}$", re.IGNORECASE)
+_TIME = r"(?P<hour>\d{1,2}):(?P<minute>\d{2})(?P<utc>Z)?"
+_DAILY = re.compile(rf"^{_TIME}$", re.IGNORECASE)
 _WEEKLY = re.compile(rf"^(?P<day>[A-Za-z]+)\s+at\s+{_TIME}$", re.IGNORECASE)
+_TWELVE_HOUR = re.compile(r"\d\s*[AP]\.?M\.?$", re.IGNORECASE)
 #: The shortest interval: a tick is a transaction per partition.
 MIN_INTERVAL_MS = 1000
 #: How far ahead a cron expression is searched for its next tick (Feb 29 on a Monday
@@ -42,10 +48,12 @@ _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month"
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """A parsed ``Every``: ``interval_ms`` > 0 for an interval, else the cron sets."""
+    """A parsed ``Every``: ``interval_ms`` > 0 for a timer, else the cron sets, read in
+    UTC when ``utc`` is set and in local time otherwise."""
 
     text: str
     interval_ms: int = 0
+    utc: bool = False
     minutes: frozenset[int] = frozenset()
     hours: frozenset[int] = frozenset()
     days: frozenset[int] = frozenset()
@@ -55,10 +63,13 @@ class Schedule:
     any_weekday: bool = True
 
     def next_after(self, ms: int) -> int:
-        """The first tick strictly after ``ms`` (milliseconds since the epoch, UTC)."""
+        """The first tick strictly after ``ms`` (milliseconds since the epoch): a timer's
+        interval after it; else the first matching minute, in UTC or local time."""
         if self.interval_ms:
-            return (ms // self.interval_ms + 1) * self.interval_ms
-        moment = datetime.fromtimestamp(ms // 60_000 * 60, UTC) + timedelta(minutes=1)
+            return ms + self.interval_ms
+        # local time: naive datetimes, which fromtimestamp()/timestamp() read as local
+        moment = datetime.fromtimestamp(ms // 60_000 * 60, UTC if self.utc else None)
+        moment += timedelta(minutes=1)
         end = moment + timedelta(days=_HORIZON_DAYS)
         while moment < end:
             if moment.month not in self.months:
@@ -88,26 +99,26 @@ def calendar_schedule(text: str) -> Schedule | None:
     """The schedule of a daily time, a day and time or a cron expression (see the module
     doc); None when ``text`` is none of them (an interval, perhaps). Raises
     ValueFormatError when it is one of them, malformed."""
+    if _TWELVE_HOUR.search(text):
+        raise ValueFormatError(
+            f"schedule {text!r}: AMPS times are in 24-hour notation (23:30, not 11:30PM)"
+        )
     daily = _DAILY.match(text)
     if daily:
         hour, minute = _clock(daily, text)
-        return _cron(text, f"{minute} {hour} * * *")
+        return _cron(text, f"{minute} {hour} * * *", utc=bool(daily["utc"]))
     weekly = _WEEKLY.match(text)
     if weekly:
         hour, minute = _clock(weekly, text)
         day = _day_number(weekly["day"], text)
-        return _cron(text, f"{minute} {hour} * * {day}")
+        return _cron(text, f"{minute} {hour} * * {day}", utc=bool(weekly["utc"]))
     if len(text.split(" ")) == 5:
         return _cron(text, text)
     return None
 
 
 def _clock(match: re.Match[str], text: str) -> tuple[int, int]:
-    hour, minute, half = int(match["hour"]), int(match["minute"]), match["half"]
-    if half is not None:
-        if not 1 <= hour <= 12:
-            raise ValueFormatError(f"{text!r}: with AM/PM the hour is 1 to 12")
-        hour = hour % 12 + (12 if half.lower() == "pm" else 0)
+    hour, minute = int(match["hour"]), int(match["minute"])
     if hour > 23 or minute > 59:
         raise ValueFormatError(f"{text!r} is not a time of day (00:00 to 23:59)")
     return hour, minute
@@ -122,7 +133,7 @@ def _day_number(word: str, text: str) -> int:
     return (_DAYS.index(prefix) + 1) % 7
 
 
-def _cron(text: str, expression: str) -> Schedule:
+def _cron(text: str, expression: str, utc: bool = False) -> Schedule:
     parts = expression.split(" ")
     sets = [
         _cron_field(part, name, low, high, _MONTHS if name == "month" else (), text)
@@ -132,6 +143,7 @@ def _cron(text: str, expression: str) -> Schedule:
     weekdays = frozenset((day - 1) % 7 for day in cron_days)  # cron 0/7 = Sunday = 6
     return Schedule(
         text,
+        utc=utc,
         minutes=sets[0],
         hours=sets[1],
         days=sets[2],

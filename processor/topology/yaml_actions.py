@@ -110,7 +110,10 @@ def _module_options(raw: object, source: str, where: str) -> tuple[str, dict[str
     for key, value in raw.items():
         if key == "module":
             continue
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
+        if isinstance(value, bool):  # Delta, UpdateOnly
+            options[str(key)] = "true" if value else "false"
+            continue
+        if not isinstance(value, str | int | float):
             raise TopologyError(
                 f"expected text for {key!r}, got {describe(value)}",
                 source=source,

@@ -48,9 +48,9 @@ STATUSES = ("open", "pending", "closed")
 #: The reasons each kind of record is acted on for: it expires; a pending one times out
 #: first; a closed one is deleted by the schedule, unless it expires first.
 EXPECTED = {
-    "open": ({b"expired"},),
-    "pending": ({b"timeout", b"expired"},),
-    "closed": ({b"deleted"}, {b"expired"}),
+    "open": ({b"time_limit"},),
+    "pending": ({b"timeout", b"time_limit"},),
+    "closed": ({b"deleted"}, {b"time_limit"}),
 }
 
 

@@ -103,8 +103,8 @@ def test_each_event_is_acted_on_once_across_a_crash(tmp_path: Path, crash: str) 
     for sow_key, status in statuses.items():
         reasons = {reason for key, reason in audit if key == sow_key}
         if status == "pending":
-            assert reasons == {b"timeout", b"expired"}
+            assert reasons == {b"timeout", b"time_limit"}
         elif status == "open":
-            assert reasons == {b"expired"}
+            assert reasons == {b"time_limit"}
         else:  # the schedule or the expiry came first
-            assert reasons in ({b"deleted"}, {b"expired"}), (sow_key, reasons)
+            assert reasons in ({b"deleted"}, {b"time_limit"}), (sow_key, reasons)

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,7 +13,7 @@ import pytest
 
 from processor.errors import TopologyError, ValueFormatError
 from processor.topology.action_rules import parse_schedule
-from processor.topology.actions import DoModule, OnModule
+from processor.topology.actions import DoModule, OnModule, substitute, time_variables
 from processor.topology.amps_xml import parse_amps_config
 from processor.topology.loader import load_topology
 from processor.topology.yaml_loader import parse_yaml
@@ -234,27 +237,45 @@ def test_a_publish_to_another_message_type_needs_data() -> None:
     parse_yaml(text + action % ", data: '<m>{{AMPS_SOW_KEY}}</m>'", "t.yaml")
 
 
+@pytest.fixture
+def five_hours_behind_utc() -> Iterator[None]:
+    """The local time zone UTC-5, without daylight saving (POSIX ``TZ``)."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "XST+05"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
 @pytest.mark.parametrize(
     ("every", "now", "expected"),
-    [
-        ("1h", "2026-11-29T16:55:00", "2026-11-29T17:00:00"),
+    [  # instants in UTC; the local time zone is UTC-5
+        ("1h", "2026-11-29T16:55:10", "2026-11-29T17:55:10"),  # a timer: from the last run
         ("30s", "2026-11-29T16:55:00", "2026-11-29T16:55:30"),
-        ("1d", "2026-11-29T16:55:00", "2026-11-30T00:00:00"),
-        ("00:30", "2026-11-29T16:55:00", "2026-11-30T00:30:00"),
-        ("17:05", "2026-11-29T16:55:00", "2026-11-29T17:05:00"),
-        ("11:30PM", "2026-11-29T16:55:00", "2026-11-29T23:30:00"),
-        ("12:15AM", "2026-11-29T16:55:00", "2026-11-30T00:15:00"),
-        ("every day at 17:00", "2026-11-29T17:00:00", "2026-11-30T17:00:00"),
-        ("Saturday at 23:30", "2026-11-29T16:55:00", "2026-12-05T23:30:00"),
-        ("Sun at 4:00AM", "2026-11-29T03:00:00", "2026-11-29T04:00:00"),
+        ("1d", "2026-11-29T16:55:00", "2026-11-30T16:55:00"),
+        ("00:30", "2026-11-29T16:55:00", "2026-11-30T05:30:00"),  # local
+        ("00:30Z", "2026-11-29T16:55:00", "2026-11-30T00:30:00"),  # UTC
+        ("17:05Z", "2026-11-29T16:55:00", "2026-11-29T17:05:00"),
+        ("12:00", "2026-11-29T16:55:00", "2026-11-29T17:00:00"),
+        ("Saturday at 11:00", "2026-11-29T16:55:00", "2026-12-05T16:00:00"),
+        ("Saturday at 23:30Z", "2026-11-29T16:55:00", "2026-12-05T23:30:00"),
+        ("wednesday at 03:32z", "2026-11-29T16:55:00", "2026-12-02T03:32:00"),
+        ("Sun at 04:00Z", "2026-11-29T03:00:00", "2026-11-29T04:00:00"),
         ("*/15 * * * *", "2026-11-29T16:55:00", "2026-11-29T17:00:00"),
-        ("0 2 * * 1-5", "2026-11-28T16:55:00", "2026-11-30T02:00:00"),  # Sat -> Mon
-        ("0 0 29 feb *", "2026-11-29T16:55:00", "2028-02-29T00:00:00"),
-        ("0 0 13 * fri", "2026-11-29T16:55:00", "2026-12-04T00:00:00"),  # either day
-        ("5,10 8-9 * * 0", "2026-11-29T08:05:00", "2026-11-29T08:10:00"),
-        ("0 12 * * 7", "2026-11-29T16:55:00", "2026-12-06T12:00:00"),  # 7 = Sunday
+        ("0 2 * * 1-5", "2026-11-28T16:55:00", "2026-11-30T07:00:00"),  # Sat -> Mon
+        ("0 0 29 feb *", "2026-11-29T16:55:00", "2028-02-29T05:00:00"),
+        ("0 0 13 * fri", "2026-11-29T16:55:00", "2026-12-04T05:00:00"),  # either day
+        ("5,10 8-9 * * 0", "2026-11-29T13:05:00", "2026-11-29T13:10:00"),
+        ("0 12 * * 7", "2026-11-29T17:55:00", "2026-12-06T17:00:00"),  # 7 = Sunday
     ],
 )
+@pytest.mark.usefixtures("five_hours_behind_utc")
 def test_schedules_tick(every: str, now: str, expected: str) -> None:
     assert parse_schedule(every).next_after(_ms(now)) == _ms(expected)
 
@@ -263,9 +284,11 @@ def test_schedules_tick(every: str, now: str, expected: str) -> None:
     ("every", "message"),
     [
         ("", "empty"),
-        ("soon", "is not an interval"),
+        ("soon", "is not a duration"),
         ("25:00", "not a time of day"),
-        ("13:00PM", "1 to 12"),
+        ("11:30PM", "24-hour notation"),
+        ("Sun at 4:00 am", "24-hour notation"),
+        ("every day at 17:00", "is not a duration"),
         ("Funday at 10:00", "not a day of the week"),
         ("60 * * * *", "outside 0-59"),
         ("* * * * 8", "outside 0-7"),
@@ -295,3 +318,82 @@ def test_the_processor_may_write_where_its_actions_write() -> None:
     acls = component_acls("processor", topology, AclContext(dead_letter_topic="dead"))
     written = {acl.name for acl in acls if acl.operation == "Write"}
     assert {"ORDERS", "DLQ"} <= written
+
+
+def test_an_expiry_takes_amps_reasons_and_an_oof_its_type() -> None:
+    expire, oof = _yaml("""
+  - on: {module: sow-expire-message, topic: ORDERS, reason: "time_limit, forced_expire"}
+    do: {module: publish-message, topic: DLQ}
+  - on: {module: oof-message, topic: ORDERS, filter: "/s = 1", type: delete}
+    do: {module: publish-message, topic: DLQ}
+""")
+    assert expire.on.reasons == ("time_limit", "forced_expire")
+    assert oof.on.reasons == ("deleted",)
+    assert "(deleted)" in oof.describe()
+    (xml,) = _xml("""<Action>
+  <On><Module>amps-action-on-sow-expire-message</Module>
+    <Options><Topic>ORDERS</Topic><MessageType>json</MessageType>
+      <Reason>time_limit</Reason></Options></On>
+  <Do><Module>amps-action-do-publish-message</Module>
+    <Options><Topic>LATE</Topic><MessageType>json</MessageType>
+      <Data>{{AMPS_DATA}}</Data></Options></Do></Action>""")
+    assert xml.on.reasons == ("time_limit",)
+
+
+@pytest.mark.parametrize(
+    ("on", "message"),
+    [
+        ("{module: sow-expire-message, topic: ORDERS, reason: expired}", "time_limit, forced"),
+        ("{module: sow-expire-message, topic: ORDERS, reason: max_cancels}", "never run"),
+        ("{module: oof-message, topic: ORDERS, type: expire}", "match, delete"),
+        ("{module: sow-delete-message, topic: ORDERS, reason: time_limit}", "option .reason."),
+    ],
+)
+def test_bad_reasons_and_types_are_refused(on: str, message: str) -> None:
+    with pytest.raises(TopologyError, match=message):
+        _yaml(f"  - {{on: {on}, do: {{module: publish-message, topic: DLQ}}}}\n")
+
+
+def test_data_takes_amps_variables_and_refuses_others() -> None:
+    template = "{{AMPS_DATA_LENGTH}}{{AMPS_CORRELATION_ID}}{{AMPS_DATETIME}}{{AMPS_BYTE_0A}}"
+    _yaml(
+        "  - {on: {module: sow-delete-message, topic: ORDERS}, "
+        f"do: {{module: publish-message, topic: DLQ, data: '{template}'}}}}\n"
+    )
+    for bad in ("{{AMPS_BYTE_0a}}", "{{AMPS_CLIENT_NAME}}"):
+        with pytest.raises(TopologyError, match="AMPS_BYTE_XX"):
+            _yaml(
+                "  - {on: {module: sow-delete-message, topic: ORDERS}, "
+                f"do: {{module: publish-message, topic: DLQ, data: '{bad}'}}}}\n"
+            )
+
+
+def test_a_publish_takes_delta_and_refuses_update_only() -> None:
+    step = "  - {on: {module: sow-delete-message, topic: ORDERS}, do: {module: publish-message, "
+    (action,) = _yaml(step + "topic: LATE, delta: true}}\n")
+    assert action.do[0].delta
+    (action,) = _yaml(step + "topic: LATE, delta: 'false', update_only: 'false'}}\n")
+    assert not action.do[0].delta
+    with pytest.raises(TopologyError, match="UpdateOnly true is not supported"):
+        _yaml(step + "topic: LATE, delta: 'true', update_only: 'true'}}\n")
+    with pytest.raises(TopologyError, match="true or false"):
+        _yaml(step + "topic: LATE, delta: 'yes'}}\n")
+
+
+def test_a_scheduled_delete_filter_takes_the_tick_time() -> None:
+    step = "  - {on: {module: schedule, every: 1h}, do: {module: delete-sow, topic: ORDERS, "
+    text = "LAST_UPDATED() < {{AMPS_UNIX_TIMESTAMP}} - 86400 AND /d < '{{AMPS_DATETIME}}'"
+    (action,) = _yaml(step + f'filter: "{text}"}}}}\n')
+    assert substitute(action.do[0].filter, time_variables(86_400_500)) == (
+        "LAST_UPDATED() < 86400 - 86400 AND /d < '1970-01-02T00:00:00.500Z'"
+    )
+    with pytest.raises(TopologyError, match="may use AMPS_DATETIME, AMPS_UNIX_TIMESTAMP"):
+        _yaml(step + "filter: '/id = {{AMPS_DATA}}'}}\n")
+
+
+def test_compaction_takes_message_type_only_with_a_topic() -> None:
+    step = "  - {on: {module: schedule, every: 1h}, do: {module: compact-sow%s}}\n"
+    assert len(_yaml(step % ", topic: ORDERS, message_type: json")[0].do) == 1
+    assert len(_yaml(step % "")[0].do) == 2  # every SOW topic
+    with pytest.raises(TopologyError, match="MessageType only with a Topic"):
+        _yaml(step % ", message_type: json")
