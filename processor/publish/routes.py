@@ -83,8 +83,10 @@ def delta_key(route: PublishRoute, data: bytes, text_form: bool, sow_key: str) -
 
 
 def delta_form(route: PublishRoute, text_form: bool) -> bytes:
-    """How a delta travels: JSON text for avro deltas given as text, else as given."""
-    return DELTA_TEXT if text_form and route.codec.name == "avro" else DELTA_NATIVE
+    """How a delta travels: as JSON text when given as text to a type whose partial
+    messages have no payload of their own (avro, protobuf), else as given."""
+    native = route.codec.traits.partial_native
+    return DELTA_TEXT if text_form and not native else DELTA_NATIVE
 
 
 def record_partition(route: PublishRoute, raw: bytes) -> int:
