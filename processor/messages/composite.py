@@ -122,7 +122,7 @@ class CompositeCodec:
         tree: dict[str, Any] = {}
         for value in reversed(values):  # the first part that has a field wins
             if isinstance(value, dict):
-                tree = merge(value, tree)
+                tree = merge(tree, value)
         return tree
 
     def _part(self, index: int, payload: bytes) -> Any:
