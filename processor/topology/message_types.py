@@ -41,6 +41,9 @@ class MessageTraits:
     #: Its text form (the command line, ``text_form`` requests) is JSON (else it is the
     #: message text itself, or Base64 for binary).
     json_text: bool = True
+    #: Its text form is the payload itself (json, fix, nvfix, xml): a message or a delta
+    #: given as text travels as it is.
+    text_payload: bool = False
     #: A partial message (a select list's fields, a delta) has a payload of this type;
     #: else (avro: a record is whole) it travels as JSON text.
     partial_native: bool = True
@@ -74,11 +77,11 @@ class MessageTraits:
 _PROTO_SCHEMA = "a .proto file or a compiled descriptor set (.desc, .pb)"
 
 _TABLE = (
-    MessageTraits("json"),
+    MessageTraits("json", text_payload=True),
     MessageTraits("avro", schema="an Avro schema (.avsc)", partial_native=False),
-    MessageTraits("fix", flat=True, json_text=False),
-    MessageTraits("nvfix", flat=True, json_text=False),
-    MessageTraits("xml", json_text=False),
+    MessageTraits("fix", flat=True, json_text=False, text_payload=True),
+    MessageTraits("nvfix", flat=True, json_text=False, text_payload=True),
+    MessageTraits("xml", json_text=False, text_payload=True),
     MessageTraits("bson"),
     MessageTraits("bflat"),
     MessageTraits("msgpack"),

@@ -1,5 +1,6 @@
 """Message-type conformance: the same logical record, published as json, avro, fix, nvfix,
-xml, bson, bflat, msgpack, protobuf, composite-local and composite-global, gives the same answers everywhere a user can see it: the round trip, field
+xml, bson, bflat, msgpack, protobuf, composite-local and composite-global, gives the same
+answers everywhere a user can see it: the round trip, field
 extraction (nested paths, repeated fields, subscripts), the SowKey, every filter family of
 the expression language, aggregated projections and select lists, and delta merge. A
 property test generates records and compares every type against json.

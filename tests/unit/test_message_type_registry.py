@@ -237,13 +237,13 @@ def test_protobuf_refusals_name_the_problem(proto: Path, tmp_path: Path) -> None
     codec = _protobuf(proto)
     with pytest.raises(DecodeError, match='no field named "extra"'):
         codec.encode_json({"extra": 1})
-    with pytest.raises(DecodeError, match="not a ett.Order message"):
+    with pytest.raises(DecodeError, match=r"not a ett\.Order message"):
         codec.decode(b"\xff\xff\xff")
-    with pytest.raises(ConfigurationError, match="it defines ett.Leg, ett.Order"):
+    with pytest.raises(ConfigurationError, match=r"it defines ett\.Leg, ett\.Order"):
         _protobuf(proto, "Order")
     broken = tmp_path / "broken.proto"
     broken.write_text('syntax = "proto3"; message A { strin x = 1; }')
-    with pytest.raises(ConfigurationError, match="does not compile: .*strin"):
+    with pytest.raises(ConfigurationError, match=r"does not compile: .*strin"):
         _protobuf(broken, "A")
     not_a_set = tmp_path / "order.desc"
     not_a_set.write_text("{")
@@ -285,10 +285,13 @@ def test_composite_parts_are_length_prefixed_big_endian(proto: Path) -> None:
     order = _protobuf(proto).encode_json({"id": 3, "sym": "IBM"})
     pieces = [b'{"a":{"b":1}}', b"x=2\x01y=hi\x01", b"\x00\xffraw", order, b"payload"]
     data = b"".join(struct.pack(">I", len(p)) + p for p in pieces)
-    assert data == join(pieces) and split(data) == pieces
+    assert data == join(pieces)
+    assert split(data) == pieces
     message = codec.decode(data)
-    assert message["0"] == {"a": {"b": 1}} and message["1"] == {"x": 2, "y": "hi"}
-    assert message["2"] == Unparsed(b"\x00\xffraw") and message["4"] == Unparsed(b"payload")
+    assert message["0"] == {"a": {"b": 1}}
+    assert message["1"] == {"x": 2, "y": "hi"}
+    assert message["2"] == Unparsed(b"\x00\xffraw")
+    assert message["4"] == Unparsed(b"payload")
     assert compile("/0/a/b = 1 AND /1/x = 2 AND /3/sym = 'IBM'").matches(message)
     assert not compile("/2 = 'x' OR /2 IS NULL").matches(message)  # an opaque part
     # The text form: JSON parts as JSON, others as text, unparsed parts as Base64.
@@ -298,8 +301,9 @@ def test_composite_parts_are_length_prefixed_big_endian(proto: Path) -> None:
     # A delta merges part by part and keeps what it does not give.
     delta = orjson.dumps([{"a": {"c": 2}}, None, None, {"qty": 4}])
     merged = codec.decode(codec.merge(data, delta, True))
-    assert merged["0"] == {"a": {"b": 1, "c": 2}} and merged["3"]["qty"] == 4
-    assert merged["2"] == message["2"] and merged["4"] == message["4"]
+    assert merged["0"] == {"a": {"b": 1, "c": 2}}
+    assert merged["3"]["qty"] == 4
+    assert (merged["2"], merged["4"]) == (message["2"], message["4"])
     for bad, problem in (
         (data[:-2], "claims 7 bytes"),
         (data + b"\x00\x00", "into the length of part 5"),
