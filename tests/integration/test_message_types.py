@@ -253,7 +253,7 @@ def test_msgpack_protobuf_and_composite_topics_through_the_processor(
         assert [pb.decode(r.data) for r in records] == [
             {"id": 2, "sym": "MSFT", "qty": 4, "px": 1.0}
         ]
-        with pytest.raises(ServiceError, match="conf.Order"):
+        with pytest.raises(ServiceError, match=r"conf\.Order"):
             client.publish("PB", b"\xff\xff\xff")
 
         def view_rows() -> list[Any]:
