@@ -37,6 +37,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +92,12 @@ class ProtobufCodec(FieldsCodec):
         return cls(descriptor, source=f"{proto_files(schema)[0]} {type_name}")
 
     def decode(self, data: bytes) -> Any:
-        return self._fields(self._parse(data), defaults=True)
+        return self._fields(self._parse(data), len(data), defaults=True)
 
     def decode_delta(self, data: bytes, text_form: bool) -> Any:
         if text_form:
             return json_object(data, "the delta text", "a protobuf delta")
-        return self._fields(self._parse(data), defaults=False)
+        return self._fields(self._parse(data), len(data), defaults=False)
 
     def encode_json(self, value: Any) -> bytes:
         if not isinstance(value, dict):
@@ -126,36 +127,89 @@ class ProtobufCodec(FieldsCodec):
             ) from exc
         return message
 
-    def _fields(self, message: Message, *, defaults: bool) -> dict[str, Any]:
+    def _fields(self, message: Message, size: int, *, defaults: bool) -> dict[str, Any]:
         value = _tree(message, defaults)
         # A nested message or a repeated value takes two bytes at least on the wire.
-        size = message.ByteSize()
         limits.check_tree(value, size // 2, size)
         return value
 
+    def key_decoder(self, paths: tuple[str, ...]) -> Callable[[bytes], Any]:
+        """Parse the whole payload (so it is checked as :meth:`decode` checks it), then
+        read only the Key fields when each is a singular scalar under singular messages;
+        a repeated field, a map or a subscript takes the full decode, and so does a
+        payload long enough that :meth:`decode` would walk its tree against the limits."""
+        plan = [_field_path(self.descriptor, path) for path in paths]
+        if not plan or any(fields is None for fields in plan):
+            return self.decode
+        short = 2 * limits.MAX_DEPTH
+
+        def key_fields(data: bytes) -> Any:
+            if len(data) > short:
+                return self.decode(data)
+            message = self._parse(data)
+            out: dict[str, Any] = {}
+            for fields in plan:
+                assert fields is not None
+                node, target = message, out
+                for field in fields[:-1]:
+                    if not node.HasField(field.name):
+                        break
+                    node, target = getattr(node, field.name), target.setdefault(field.name, {})
+                else:
+                    last = fields[-1]
+                    if not last.has_presence or node.HasField(last.name):
+                        target[last.name] = _single(last, getattr(node, last.name), True)
+            return out
+
+        return key_fields
+
+
+def _field_path(descriptor: Descriptor, path: str) -> tuple[FieldDescriptor, ...] | None:
+    """The fields a Key path names, when each is singular and the last a scalar."""
+    fields: list[FieldDescriptor] = []
+    current: Descriptor | None = descriptor
+    for step in path.strip("/").split("/"):
+        field = None if current is None else current.fields_by_name.get(step)
+        if field is None or _repeated(field):
+            return None
+        fields.append(field)
+        current = field.message_type if field.type in (_MESSAGE, _GROUP) else None
+    return tuple(fields) if fields and current is None else None
+
+
+#: How a field's value becomes the tree's (None: as it is, a singular scalar).
+_Convert = Callable[[Any, bool], Any]
+_CONVERTERS: dict[FieldDescriptor, _Convert | None] = {}
+
 
 def _tree(message: Message, defaults: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if defaults:
-        out.update(_implicit_defaults(message.DESCRIPTOR))
+    out: dict[str, Any] = dict(_implicit_defaults(message.DESCRIPTOR)) if defaults else {}
     for field, value in message.ListFields():
-        out[field.name] = _value(field, value, defaults)
+        try:
+            convert = _CONVERTERS[field]
+        except KeyError:
+            convert = _CONVERTERS.setdefault(field, _converter(field))
+        out[field.name] = value if convert is None else convert(value, defaults)
     return out
 
 
-def _value(field: FieldDescriptor, value: Any, defaults: bool) -> Any:
+def _converter(field: FieldDescriptor) -> _Convert | None:
     kind = field.type
     if kind in (_MESSAGE, _GROUP):
         entry = _message_of(field)
         if entry.GetOptions().map_entry:
             item = entry.fields_by_name["value"]
-            return {_key_text(k): _single(item, value[k], defaults) for k in value}
+            return lambda value, d: {_key_text(k): _single(item, value[k], d) for k in value}
         if _repeated(field):
-            return [_tree(item, defaults) for item in value]
-        return _tree(value, defaults)
+            return lambda value, d: [_tree(item, d) for item in value]
+        return _tree
+    if kind == _ENUM:
+        if _repeated(field):
+            return lambda value, d: [_single(field, item, d) for item in value]
+        return lambda value, d: _single(field, value, d)
     if _repeated(field):
-        return [_single(field, item, defaults) for item in value]
-    return _single(field, value, defaults)
+        return lambda value, d: list(value)
+    return None
 
 
 def _single(field: FieldDescriptor, value: Any, defaults: bool) -> Any:
