@@ -3,8 +3,9 @@
 The same logical orders (``order(i)``: id, client, symbol, region, price, quantity, side)
 in each message type: json, avro, fix (numeric tags), nvfix, xml (under an ``<order>``
 root, so its paths are ``/order/...``), bson, bflat, msgpack, protobuf (a proto3 message
-of the same fields) and composite-local (one msgpack part, ``/0/...``). For each type, in one run on one
-broker (the embedded Apache Kafka unless ``KAFKA_BOOTSTRAP_SERVERS`` names one):
+of the same fields) and composite-local (one msgpack part, ``/0/...``). For each type,
+in one run on one broker (the embedded Apache Kafka unless ``KAFKA_BOOTSTRAP_SERVERS``
+names one):
 
 * **ingest**: N messages over K keys, keyed by SowKey as kafka-sow publishers write them,
   produced into a fresh input topic, then applied by the real processor (decode, SowKey,
