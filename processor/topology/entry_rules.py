@@ -272,6 +272,12 @@ def conflated_topic(
     fields["topic_format"] = _topic_format(d, items.topic_format, known, under_where)
     if items.enrichment is not None:
         texts, enrichment_where = items.enrichment
+        if not message_traits(known.message_type).builds:
+            d.fail(
+                f"{known.message_type} messages cannot be built from fields, so a conflated "
+                f"topic of {known.name!r} cannot have {d.word('Enrichment')}",
+                enrichment_where,
+            )
         try:
             construction = compile_construction(texts, enrichment=True)
         except (ParseError, ExpressionError) as exc:

@@ -171,9 +171,13 @@ def test_a_view_cannot_produce_what_amps_refuses(tmp_path: Path) -> None:
 
 def test_composite_global_takes_no_enrichment(tmp_path: Path) -> None:
     path = tmp_path / "t.yaml"
+    topic = "{name: A, key: /a, message_type: composite-global, parts: [json]"
+    path.write_text(f"topics:\n  - {topic}, enrichment: ['1 AS /b']}}\n")
+    with pytest.raises(TopologyError, match="cannot be built from fields"):
+        load_topology(path)
     path.write_text(
-        "topics:\n  - {name: A, key: /a, message_type: composite-global, parts: [json],"
-        " enrichment: ['1 AS /b']}\n"
+        f"topics:\n  - {topic}}}\n"
+        "conflated_topics:\n  - {name: C, underlying: A, enrichment: ['1 AS /b']}\n"
     )
     with pytest.raises(TopologyError, match="cannot be built from fields"):
         load_topology(path)
