@@ -18,10 +18,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from processor.errors import ValueFormatError
-from processor.topology.message_types import MESSAGE_TYPES
 from processor.topology.security_spec import SecuritySpec
-
-__all__ = ["MESSAGE_TYPES"]  # re-exported: the loaders name the types through the model
 
 #: Kafka topic names: legal characters and length (Kafka's own rule).
 KAFKA_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
