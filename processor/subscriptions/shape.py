@@ -109,8 +109,10 @@ class MessageShape:
         record when a field was removed; None when ``no_empties`` suppresses it."""
         codec = self.codecs[topic]
         new = codec.decode(data)
-        old = codec.decode(held)
         select = self.select
+        if not codec.traits.delta:  # composite-global: its subscribers get whole messages
+            return codec.text_of(new if select is None else select.project(new)), False
+        old = codec.decode(held)
         if removed(old, new) and (
             select is None or removed(select.project(old), select.project(new))
         ):

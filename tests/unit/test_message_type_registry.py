@@ -329,3 +329,26 @@ def test_composite_global_is_one_tree_and_takes_no_delta() -> None:
         codec.merge(data, data, False)
     with pytest.raises(DecodeError, match="JSON array of its parts"):
         codec.encode_json(message)
+
+
+def test_delta_and_select_subscriptions_ask_the_types_traits(proto: Path) -> None:
+    """subscriptions/shape.py: a type without deltas sends whole (selected) messages to a
+    delta subscriber; a type whose partial messages have no payload (protobuf) gives
+    select lists and deltas only in the text form."""
+    from processor.errors import InvalidRequestError
+    from processor.subscriptions.shape import MessageShape
+
+    glob = SowTopic(
+        "G", message_type="composite-global", keys=("/id",), parts=(MessagePart("json"),)
+    )
+    pb = SowTopic("P", message_type="protobuf", schema=str(proto), proto_type="ett.Order")
+    codecs = {t.name: codec_for(t) for t in (glob, pb)}
+    shape = MessageShape.for_request([glob], codecs, delta=True, select="[-/,+/id,+/b]")
+    assert shape is not None
+    held, data = join([b'{"id": 1, "a": 1, "b": 1}']), join([b'{"id": 1, "a": 2, "b": 1}'])
+    assert shape.update("G", held, data) == (b'{"id":1,"b":1}', False)  # whole, selected
+    with pytest.raises(InvalidRequestError, match="text form"):
+        MessageShape.for_request([pb], codecs, select="[-/,+/id]")
+    shape = MessageShape.for_request([pb], codecs, select="[-/,+/id]", text_form=True)
+    assert shape is not None
+    assert shape.full("P", codecs["P"].encode_json({"id": 4, "sym": "X"})) == b'{"id":4}'
