@@ -18,12 +18,25 @@ from processor.errors import ServiceError
 from processor.messages import codec_for
 from processor.messages.composite import join
 from processor.topology.loader import load_topology
-from processor.topology.model import SowTopic, Topology
+from processor.topology.model import MessagePart, SowTopic, Topology
 from tests.integration.harness import namespaced, running_sow
 from tests.integration.queue_helpers import Consumer
 
 ORDERS = SowTopic("ORDERS", message_type="nvfix", keys=("/id",))
 TRADES = SowTopic("TRADES", message_type="fix", keys=("/11",))
+
+PROTO = """
+syntax = "proto3";
+package conf;
+message Order {
+  optional int64 id = 1;
+  optional string sym = 2;
+  optional int64 qty = 3;
+  optional double px = 4;
+  repeated string tags = 5;
+  optional double notional = 6;
+}
+"""
 
 
 def _records(client: SowClient, topic: str, **query: object) -> list[bytes]:
@@ -89,12 +102,15 @@ def test_xml_and_bson_topics_publish_query_and_merge(
 def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
     bootstrap: str, tmp_path: Path, unique: str
 ) -> None:
-    """Foreign producers write straight to Kafka: a malformed fix, nvfix, xml, bson or
-    bflat message, and one whose Preprocessing fails, reach the dead-letter topic with the
-    reason; the good records after them apply."""
+    """Foreign producers write straight to Kafka: a malformed fix, nvfix, xml, bson,
+    bflat, msgpack, protobuf or composite message, and one whose Preprocessing fails,
+    reach the dead-letter topic with the reason; the good records after them apply."""
+    import msgpack
     from confluent_kafka import Producer
 
     from tests.integration.harness import read_topic
+
+    (tmp_path / "order.proto").write_text(PROTO)
 
     topics = [
         SowTopic("FX", message_type="fix", keys=("/11",)),
@@ -103,6 +119,20 @@ def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
         SowTopic("BS", message_type="bson", keys=("/id",)),
         SowTopic("BF", message_type="bflat", keys=("/id",)),
         SowTopic("PP", keys=("/id",), preprocessing=("UPPER(/s) AS /name/first",)),
+        SowTopic("MP", message_type="msgpack", keys=("/id",)),
+        SowTopic(
+            "PB",
+            message_type="protobuf",
+            keys=("/id",),
+            schema=str(tmp_path / "order.proto"),
+            proto_type="conf.Order",
+        ),
+        SowTopic(
+            "CL",
+            message_type="composite-local",
+            keys=("/0/id",),
+            parts=(MessagePart("json"), MessagePart("binary")),
+        ),
     ]
     bad_and_good = {
         "FX": (b"35=D\x01not a field\x01", b"35=D\x0111=A\x01"),
@@ -111,6 +141,9 @@ def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
         "BS": (b"\x10\x00\x00\x00garbage", codec_for(topics[3]).encode_json({"id": 1})),
         "BF": (b"\x19a", codec_for(topics[4]).encode_json({"id": 1})),
         "PP": (b'{"id":1,"s":"x","name":"not an object"}', b'{"id":2,"s":"x"}'),
+        "MP": (b"\xc1", msgpack.packb({"id": 1})),
+        "PB": (b"\xff\xff", codec_for(topics[7]).encode_json({"id": 1})),
+        "CL": (b"\x00\x00\x00\x09{}", join([b'{"id": 1}', b"\x00"])),
     }
     topology = namespaced(unique, *topics)
     with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
@@ -120,7 +153,7 @@ def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
             producer.produce(kafka_topic, bad, partition=0)
             producer.produce(kafka_topic, good, partition=0)
         assert producer.flush(30) == 0
-        dead = read_topic(bootstrap, f"{unique}.dead-letter", expect=6, timeout_s=60)
+        dead = read_topic(bootstrap, f"{unique}.dead-letter", expect=9, timeout_s=60)
         reasons = {
             dict(m.headers())["sow.source.topic"].decode().rsplit(".", 1)[1]: (  # type: ignore[attr-defined]
                 dict(m.headers())["sow.error.reason"].decode(),  # type: ignore[attr-defined]
@@ -135,19 +168,25 @@ def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
             "BS": "undecodable",
             "BF": "undecodable",
             "PP": "enrichment-failed",
+            "MP": "undecodable",
+            "PB": "undecodable",
+            "CL": "undecodable",
         }
         assert "not tag=value" in reasons["FX"][1]
         assert "not well-formed XML" in reasons["XM"][1]
         assert "not a BSON document" in reasons["BS"][1]
         assert "bflat" in reasons["BF"][1]
         assert "writes below /name" in reasons["PP"][1]
+        assert "not a MessagePack message" in reasons["MP"][1]
+        assert "not a conf.Order message" in reasons["PB"][1]
+        assert "claims 9 bytes" in reasons["CL"][1]
         deadline = time.monotonic() + 30
         for name in bad_and_good:
             while not client.query(name)[0]:
                 assert time.monotonic() < deadline, f"the good record of {name} was not applied"
                 time.sleep(0.1)
         assert app.processor is not None
-        assert app.processor.dead_lettered == 6
+        assert app.processor.dead_lettered == 9
 
 
 def test_topics_are_scoped_by_message_type(backend: str, tmp_path: Path, unique: str) -> None:
@@ -170,20 +209,6 @@ def test_topics_are_scoped_by_message_type(backend: str, tmp_path: Path, unique:
         assert _records(client, "[json].[orders]") == [b'{"id":1,"venue":"json"}']
         with pytest.raises(ServiceError, match="several message types"):
             client.query("orders")
-
-
-PROTO = """
-syntax = "proto3";
-package conf;
-message Order {
-  optional int64 id = 1;
-  optional string sym = 2;
-  optional int64 qty = 3;
-  optional double px = 4;
-  repeated string tags = 5;
-  optional double notional = 6;
-}
-"""
 
 
 def _new_types(tmp_path: Path, unique: str) -> Topology:
