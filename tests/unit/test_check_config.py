@@ -233,3 +233,28 @@ def test_more_in_sync_than_copies_fails_the_check() -> None:
     assert done.returncode == 3, done.stderr
     assert "min in-sync replicas (3) exceed the replication factor (2)" in done.stderr
     assert "SOW_MIN_INSYNC_REPLICAS to at most 2" in done.stderr
+
+
+def test_each_topic_says_what_its_message_type_can_do(tmp_path: Path) -> None:
+    """The new message types check out (a .proto file is compiled by the check, so a
+    broken one fails it), and each topic lists its type's capabilities."""
+    (tmp_path / "o.proto").write_text('syntax = "proto3"; message O { int64 id = 1; }')
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "topics:\n"
+        "  - {name: P, message_type: protobuf, schema: o.proto, proto_type: O, key: /id}\n"
+        "  - {name: M, message_type: msgpack, key: /id}\n"
+        "  - {name: G, message_type: composite-global, parts: [json, binary], key: /id}\n"
+        "  - {name: B, message_type: binary}\n"
+    )
+    done = _check(path)
+    assert done.returncode == 0, done.stderr
+    can = {e["topic"]: e["message_type_can"] for e in map(json.loads, done.stdout.splitlines())}
+    assert "view output" in can["M"]
+    assert "view output" not in can["P"]
+    assert "delta publish and subscribe" not in can["G"]
+    assert can["B"] == []
+    (tmp_path / "o.proto").write_text('syntax = "proto3"; message O { int64 id = 1 }')
+    done = _check(path)
+    assert done.returncode != 0
+    assert "o.proto does not compile" in done.stderr
