@@ -28,7 +28,7 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ class Row:
     max_ms: float = 0.0
     apply_us_per_unit: float = 0.0
     dispatch_cpu_us_per_change: float = 0.0
+    #: The whole process's CPU (feeding, applying, dispatching, draining) per change.
+    process_cpu_us_per_change: float = 0.0
     load_average: float = 0.0
     delivered: int = 0
     undispatched: int = 0
@@ -71,7 +73,9 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run(row: Row, seconds: float, filters: list[str], symbols: int) -> Row:
+def run(row: Row, seconds: float, filters: list[str] | list[SubscribeRequest], symbols: int) -> Row:
+    """One row: the subscriptions of ``filters`` (filter texts, or whole requests)
+    registered, then changes fed at the row's rate."""
     replica = Replica(TOPOLOGY, tail=lambda: None)  # type: ignore[arg-type, return-value]
     hub = SubscriptionHub(
         TOPOLOGY,
@@ -82,7 +86,9 @@ def run(row: Row, seconds: float, filters: list[str], symbols: int) -> Row:
     )
     sender = SharedSender()
     for f in filters:
-        hub.subscribe(SubscribeRequest("QUOTES", filter=f, max_backlog=1_000_000), sender)
+        request = f if isinstance(f, SubscribeRequest) else SubscribeRequest("QUOTES", filter=f)
+        hub.subscribe(replace(request, max_backlog=1_000_000), sender)
+    cpu_started = time.process_time()
     stop = threading.Event()
     delivered = [0]
 
@@ -124,6 +130,7 @@ def run(row: Row, seconds: float, filters: list[str], symbols: int) -> Row:
                 "symbol": f"S{rng.randrange(symbols)}",
                 "price": rng.uniform(0, 100),
                 "qty": rng.randrange(1, 100),
+                "bucket": key % 10,
             }
             raw = str(key).encode()
             value = writer.encode(offset, raw, orjson.dumps(message), 1, 1)
@@ -148,6 +155,7 @@ def run(row: Row, seconds: float, filters: list[str], symbols: int) -> Row:
             latencies.append(time.perf_counter() - pending.pop(0)[1])
         time.sleep(0.0005)
     total = time.perf_counter() - started
+    row.process_cpu_us_per_change = (time.process_time() - cpu_started) / max(1, offset) * 1e6
     stop.set()
     drainer.join(5)
     hub.close()

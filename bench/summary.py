@@ -345,6 +345,28 @@ def http_api(results: Results, rel: str) -> list[Row]:
     ]
 
 
+def aggregated_subscriptions(results: Results, rel: str) -> list[Row]:
+    """Aggregated subscriptions beside plain ones on the same filters
+    (bench/aggregated_subscribe.py)."""
+    data = need(results, rel)
+    rows = data["rows"]
+    ours, peer = rows["aggregated"], rows["plain, same filters"]
+    return [
+        Row(
+            f"{ours['subscriptions']:,} subscribers at {ours['rate']:,} changes/s: dispatcher "
+            "CPU per change (us, lower is better)",
+            "10 shared aggregations",
+            ours["dispatch_cpu_us_per_change"],
+            "plain subscriptions, same filters",
+            peer["dispatch_cpu_us_per_change"],
+            rel,
+            run_of(results, rel),
+            lower_is_better=True,
+            short="aggregated subscription CPU vs plain",
+        )
+    ]
+
+
 SOURCES: tuple[tuple[Callable[[Results, str], list[Row]], str], ...] = (
     (ingest, "kafka/ingest.json"),
     (ingest, "kafka/ingest_1m.json"),
@@ -361,6 +383,7 @@ SOURCES: tuple[tuple[Callable[[Results, str], list[Row]], str], ...] = (
     (deltas, "kafka/delta_publish.json"),
     (security, "security.json"),
     (http_api, "http_api.json"),
+    (aggregated_subscriptions, "aggregated_subscribe.json"),
 )
 
 #: What a result of an unexpected shape raises while its rows are read.

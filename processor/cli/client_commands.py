@@ -373,6 +373,8 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
         "select": args.select,
         "conflation": args.conflation,
         "conflation_key": args.conflation_key,
+        "grouping": args.grouping,
+        "projection": args.projection,
         "text_form": True,
         "bookmark": args.bookmark or _timestamp_bookmark(args.from_time),
     }

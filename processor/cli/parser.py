@@ -426,6 +426,18 @@ def build_parser() -> argparse.ArgumentParser:
             default="",
             help="conflate by these fields instead of the record, e.g. '[/symbol]'",
         )
+        command.add_argument(
+            "--grouping",
+            default="",
+            help="aggregated subscription: one live row per group of '/a, /b' "
+            "(with --projection; docs/subscriptions.md)",
+        )
+        command.add_argument(
+            "--projection",
+            default="",
+            help="aggregated subscription: fields per group, e.g. '/symbol, SUM(/qty) AS "
+            "/total' (with --grouping)",
+        )
         if name == "sow-and-subscribe":
             command.add_argument(
                 "--batch-size", type=int, default=0, help="query records per batch, 1..10000"

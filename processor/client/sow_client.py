@@ -304,7 +304,8 @@ class SowClient:
     def subscribe(self, topic: str, **options: Any) -> SubscriptionStream:
         """A live subscription: every later matching change, as SubscriptionMessages
         with ``change`` set. ``options`` are SubscribeRequest fields (filter, sub_id, oof,
-        no_empties, text_form, max_backlog). Iterate it; ``cancel()`` (or leaving its
+        no_empties, text_form, max_backlog; projection and grouping for an aggregated
+        subscription's live group rows). Iterate it; ``cancel()`` (or leaving its
         ``with`` block) ends it cleanly."""
         request = sow_pb2.SubscribeRequest(topic=topic, **options)
         return SubscriptionStream(self._subscriptions.Subscribe(request), self._translate)

@@ -50,6 +50,8 @@ def subscribe_request(request: Request) -> SubscribeRequest:
         send_deletes=request.flag("send_deletes"),
         oof_last_received=request.flag("oof_last_received"),
         text_form=request.param("text_form", "1") != "0",
+        grouping=request.param("grouping"),
+        projection=request.param("projection"),
     )
 
 
@@ -80,7 +82,8 @@ class Subscriber:
                 subscription, "sow_and_subscribe" if with_query else "subscribe", asked
             )
             try:
-                shaped = changes.shaper(subscription.shape, asked.text_form, self._codecs)
+                text_form = changes.text_form(subscription, asked.text_form)
+                shaped = changes.shaper(subscription.shape, text_form, self._codecs)
                 request.events()
                 if with_query:
                     self._query_phase(request, asked, phase, shaped)

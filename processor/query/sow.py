@@ -380,8 +380,7 @@ def select(prepared: PreparedQuery, tables: list[SowTable]) -> _Selection:
             if accumulator is None:
                 accumulator = groups[group] = aggregation.accumulator()
             accumulator.add(values)
-        domain = f"{table.topic.domain}/aggregate"
-        rows = [(checksum_key(domain, group), acc.result()) for group, acc in groups.items()]
+        rows = [(aggregate_key(table.topic, group), acc.result()) for group, acc in groups.items()]
         selection.aggregated = _order(
             rows, prepared, lambda row, key: extract(row[1], key.field.steps), lambda r: r[0]
         )
@@ -406,21 +405,30 @@ def select(prepared: PreparedQuery, tables: list[SowTable]) -> _Selection:
     return selection
 
 
+def aggregate_key(topic: SowTopic, group: tuple[Any, ...]) -> str:
+    """The SowKey of an aggregated row: its group's values in the topic's key domain."""
+    return checksum_key(f"{topic.domain}/aggregate", group)
+
+
+def aggregated_envelope(
+    topic: SowTopic, sow_key: str, message: dict[str, Any], now_ms: int
+) -> changelog.Envelope:
+    """An aggregated row as a record: a JSON message computed now, at no log position."""
+    return changelog.Envelope(
+        topic=topic.name,
+        message_type="json",
+        log_topic="",
+        log_partition=0,
+        log_offset=-1,
+        sow_key=sow_key,
+        data=orjson.dumps(message),
+        publish_time_ms=now_ms,
+        apply_time_ms=now_ms,
+    )
+
+
 def _aggregated_envelopes(
     topic: SowTopic, rows: list[tuple[str, dict[str, Any]]]
 ) -> list[changelog.Envelope]:
     now_ms = int(time.time() * 1000)
-    return [
-        changelog.Envelope(
-            topic=topic.name,
-            message_type="json",
-            log_topic="",
-            log_partition=0,
-            log_offset=-1,
-            sow_key=sow_key,
-            data=orjson.dumps(message),
-            publish_time_ms=now_ms,
-            apply_time_ms=now_ms,
-        )
-        for sow_key, message in rows
-    ]
+    return [aggregated_envelope(topic, sow_key, message, now_ms) for sow_key, message in rows]

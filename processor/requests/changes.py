@@ -49,6 +49,12 @@ class Change:
     delta: bool = False
 
 
+def text_form(subscription: Subscription, asked: bool) -> bool:
+    """Whether a subscription's records are converted to their text form: as asked,
+    except an aggregated subscription's rows, which are JSON already."""
+    return asked and not subscription.aggregated
+
+
 def shaper(shape: MessageShape | None, text_form: bool, codecs: Mapping[str, Codec]) -> Shaper:
     """How a subscription's records are sent: the selected fields when a select list
     applies to the record's topic, else the whole message (in text form on request)."""

@@ -33,7 +33,6 @@ from processor.server.sessions import Session
 from processor.subscriptions.hub import QueryPhase, SubscriptionHub
 from processor.subscriptions.model import Notice, SubscribeRequest
 from processor.subscriptions.replay import Replay
-from processor.subscriptions.shape import MessageShape
 from processor.subscriptions.subscription import SharedSender, Subscription
 from processor.wire import sow_pb2, sow_pb2_grpc
 
@@ -80,6 +79,8 @@ def _request(request: Any) -> SubscribeRequest:
         send_deletes=request.send_deletes,
         oof_last_received=request.oof_last_received,
         text_form=request.text_form,
+        grouping=request.grouping,
+        projection=request.projection,
     )
 
 
@@ -106,10 +107,11 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
     def _abort(self, context: Any, error: errors.SowError) -> None:
         self._calls.abort(context, error)
 
-    def _converter(self, request: Any, shape: MessageShape | None = None) -> ToRecord:
+    def _converter(self, subscription: Subscription, request: Any) -> ToRecord:
         """(envelope, SowRecord to fill or None) -> SowRecord, shaped as the request
         asks (:func:`processor.requests.changes.shaper`)."""
-        shaped = changes.shaper(shape, request.text_form, self._codecs)
+        text_form = changes.text_form(subscription, request.text_form)
+        shaped = changes.shaper(subscription.shape, text_form, self._codecs)
         return lambda envelope, into: convert.record(shaped(envelope), None, into)
 
     def _client(self, context: Any, caller: RequestContext, *, logon: bool) -> ClientEvents:
@@ -213,7 +215,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         if client is not None:
             client.subscribed(subscription, "sow_and_subscribe", request)
         try:
-            opening = self._query_phase(request, phase, subscription.shape)
+            opening = self._query_phase(request, phase, subscription)
         except BaseException:
             (self._hub.unsubscribe if client is None else client.unsubscribe)(subscription)
             raise
@@ -222,7 +224,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         return subscription, opening
 
     def _query_phase(
-        self, request: Any, phase: QueryPhase, shape: MessageShape | None = None
+        self, request: Any, phase: QueryPhase, subscription: Subscription
     ) -> list[Any]:
         sub_id = request.sub_id
         snapshot = [convert.position(p) for p in phase.snapshot]
@@ -237,7 +239,7 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
                 ),
             )
         ]
-        to_record = self._converter(request, shape)
+        to_record = self._converter(subscription, request)
         for batch in phase.batches:
             message = sow_pb2.SubscriptionMessage(sub_id=sub_id)
             message.batch.SetInParent()  # a batch even when empty, as before
@@ -262,7 +264,8 @@ class SubscriptionsServicer(sow_pb2_grpc.SubscriptionsServicer):
         """One message with a subscription's changes (``change`` when there is one), or
         None when ``no_empties`` suppressed every delta update among them."""
         shape = subscription.shape
-        shaped = changes.shaper(shape, request.text_form, self._codecs)
+        text_form = changes.text_form(subscription, request.text_form)
+        shaped = changes.shaper(shape, text_form, self._codecs)
         out = [convert.change(c) for c in changes.changes(deliveries, shape, shaped)]
         if not out:
             return None

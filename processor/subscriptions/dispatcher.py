@@ -19,7 +19,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from processor import changelog
@@ -27,11 +27,13 @@ from processor.changelog.events import ChangeEvent
 from processor.errors import DecodeError, EnvelopeError
 from processor.expr import Expression, MessageContext
 from processor.messages import Codec
+from processor.subscriptions.aggregated import AggregationFeed
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
 from processor.subscriptions.model import ChangeKind, Notice
 from processor.subscriptions.plan import SubscriptionPlan
 from processor.subscriptions.replacing import ReplaceMarker
 from processor.subscriptions.subscription import Offer, Subscription
+from processor.subscriptions.window import PaginatedSubscription
 from processor.topology.model import Topic
 
 log = logging.getLogger(__name__)
@@ -44,21 +46,19 @@ class Dispatcher:
     """Filter groups of the live subscriptions and the thread that feeds them.
 
     ``inline`` matches on the caller's thread (the replica's applier) instead of a
-    dispatcher thread, for measurements. ``on_marker`` applies a replace marker, called
-    on the dispatcher thread at the marker's place in the stream.
+    dispatcher thread, for measurements. A replace marker is applied on the dispatcher
+    thread at its place in the stream (:meth:`_replace`).
     """
 
     def __init__(
         self,
         codecs: dict[str, Codec],
-        on_marker: Callable[[ReplaceMarker], None],
         *,
         inline: bool = False,
     ) -> None:
         self.lock = threading.Lock()
         self.inline = inline
         self._codecs = codecs
-        self._on_marker = on_marker
         self._indexes: dict[str, TopicIndex] = {}
         #: Subscription number -> the (index, group) pairs it is filed under.
         self._filed: dict[int, list[tuple[TopicIndex, FilterGroup]]] = {}
@@ -68,6 +68,8 @@ class Dispatcher:
         #: Changes dispatched so far, and the CPU time the dispatching took (seconds of
         #: the dispatching thread; for metrics and benchmarks).
         self.dispatched = 0
+        #: Aggregations offered changes since the last :meth:`_flush`.
+        self._feeds: dict[int, AggregationFeed] = {}
         self.dispatch_cpu_s = 0.0
         self._thread: threading.Thread | None = None
         if not inline:
@@ -140,7 +142,9 @@ class Dispatcher:
 
     def file(self, subscription: Subscription, plan: SubscriptionPlan) -> None:
         """:meth:`register` with the lock held."""
-        key, expression = plan.request.filter.strip(), plan.expression
+        # Keyed by the filter it runs (the subscriber's, restricted and entitled): two
+        # callers with the same filter and different rights are in different groups.
+        key, expression = plan.filter_text.strip(), plan.expression
         entries = []
         for topic in plan.topics:
             index = self._indexes.setdefault(topic.name, TopicIndex())
@@ -165,6 +169,27 @@ class Dispatcher:
             index.unsubscribe(group, subscription)
         self._filed[subscription.number] = []
 
+    def _replace(self, marker: ReplaceMarker) -> None:
+        """Move a subscription to its new filter at the replace's place in the stream."""
+        subscription, plan = marker.subscription, marker.plan
+        marker.placed.wait()
+        if marker.vector is None:
+            return  # the read failed: nothing was replaced
+        dispatcher = self
+        with dispatcher.lock:
+            if not dispatcher.is_filed(subscription):
+                return  # unsubscribed meanwhile
+            dispatcher.unfile(subscription)
+            if isinstance(subscription, PaginatedSubscription) and plan.order is not None:
+                subscription.reconfigure(plan.request, plan.order)
+            if marker.rows is not None:
+                # Under the options it had: oof or no_empties given by the replace apply
+                # to the changes after it (spec 3.9).
+                subscription.rebase(marker.vector, marker.rows, marker.gone)
+            subscription.reset(plan.request, plan.unheld)
+            subscription.shape = plan.shape
+            dispatcher.file(subscription, plan)
+
     # -- dispatching -------------------------------------------------------------------
 
     def on_unit(self, events: Sequence[ChangeEvent]) -> None:
@@ -174,6 +199,7 @@ class Dispatcher:
             return
         if self.inline:
             self.dispatch(events)
+            self._flush()
             return
         with self._arrived:
             self._units.append(events)
@@ -198,11 +224,25 @@ class Dispatcher:
             for events in taken:
                 try:
                     if isinstance(events, ReplaceMarker):
-                        self._on_marker(events)
+                        self._replace(events)
                     else:
                         self.dispatch(events)
                 except Exception:  # a bug must not kill the dispatcher thread; logged in full
                     log.exception("dispatching a change to subscriptions failed")
+            self._flush()
+
+    def _flush(self) -> None:
+        """Let the aggregations offered changes since the last call send their rows."""
+        feeds, self._feeds = self._feeds, {}
+        if not feeds:
+            return
+        began = time.thread_time()
+        for feed in feeds.values():
+            try:
+                feed.flush()
+            except Exception:  # as above
+                log.exception("sending an aggregation's rows failed")
+        self.dispatch_cpu_s += time.thread_time() - began
 
     def dispatch(self, events: Sequence[ChangeEvent]) -> None:
         """Offer a unit's changes to the subscriptions they concern, in one call per
@@ -280,6 +320,8 @@ class Dispatcher:
                 subscription.offer_all(share)
                 if subscription.closed is not None:
                     closed.append(subscription)
+                elif isinstance(subscription, AggregationFeed):
+                    self._feeds[subscription.number] = subscription
             for subscription in closed:
                 self.forget(subscription)
             self.dispatch_cpu_s += time.thread_time() - began

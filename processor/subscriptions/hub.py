@@ -42,15 +42,12 @@ from typing import Any, TypeVar
 from processor import changelog
 from processor.changelog.events import ListenerHandle
 from processor.errors import (
-    CatchingUpError,
     InvalidRequestError,
-    TooManySubscriptionsError,
     UnsupportedError,
 )
 from processor.log import LogPosition
 from processor.messages import Codec, codec_for
 from processor.query.sow import (
-    DEFAULT_TIMEOUT_S,
     PreparedQuery,
     QueryEngine,
     QueryStats,
@@ -63,15 +60,19 @@ from processor.replica.plain_tail import PlainTail
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable
 from processor.security import OPEN, RequestContext
-from processor.subscriptions.conflation import (
-    ConflatingQueue,
-    ConflationClock,
+from processor.subscriptions.aggregated import (
+    AggregationFeed,
+    Aggregations,
 )
+from processor.subscriptions.conflation import ConflatingQueue, ConflationClock
 from processor.subscriptions.dispatcher import Dispatcher
-from processor.subscriptions.model import (
-    SubscribeRequest,
+from processor.subscriptions.model import SubscribeRequest
+from processor.subscriptions.plan import (
+    SubscriptionPlan,
+    admit,
+    plan_subscription,
+    refuse_with_replay,
 )
-from processor.subscriptions.plan import SubscriptionPlan, plan_subscription, refuse_with_replay
 from processor.subscriptions.replacing import ReplaceMarker, check_replace, row_position
 from processor.subscriptions.replay import Replay, open_historical, open_replay
 from processor.subscriptions.subscription import (
@@ -80,9 +81,7 @@ from processor.subscriptions.subscription import (
     Subscription,
     start_vector,
 )
-from processor.subscriptions.window import (
-    PaginatedSubscription,
-)
+from processor.subscriptions.window import PaginatedSubscription
 from processor.topology.model import PlainTopic, SowTopic, Topic, Topology
 from processor.topology.topics import resolve_subscribed_topics
 
@@ -128,9 +127,10 @@ class SubscriptionHub:
         self.max_subscriptions = max_subscriptions
         self._codecs: dict[str, Codec] = {t.name: codec_for(t) for t in topology.every_topic()}
         self._clock = ConflationClock()
-        self._dispatcher = Dispatcher(self._codecs, self._apply_replace, inline=inline)
+        self._dispatcher = Dispatcher(self._codecs, inline=inline)
         self._listener: ListenerHandle = replica.listen(self._dispatcher.on_unit)
         self._plain_listener = None if plain is None else plain.listen(self._dispatcher.on_unit)
+        self._aggregations = Aggregations(self._forget)
 
     @property
     def dispatched(self) -> int:
@@ -143,7 +143,10 @@ class SubscriptionHub:
         return self._dispatcher.dispatch_cpu_s
 
     def subscriptions(self) -> list[Subscription]:
-        return self._dispatcher.subscriptions()
+        """Every subscriber's subscription (an aggregation's shared feed is not one)."""
+        filed = self._dispatcher.subscriptions()
+        subscribers = [s for s in filed if not isinstance(s, AggregationFeed)]
+        return subscribers + list(self._aggregations.members())
 
     def queued(self) -> int:
         """Units and replace markers waiting for the dispatcher."""
@@ -154,17 +157,17 @@ class SubscriptionHub:
         self._listener.close()
         if self._plain_listener is not None:
             self._plain_listener.close()
-        subscriptions = self._dispatcher.close()
+        subscriptions = self._dispatcher.close() + self._aggregations.members()
         self._clock.close()
         for subscription in subscriptions:
             subscription.close()
 
     def __len__(self) -> int:
-        return len(self._dispatcher)
+        return len(self.subscriptions())
 
     def backlog(self) -> int:
         """Messages waiting for subscribers, summed over the live subscriptions."""
-        return sum(subscription.backlog() for subscription in self._dispatcher.subscriptions())
+        return sum(subscription.backlog() for subscription in self.subscriptions())
 
     # -- subscribing ---------------------------------------------------------------------
 
@@ -200,6 +203,8 @@ class SubscriptionHub:
         plan = self._admit(self.plan(request, with_query=False, context=context))
         if plan.replaying:
             raise InvalidRequestError("a bookmark subscription is opened with subscribe_replaying")
+        if plan.aggregation is not None:
+            return self._join_aggregation(plan, sender)[0]
         subscription = self._subscription(plan, sender)
         _, vector = self._read(plan.topics, lambda _: self._register(subscription, plan))
         subscription.start(start_vector(vector))
@@ -245,6 +250,8 @@ class SubscriptionHub:
         plan = self._admit(self.plan(request, with_query=True, context=context))
         if plan.plain_only:
             return self._subscribe_without_sow(plan, sender)
+        if plan.aggregation is not None:
+            return self._join_aggregation(plan, sender)
         request = plan.request
         # Spec 3.13: on topics without History the bookmark is ignored.
         if plan.replaying and any(
@@ -313,6 +320,35 @@ class SubscriptionHub:
         elapsed_us = int((time.perf_counter() - started) * 1e6)
         stats = QueryStats(0, 0, 0, elapsed_us, "no SOW: live messages only")
         return subscription, QueryPhase(vector, [], stats)
+
+    def _join_aggregation(
+        self, plan: SubscriptionPlan, sender: SharedSender | None
+    ) -> tuple[Subscription, QueryPhase]:
+        """An aggregated subscription: a subscriber of the plan's shared aggregation, and
+        the rows of its groups now (:mod:`processor.subscriptions.aggregated`)."""
+        joined = self._aggregations.subscribe(plan, sender, self._open_feed)
+        subscriber, rows, vector, stats = joined
+        return subscriber, QueryPhase(vector, batched(rows, plan.request.batch_size or 10), stats)
+
+    def _open_feed(self, plan: SubscriptionPlan) -> AggregationFeed:
+        """A new shared aggregation for ``plan``: its records queried and the feed filed
+        in one critical section of the replica's lock (no gap, no duplicate)."""
+        feed, filed = AggregationFeed.of(plan, self._codecs)
+        query = SowQuery(topic=feed.topic.name, filter=plan.request.filter)
+        prepared = self.engine.prepare(query, plan.context)
+
+        def query_and_register(tables: list[SowTable]) -> Any:
+            selection = select_records(prepared, tables)
+            self._register(feed, filed)
+            return selection
+
+        selection, vector = self._read(prepared.topics, query_and_register)
+        feed.start(start_vector(vector), selection.rows)
+        return feed
+
+    def _forget(self, subscription: Subscription) -> None:
+        with self._dispatcher.lock:
+            self._dispatcher.forget(subscription)
 
     def _register(self, subscription: Subscription, plan: SubscriptionPlan) -> None:
         self._dispatcher.register(subscription, plan)
@@ -397,6 +433,9 @@ class SubscriptionHub:
         """Put a live subscription on ``plan`` (a replace, or new rights); ``held``:
         re-read even a subscribe's held records (those outside ``plan`` leave, no other
         is sent)."""
+        if subscription.aggregated:
+            self._aggregations.move(subscription, plan)
+            return
         if self._dispatcher.inline:
             raise UnsupportedError("replace is not supported by a hub that matches inline")
         request = plan.request
@@ -441,60 +480,13 @@ class SubscriptionHub:
         finally:
             marker.placed.set()
 
-    def _apply_replace(self, marker: ReplaceMarker) -> None:
-        """Move a subscription to its new filter at the replace's place in the stream."""
-        subscription, plan = marker.subscription, marker.plan
-        marker.placed.wait()
-        if marker.vector is None:
-            return  # the read failed: nothing was replaced
-        dispatcher = self._dispatcher
-        with dispatcher.lock:
-            if not dispatcher.is_filed(subscription):
-                return  # unsubscribed meanwhile
-            dispatcher.unfile(subscription)
-            if isinstance(subscription, PaginatedSubscription) and plan.order is not None:
-                subscription.reconfigure(plan.request, plan.order)
-            if marker.rows is not None:
-                # Under the options it had: oof or no_empties given by the replace apply
-                # to the changes after it (spec 3.9).
-                subscription.rebase(marker.vector, marker.rows, marker.gone)
-            subscription.reset(plan.request, plan.unheld)
-            subscription.shape = plan.shape
-            dispatcher.file(subscription, plan)
-
     def unsubscribe(self, subscription: Subscription) -> None:
         """Close a subscription and forget it (idempotent)."""
         subscription.close()
-        with self._dispatcher.lock:
-            self._dispatcher.forget(subscription)
+        self._aggregations.leave(subscription)
+        self._forget(subscription)
 
     def _admit(self, plan: SubscriptionPlan, replacing: bool = False) -> SubscriptionPlan:
-        """Check that this service can serve ``plan`` now: it follows the plain topics it
-        names, is caught up with the SOW topics, and has room for one more subscription
-        (not counted for a replace). Returns ``plan``."""
-        plain = sorted(plan.unheld)
-        if plain and self.plain is None:
-            raise InvalidRequestError(
-                f"topics {', '.join(plain)} have no SOW and this query service does not "
-                "follow plain topics; subscribe through a service that does"
-            )
-        if plain and self.plain is not None and not self.plain.wait_ready(DEFAULT_TIMEOUT_S):
-            raise CatchingUpError(
-                f"the ends of plain topics {', '.join(plain)} were not fetched within "
-                f"{DEFAULT_TIMEOUT_S:g}s; subscribe again shortly"
-            )
-        if (
-            not plan.plain_only
-            and not self.replica.caught_up()
-            and not self.replica.wait_caught_up(DEFAULT_TIMEOUT_S)
-        ):
-            raise CatchingUpError(
-                f"not caught up within {DEFAULT_TIMEOUT_S:g}s: "
-                f"{self.replica.catch_up_status()}; subscribe again shortly"
-            )
-        if not replacing and len(self._dispatcher) >= self.max_subscriptions:
-            raise TooManySubscriptionsError(
-                f"this query service already serves {self.max_subscriptions} "
-                "subscriptions; subscribe to another query-service replica or retry later"
-            )
-        return plan
+        """``plan`` if this service can serve it now (:func:`admit`)."""
+        limits = (len(self), self.max_subscriptions)
+        return admit(plan, self.replica, self.plain, limits, replacing=replacing)

@@ -57,6 +57,10 @@ class SubscribeRequest:
     oof_last_received: bool = False
     #: Records as text (JSON; Base64 for binary): needed for select and delta on avro.
     text_form: bool = False
+    #: An aggregated subscription (spec 3.17, :mod:`processor.subscriptions.aggregated`):
+    #: both or neither.
+    grouping: str = ""
+    projection: str = ""
 
 
 class ChangeKind(Enum):

@@ -17,10 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from processor.changelog.bookmarks import Bookmark, parse_bookmark
-from processor.errors import InvalidRequestError
-from processor.expr import Expression
+from processor.errors import CatchingUpError, InvalidRequestError, TooManySubscriptionsError
+from processor.expr import Aggregation, Expression, compile_aggregation
 from processor.expr.ast import OrderKey
 from processor.messages import Codec
+from processor.query.sow import DEFAULT_TIMEOUT_S
+from processor.replica.plain_tail import PlainTail
+from processor.replica.replica import Replica
 from processor.security import OPEN, RequestContext
 from processor.security.reads import entitled, read_restriction
 from processor.subscriptions.conflation import KeyOf, key_function, parse_interval
@@ -64,6 +67,10 @@ class SubscriptionPlan:
     #: Who subscribed, and the rights its filter was planned with (a reload of the
     #: entitlements re-plans the subscription with the new ones).
     context: RequestContext = OPEN
+    #: An aggregated subscription's aggregation (None: not aggregated), and the filter
+    #: text ``expression`` was compiled from (the subscriber's, restricted and entitled).
+    aggregation: Aggregation | None = None
+    filter_text: str = ""
 
     @property
     def paginated(self) -> bool:
@@ -130,7 +137,7 @@ def plan_subscription(
                 f"a paginated subscription reads one literal SOW topic; {request.topic!r} "
                 "is a regular expression or a topic without a SOW"
             )
-        check_window_filter(request, expression)
+        check_window_filter(request, expression, "paginated subscription")
     shape = MessageShape.for_request(
         topics,
         codecs,
@@ -140,6 +147,10 @@ def plan_subscription(
         text_form=request.text_form,
     )
     bookmark = parse_bookmark(request.bookmark)
+    literal = topology.topics.get(request.topic)
+    aggregation = check_aggregated(request, literal if isinstance(literal, SowTopic) else None)
+    if aggregation is not None:
+        check_window_filter(request, expression, "aggregated subscription")
     plain_only = len(unheld) == len(topics)
     if plain_only:
         request = dataclasses.replace(request, oof=False, no_empties=False)
@@ -156,7 +167,45 @@ def plan_subscription(
         unheld=unheld,
         max_backlog=request.max_backlog or DEFAULT_MAX_BACKLOG,
         context=context,
+        aggregation=aggregation,
+        filter_text=text,
     )
+
+
+def check_aggregated(request: SubscribeRequest, topic: SowTopic | None) -> Aggregation | None:
+    """The aggregation a request asks for (None: not aggregated); raises
+    InvalidRequestError naming what cannot go with it (spec 3.17)."""
+    projection, grouping = request.projection.strip(), request.grouping.strip()
+    if not projection and not grouping:
+        return None
+    if not (projection and grouping):
+        raise InvalidRequestError(
+            "an aggregated subscription needs both projection and grouping "
+            f"(got projection={request.projection!r}, grouping={request.grouping!r})"
+        )
+    if topic is None:
+        raise InvalidRequestError(
+            f"an aggregated subscription reads one literal SOW topic; {request.topic!r} is "
+            "a regular expression or a topic without a SOW"
+        )
+    refused = [
+        name
+        for name, given in (
+            ("select (choose fields with the projection)", request.select.strip()),
+            ("bookmark", request.bookmark.strip()),
+            ("top_n / skip_n / order_by", request.top_n or request.skip_n is not None),
+            ("order_by", request.order_by.strip()),
+            ("conflation", request.conflation.strip()),
+            ("delta", request.delta),
+        )
+        if given
+    ]
+    if refused:
+        raise InvalidRequestError(
+            f"an aggregated subscription cannot take {', '.join(refused)}: subscribe "
+            "without them, or query a view with the same definition"
+        )
+    return compile_aggregation(projection, grouping)
 
 
 def refuse_with_replay(request: SubscribeRequest, what: str) -> None:
@@ -170,3 +219,44 @@ def refuse_with_replay(request: SubscribeRequest, what: str) -> None:
             f"{what} cannot take {', '.join(refused)}: replay without it, or subscribe "
             "from now (no bookmark)"
         )
+
+
+def admit(
+    plan: SubscriptionPlan,
+    replica: Replica,
+    tail: PlainTail | None,
+    limits: tuple[int, int],
+    *,
+    replacing: bool = False,
+) -> SubscriptionPlan:
+    """Check that a service can serve ``plan`` now: it follows the plain topics it names
+    (``tail``), is caught up with the SOW topics, and has room for one more subscription
+    (``limits``: how many it serves, how many at most; not counted for a replace).
+    Returns ``plan``."""
+    plain = sorted(plan.unheld)
+    if plain and tail is None:
+        raise InvalidRequestError(
+            f"topics {', '.join(plain)} have no SOW and this query service does not "
+            "follow plain topics; subscribe through a service that does"
+        )
+    if plain and tail is not None and not tail.wait_ready(DEFAULT_TIMEOUT_S):
+        raise CatchingUpError(
+            f"the ends of plain topics {', '.join(plain)} were not fetched within "
+            f"{DEFAULT_TIMEOUT_S:g}s; subscribe again shortly"
+        )
+    if (
+        not plan.plain_only
+        and not replica.caught_up()
+        and not replica.wait_caught_up(DEFAULT_TIMEOUT_S)
+    ):
+        raise CatchingUpError(
+            f"not caught up within {DEFAULT_TIMEOUT_S:g}s: "
+            f"{replica.catch_up_status()}; subscribe again shortly"
+        )
+    serving, most = limits
+    if not replacing and serving >= most:
+        raise TooManySubscriptionsError(
+            f"this query service already serves {most} "
+            "subscriptions; subscribe to another query-service replica or retry later"
+        )
+    return plan

@@ -39,6 +39,11 @@ def check_replace(subscription: Subscription, request: SubscribeRequest, with_qu
     """Refuse a replace that changes what may not change (see the module doc)."""
     old = subscription.request
     name = request.sub_id
+    if subscription.aggregated or request.projection.strip() or request.grouping.strip():
+        raise InvalidRequestError(
+            f"subscription {name!r}: an aggregated subscription cannot be replaced, nor a "
+            "subscription replaced by one: unsubscribe and subscribe anew"
+        )
     if with_query != subscription.with_query:
         was = "sow_and_subscribe" if subscription.with_query else "subscribe"
         raise InvalidRequestError(

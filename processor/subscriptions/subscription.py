@@ -110,6 +110,8 @@ class SharedSender:
 class Subscription:
     """A registered subscription and its queue of deliveries (see the module doc)."""
 
+    aggregated = False  #: its records are aggregated rows (subscriptions.aggregated)
+
     def __init__(
         self,
         request: SubscribeRequest,
@@ -328,10 +330,8 @@ class Subscription:
             return list(self.focus)
 
     def reset(self, request: SubscribeRequest, unheld_topics: frozenset[str]) -> None:
-        """Take a replacing request (the hub calls this with the subscription out of its
-        filter groups, on the dispatcher's thread at the replace's place in the change
-        stream, after :meth:`rebase`): its filter and options apply from the next change
-        on."""
+        """Take a replacing request (out of its filter groups, on the dispatcher's thread
+        at the replace's place, after :meth:`rebase`): it applies from the next change."""
         with self._ready:
             self.request = request
             self.max_backlog = request.max_backlog or self.max_backlog

@@ -95,13 +95,16 @@ def check_pagination(request: SubscribeRequest, *, with_query: bool) -> tuple[Or
     return parse_order_by(request.order_by) if request.order_by.strip() else ()
 
 
-def check_window_filter(request: SubscribeRequest, expression: Expression | None) -> None:
-    """A paginated subscription's filter must be deterministic (spec 1.17)."""
+def check_window_filter(
+    request: SubscribeRequest, expression: Expression | None, what: str
+) -> None:
+    """A paginated or aggregated (``what``) subscription's filter must be deterministic
+    (spec 1.17)."""
     if expression is not None and not expression.deterministic:
         raise InvalidRequestError(
-            f"the filter {request.filter!r} of paginated subscription {request.sub_id!r} "
-            "calls a non-deterministic function (UNIX_TIMESTAMP, LAST_READ, VALUE_LOOKUP): "
-            "a window must be recomputable from the SOW; filter on stored fields instead"
+            f"the filter {request.filter!r} of {what} {request.sub_id!r} calls a "
+            "non-deterministic function (UNIX_TIMESTAMP, LAST_READ, VALUE_LOOKUP): its "
+            "records must be recomputable from the SOW; filter on stored fields instead"
         )
 
 

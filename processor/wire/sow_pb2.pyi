@@ -277,7 +277,7 @@ class SowDeleteReply(_message.Message):
     def __init__(self, records_deleted: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("topic", "filter", "sub_id", "oof", "no_empties", "batch_size", "send_keys", "text_form", "query_id", "max_backlog", "delta", "select", "top_n", "skip_n", "order_by", "replace", "conflation", "conflation_key", "bookmark", "send_deletes", "oof_last_received")
+    __slots__ = ("topic", "filter", "sub_id", "oof", "no_empties", "batch_size", "send_keys", "text_form", "query_id", "max_backlog", "delta", "select", "top_n", "skip_n", "order_by", "replace", "conflation", "conflation_key", "bookmark", "send_deletes", "oof_last_received", "grouping", "projection")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     SUB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -299,6 +299,8 @@ class SubscribeRequest(_message.Message):
     BOOKMARK_FIELD_NUMBER: _ClassVar[int]
     SEND_DELETES_FIELD_NUMBER: _ClassVar[int]
     OOF_LAST_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    GROUPING_FIELD_NUMBER: _ClassVar[int]
+    PROJECTION_FIELD_NUMBER: _ClassVar[int]
     topic: str
     filter: str
     sub_id: str
@@ -320,7 +322,9 @@ class SubscribeRequest(_message.Message):
     bookmark: str
     send_deletes: bool
     oof_last_received: bool
-    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[str] = ..., sub_id: _Optional[str] = ..., oof: _Optional[bool] = ..., no_empties: _Optional[bool] = ..., batch_size: _Optional[int] = ..., send_keys: _Optional[bool] = ..., text_form: _Optional[bool] = ..., query_id: _Optional[str] = ..., max_backlog: _Optional[int] = ..., delta: _Optional[bool] = ..., select: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., replace: _Optional[bool] = ..., conflation: _Optional[str] = ..., conflation_key: _Optional[str] = ..., bookmark: _Optional[str] = ..., send_deletes: _Optional[bool] = ..., oof_last_received: _Optional[bool] = ...) -> None: ...
+    grouping: str
+    projection: str
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[str] = ..., sub_id: _Optional[str] = ..., oof: _Optional[bool] = ..., no_empties: _Optional[bool] = ..., batch_size: _Optional[int] = ..., send_keys: _Optional[bool] = ..., text_form: _Optional[bool] = ..., query_id: _Optional[str] = ..., max_backlog: _Optional[int] = ..., delta: _Optional[bool] = ..., select: _Optional[str] = ..., top_n: _Optional[int] = ..., skip_n: _Optional[int] = ..., order_by: _Optional[str] = ..., replace: _Optional[bool] = ..., conflation: _Optional[str] = ..., conflation_key: _Optional[str] = ..., bookmark: _Optional[str] = ..., send_deletes: _Optional[bool] = ..., oof_last_received: _Optional[bool] = ..., grouping: _Optional[str] = ..., projection: _Optional[str] = ...) -> None: ...
 
 class Change(_message.Message):
     __slots__ = ("kind", "topic", "sow_key", "record", "changelog_position", "oof_reason", "current", "delta")

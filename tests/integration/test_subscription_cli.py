@@ -70,3 +70,32 @@ def test_cli_sow_and_subscribe_and_subscribe_print_json_lines(
         finally:
             codes = [_stop(both), _stop(live)]
         assert codes == [0, 0]
+
+
+def test_cli_aggregated_sow_and_subscribe(tmp_path: Path, unique: str) -> None:
+    """``--grouping`` and ``--projection``: each group's row, then its live updates."""
+    topology = namespaced(unique, ORDERS)
+    with running_sow("memory", topology, tmp_path, unique) as (app, client):
+        client.publish("ORDERS", b'{"orderId": 1, "sym": "IBM", "qty": 5}', ack="processed")
+        client.publish("ORDERS", b'{"orderId": 2, "sym": "IBM", "qty": 7}', ack="processed")
+        process, lines = _start(
+            "sow-and-subscribe",
+            "ORDERS",
+            "--grouping",
+            "/sym",
+            "--projection",
+            "/sym, SUM(/qty) AS /qty, COUNT(/orderId) AS /n",
+            "--oof",
+            "--server",
+            app.grpc_address,
+        )
+        try:
+            row = lines.get(timeout=30)
+            assert (row["kind"], row["data"]) == ("sow", {"sym": "IBM", "qty": 12, "n": 2})
+            assert "group_end" in lines.get(timeout=10)
+            client.publish("ORDERS", b'{"orderId": 2, "sym": "SAP", "qty": 7}')
+            changes = {lines.get(timeout=20)["data"]["sym"]: None for _ in range(2)}
+            assert set(changes) == {"IBM", "SAP"}  # the record moved: both groups changed
+        finally:
+            code = _stop(process)
+        assert code == 0
