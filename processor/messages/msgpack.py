@@ -3,7 +3,8 @@
 MessagePack carries its types: integers (up to 64 bits, signed or unsigned), floats,
 strings, booleans, nil (null), maps (objects, ``/a/b``) and arrays (``/a[0]``; a filter
 on an array is existential). A map's keys are field names: a key that is not a string
-(an integer, a binary) is read as its text, as AMPS names every field by text. A binary
+(an integer, a binary) is read as its text, as AMPS names every field by text; a map
+or an array as a key is refused. A binary
 value (bin) is kept as bytes: a filter compares it as its UTF-8 text, and its text form
 is Base64, as bson's binary. An extension type (ext) is refused: it has no field value.
 
@@ -35,6 +36,11 @@ def _named(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
 
 
 def _key_text(key: Any) -> str:
+    if isinstance(key, dict | list | tuple):
+        raise DecodeError(
+            f"a map key of the payload is a {'map' if isinstance(key, dict) else 'array'}; "
+            "a field is named by a string (or a number, a binary, a boolean)"
+        )
     if isinstance(key, bytes):
         return key.decode("utf-8", errors="replace")
     if isinstance(key, bool) or key is None:

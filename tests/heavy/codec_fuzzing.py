@@ -186,6 +186,9 @@ HOSTILE: dict[str, list[bytes]] = {
         b"\x81\xa1a" + b"\x91" * 100_000 + b"\x01",  # arrays nested 100,000 deep
         b"\xdf\xff\xff\xff\xff",  # a map that claims 2**32 - 1 entries
         b"\x81\xa1a\xdd\x00\x10\x00\x00" + b"\xc0" * 1000,  # an array that claims 1M
+        # maps keyed by maps, 300 deep: each key's text would hold the one below it
+        # escaped, so the texts grow exponentially (a trial's find: 4 GB in 30 s)
+        b"\x81" * 300 + b"\xa1a\x01" + b"\x01" * 300,
     ],
     "protobuf": [_nested_proto(150), _nested_proto(10_000), b"\x3a\xff\xff\xff\xff\x0f"],
     "composite-local": [

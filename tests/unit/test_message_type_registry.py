@@ -201,6 +201,7 @@ def test_msgpack_keys_binaries_and_refusals() -> None:
         (msgpack.packb({"a": msgpack.ExtType(3, b"x")}), "extension value"),
         (msgpack.packb({"a": 1}) + b"\x01", "not a MessagePack message"),
         (b"\x81\xa1a" + b"\x91" * 150 + b"\x01", "nests deeper"),
+        (b"\x81" * 300 + b"\xa1a\x01" + b"\x01" * 300, "map key of the payload is a map"),
     ):
         with pytest.raises(DecodeError, match=problem):
             codec.decode(bad)
