@@ -353,3 +353,37 @@ def test_delta_and_select_subscriptions_ask_the_types_traits(proto: Path) -> Non
     shape = MessageShape.for_request([pb], codecs, select="[-/,+/id]", text_form=True)
     assert shape is not None
     assert shape.full("P", codecs["P"].encode_json({"id": 4, "sym": "X"})) == b'{"id":4}'
+
+
+@pytest.mark.parametrize(
+    ("declared", "said"),
+    [
+        ("<Module>protobuf</Module><ProtoFile>order.proto</ProtoFile>", "needs <Type>"),
+        ("<Module>protobuf</Module><Type>ett.Order</Type>", "needs <ProtoFile>"),
+        (
+            "<Module>protobuf</Module><ProtoFile>nowhere.proto</ProtoFile><Type>T</Type>",
+            "in none of the ProtoPath directories",
+        ),
+        ("<Module>protobuf</Module><Schema>a.avsc</Schema>", "<Schema> does not apply"),
+        ("<Module>json</Module><Type>T</Type>", "<Type> does not apply to Module json"),
+        ("<Module>composite-local</Module>", "lists its parts"),
+        (
+            "<Module>composite-global</Module><MessageType>mine</MessageType>",
+            "cannot be composite-global itself",
+        ),
+        ("<Module>struct</Module>", "not implemented"),
+    ],
+)
+def test_an_amps_declaration_that_cannot_load_says_why(
+    tmp_path: Path, proto: Path, declared: str, said: str
+) -> None:
+    (tmp_path / "order.proto").write_text(PROTO)
+    path = tmp_path / "t.xml"
+    path.write_text(
+        "<AMPSConfig><MessageTypes><MessageType><Name>mine</Name>"
+        f"{declared}</MessageType></MessageTypes>"
+        "<SOW><Topic><Name>T</Name><MessageType>mine</MessageType></Topic></SOW></AMPSConfig>"
+    )
+    with pytest.raises(TopologyError, match=re.escape(said)) as info:
+        load_topology(path)
+    assert "MessageType" in str(info.value)
