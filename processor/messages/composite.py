@@ -149,8 +149,15 @@ class CompositeCodec:
         raise DecodeError(f"a {self.name} message is given as {form}")
 
     def _from_tree(self, tree: dict[str, Any]) -> list[bytes]:
+        for name in tree:
+            if not (name.isdigit() and name.isascii() and str(int(name)) == name):
+                raise DecodeError(
+                    f"field /{name} of a {self.name} message is not a part: its fields are "
+                    "under their part's position (/0/name, /1/name...)"
+                )
         payloads = []
-        for index in range(max(len(self.parts), len(tree))):
+        count = max(len(self.parts), 1 + max((int(name) for name in tree), default=-1))
+        for index in range(count):
             value = tree.get(str(index))
             if isinstance(value, Unparsed):
                 payloads.append(value.data)

@@ -309,6 +309,8 @@ def test_composite_parts_are_length_prefixed_big_endian(proto: Path) -> None:
     assert merged["0"] == {"a": {"b": 1, "c": 2}}
     assert merged["3"]["qty"] == 4
     assert (merged["2"], merged["4"]) == (message["2"], message["4"])
+    with pytest.raises(DecodeError, match="/x of a composite-local message is not a part"):
+        codec.encode_json({**message, "x": 1})  # e.g. an enrichment writing /x
     for bad, problem in (
         (data[:-2], "claims 7 bytes"),
         (data + b"\x00\x00", "into the length of part 5"),
