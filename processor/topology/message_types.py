@@ -10,7 +10,8 @@ type) are chosen by the same names, and each carries its row (``Codec.traits``);
 ``tests/unit/test_message_conformance.py`` checks that every name here has a codec.
 
 The capabilities follow AMPS's Message Types chapter: every type but binary is parsed;
-views cannot produce binary, protobuf, composite-global or struct messages; delta
+views cannot produce binary, protobuf, composite-global or struct messages (nor, in
+kafka-sow, composite-local: which part a projected field goes to is not said); delta
 publish and delta subscriptions are not supported for composite-global. ``struct`` (a
 type defined by a C-struct layout) is out of scope: :func:`traits` refuses it by name.
 """
@@ -54,7 +55,7 @@ class MessageTraits:
     #: merge, a view's output).
     builds: bool = True
     #: A view may produce messages of this type (AMPS: not binary, protobuf,
-    #: composite-global).
+    #: composite-global; kafka-sow: not composite-local either).
     view_output: bool = True
     #: It is declared from parts, each of its own message type (composite types).
     composite: bool = False
