@@ -2,8 +2,10 @@
 
 The same logical orders (``order(i)``: id, client, symbol, region, price, quantity, side)
 in each message type: json, avro, fix (numeric tags), nvfix, xml (under an ``<order>``
-root, so its paths are ``/order/...``), bson and bflat. For each type, in one run on one
-broker (the embedded Apache Kafka unless ``KAFKA_BOOTSTRAP_SERVERS`` names one):
+root, so its paths are ``/order/...``), bson, bflat, msgpack, protobuf (a proto3 message
+of the same fields) and composite-local (one msgpack part, ``/0/...``). For each type,
+in one run on one broker (the embedded Apache Kafka unless ``KAFKA_BOOTSTRAP_SERVERS``
+names one):
 
 * **ingest**: N messages over K keys, keyed by SowKey as kafka-sow publishers write them,
   produced into a fresh input topic, then applied by the real processor (decode, SowKey,
@@ -49,9 +51,23 @@ from processor.log.memory.broker import MemoryRecord
 from processor.messages import Codec, codec_for
 from processor.query.sow import QueryEngine, SowQuery
 from processor.replica.replica import Replica
-from processor.topology.model import SowTopic, Topology
+from processor.topology.model import MessagePart, SowTopic, Topology
 
-TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "bflat")
+TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "bflat", "msgpack", "protobuf",
+         "composite-local")  # fmt: skip
+PROTO = """
+syntax = "proto3";
+package bench;
+message Order {
+  int64 orderId = 1;
+  string clientId = 2;
+  string symbol = 3;
+  string region = 4;
+  double price = 5;
+  int64 qty = 6;
+  string side = 7;
+}
+"""
 REGIONS = ("EU", "US", "APAC", "LATAM")
 #: FIX tags for the order's fields (numeric tags as FIX has them).
 FIX_TAGS = {"orderId": "11", "clientId": "1", "symbol": "55", "region": "207", "price": "44",
@@ -93,6 +109,8 @@ def shaped(message_type: str, record: dict[str, Any]) -> dict[str, Any]:
         return {FIX_TAGS[name]: value for name, value in record.items()}
     if message_type == "xml":
         return {"order": record}
+    if message_type == "composite-local":
+        return {"0": record}
     return record
 
 
@@ -101,16 +119,22 @@ def path(message_type: str, field: str) -> str:
         return f"/{FIX_TAGS[field]}"
     if message_type == "xml":
         return f"/order/{field}"
+    if message_type == "composite-local":
+        return f"/0/{field}"
     return f"/{field}"
 
 
 def topic_for(message_type: str, name: str, schema: Path, **fields: Any) -> SowTopic:
+    """The topic of the type (``schema``: the .avsc, beside it order.proto)."""
+    fmt: dict[str, Any] = {}
+    if message_type == "avro":
+        fmt["schema"] = str(schema)
+    elif message_type == "protobuf":
+        fmt["schema"], fmt["proto_type"] = str(schema.with_name("order.proto")), "bench.Order"
+    elif message_type == "composite-local":
+        fmt["parts"] = (MessagePart("msgpack"),)
     return SowTopic(
-        name,
-        message_type=message_type,
-        keys=(path(message_type, "orderId"),),
-        schema=str(schema) if message_type == "avro" else None,
-        **fields,
+        name, message_type=message_type, keys=(path(message_type, "orderId"),), **fmt, **fields
     )
 
 
@@ -225,6 +249,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="message-types-"))
     schema = work / "order.avsc"
     schema.write_text(json.dumps(AVRO_SCHEMA))
+    schema.with_name("order.proto").write_text(PROTO)
     progress("starting the broker")
     broker = start_broker(embedded="kafka")
     results: dict[str, Any] = {"args": vars(args) | {"json_out": str(args.json_out)}, "types": {}}

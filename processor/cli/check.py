@@ -27,6 +27,7 @@ from processor.log.replication import MAX_DEFAULT_REPLICATION, Replication
 from processor.messages import codec_for
 from processor.topology.actions import ActionSpec
 from processor.topology.loader import load_topology
+from processor.topology.message_types import traits as message_traits
 from processor.topology.model import (
     ConflatedTopicSpec,
     Entry,
@@ -61,6 +62,7 @@ def describe(topic: Topic) -> dict[str, Any]:
         "topic": topic.name,
         "sow": isinstance(topic, SowTopic),
         "message_type": topic.message_type,
+        "message_type_can": message_traits(topic.message_type).capabilities(),
         "kafka_topic": topic.kafka_topic,
         "partitions": topic.partitions,
         "order": ORDER_ONE if topic.partitions == 1 else ORDER_PER_KEY,

@@ -21,6 +21,7 @@ from processor.cli.guards import served
 from processor.cli.signals import on_signals
 from processor.config import Settings
 from processor.errors import ConfigurationError, DeadlineError, SowError
+from processor.topology.message_types import TRAITS
 
 
 def _out(value: Any) -> None:
@@ -79,13 +80,13 @@ def _direct_replies(
 
 
 def _record_json(record: Any) -> dict[str, Any]:
-    """A record as printed: ``data`` in text form: JSON for json, avro and bson (and an
-    aggregated row); the message text, as a string, for fix, nvfix and xml; Base64 text
-    for binary."""
-    text_types = ("binary", "fix", "nvfix", "xml")
+    """A record as printed: ``data`` in text form: JSON for the types whose text form is
+    JSON (json, avro, bson, msgpack, protobuf...; and an aggregated row); the message
+    text, as a string, for fix, nvfix and xml; Base64 text for binary."""
+    json_text = record.message_type not in TRAITS or TRAITS[record.message_type].json_text
     data: Any = (
         record.data.decode(errors="replace")
-        if record.message_type in text_types and record.position.topic
+        if not json_text and record.position.topic
         else orjson.loads(record.data)
     )
     out: dict[str, Any] = {"sow_key": record.sow_key, "data": data}

@@ -93,8 +93,8 @@ class Shaping:
         """The message to record (enriched against the record ``sow_key`` holds, as
         ``lookup`` gives it: the batch's, this transaction's writes included) and the
         delta form it now has (None for a publish). A reshaped delta travels in the
-        topic's type, except avro's: a partial Avro record has no binary form, so it goes
-        on as JSON text."""
+        topic's type, unless a partial message has no payload of the type
+        (``traits.partial_native``: avro, protobuf), when it goes on as JSON text."""
         if self.enrich is not None:
             previous = None
             if self.enrich.reads_previous:
@@ -103,7 +103,7 @@ class Shaping:
                     data, _ = changelog.data_and_correlation_of(stored)
                     previous = self.codec.decode(data)
             message = self._run(self.enrich, message, previous, context)
-        if delta is not None and self.codec.name == "avro":
+        if delta is not None and not self.codec.traits.partial_native:
             return self.codec.text_of(message), DELTA_TEXT
         return self.codec.encode_json(message), None if delta is None else DELTA_NATIVE
 

@@ -25,6 +25,7 @@ from processor import changelog
 from processor.errors import ConfigurationError, SowError, UnsupportedError
 from processor.faust.preflight import check_permissions
 from processor.messages import Codec, codec_for
+from processor.topology.message_types import traits as message_traits
 from processor.topology.model import SowTopic, Topic
 
 logger = logging.getLogger(__name__)
@@ -65,10 +66,12 @@ class EnvelopeCodec(codecs.Codec):
             return self._fixed
         codec = self._by_type.get(envelope.message_type)
         if codec is None:
-            if envelope.message_type == "avro":
+            kind = envelope.message_type
+            if message_traits(kind).schema is not None or message_traits(kind).composite:
                 raise ConfigurationError(
-                    f"topic {envelope.topic} is avro: decode its changelog with "
-                    "EnvelopeCodec(topic=...) for a topic that names its schema"
+                    f"topic {envelope.topic} is {kind}: decode its changelog with "
+                    "EnvelopeCodec(topic=...) for a topic that names its "
+                    + ("parts" if message_traits(kind).composite else "schema")
                 )
             topic = Topic(envelope.topic, message_type=envelope.message_type)
             codec = self._by_type.setdefault(envelope.message_type, codec_for(topic))

@@ -6,10 +6,12 @@ on, and raises :class:`~processor.errors.DecodeError` with a precise reason when
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from processor.errors import ConfigurationError
+from processor.topology.message_types import MessageTraits, unknown_type
 from processor.topology.model import Topic
 
 
@@ -17,6 +19,8 @@ class Codec(Protocol):
     """Decodes and encodes one message type. Implementations are thread-safe."""
 
     name: str
+    #: What the type can do (:mod:`processor.topology.message_types`).
+    traits: MessageTraits
 
     def decode(self, data: bytes) -> Any:
         """The decoded message (a dict for json and avro, the bytes for binary)."""
@@ -57,39 +61,120 @@ class Codec(Protocol):
         ...
 
 
+class MessageFormat(Protocol):
+    """A message type and what it is configured with: a topic, or a composite type's
+    part (:class:`~processor.topology.model.Topic`, ``MessagePart``)."""
+
+    @property
+    def message_type(self) -> str: ...
+
+    @property
+    def schema(self) -> str | None: ...
+
+    @property
+    def proto_type(self) -> str | None: ...
+
+    @property
+    def field_separator(self) -> bytes: ...
+
+
+def _json(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.json import JsonCodec
+
+    return JsonCodec()
+
+
+def _avro(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.avro import AvroCodec
+
+    if fmt.schema is None:
+        raise ConfigurationError(f"{where} is avro but names no schema file")
+    return AvroCodec.from_file(fmt.schema)
+
+
+def _tag_value(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.fix import TagValueCodec
+
+    return TagValueCodec(fmt.message_type, fmt.field_separator)
+
+
+def _xml(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.xml import XmlCodec
+
+    return XmlCodec()
+
+
+def _bflat(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.bflat import BflatCodec
+
+    return BflatCodec()
+
+
+def _bson(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.bson import BsonCodec
+
+    return BsonCodec()
+
+
+def _msgpack(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.msgpack import MsgpackCodec
+
+    return MsgpackCodec()
+
+
+def _protobuf(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.protobuf import ProtobufCodec
+
+    if fmt.schema is None or fmt.proto_type is None:
+        raise ConfigurationError(
+            f"{where} is protobuf but does not name its .proto file (or descriptor set) "
+            "and its message type"
+        )
+    return ProtobufCodec.from_file(fmt.schema, fmt.proto_type)
+
+
+def _composite(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.composite import CompositeCodec
+
+    parts = getattr(fmt, "parts", ())
+    if not parts:
+        raise ConfigurationError(f"{where} is {fmt.message_type} but declares no parts")
+    codecs = tuple(_build(part, f"part {index} of {where}") for index, part in enumerate(parts))
+    return CompositeCodec(fmt.message_type, codecs)
+
+
+def _binary(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.binary import BinaryCodec
+
+    return BinaryCodec()
+
+
+#: The codec of each message type (the names of :data:`processor.topology.message_types.TRAITS`).
+CODECS: Mapping[str, Callable[[MessageFormat, str], Codec]] = MappingProxyType(
+    {
+        "json": _json,
+        "avro": _avro,
+        "fix": _tag_value,
+        "nvfix": _tag_value,
+        "xml": _xml,
+        "bson": _bson,
+        "bflat": _bflat,
+        "msgpack": _msgpack,
+        "protobuf": _protobuf,
+        "composite-local": _composite,
+        "composite-global": _composite,
+        "binary": _binary,
+    }
+)
+
+
+def _build(fmt: MessageFormat, where: str) -> Codec:
+    factory = CODECS.get(fmt.message_type)
+    if factory is None:
+        raise ConfigurationError(f"{where}: {unknown_type(fmt.message_type)}")
+    return factory(fmt, where)
+
+
 def codec_for(topic: Topic) -> Codec:
     """The codec for a topic's message type."""
-    if topic.message_type == "json":
-        from processor.messages.json import JsonCodec
-
-        return JsonCodec()
-    if topic.message_type == "avro":
-        from processor.messages.avro import AvroCodec
-
-        if topic.schema is None:
-            raise ConfigurationError(f"topic {topic.name} is avro but names no schema file")
-        return AvroCodec.from_file(topic.schema)
-    if topic.message_type in ("fix", "nvfix"):
-        from processor.messages.fix import TagValueCodec
-
-        return TagValueCodec(topic.message_type, topic.field_separator)
-    if topic.message_type == "xml":
-        from processor.messages.xml import XmlCodec
-
-        return XmlCodec()
-    if topic.message_type == "bflat":
-        from processor.messages.bflat import BflatCodec
-
-        return BflatCodec()
-    if topic.message_type == "bson":
-        from processor.messages.bson import BsonCodec
-
-        return BsonCodec()
-    if topic.message_type == "binary":
-        from processor.messages.binary import BinaryCodec
-
-        return BinaryCodec()
-    raise ConfigurationError(
-        f"topic {topic.name} has message type {topic.message_type!r}; "
-        "supported types are json, avro, fix, nvfix, xml, bson, bflat and binary"
-    )
+    return _build(topic, f"topic {topic.name}")

@@ -30,6 +30,7 @@ from processor.messages import limits
 from processor.messages.base import jsonable
 from processor.messages.fields import merge, prune
 from processor.messages.json import json_object
+from processor.topology.message_types import TRAITS
 
 
 class AvroCodec:
@@ -40,6 +41,7 @@ class AvroCodec:
     """
 
     name = "avro"
+    traits = TRAITS["avro"]
 
     def __init__(self, schema: dict[str, Any], source: str = "<schema>") -> None:
         try:

@@ -21,6 +21,7 @@ import orjson
 
 from processor.messages import limits
 from processor.messages.fields import merge
+from processor.topology.message_types import MessageTraits
 
 # ASCII digits only: AMPS reads bytes, so other scripts' digits are text, not numbers.
 _INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
@@ -73,6 +74,7 @@ class FieldsCodec:
     """Base of the codecs whose text form is the payload (see the module doc)."""
 
     name: str
+    traits: MessageTraits
 
     def decode(self, data: bytes) -> Any:
         raise NotImplementedError

@@ -28,6 +28,7 @@ from typing import Any
 from processor.errors import DecodeError
 from processor.messages import limits
 from processor.messages.base import FieldsCodec
+from processor.topology.message_types import TRAITS
 
 NULL, STRING, BINARY, INT8, INT16, INT32, INT64, DOUBLE, DATETIME, LEB128 = range(10)
 _ARRAY = 0x80
@@ -177,6 +178,7 @@ class BflatCodec(FieldsCodec):
     """BFlat messages; see the module doc. Thread-safe."""
 
     name = "bflat"
+    traits = TRAITS["bflat"]
 
     def decode(self, data: bytes) -> Any:
         fields: dict[str, Any] = {}

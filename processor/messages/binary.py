@@ -7,12 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from processor.errors import DecodeError
+from processor.topology.message_types import TRAITS
 
 
 class BinaryCodec:
     """Opaque bytes. On the command line a binary payload is given as Base64 text."""
 
     name = "binary"
+    traits = TRAITS["binary"]
 
     def decode(self, data: bytes) -> Any:
         return data

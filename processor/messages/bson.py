@@ -23,12 +23,14 @@ from processor.errors import DecodeError
 from processor.messages import limits
 from processor.messages.base import FieldsCodec, jsonable
 from processor.messages.json import json_object
+from processor.topology.message_types import TRAITS
 
 
 class BsonCodec(FieldsCodec):
     """BSON documents; see the module doc. Thread-safe."""
 
     name = "bson"
+    traits = TRAITS["bson"]
 
     def decode(self, data: bytes) -> Any:
         try:

@@ -22,6 +22,7 @@ from typing import Any
 from processor.errors import DecodeError
 from processor.messages import limits
 from processor.messages.base import FieldsCodec, typed_bytes
+from processor.topology.message_types import TRAITS
 
 #: Decoded tags by their bytes (a bounded cache: a dict is safe to share between threads).
 _TAGS: dict[bytes, str] = {}
@@ -49,6 +50,7 @@ class TagValueCodec(FieldsCodec):
 
     def __init__(self, name: str, separator: bytes = SOH) -> None:
         self.name = name
+        self.traits = TRAITS[name]
         self.separator = separator
         self._numeric_tags = name == "fix"
 

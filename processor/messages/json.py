@@ -9,6 +9,7 @@ import orjson
 from processor.errors import DecodeError
 from processor.messages import limits
 from processor.messages.base import FieldsCodec
+from processor.topology.message_types import TRAITS
 
 
 def json_object(data: bytes, what: str, kind: str) -> dict[str, Any]:
@@ -31,6 +32,7 @@ class JsonCodec(FieldsCodec):
     """JSON objects. A payload that is not a JSON object is a DecodeError."""
 
     name = "json"
+    traits = TRAITS["json"]
 
     def decode(self, data: bytes) -> Any:
         return json_object(data, "the payload", "a json message")

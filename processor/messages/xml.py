@@ -35,6 +35,7 @@ from lxml import etree
 from processor.errors import DecodeError
 from processor.messages import limits
 from processor.messages.base import FieldsCodec, typed_text
+from processor.topology.message_types import TRAITS
 
 #: Characters of an XML name (a conservative subset: ASCII letters, digits, _ - .).
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
@@ -194,6 +195,7 @@ class XmlCodec(FieldsCodec):
     """XML documents; see the module doc. Thread-safe."""
 
     name = "xml"
+    traits = TRAITS["xml"]
 
     def key_decoder(self, paths: tuple[str, ...]) -> Callable[[bytes], Any]:
         """Parse the whole document (so a payload is checked as :meth:`decode` checks

@@ -83,8 +83,11 @@ def delta_key(route: PublishRoute, data: bytes, text_form: bool, sow_key: str) -
 
 
 def delta_form(route: PublishRoute, text_form: bool) -> bytes:
-    """How a delta travels: JSON text for avro deltas given as text, else as given."""
-    return DELTA_TEXT if text_form and route.codec.name == "avro" else DELTA_NATIVE
+    """How a delta travels: as given, or as JSON text when given as text to a type whose
+    text form is not its payload (a partial Avro record, a bson or msgpack delta written
+    as JSON, a composite one with parts left out)."""
+    text_payload = route.codec.traits.text_payload
+    return DELTA_TEXT if text_form and not text_payload else DELTA_NATIVE
 
 
 def record_partition(route: PublishRoute, raw: bytes) -> int:

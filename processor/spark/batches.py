@@ -14,7 +14,6 @@ record's raw value in ``message``: never dropped.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,14 +76,11 @@ class BatchBuilder:
         )
         self.keep_corrupt = options.bad_records == "column"
         self.needs_message = bool(self.fields) or self.expression is not None
-        json_text = options.topic.message_type == "json"
-        self.text_of: Callable[[bytes], str] = (
-            (lambda data: data.decode("utf-8", "replace"))
-            if json_text
-            else (lambda data: self.codec.to_text(data).decode("utf-8", "replace"))
+        #: The message column: the message's text form (JSON; the text itself for fix,
+        #: nvfix and xml; Base64 for binary).
+        self.text_of: Callable[[bytes], str] = lambda data: self.codec.to_text(data).decode(
+            "utf-8", "replace"
         )
-        if options.topic.message_type == "binary":
-            self.text_of = lambda data: base64.b64encode(data).decode()
 
     # -- decoding and filtering ------------------------------------------------------
 

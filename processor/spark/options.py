@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from processor.errors import ConfigurationError, ValueFormatError
+from processor.topology.message_types import MESSAGE_TYPES
+from processor.topology.message_types import traits as message_traits
 from processor.topology.model import SowTopic
 from processor.topology.quantities import parse_timestamp
 
@@ -19,7 +21,6 @@ READS = ("changelog", "input")
 MODES = ("changelog", "latest")
 BAD_RECORDS = ("fail", "column")
 STARTING = ("earliest", "latest")
-MESSAGE_TYPES = ("json", "avro", "binary")
 #: Offset ranges longer than this are split into several Spark partitions.
 MAX_RECORDS_PER_SPLIT = 500_000
 #: How many messages the driver reads to infer a json schema.
@@ -176,11 +177,18 @@ def _topic(options: Mapping[str, str]) -> SowTopic:
         raise ConfigurationError(
             f"option message_type={message_type!r} is not one of {', '.join(MESSAGE_TYPES)}"
         )
-    schema = options.get("avro_schema", found.schema if found else None)
-    if message_type == "avro" and not schema:
+    traits = message_traits(message_type)
+    configured = found is not None and found.message_type == message_type
+    schema = options.get("avro_schema", found.schema if configured and found else None)
+    if traits.schema is not None and not schema:
         raise ConfigurationError(
-            "message_type avro needs the Avro schema: option avro_schema=<path to .avsc> "
-            "(or a topology whose topic names it)"
+            f"message_type {message_type} needs {traits.schema}: option "
+            "avro_schema=<path to .avsc> for avro, or a topology whose topic names it"
+        )
+    if traits.composite and not configured:
+        raise ConfigurationError(
+            f"message_type {message_type} is declared from parts: give option topology=<file> "
+            "whose topic declares them"
         )
     base = found or SowTopic(name)
     kafka_topic = options.get("kafka_topic", base.kafka_topic)

@@ -40,6 +40,7 @@ from processor.spark import pushdown
 from processor.spark.columns import avro_struct, infer_struct, schema_ddl
 from processor.spark.options import INFER_SAMPLE, ReadOptions, parse_options
 from processor.spark.scan import Split, end_offsets, plan, read_split
+from processor.topology.message_types import traits as message_traits
 
 
 class SplitPartition(InputPartition):
@@ -70,7 +71,7 @@ class SowDataSource(DataSource):
         if not options.message_schema:
             if options.topic.message_type == "avro" and options.topic.schema:
                 message = avro_struct(options.topic.schema)
-            elif options.infer_schema and options.topic.message_type == "json":
+            elif options.infer_schema and _inferable(options.topic.message_type):
                 message = infer_struct(sample_messages(options, INFER_SAMPLE))
         return schema_ddl(options, message)
 
@@ -86,6 +87,12 @@ class SowDataSource(DataSource):
                 "batch reads (spark.read), not spark.readStream"
             )
         return SowStreamReader(self.read_options, schema)
+
+
+def _inferable(message_type: str) -> bool:
+    """Whether a schema can be inferred from decoded messages: fields, as JSON."""
+    traits = message_traits(message_type)
+    return traits.parsed and traits.json_text
 
 
 def sample_messages(options: ReadOptions, count: int) -> list[Any]:

@@ -65,19 +65,22 @@ class MessageShape:
         shaped: dict[str, Codec] = {}
         for topic in topics:
             codec = codecs[topic.name]
-            if codec.name == "binary":
+            traits = codec.traits
+            if not traits.parsed:
                 if selected is not None:
                     raise InvalidRequestError(
-                        f"{what} on {topic.name}: binary messages have no fields, so a select "
-                        "list cannot apply; send the request without select"
+                        f"{what} on {topic.name}: {codec.name} messages have no fields, so a "
+                        "select list cannot apply; send the request without select"
                     )
                 continue  # a delta subscription gets binary messages whole
-            if codec.name == "avro" and not text_form:
+            if selected is None and not traits.delta:
+                continue  # a type without deltas: a delta subscription gets whole messages
+            if not traits.partial_native and not text_form:
                 option = "select" if selected is not None else "delta"
                 raise InvalidRequestError(
-                    f"{what} on avro topic {topic.name} with {option}: selected fields and "
-                    "deltas are partial records, which Avro cannot encode; ask for the text "
-                    "form (text_form) to receive them as JSON"
+                    f"{what} on {codec.name} topic {topic.name} with {option}: selected "
+                    f"fields and deltas are partial messages, which {codec.name} cannot "
+                    "encode; ask for the text form (text_form) to receive them as JSON"
                 )
             shaped[topic.name] = codec
         keys = {
@@ -106,8 +109,10 @@ class MessageShape:
         record when a field was removed; None when ``no_empties`` suppresses it."""
         codec = self.codecs[topic]
         new = codec.decode(data)
-        old = codec.decode(held)
         select = self.select
+        if not codec.traits.delta:  # composite-global: its subscribers get whole messages
+            return codec.text_of(new if select is None else select.project(new)), False
+        old = codec.decode(held)
         if removed(old, new) and (
             select is None or removed(select.project(old), select.project(new))
         ):

@@ -1,8 +1,8 @@
 """SOW topology: the model and its loaders (YAML and AMPS XML configuration)."""
 
 from processor.topology.loader import load_topology
+from processor.topology.message_types import MESSAGE_TYPES
 from processor.topology.model import (
-    MESSAGE_TYPES,
     Durability,
     HashIndexSpec,
     History,

@@ -27,11 +27,18 @@ from types import MappingProxyType
 from typing import Any, NoReturn, TypeVar
 
 from processor.errors import TopologyError
-from processor.topology.model import MESSAGE_TYPES, HashIndexSpec, History, KeyGeneratorSpec
+from processor.topology.message_types import (
+    MESSAGE_TYPES,
+    TRAITS,
+    UNDECLARED,
+    parse_message_type,
+    proto_schema,
+)
+from processor.topology.message_types import traits as message_traits
+from processor.topology.model import HashIndexSpec, History, KeyGeneratorSpec, MessagePart
 from processor.topology.quantities import (
     check_factory_path,
     check_key_path,
-    parse_choice,
     parse_interval,
     parse_separator,
     unknown_name,
@@ -43,8 +50,15 @@ T = TypeVar("T")
 #: An element and its path.
 Child = tuple[ET.Element, str]
 
-#: Message types a MessageType may name without a declaration (avro needs its schema).
-_UNDECLARED = tuple(t for t in MESSAGE_TYPES if t != "avro")
+#: What the declaration of a type that needs one gives, for messages.
+_NEEDS = {
+    name: "<Schema>file</Schema>"
+    if t.schema is not None and not t.schema_type
+    else "<ProtoPath>dir</ProtoPath><ProtoFile>file.proto</ProtoFile><Type>pkg.Message</Type>"
+    if t.schema_type
+    else "<MessageType>json</MessageType><MessageType>binary</MessageType>"
+    for name, t in TRAITS.items()
+}
 _VARIABLE = re.compile(r"\$\{([^}]*)\}")
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -165,58 +179,132 @@ class AmpsReader:
 
     def message_type(self, value: str, where: str) -> tuple[str, str | None]:
         """(message type, schema path) of a MessageType value."""
-        message_type, schema, _ = self.declared_type(value, where)
-        return message_type, schema
+        fmt = self.declared_type(value, where)
+        return fmt["message_type"], fmt["schema"]
 
-    def declared_type(self, value: str, where: str) -> tuple[str, str | None, bytes | None]:
-        """(message type, schema path, fix/nvfix FieldSeparator) of a MessageType value."""
+    def declared_type(self, value: str, where: str, *, part: bool = False) -> dict[str, Any]:
+        """The model fields of a MessageType value (``message_type``, ``schema``, and as
+        the type takes them ``field_separator``, ``proto_type``, ``parts``): a type AMPS
+        loads by default, or the Name of a declared MessageType."""
         declared = self.message_types.get(value) or next(
             (d for name, d in self.message_types.items() if name.lower() == value.lower()), None
         )
         if declared is None:
-            if value.lower() == "avro":
-                self.fail(
-                    "MessageType avro needs a schema: declare <MessageTypes><MessageType><Name>N"
-                    "</Name><Module>avro</Module><Schema>file.avsc</Schema></MessageType>"
-                    "</MessageTypes> in AMPSConfig and use N as the MessageType",
-                    where,
-                )
-            names = ", ".join(sorted(self.message_types)) or "none"
             try:
-                return parse_choice(value, _UNDECLARED, "MessageType"), None, None
+                kind = parse_message_type(value, "MessageType")
             except ValueError as exc:
+                names = ", ".join(sorted(self.message_types)) or "none"
                 self.fail(
                     f"{exc}, or a MessageType declared in AMPSConfig/MessageTypes "
                     f"(declared: {names})",
                     where,
                 )
+            if kind not in UNDECLARED:
+                self.fail(
+                    f"MessageType {kind} needs a declaration: <MessageTypes><MessageType><Name>N"
+                    f"</Name><Module>{kind}</Module>{_NEEDS[kind]}</MessageType></MessageTypes> "
+                    "in AMPSConfig, and N as the MessageType",
+                    where,
+                )
+            return {"message_type": kind, "schema": None}
         element, decl_where = declared
-        module_el, schema_el = element.find("Module"), element.find("Schema")
+        module_el = element.find("Module")
         if module_el is None:
             self.fail(
                 "the MessageType declaration has no <Module>; allowed: " + ", ".join(MESSAGE_TYPES),
                 decl_where,
             )
         module = self.value(
-            module_el, f"{decl_where}/Module", lambda v: parse_choice(v, MESSAGE_TYPES, "Module")
+            module_el, f"{decl_where}/Module", lambda v: parse_message_type(v, "Module")
         )
+        traits = message_traits(module)
+        if part and traits.composite:
+            self.fail(f"a part of a composite MessageType cannot be {module} itself", where)
+        fmt: dict[str, Any] = {"message_type": module, "schema": None}
         separator = self._separator(element, decl_where, module)
-        schema_where = f"{decl_where}/Schema"
-        if schema_el is None:
-            if module == "avro":
+        if separator is not None:
+            fmt["field_separator"] = separator
+        self._only(
+            element,
+            decl_where,
+            module,
+            "Schema",
+            traits.schema is not None and not traits.schema_type,
+        )
+        self._only(element, decl_where, module, "ProtoFile", traits.schema_type)
+        self._only(element, decl_where, module, "ProtoPath", traits.schema_type)
+        self._only(element, decl_where, module, "Type", traits.schema_type)
+        self._only(element, decl_where, module, "MessageType", traits.composite)
+        if traits.schema_type:
+            fmt["schema"], fmt["proto_type"] = self._proto(element, decl_where)
+        elif traits.schema is not None:
+            fmt["schema"] = self._file(element, decl_where, "Schema", traits.schema)
+        if traits.composite:
+            parts = []
+            for item, item_where in children(element, decl_where):
+                if item.tag == "MessageType":
+                    named = self.declared_type(self.text(item, item_where), item_where, part=True)
+                    parts.append(MessagePart(**named))
+            if not parts:
                 self.fail(
-                    "a MessageType with Module avro needs <Schema>, the .avsc file path", decl_where
+                    f"a MessageType with Module {module} lists its parts: one <MessageType> "
+                    "per part, in order (json, binary, or a declared type's Name)",
+                    decl_where,
                 )
-            return module, None, separator
-        if module != "avro":
-            self.fail(f"<Schema> is allowed only with Module avro, not {module}", schema_where)
-        path = (self.base / self.text(schema_el, schema_where)).resolve()
+            fmt["parts"] = tuple(parts)
+        return fmt
+
+    def _only(self, element: ET.Element, where: str, module: str, tag: str, allowed: bool) -> None:
+        found = element.find(tag)
+        if found is not None and not allowed:
+            self.fail(f"<{tag}> does not apply to Module {module}", f"{where}/{tag}")
+
+    def _file(self, element: ET.Element, where: str, tag: str, what: str) -> str:
+        found = element.find(tag)
+        if found is None:
+            self.fail(f"this MessageType needs <{tag}>, the path of {what}", where)
+        path = (self.base / self.text(found, f"{where}/{tag}")).resolve()
         if not path.is_file():
             self.fail(
-                f"schema file {str(path)!r} does not exist; give a path relative to this file",
-                schema_where,
+                f"file {str(path)!r} does not exist; give a path relative to this file",
+                f"{where}/{tag}",
             )
-        return module, str(path), None
+        return str(path)
+
+    def _proto(self, element: ET.Element, where: str) -> tuple[str, str]:
+        """A protobuf MessageType's schema (its ProtoFile, found in a ProtoPath directory
+        or this file's, and the ProtoPath directories) and Type."""
+        type_el = element.find("Type")
+        if type_el is None:
+            self.fail(
+                "a protobuf MessageType needs <Type>, the message each payload is "
+                "(package.Message)",
+                where,
+            )
+        include: list[Path] = []
+        path_el = element.find("ProtoPath")
+        if path_el is not None:
+            for entry in self.text(path_el, f"{where}/ProtoPath").split(";"):
+                if entry.strip():
+                    include.append((self.base / entry.strip()).resolve())
+        file_el = element.find("ProtoFile")
+        if file_el is None:
+            self.fail(
+                "a protobuf MessageType needs <ProtoFile>, the .proto file (or compiled "
+                "descriptor set) of its Type",
+                where,
+            )
+        written = self.text(file_el, f"{where}/ProtoFile")
+        candidates = [root / written for root in (*include, self.base)]
+        found = next((c.resolve() for c in candidates if c.is_file()), None)
+        if found is None:
+            self.fail(
+                f"ProtoFile {written!r} is in none of the ProtoPath directories nor this "
+                f"file's ({', '.join(str(c.parent) for c in candidates)})",
+                f"{where}/ProtoFile",
+            )
+        schema = proto_schema(str(found), [str(d) for d in include if d.is_dir()])
+        return schema, self.text(type_el, f"{where}/Type")
 
     def _separator(self, element: ET.Element, where: str, module: str) -> bytes | None:
         """A declared fix/nvfix type's FieldSeparator (None when not given). Its
@@ -228,7 +316,7 @@ class AmpsReader:
             if framing is None:
                 continue
             framing_where = f"{where}/{tag}"
-            if module not in ("fix", "nvfix"):
+            if not message_traits(module).flat:
                 self.fail(f"<{tag}> is allowed only with Module fix or nvfix", framing_where)
             try:
                 parse_separator(framing.text or "")
@@ -246,7 +334,7 @@ class AmpsReader:
         if separator_el is None:
             return None
         separator_where = f"{where}/FieldSeparator"
-        if module not in ("fix", "nvfix"):
+        if not message_traits(module).flat:
             self.fail(
                 f"<FieldSeparator> is allowed only with Module fix or nvfix, not {module}",
                 separator_where,

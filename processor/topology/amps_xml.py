@@ -156,11 +156,11 @@ class _Reader(AmpsReader):
         return UnusedOption(tag, value, reason)
 
     def typed(self, item: Child, fields: dict[str, Any]) -> str:
-        """A topic's MessageType; its schema and FieldSeparator go into ``fields``."""
-        message_type, fields["schema"], separator = self.declared_type(self.text(*item), item[1])
-        if separator is not None:
-            fields["field_separator"] = separator
-        return message_type
+        """A topic's MessageType; what it is configured with (its schema, FieldSeparator,
+        protobuf Type, composite parts) goes into ``fields``."""
+        fmt = self.declared_type(self.text(*item), item[1])
+        fields.update((k, v) for k, v in fmt.items() if k != "message_type")
+        return str(fmt["message_type"])
 
     def topic(self, element: ET.Element, where: str) -> SowTopic:
         groups = self.group(element, where, IMPLEMENTED + tuple(NOT_APPLICABLE), _REPEATABLE)

@@ -20,6 +20,7 @@ from processor.errors import ExpressionError, ParseError, TopologyError
 from processor.expr.construction import compile_construction
 from processor.topology.action_rules import check_actions
 from processor.topology.actions import ActionSpec
+from processor.topology.message_types import traits as message_traits
 from processor.topology.model import (
     KAFKA_TOPIC_NAME,
     ConflatedTopicSpec,
@@ -288,17 +289,19 @@ def _check_sow(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str
         if path in seen:
             return "keys", f"{keys} field {path!r} is listed twice; list each field once"
         seen.add(path)
-    if topic.message_type == "binary":
+    kind = topic.message_type
+    traits = message_traits(kind)
+    if not traits.parsed:
         if topic.keys:
             return "keys", (
-                f"binary messages are not parsed, so a binary topic cannot have {keys} fields; "
+                f"{kind} messages are not parsed, so a {kind} topic cannot have {keys} fields; "
                 f"remove {keys} (publishers then provide the SowKey) or set a {generator}"
             )
         for field in ("hash_indexes", "indexes"):
             if getattr(topic, field):
                 return field, (
-                    f"binary messages are not parsed, so a binary topic cannot have "
-                    f"{name_of(field)}; allowed only for json and avro topics"
+                    f"{kind} messages are not parsed, so a {kind} topic cannot have "
+                    f"{name_of(field)}; use a parsed message type"
                 )
     if topic.key_domain is not None and not topic.keys:
         return "key_domain", (
@@ -309,10 +312,11 @@ def _check_sow(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str
         texts = getattr(topic, field)
         if not texts:
             continue
-        if topic.message_type == "binary":
+        if not traits.builds:
+            why = "are not parsed" if not traits.parsed else "cannot be built from fields"
             return field, (
-                f"binary messages are not parsed, so a binary topic cannot have "
-                f"{name_of(field)}; remove it or use a parsed message type"
+                f"{kind} messages {why}, so a {kind} topic cannot have "
+                f"{name_of(field)}; remove it or use another message type"
             )
         try:
             compile_construction(texts, enrichment=field == "enrichment")

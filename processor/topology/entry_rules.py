@@ -31,6 +31,7 @@ from processor.errors import ExpressionError, ParseError
 from processor.expr import parser
 from processor.expr.construction import compile_construction
 from processor.expr.expression import compile_node
+from processor.topology.message_types import traits as message_traits
 from processor.topology.model import ConflatedTopicSpec, Entry, HashIndexSpec, Topic, TopicRef
 from processor.topology.quantities import parse_interval
 from processor.topology.topics import REGEX_CHARACTERS
@@ -180,9 +181,10 @@ def _plural(kinds: tuple[str, ...]) -> str:
 
 def refuse_binary(d: Dialect, known: Known, element: str, where: str) -> None:
     """A binary topic's messages are not parsed: nothing can read their fields."""
-    if known.message_type == "binary":
+    kind = known.message_type
+    if not message_traits(kind).parsed:
         d.fail(
-            f"{known.name!r} is a binary topic, whose messages are not parsed, so the "
+            f"{known.name!r} is a {kind} topic, whose messages are not parsed, so the "
             f"{d.label(element)} cannot read its fields; use a parsed message type",
             where,
         )
@@ -270,6 +272,12 @@ def conflated_topic(
     fields["topic_format"] = _topic_format(d, items.topic_format, known, under_where)
     if items.enrichment is not None:
         texts, enrichment_where = items.enrichment
+        if not message_traits(known.message_type).builds:
+            d.fail(
+                f"{known.message_type} messages cannot be built from fields, so a conflated "
+                f"topic of {known.name!r} cannot have {d.word('Enrichment')}",
+                enrichment_where,
+            )
         try:
             construction = compile_construction(texts, enrichment=True)
         except (ParseError, ExpressionError) as exc:

@@ -21,8 +21,6 @@ from processor.errors import ValueFormatError
 from processor.topology.actions import ActionSpec
 from processor.topology.security_spec import SecuritySpec
 
-MESSAGE_TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "bflat", "binary")
-
 #: Kafka topic names: legal characters and length (Kafka's own rule).
 KAFKA_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
@@ -121,23 +119,52 @@ class UnusedOption:
 
 
 @dataclass(frozen=True, slots=True)
+class MessagePart:
+    """One part of a composite message type: a message type and what it is configured
+    with (the fields of the same names of :class:`Topic`)."""
+
+    message_type: str
+    schema: str | None = None
+    proto_type: str | None = None
+    field_separator: bytes = b"\x01"
+
+
+@dataclass(frozen=True, slots=True)
 class Topic:
-    """What every topic has: a name, a message type (with its Avro ``schema`` path for
-    avro), and the input Kafka topic it is read from (``kafka_topic``, default the name)
-    with its partition count."""
+    """What every topic has: a name, a message type (with what it is configured with:
+    a ``schema``, a protobuf ``proto_type``, a fix ``field_separator``, a composite
+    type's ``parts``), and the input Kafka topic it is read from (``kafka_topic``,
+    default the name) with its partition count."""
 
     name: str
     message_type: str = "json"
     kafka_topic: str = ""
     partitions: int = 1
-    #: Path of the Avro schema (.avsc) for ``message_type == "avro"``.
+    #: The schema file of a type that needs one (``traits(message_type).schema``): the
+    #: Avro schema (.avsc) for avro; the .proto file or descriptor set for protobuf.
     schema: str | None = None
     #: The byte that ends each field of a fix or nvfix message (AMPS FieldSeparator).
     field_separator: bytes = b"\x01"
+    #: The protobuf message type (``package.Message``) the topic's messages are.
+    proto_type: str | None = None
+    #: A composite type's parts, in the order they are in each message.
+    parts: tuple[MessagePart, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.kafka_topic:
             object.__setattr__(self, "kafka_topic", default_kafka_topic(self.name))
+
+
+def message_format(topic: Topic | MessagePart) -> dict[str, Any]:
+    """The fields that say a topic's message type and its configuration, for a topic
+    that takes its messages' type from another (a conflated topic, a queue, a relay)."""
+    return {
+        "message_type": topic.message_type,
+        "schema": topic.schema,
+        "field_separator": topic.field_separator,
+        "proto_type": topic.proto_type,
+        "parts": topic.parts if isinstance(topic, Topic) else (),
+    }
 
 
 @dataclass(frozen=True, slots=True)

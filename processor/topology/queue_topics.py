@@ -42,6 +42,7 @@ from processor.topology.model import (
     Topic,
     Topology,
     default_kafka_topic,
+    message_format,
 )
 
 
@@ -78,10 +79,14 @@ def queue_topic(spec: QueueSpec, topics: Mapping[str, Topic]) -> SowTopic:
     state_topic = f"{prefix}queue.{default_kafka_topic(spec.name)}"
     # its own input topic, but one plain topic of one partition is read directly
     kafka_topic = plain[0].kafka_topic if plain and not relayed(plain) else state_topic
+    fmt = (
+        message_format(sources[0])
+        if sources
+        else {"message_type": spec.message_type, "schema": spec.schema}
+    )
     return SowTopic(
         name=spec.name,
-        message_type=spec.message_type,
-        schema=spec.schema,
+        **fmt,
         kafka_topic=kafka_topic,
         partitions=1,
         queue=spec,
@@ -111,8 +116,7 @@ def relay_topics(topology: Topology) -> list[SowTopic]:
             relays.append(
                 SowTopic(
                     name=f"{queue.name}.relay.{source.name}",
-                    message_type=source.message_type,
-                    schema=source.schema,
+                    **message_format(source),
                     kafka_topic=source.kafka_topic,
                     partitions=source.partitions,
                     relay_to=queue.name,

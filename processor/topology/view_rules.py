@@ -38,6 +38,8 @@ from processor.topology.entry_rules import (
     topic_ref,
 )
 from processor.topology.join_plan import join_plan
+from processor.topology.message_types import TRAITS
+from processor.topology.message_types import traits as message_traits
 from processor.topology.model import JoinSpec, TopicRef, ViewSpec
 
 _SHAPE = "write [TOPIC]./field = [OTHER]./field (a join is not an expression)"
@@ -184,10 +186,6 @@ def _grouping(
     return tuple(texts), tuple(identifiers)
 
 
-#: Message types whose messages are flat (tag=value): a view of one writes no nested field.
-FLAT_TYPES = ("fix", "nvfix")
-
-
 def _projection(
     d: Dialect,
     items: Sequence[Item],
@@ -208,7 +206,7 @@ def _projection(
         except (ParseError, ExpressionError) as exc:
             d.fail(f"the {d.label('Field')} is not a valid projection field: {exc}", where)
         for field in fields:
-            if message_type in FLAT_TYPES and len(field.target.steps) > 1:
+            if message_traits(message_type).flat and len(field.target.steps) > 1:
                 d.fail(
                     f"{field.target.path} is a nested field, which a {message_type} message "
                     f"cannot carry (its fields are flat); project to a single name such as "
@@ -238,10 +236,11 @@ def view(
     reading only ``kinds``; ``options`` are the spec's other fields (module doc)."""
     name, where, order = entry
     message_type, schema, type_where = items.typed
-    if message_type == "binary":
+    if not message_traits(message_type).view_output:
         d.fail(
-            f"a view cannot have {d.word('MessageType')} binary (as in AMPS): it builds its "
-            "messages field by field",
+            f"a view cannot have {d.word('MessageType')} {message_type} (as in AMPS): it "
+            "builds its messages field by field; allowed: "
+            + ", ".join(t.name for t in TRAITS.values() if t.view_output),
             type_where,
         )
     refs, joins, known = _reads(d, catalog, items, order, kinds)

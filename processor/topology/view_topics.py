@@ -18,7 +18,14 @@ from collections.abc import Mapping
 
 from processor.errors import TopologyError
 from processor.expr import ast, clauses
-from processor.topology.model import ConflatedTopicSpec, HashIndexSpec, SowTopic, Topic, ViewSpec
+from processor.topology.model import (
+    ConflatedTopicSpec,
+    HashIndexSpec,
+    SowTopic,
+    Topic,
+    ViewSpec,
+    message_format,
+)
 
 
 def view_topic(view: ViewSpec, topics: Mapping[str, Topic]) -> SowTopic:
@@ -53,10 +60,14 @@ def conflated_topic(spec: ConflatedTopicSpec, topics: Mapping[str, Topic]) -> So
     formatted name (:func:`processor.topology.topics.pattern_topic`)."""
     underlying = topics.get(spec.underlying)
     partitions = underlying.partitions if underlying is not None else 1
+    fmt = (
+        message_format(underlying)
+        if underlying is not None
+        else {"message_type": spec.message_type, "schema": spec.schema}
+    )
     return SowTopic(
         name=spec.name,
-        message_type=spec.message_type,
-        schema=spec.schema,
+        **fmt,
         partitions=partitions,
         hash_indexes=spec.hash_indexes,
         enrichment=spec.enrichment,

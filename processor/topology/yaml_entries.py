@@ -53,8 +53,8 @@ from processor.topology.entry_rules import (
     conflated_topic,
     topic_ref,
 )
+from processor.topology.message_types import TRAITS, parse_message_type
 from processor.topology.model import (
-    MESSAGE_TYPES,
     ConflatedTopicSpec,
     Entry,
     SowTopic,
@@ -121,7 +121,7 @@ class _Dialect:
 
     def message_type(self, value: str, where: str) -> tuple[str, str | None]:
         try:
-            return quantities.parse_choice(value, MESSAGE_TYPES, "message type"), None
+            return parse_message_type(value), None
         except ValueError as exc:
             self.fail(str(exc), where)
 
@@ -319,7 +319,7 @@ def _view(d: _Dialect, catalog: Catalog, entry: tuple[object, str, int], base: P
     if "message_type" not in raw:
         d.fail(
             "a view needs 'message_type', the type of the messages it produces: "
-            + ", ".join(t for t in MESSAGE_TYPES if t not in ("avro", "binary"))
+            + ", ".join(t.name for t in TRAITS.values() if t.view_output and not t.schema)
             + ", or avro with a 'schema'",
             where,
         )

@@ -18,6 +18,8 @@ from typing import Any
 
 from processor.errors import TopologyError, ValueFormatError
 from processor.topology import model, quantities
+from processor.topology.message_types import TRAITS, parse_message_type, proto_schema
+from processor.topology.message_types import traits as message_traits
 
 KEY_GENERATOR_FIELDS = ("factory", "options")
 
@@ -49,9 +51,7 @@ def parse_text(value: object, expected: str) -> str:
 
 
 def _message_type(value: object) -> str:
-    return quantities.parse_choice(
-        parse_text(value, "a message type"), model.MESSAGE_TYPES, "message_type"
-    )
+    return parse_message_type(parse_text(value, "a message type"), "message_type")
 
 
 def _durability(value: object) -> model.Durability:
@@ -211,32 +211,147 @@ def parse_field(source: str, where: str, name: str, value: object) -> Any:
 def schema_path(
     raw: dict[Any, Any], message_type: str, source: str, where: str, base: Path
 ) -> str | None:
+    """The absolute path of ``raw``'s ``schema`` file, which a type that needs one
+    (``traits(message_type).schema``) must give and any other must not."""
     where = f"{where}.schema"
+    needs = message_traits(message_type).schema
     if "schema" not in raw:
-        if message_type == "avro":
+        if needs is not None:
             raise TopologyError(
-                "message_type avro needs 'schema': the path of an Avro schema (.avsc) file, "
+                f"message_type {message_type} needs 'schema': the path of {needs}, "
                 "relative to this file",
                 source=source,
                 where=where,
             )
         return None
-    if message_type != "avro":
+    if needs is None:
+        takes = ", ".join(t.name for t in TRAITS.values() if t.schema is not None)
         raise TopologyError(
-            f"'schema' is allowed only for message_type avro; this topic is {message_type}",
+            f"'schema' is allowed only for message types {takes}; this one is {message_type}",
             source=source,
             where=where,
         )
     try:
-        written = parse_text(raw["schema"], "the path of an Avro schema (.avsc) file")
+        written = parse_text(raw["schema"], f"the path of {needs}")
     except ValueError as exc:
         raise TopologyError(str(exc), source=source, where=where) from None
-    path = (base / written).resolve()
-    if not path.is_file():
+    return _existing(base / written, "schema file", source, where)
+
+
+def _existing(path: Path, what: str, source: str, where: str) -> str:
+    resolved = path.resolve()
+    if not resolved.exists():
         raise TopologyError(
-            f"schema file {str(path)!r} does not exist; give a path relative to the "
+            f"{what} {str(resolved)!r} does not exist; give a path relative to the "
             "directory of this file",
             source=source,
             where=where,
         )
-    return str(path)
+    return str(resolved)
+
+
+#: The fields that configure a message type (a topic's, or a composite part's).
+FORMAT_FIELDS = ("message_type", "schema", "proto_type", "proto_path", "parts")
+
+
+def message_format(
+    raw: dict[Any, Any], message_type: str, source: str, where: str, base: Path
+) -> dict[str, Any]:
+    """The model fields that configure ``raw``'s message type ``message_type``: its
+    ``schema``; protobuf's ``proto_type`` and ``proto_path`` (the directories a .proto
+    file's imports are found in, folded into ``schema``); a composite type's ``parts``."""
+    traits = message_traits(message_type)
+    schema = schema_path(raw, message_type, source, where, base)
+    proto = schema is not None and traits.schema_type
+    for field, allowed in (("proto_type", proto), ("proto_path", proto)):
+        if field in raw and not allowed:
+            raise TopologyError(
+                f"'{field}' is allowed only for message_type protobuf; this one is {message_type}",
+                source=source,
+                where=f"{where}.{field}",
+            )
+    out: dict[str, Any] = {"schema": schema}
+    if proto and schema is not None:
+        if "proto_type" not in raw:
+            raise TopologyError(
+                "message_type protobuf needs 'proto_type': the message each payload is "
+                "(package.Message)",
+                source=source,
+                where=f"{where}.proto_type",
+            )
+        out["proto_type"] = _text(raw["proto_type"], "a message name", source, where, "proto_type")
+        include = raw.get("proto_path", [])
+        include = [include] if isinstance(include, str) else include
+        if not isinstance(include, list):
+            raise TopologyError(
+                f"expected a directory or a list of them, got {describe(include)}",
+                source=source,
+                where=f"{where}.proto_path",
+            )
+        dirs = [
+            _existing(
+                base / _text(d, "a directory", source, where, "proto_path"),
+                "directory",
+                source,
+                f"{where}.proto_path[{i}]",
+            )
+            for i, d in enumerate(include)
+        ]
+        out["schema"] = proto_schema(schema, dirs)
+    if "parts" in raw and not traits.composite:
+        raise TopologyError(
+            f"'parts' is allowed only for the composite message types; this one is {message_type}",
+            source=source,
+            where=f"{where}.parts",
+        )
+    if traits.composite:
+        out["parts"] = _parts(raw.get("parts"), message_type, source, f"{where}.parts", base)
+    return out
+
+
+def _text(value: object, expected: str, source: str, where: str, field: str) -> str:
+    try:
+        return parse_text(value, expected)
+    except ValueError as exc:
+        raise TopologyError(str(exc), source=source, where=f"{where}.{field}") from None
+
+
+def _parts(
+    raw: object, message_type: str, source: str, where: str, base: Path
+) -> tuple[model.MessagePart, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise TopologyError(
+            f"message_type {message_type} needs 'parts': a list of the message types of its "
+            f"parts, in order (each a name such as json or binary, or a mapping with "
+            f"message_type and its schema)",
+            source=source,
+            where=where,
+        )
+    parts = []
+    for index, item in enumerate(raw):
+        at = f"{where}[{index}]"
+        entry = {"message_type": item} if isinstance(item, str) else item
+        if not isinstance(entry, dict) or "message_type" not in entry:
+            raise TopologyError(
+                f"a part is a message type name or a mapping with message_type, got "
+                f"{describe(item)}",
+                source=source,
+                where=at,
+            )
+        for key in entry:
+            if key not in FORMAT_FIELDS[:-1]:
+                message = quantities.unknown_name(
+                    "field", str(key), FORMAT_FIELDS[:-1], parent="a part"
+                )
+                raise TopologyError(message, source=source, where=f"{at}.{key}")
+        kind = parse_field(source, f"{at}.message_type", "message_type", entry["message_type"])
+        if message_traits(kind).composite:
+            raise TopologyError(
+                f"a part of a composite message cannot be {kind} itself; give the types of "
+                "its parts",
+                source=source,
+                where=at,
+            )
+        fmt = message_format(entry, kind, source, at, base)
+        parts.append(model.MessagePart(kind, fmt["schema"], fmt.get("proto_type")))
+    return tuple(parts)

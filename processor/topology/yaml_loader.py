@@ -38,7 +38,7 @@ from processor.topology.assemble import Loaded, assemble, check_topic, read_text
 from processor.topology.model import PlainTopic, SowTopic, Topic, Topology
 from processor.topology.yaml_actions import read_actions
 from processor.topology.yaml_entries import read_entries
-from processor.topology.yaml_fields import PARSERS, describe, named, parse_field, schema_path
+from processor.topology.yaml_fields import PARSERS, describe, message_format, named, parse_field
 from processor.topology.yaml_security import read_security
 
 TOP_LEVEL_KEYS = (
@@ -61,6 +61,9 @@ TOPIC_FIELDS = (
     "kafka_topic",
     "partitions",
     "schema",
+    "proto_type",
+    "proto_path",
+    "parts",
     "expiration",
     "hash_indexes",
     "indexes",
@@ -71,7 +74,17 @@ TOPIC_FIELDS = (
     "sow",
 )
 #: The fields of a plain topic (``sow: false``).
-PLAIN_FIELDS = ("name", "sow", "message_type", "kafka_topic", "partitions", "schema")
+PLAIN_FIELDS = (
+    "name",
+    "sow",
+    "message_type",
+    "kafka_topic",
+    "partitions",
+    "schema",
+    "proto_type",
+    "proto_path",
+    "parts",
+)
 DEFAULT_FIELDS = ("message_type", "durability", "recovery_point", "partitions", "expiration")
 
 #: YAML field -> SowTopic attribute, where they differ.
@@ -231,7 +244,7 @@ def _topic(raw: object, index: int, defaults: dict[str, Any], source: str, base:
     for key, value in raw.items():
         if key in PARSERS and key != "name":
             fields[key] = parse_field(source, f"{where}.{key}", key, value)
-    fields["schema"] = schema_path(raw, fields.get("message_type", "json"), source, where, base)
+    fields.update(message_format(raw, fields.get("message_type", "json"), source, where, base))
     kind = PlainTopic if plain else SowTopic
     topic = kind(name=name, **{_ATTRIBUTE.get(k, k): v for k, v in fields.items()})
     problem = check_topic(topic, lambda attribute: _YAML_NAME.get(attribute, attribute))

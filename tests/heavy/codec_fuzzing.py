@@ -22,6 +22,7 @@ from typing import Any
 
 import bson
 import orjson
+from google.protobuf.descriptor import Descriptor
 
 from processor.errors import DecodeError, KeyGenerationError
 from processor.expr import MessageContext, compile
@@ -31,10 +32,13 @@ from processor.messages.avro import AvroCodec
 from processor.messages.bflat import BflatCodec
 from processor.messages.binary import BinaryCodec
 from processor.messages.bson import BsonCodec
+from processor.messages.composite import CompositeCodec
 from processor.messages.fields import changed, merge
 from processor.messages.fix import TagValueCodec
 from processor.messages.json import JsonCodec
 from processor.messages.limits import MAX_VALUES
+from processor.messages.msgpack import MsgpackCodec
+from processor.messages.protobuf import ProtobufCodec
 from processor.messages.xml import XmlCodec
 from tests.heavy import fuzzing
 
@@ -61,9 +65,64 @@ AVRO_SCHEMA: dict[str, Any] = {
 }
 
 
+def _proto_node() -> Descriptor:
+    """A recursive protobuf message (ids, text, a double, repeated strings, a map, itself
+    once and repeated), built as a descriptor: no protoc needed."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    proto = descriptor_pb2.FileDescriptorProto(name="fuzz.proto", package="fuzz", syntax="proto3")
+    node = proto.message_type.add(name="Node")
+    f = descriptor_pb2.FieldDescriptorProto
+    for number, name, kind, label in (
+        (1, "id", f.TYPE_INT64, f.LABEL_OPTIONAL),
+        (2, "sym", f.TYPE_STRING, f.LABEL_OPTIONAL),
+        (3, "px", f.TYPE_DOUBLE, f.LABEL_OPTIONAL),
+        (4, "tags", f.TYPE_STRING, f.LABEL_REPEATED),
+        (5, "blob", f.TYPE_BYTES, f.LABEL_OPTIONAL),
+    ):
+        node.field.add(name=name, number=number, type=kind, label=label)
+    entry = node.nested_type.add(name="AttrsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=f.TYPE_INT64, label=f.LABEL_OPTIONAL)
+    node.field.add(
+        name="attrs", number=6, type=f.TYPE_MESSAGE, label=f.LABEL_REPEATED,
+        type_name=".fuzz.Node.AttrsEntry",
+    )  # fmt: skip
+    for number, name, label in ((7, "next", f.LABEL_OPTIONAL), (8, "kids", f.LABEL_REPEATED)):
+        node.field.add(
+            name=name, number=number, type=f.TYPE_MESSAGE, label=label, type_name=".fuzz.Node"
+        )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return pool.FindMessageTypeByName("fuzz.Node")
+
+
+def _nested_proto(depth: int) -> bytes:
+    """A Node whose ``next`` nests ``depth`` deep."""
+    data = b"\x08\x01"
+    for _ in range(depth):
+        data = b"\x3a" + _varint(len(data)) + data
+    return data
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
 def codecs() -> dict[str, Codec]:
     """One codec of each message type."""
     return {
+        "msgpack": MsgpackCodec(),
+        "protobuf": ProtobufCodec(_proto_node()),
+        "composite-local": CompositeCodec(
+            "composite-local", (JsonCodec(), BinaryCodec(), MsgpackCodec())
+        ),
         "json": JsonCodec(),
         "avro": AvroCodec(AVRO_SCHEMA),
         "fix": TagValueCodec("fix"),
@@ -122,6 +181,21 @@ HOSTILE: dict[str, list[bytes]] = {
         + (b"\x02\x02A" + b"\x00" * 8 + b"\x00\x00\x00"),
     ],
     "binary": [b""],
+    "msgpack": [
+        b"\x81\xa1a" * 500 + b"\x01",  # maps nested 500 deep
+        b"\x81\xa1a" + b"\x91" * 100_000 + b"\x01",  # arrays nested 100,000 deep
+        b"\xdf\xff\xff\xff\xff",  # a map that claims 2**32 - 1 entries
+        b"\x81\xa1a\xdd\x00\x10\x00\x00" + b"\xc0" * 1000,  # an array that claims 1M
+        # maps keyed by maps, 300 deep: each key's text would hold the one below it
+        # escaped, so the texts grow exponentially (a trial's find: 4 GB in 30 s)
+        b"\x81" * 300 + b"\xa1a\x01" + b"\x01" * 300,
+    ],
+    "protobuf": [_nested_proto(150), _nested_proto(10_000), b"\x3a\xff\xff\xff\xff\x0f"],
+    "composite-local": [
+        b"\xff\xff\xff\xff{}",  # a part that claims 4 GB
+        b"\x00\x00\x00\x02{}" + b"\x00\x00\x00\x00" * 100_000,  # 100,000 empty parts
+        b"\x00\x00\x00\x02{}\x00\x00",  # a length cut short
+    ],
 }
 
 
@@ -143,6 +217,9 @@ def seeds(name: str, codec: Codec) -> list[bytes]:
         "bflat": _NAMED,
         "avro": _AVRO,
         "binary": [],
+        "msgpack": _NESTED,
+        "protobuf": _AVRO,
+        "composite-local": [[item, "AAE=", {"n": 1}] for item in _NESTED],
     }[name]
     out = [codec.encode_json(value) for value in values]
     if name == "binary":

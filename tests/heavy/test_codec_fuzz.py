@@ -16,7 +16,19 @@ import pytest
 
 from tests.heavy.codec_fuzzing import fuzz
 
-TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "bflat", "binary")
+TYPES = (
+    "json",
+    "avro",
+    "fix",
+    "nvfix",
+    "xml",
+    "bson",
+    "bflat",
+    "binary",
+    "msgpack",
+    "protobuf",
+    "composite-local",
+)
 CASES = 200_000
 CHUNKS = 4
 

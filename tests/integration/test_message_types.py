@@ -1,21 +1,42 @@
-"""Topics in fix and nvfix through gRPC, on both backends: publish in the topic's type,
-query with a filter on its fields, delta_publish, and a malformed message refused."""
+"""Topics of every message type but json through gRPC, on both backends: publish in the
+topic's type, query with a filter on its fields, delta_publish, and a malformed message
+refused; msgpack, protobuf and composite topics with select lists, enrichment, a view and
+a queue too."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from processor.client.sow_client import SowClient
 from processor.errors import ServiceError
 from processor.messages import codec_for
-from processor.topology.model import SowTopic
+from processor.messages.composite import join
+from processor.topology.loader import load_topology
+from processor.topology.model import MessagePart, SowTopic, Topology
 from tests.integration.harness import namespaced, running_sow
+from tests.integration.queue_helpers import Consumer
 
 ORDERS = SowTopic("ORDERS", message_type="nvfix", keys=("/id",))
 TRADES = SowTopic("TRADES", message_type="fix", keys=("/11",))
+
+PROTO = """
+syntax = "proto3";
+package conf;
+message Order {
+  optional int64 id = 1;
+  optional string sym = 2;
+  optional int64 qty = 3;
+  optional double px = 4;
+  repeated string tags = 5;
+  optional double notional = 6;
+}
+"""
 
 
 def _records(client: SowClient, topic: str, **query: object) -> list[bytes]:
@@ -81,12 +102,15 @@ def test_xml_and_bson_topics_publish_query_and_merge(
 def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
     bootstrap: str, tmp_path: Path, unique: str
 ) -> None:
-    """Foreign producers write straight to Kafka: a malformed fix, nvfix, xml, bson or
-    bflat message, and one whose Preprocessing fails, reach the dead-letter topic with the
-    reason; the good records after them apply."""
+    """Foreign producers write straight to Kafka: a malformed fix, nvfix, xml, bson,
+    bflat, msgpack, protobuf or composite message, and one whose Preprocessing fails,
+    reach the dead-letter topic with the reason; the good records after them apply."""
+    import msgpack
     from confluent_kafka import Producer
 
     from tests.integration.harness import read_topic
+
+    (tmp_path / "order.proto").write_text(PROTO)
 
     topics = [
         SowTopic("FX", message_type="fix", keys=("/11",)),
@@ -95,6 +119,20 @@ def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
         SowTopic("BS", message_type="bson", keys=("/id",)),
         SowTopic("BF", message_type="bflat", keys=("/id",)),
         SowTopic("PP", keys=("/id",), preprocessing=("UPPER(/s) AS /name/first",)),
+        SowTopic("MP", message_type="msgpack", keys=("/id",)),
+        SowTopic(
+            "PB",
+            message_type="protobuf",
+            keys=("/id",),
+            schema=str(tmp_path / "order.proto"),
+            proto_type="conf.Order",
+        ),
+        SowTopic(
+            "CL",
+            message_type="composite-local",
+            keys=("/0/id",),
+            parts=(MessagePart("json"), MessagePart("binary")),
+        ),
     ]
     bad_and_good = {
         "FX": (b"35=D\x01not a field\x01", b"35=D\x0111=A\x01"),
@@ -103,6 +141,9 @@ def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
         "BS": (b"\x10\x00\x00\x00garbage", codec_for(topics[3]).encode_json({"id": 1})),
         "BF": (b"\x19a", codec_for(topics[4]).encode_json({"id": 1})),
         "PP": (b'{"id":1,"s":"x","name":"not an object"}', b'{"id":2,"s":"x"}'),
+        "MP": (b"\xc1", msgpack.packb({"id": 1})),
+        "PB": (b"\xff\xff", codec_for(topics[7]).encode_json({"id": 1})),
+        "CL": (b"\x00\x00\x00\x09{}", join([b'{"id": 1}', b"\x00"])),
     }
     topology = namespaced(unique, *topics)
     with running_sow(bootstrap, topology, tmp_path, unique) as (app, client):
@@ -112,7 +153,7 @@ def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
             producer.produce(kafka_topic, bad, partition=0)
             producer.produce(kafka_topic, good, partition=0)
         assert producer.flush(30) == 0
-        dead = read_topic(bootstrap, f"{unique}.dead-letter", expect=6, timeout_s=60)
+        dead = read_topic(bootstrap, f"{unique}.dead-letter", expect=9, timeout_s=60)
         reasons = {
             dict(m.headers())["sow.source.topic"].decode().rsplit(".", 1)[1]: (  # type: ignore[attr-defined]
                 dict(m.headers())["sow.error.reason"].decode(),  # type: ignore[attr-defined]
@@ -127,19 +168,25 @@ def test_malformed_messages_of_every_type_are_dead_lettered_with_the_reason(
             "BS": "undecodable",
             "BF": "undecodable",
             "PP": "enrichment-failed",
+            "MP": "undecodable",
+            "PB": "undecodable",
+            "CL": "undecodable",
         }
         assert "not tag=value" in reasons["FX"][1]
         assert "not well-formed XML" in reasons["XM"][1]
         assert "not a BSON document" in reasons["BS"][1]
         assert "bflat" in reasons["BF"][1]
         assert "writes below /name" in reasons["PP"][1]
+        assert "not a MessagePack message" in reasons["MP"][1]
+        assert "not a conf.Order message" in reasons["PB"][1]
+        assert "claims 9 bytes" in reasons["CL"][1]
         deadline = time.monotonic() + 30
         for name in bad_and_good:
             while not client.query(name)[0]:
                 assert time.monotonic() < deadline, f"the good record of {name} was not applied"
                 time.sleep(0.1)
         assert app.processor is not None
-        assert app.processor.dead_lettered == 6
+        assert app.processor.dead_lettered == 9
 
 
 def test_topics_are_scoped_by_message_type(backend: str, tmp_path: Path, unique: str) -> None:
@@ -162,3 +209,103 @@ def test_topics_are_scoped_by_message_type(backend: str, tmp_path: Path, unique:
         assert _records(client, "[json].[orders]") == [b'{"id":1,"venue":"json"}']
         with pytest.raises(ServiceError, match="several message types"):
             client.query("orders")
+
+
+def _new_types(tmp_path: Path, unique: str) -> Topology:
+    """msgpack (delta), protobuf (enrichment, a view over it, a queue over it),
+    composite-local and composite-global topics, each on a Kafka topic of this test."""
+    (tmp_path / "order.proto").write_text(PROTO)
+    proto = "schema: order.proto, proto_type: conf.Order"
+    path = tmp_path / "topology.yaml"
+    path.write_text(
+        "topics:\n"
+        f"  - {{name: MP, message_type: msgpack, key: /id, kafka_topic: {unique}.MP}}\n"
+        f"  - {{name: PB, message_type: protobuf, {proto}, key: /id, kafka_topic: {unique}.PB,"
+        "  enrichment: ['/qty * /px AS /notional']}\n"
+        "  - {name: CL, message_type: composite-local, parts: [json, binary], key: /0/id,"
+        f"  kafka_topic: {unique}.CL}}\n"
+        "  - {name: CG, message_type: composite-global, parts: [msgpack, binary], key: /id,"
+        f"  kafka_topic: {unique}.CG}}\n"
+        "views:\n"
+        "  - {name: BYSYM, message_type: json, underlying: PB, grouping: [/sym],"
+        f"  projection: ['/sym AS /sym', 'SUM(/qty) AS /qty'], kafka_topic: {unique}.BYSYM}}\n"
+        f"queues:\n  - {{name: Q, message_type: protobuf, schema: order.proto, underlying: PB}}\n"
+    )
+    return load_topology(path)
+
+
+def _until(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_msgpack_protobuf_and_composite_topics_through_the_processor(
+    backend: str, tmp_path: Path, unique: str
+) -> None:
+    """The new message types on both backends, as json's tests hold json: the SowKey from
+    their fields, filters, select lists, delta_publish (merged in the type), enrichment,
+    a view and a queue over a protobuf topic; composite-global refuses a delta."""
+    import msgpack
+
+    topology = _new_types(tmp_path, unique)
+    pb = codec_for(topology.topics["PB"])
+    with running_sow(backend, topology, tmp_path / "state", unique) as (_, client):
+        # msgpack: keys, filters, select, delta_publish in the type and as JSON text
+        client.publish("MP", msgpack.packb({"id": 1, "sym": "IBM", "qty": 10, "tags": ["a"]}))
+        client.publish("MP", msgpack.packb({"id": 2, "sym": "MSFT", "qty": 3}))
+        client.publish("MP", msgpack.packb({"id": 1, "qty": 20}), delta=True)
+        last = client.publish("MP", b'{"id": 2, "sym": "ORCL"}', delta=True, text_form=True)
+        records, _, _ = client.query("MP", filter="/qty > 15", min_position=[last.position])
+        assert [msgpack.unpackb(r.data) for r in records] == [
+            {"id": 1, "sym": "IBM", "qty": 20, "tags": ["a"]}
+        ]
+        records, _, _ = client.query("MP", select="[-/,+/sym]")
+        assert sorted(r.data for r in records) == [b'{"sym":"IBM"}', b'{"sym":"ORCL"}']
+
+        # protobuf: enrichment computes /notional; a view groups it; a queue leases it
+        consumer = Consumer(client, "Q", ack=True)
+        client.publish("PB", pb.encode_json({"id": 1, "sym": "IBM", "qty": 10, "px": 2.5}))
+        client.publish("PB", b'{"id": 2, "sym": "IBM", "qty": 4, "px": 1.0}', text_form=True)
+        # enrichment runs on a delta's own fields (spec 3.3): no /px, so /notional is NULL
+        last = client.publish("PB", pb.encode_json({"id": 2, "sym": "MSFT"}), delta=True)
+        records, _, _ = client.query("PB", filter="/notional > 20", min_position=[last.position])
+        assert [pb.decode(r.data) for r in records] == [
+            {"id": 1, "sym": "IBM", "qty": 10, "px": 2.5, "notional": 25.0}
+        ]
+        records, _, _ = client.query("PB", filter="/id = 2")
+        assert [pb.decode(r.data) for r in records] == [
+            {"id": 2, "sym": "MSFT", "qty": 4, "px": 1.0}
+        ]
+        with pytest.raises(ServiceError, match=r"conf\.Order"):
+            client.publish("PB", b"\xff\xff\xff")
+
+        def view_rows() -> list[Any]:
+            return [orjson.loads(r.data) for r in client.query("BYSYM")[0]]
+
+        _until(
+            lambda: (
+                sorted(view_rows(), key=str)
+                == [{"sym": "IBM", "qty": 10}, {"sym": "MSFT", "qty": 4}]
+            )
+        )
+        _until(lambda: len(consumer.leases) >= 3)  # each publish to PB, the delta too
+        leased = [pb.decode(lease.record.data) for lease in consumer.leases]
+        assert [m["id"] for m in leased] == [1, 2, 2]
+        assert leased[0]["notional"] == 25.0
+        consumer.close()
+
+        # composite-local: /0/... reads the json part; a delta keeps the binary part
+        client.publish("CL", join([b'{"id": 1, "qty": 5}', b"\x00image"]))
+        client.publish("CL", join([b'{"id": 2, "qty": 1}', b""]))
+        last = client.publish("CL", b'[{"id": 1, "qty": 7}, null]', delta=True, text_form=True)
+        records, _, _ = client.query("CL", filter="/0/qty > 2", min_position=[last.position])
+        assert [r.data for r in records] == [join([b'{"id":1,"qty":7}', b"\x00image"])]
+
+        # composite-global: one tree over the parts; no delta (as in AMPS)
+        last = client.publish("CG", join([msgpack.packb({"id": 9, "sym": "X"}), b"blob"]))
+        records, _, _ = client.query("CG", filter="/sym = 'X'", min_position=[last.position])
+        assert len(records) == 1
+        with pytest.raises(ServiceError, match="no delta_publish"):
+            client.publish("CG", join([msgpack.packb({"id": 9}), b""]), delta=True)

@@ -270,3 +270,28 @@ def test_each_action_is_listed_with_what_it_does(tmp_path: Path) -> None:
         "publish-message LATE"
     )
     assert "2 actions" in done.stderr
+
+
+def test_each_topic_says_what_its_message_type_can_do(tmp_path: Path) -> None:
+    """The new message types check out (a .proto file is compiled by the check, so a
+    broken one fails it), and each topic lists its type's capabilities."""
+    (tmp_path / "o.proto").write_text('syntax = "proto3"; message O { int64 id = 1; }')
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "topics:\n"
+        "  - {name: P, message_type: protobuf, schema: o.proto, proto_type: O, key: /id}\n"
+        "  - {name: M, message_type: msgpack, key: /id}\n"
+        "  - {name: G, message_type: composite-global, parts: [json, binary], key: /id}\n"
+        "  - {name: B, message_type: binary}\n"
+    )
+    done = _check(path)
+    assert done.returncode == 0, done.stderr
+    can = {e["topic"]: e["message_type_can"] for e in map(json.loads, done.stdout.splitlines())}
+    assert "view output" in can["M"]
+    assert "view output" not in can["P"]
+    assert "delta publish and subscribe" not in can["G"]
+    assert can["B"] == []
+    (tmp_path / "o.proto").write_text('syntax = "proto3"; message O { int64 id = 1 }')
+    done = _check(path)
+    assert done.returncode != 0
+    assert "o.proto does not compile" in done.stderr

@@ -16,7 +16,19 @@ from processor.errors import DecodeError
 from processor.messages import limits
 from tests.heavy.codec_fuzzing import HOSTILE, check, codecs, fuzz
 
-TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "bflat", "binary")
+TYPES = (
+    "json",
+    "avro",
+    "fix",
+    "nvfix",
+    "xml",
+    "bson",
+    "bflat",
+    "binary",
+    "msgpack",
+    "protobuf",
+    "composite-local",
+)
 CODECS = codecs()
 
 

@@ -206,7 +206,7 @@ def test_parse_yaml_from_text() -> None:
         ),
         (
             "topics:\n  - {name: A, message_type: binary, indexes: [/x]}\n",
-            ["topics[A].indexes", "binary", "json and avro"],
+            ["topics[A].indexes", "binary", "parsed message type"],
         ),
         (
             "topics:\n  - {name: A, message_type: avro, key: /id}\n",
@@ -218,15 +218,19 @@ def test_parse_yaml_from_text() -> None:
         ),
         (
             "topics:\n  - {name: A, schema: a.avsc}\n",
-            ["topics[A].schema", "only for message_type avro", "json"],
+            ["topics[A].schema", "only for message types avro, protobuf", "json"],
         ),
         (
-            "topics:\n  - {name: A, message_type: msgpack}\n",
+            "topics:\n  - {name: A, message_type: yaml}\n",
             [
                 "topics[A].message_type",
-                "'msgpack'",
-                "allowed: json, avro, fix, nvfix, xml, bson, bflat, binary",
+                "'yaml'",
+                "allowed: json, avro, fix, nvfix, xml, bson, bflat, msgpack, protobuf",
             ],
+        ),
+        (
+            "topics:\n  - {name: A, message_type: struct}\n",
+            ["topics[A].message_type", "'struct'", "not implemented"],
         ),
         (
             "topics:\n  - {name: A, durability: durable}\n",
@@ -508,29 +512,25 @@ def sow(*topics: str, extra: str = "") -> str:
             ["Topic[1]/Key", "binary", "KeyGenerator"],
         ),
         (
-            sow("<Name>A</Name><MessageType>msgpack</MessageType>"),
+            sow("<Name>A</Name><MessageType>yaml</MessageType>"),
             [
                 "Topic[1]/MessageType",
-                "'msgpack'",
-                "allowed: json, fix, nvfix, xml, bson, bflat, binary",
+                "'yaml'",
+                "allowed: json, avro, fix, nvfix, xml, bson, bflat, msgpack",
                 "MessageTypes",
             ],
         ),
         (
             sow("<Name>A</Name><MessageType>avro</MessageType>"),
-            ["Topic[1]/MessageType", "avro needs a schema", "<Module>avro</Module>"],
+            ["Topic[1]/MessageType", "avro needs a declaration", "<Module>avro</Module>"],
         ),
         (
             sow(
                 "<Name>A</Name><MessageType>pb</MessageType>",
-                extra="<MessageTypes><MessageType><Name>pb</Name><Module>protobuf</Module>"
+                extra="<MessageTypes><MessageType><Name>pb</Name><Module>struct</Module>"
                 "</MessageType></MessageTypes>",
             ),
-            [
-                "MessageTypes/MessageType/Module",
-                "'protobuf'",
-                "allowed: json, avro, fix, nvfix, xml, bson, bflat, binary",
-            ],
+            ["MessageTypes/MessageType/Module", "'struct'", "not implemented"],
         ),
         (
             sow(

@@ -189,7 +189,7 @@ def test_xml_transaction_log_topics_without_a_sow_are_plain(
             ["AMPSConfig/TransactionLog/Topic[1]/Partitions"],
         ),
         (
-            "<Topic><Name>T</Name><MessageType>msgpack</MessageType></Topic>",
+            "<Topic><Name>T</Name><MessageType>yaml</MessageType></Topic>",
             ["AMPSConfig/TransactionLog/Topic[1]/MessageType"],
         ),
         (

@@ -241,7 +241,7 @@ VIEW = (
         (queue(message_type=""), "queues[Q]", ["a queue needs 'message_type'"]),
         (queue(message_type="text"), "queues[Q].message_type", ["allowed: json"]),
         (queue(message_type="avro"), "queues[Q].schema", ["needs 'schema'"]),
-        (queue(schema="x.avsc"), "queues[Q].schema", ["only for message_type avro"]),
+        (queue(schema="x.avsc"), "queues[Q].schema", ["only for message types avro"]),
         (
             queue(message_type="nvfix"),
             "queues[Q].message_type",
