@@ -70,6 +70,20 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+def merge_fields(codec: Any, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
+    """delta_publish for a codec whose messages are trees of fields: the stored message
+    with every field the delta gives merged in (:func:`processor.messages.fields.merge`),
+    encoded again (``codec``: its decode, decode_delta and encode_json)."""
+    given = codec.decode_delta(delta, text_form)
+    if stored is None:
+        return delta if not text_form else codec.encode_json(given)
+    merged = merge(codec.decode(stored), given)
+    # Each side is within the limits, and a merge nests no deeper than its sides, but
+    # their values add up: the stored result must decode again.
+    limits.check_tree(merged, 0, len(stored) + len(delta))
+    return bytes(codec.encode_json(merged))
+
+
 class FieldsCodec:
     """Base of the codecs whose text form is the payload (see the module doc)."""
 
@@ -94,14 +108,7 @@ class FieldsCodec:
 
     def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
         """Every field of the delta is given (a null too: it sets the field to null)."""
-        given = self.decode_delta(delta, text_form)
-        if stored is None:
-            return delta if not text_form else self.encode_json(given)
-        merged = merge(self.decode(stored), given)
-        # Each side is within the limits, and a merge nests no deeper than its sides, but
-        # their values add up: the stored result must decode again.
-        limits.check_tree(merged, 0, len(stored) + len(delta))
-        return self.encode_json(merged)
+        return merge_fields(self, stored, delta, text_form)
 
     def text_of(self, value: Any) -> bytes:
         return orjson.dumps(value, default=jsonable)

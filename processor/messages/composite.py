@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from processor.errors import DecodeError
-from processor.messages import limits
-from processor.messages.base import jsonable
+from processor.messages.base import jsonable, merge_fields
 from processor.messages.fields import merge
 from processor.topology.message_types import TRAITS
 
@@ -255,9 +254,4 @@ class CompositeCodec:
         return given
 
     def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
-        given = self.decode_delta(delta, text_form)
-        if stored is None:
-            return delta if not text_form else self.encode_json(given)
-        merged = merge(self.decode(stored), given)
-        limits.check_tree(merged, 0, len(stored) + len(delta))
-        return self.encode_json(merged)
+        return merge_fields(self, stored, delta, text_form)

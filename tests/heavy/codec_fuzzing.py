@@ -42,6 +42,23 @@ from processor.messages.protobuf import ProtobufCodec
 from processor.messages.xml import XmlCodec
 from tests.heavy import fuzzing
 
+#: The message types fuzzed, short (tests/unit/test_codec_fuzz.py) and heavy (composite-
+#: global frames its parts as composite-local does: composite-local stands for both).
+TYPES = (
+    "json",
+    "avro",
+    "fix",
+    "nvfix",
+    "xml",
+    "bson",
+    "bflat",
+    "binary",
+    "msgpack",
+    "protobuf",
+    "composite-local",
+)
+
+
 #: The time one case may take, and more per megabyte of payload: fastavro's Python
 #: reader, which reads a recursive schema's payloads over 1,000 bytes (the fuzz's schema
 #: is one), takes about 10 microseconds a value: up to 13 s for a megabyte of empty strings.

@@ -14,21 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.heavy.codec_fuzzing import fuzz
+from tests.heavy.codec_fuzzing import TYPES, fuzz
 
-TYPES = (
-    "json",
-    "avro",
-    "fix",
-    "nvfix",
-    "xml",
-    "bson",
-    "bflat",
-    "binary",
-    "msgpack",
-    "protobuf",
-    "composite-local",
-)
 CASES = 200_000
 CHUNKS = 4
 

@@ -14,21 +14,8 @@ from hypothesis import strategies as st
 
 from processor.errors import DecodeError
 from processor.messages import limits
-from tests.heavy.codec_fuzzing import HOSTILE, check, codecs, fuzz
+from tests.heavy.codec_fuzzing import HOSTILE, TYPES, check, codecs, fuzz
 
-TYPES = (
-    "json",
-    "avro",
-    "fix",
-    "nvfix",
-    "xml",
-    "bson",
-    "bflat",
-    "binary",
-    "msgpack",
-    "protobuf",
-    "composite-local",
-)
 CODECS = codecs()
 
 
