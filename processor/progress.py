@@ -47,6 +47,8 @@ class ProgressHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._guard = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self.stream, "closed", False):
+            return  # at exit (a library's __del__ logging after the stream closed)
         try:
             self.show(self.format(record), getattr(record, ATTRIBUTE, None))
         except Exception:  # logging must never raise into the caller

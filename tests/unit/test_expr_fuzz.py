@@ -13,9 +13,11 @@ from tests.heavy.fuzzing import LIMIT_S, MESSAGES, fuzz_expressions
 
 
 def test_fuzzed_filters_fail_only_with_sow_errors() -> None:
-    report = fuzz_expressions(20_000, seed=7)
+    # 10,000 here (CI's time budget; patterns that now compile for the backtracking engine
+    # made a case dearer); the heavy run, tests/heavy/test_fuzz.py, takes 100,000.
+    report = fuzz_expressions(10_000, seed=7)
     print(report.summary("filters"))
-    assert report.cases == 20_000
+    assert report.cases == 10_000
     assert report.errors > 0  # the mutations do reach the error paths
     assert report.errors < report.cases  # and many still compile and evaluate
     assert not report.failures, report.failures
