@@ -42,6 +42,7 @@ from processor.expr.clauses import parse_order_by
 from processor.expr.operators import in_list
 from processor.keys import checksum_key
 from processor.log import LogPosition
+from processor.messages.base import jsonable
 from processor.query.planner import Plan, needs_scan, plan
 from processor.replica.replica import Replica
 from processor.replica.table import SowTable
@@ -413,7 +414,8 @@ def aggregate_key(topic: SowTopic, group: tuple[Any, ...]) -> str:
 def aggregated_envelope(
     topic: SowTopic, sow_key: str, message: dict[str, Any], now_ms: int
 ) -> changelog.Envelope:
-    """An aggregated row as a record: a JSON message computed now, at no log position."""
+    """An aggregated row as a record: a JSON message computed now, at no log position
+    (values JSON lacks, such as a binary field's bytes, as :func:`jsonable` writes them)."""
     return changelog.Envelope(
         topic=topic.name,
         message_type="json",
@@ -421,7 +423,7 @@ def aggregated_envelope(
         log_partition=0,
         log_offset=-1,
         sow_key=sow_key,
-        data=orjson.dumps(message),
+        data=orjson.dumps(message, default=jsonable),
         publish_time_ms=now_ms,
         apply_time_ms=now_ms,
     )

@@ -30,6 +30,7 @@ its updates share the key.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -37,7 +38,7 @@ from typing import Any, Self
 
 from processor import changelog
 from processor.changelog.events import ChangelogPosition
-from processor.errors import DecodeError, EnvelopeError, NotEntitledError
+from processor.errors import DecodeError, EnvelopeError, NotEntitledError, SowError
 from processor.expr import Aggregation, ContextInput
 from processor.log import LogPosition
 from processor.messages import Codec
@@ -48,6 +49,8 @@ from processor.subscriptions.subscription import Offer, SharedSender, StartVecto
 from processor.topology.model import SowTopic
 from processor.views.contribution import GroupKey, contribution
 from processor.views.grouped import Group, GroupedView
+
+log = logging.getLogger(__name__)
 
 #: What identifies a shared aggregation: topic, projection, grouping, effective filter.
 FeedKey = tuple[str, str, str, str]
@@ -164,9 +167,26 @@ class AggregationFeed(Subscription):
         """Send each group changed since the last flush its new row (the dispatcher's
         call once it has offered the units it took: when it is behind, one row per group
         for all of them)."""
-        with self._ready:
-            self._stamp()
+        try:
+            with self._ready:
+                self._stamp()
+        except Exception as exc:  # a row that cannot be built: end it, never go quiet
+            log.exception("aggregation on %s failed; its subscribers are ended", self.topic.name)
+            self._fail(exc)
+            return
         self._send()
+
+    def _fail(self, exc: Exception) -> None:
+        """End every subscriber with the reason (they subscribe again, from a new state)."""
+        error = SowError(
+            f"the aggregated subscription on {self.topic.name!r} could not build a row "
+            f"({exc.__class__.__name__}: {exc}); subscribe again"
+        )
+        self.close(error)
+        with self._ready:
+            members = list(self.members.values())
+        for member in members:
+            member.close(error)
 
     def _stamp(self) -> None:
         """The changed groups' new rows, stamped with the next generation (lock held)."""
