@@ -31,7 +31,7 @@ from processor.app import Application, LogBackend, processor_over, start
 from processor.config import Settings
 from processor.engine.commit import STEPS, CrashHook
 from processor.engine.processor import Processor
-from processor.errors import ConfigurationError, SimulatedCrashError
+from processor.errors import ConfigurationError, SimulatedCrashError, SowError
 from processor.log import ChangelogReader, ChangelogTail, LogWriter, ProcessorConnections, TopicSpec
 from processor.log.memory.broker import MemoryLog
 from processor.log.memory.clients import (
@@ -44,7 +44,7 @@ from processor.log.memory.clients import (
 )
 from processor.topology.model import Topology
 
-__all__ = ["MemoryBackend", "MemoryLog", "start_memory"]
+__all__ = ["MemoryBackend", "MemoryLog", "start_memory", "wait_ready"]
 
 
 def crash_at(spec: str) -> CrashHook:
@@ -125,3 +125,18 @@ def start_memory(
     )
     chosen: LogBackend = backend if backend is not None else MemoryBackend()
     return start(config, topology=topology, processor=processor, service=service, backend=chosen)
+
+
+def wait_ready(app: Application, timeout_s: float = 60.0) -> Application:
+    """Wait until ``app`` is ready to serve (``app.readiness()`` is None) and return it;
+    raise :class:`~processor.errors.SowError` saying what it still waits for after
+    ``timeout_s``, or at once when one of its components failed."""
+    deadline = time.monotonic() + timeout_s
+    while (reason := app.readiness()) is not None:
+        failed = app.failure()
+        if failed is not None:
+            raise failed
+        if time.monotonic() >= deadline:
+            raise SowError(f"the application is not ready after {timeout_s:g}s: {reason}")
+        time.sleep(0.02)
+    return app
