@@ -98,10 +98,17 @@ def check(url: str) -> None:
         "json",
         f"{TOPIC}-json",
         JSONSerializer(JSON_SCHEMA, client),
-        JSONDeserializer(JSON_SCHEMA, schema_registry_client=client),
+        JSONDeserializer(None, schema_registry_client=client),  # writer's schema by id
         RECORD,
     )
     assert back == RECORD, back
+
+    for subject, kind in (("avro", "AVRO"), ("protobuf", "PROTOBUF"), ("json", "JSON")):
+        latest = client.get_latest_version(f"{TOPIC}-{subject}-value")
+        assert latest.schema_id is not None, subject
+        by_id = client.get_schema(latest.schema_id)
+        assert by_id.schema_type == kind, (subject, by_id.schema_type)
+        assert by_id.schema_str == latest.schema.schema_str, subject
     print("subjects:", client.get_subjects())
 
 
