@@ -92,21 +92,42 @@ def build(*, quiet: bool = False) -> Path:
         shutil.copyfile(path, target)
     log = cache / "build.log"
     started = time.monotonic()
-    with log.open("w") as out:
-        result = subprocess.run(
-            [mvn, "-q", "-B", "package", "-DskipTests"],
-            cwd=cache,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    if result.returncode != 0 or not jar.exists():
+    code = _maven([mvn, "-B", "package", "-DskipTests"], cache, log, quiet=quiet)
+    if code != 0 or not jar.exists():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise RegistryError(f"building the schema registry failed (full log: {log}):\n{tail}")
     stamp.write_text(digest + "\n")
     if not quiet:
         print(f"apicurio: built in {time.monotonic() - started:.0f} s", flush=True)
     return jar
+
+
+def _maven(command: list[str], cwd: Path, log: Path, *, quiet: bool) -> int:
+    """Run Maven with its whole output in ``log``, printing every 5 s how far it got (the
+    first build downloads about 200 MB)."""
+    downloaded = 0
+    shown = started = time.monotonic()
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            out.write(line)
+            downloaded += "] Downloaded from " in line
+            if not quiet and time.monotonic() - shown >= 5.0:
+                shown = time.monotonic()
+                print(
+                    f"apicurio: building, {time.monotonic() - started:.0f} s, "
+                    f"{downloaded} files downloaded",
+                    flush=True,
+                )
+        return process.wait()
 
 
 def free_port() -> int:
