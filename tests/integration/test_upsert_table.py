@@ -76,7 +76,7 @@ def test_a_plain_consumer_of_the_upsert_topic_reads_the_sow(
     upsert = f"{unique}.ORDERS.sow-upsert"
     model = Model()
     with running_sow(backend, topology, tmp_path, unique) as (_, client):
-        run(client, "ORDERS", operations(37, 1000, keys=200), model)
+        run(client, "ORDERS", operations(37, 600, keys=120), model)
         expected = {model.sow_keys[i].encode(): v for i, v in model.state.items()}
 
         def records() -> list[tuple[bytes, bytes | None]]:
@@ -179,7 +179,7 @@ def _sigkill_run(bootstrap: str, tmp_path: Path, unique: str, count: int, kills:
 def test_the_upsert_topic_is_exact_across_a_processor_sigkill(
     bootstrap: str, tmp_path: Path, unique: str
 ) -> None:
-    _sigkill_run(bootstrap, tmp_path, unique, 1500, kills=1)
+    _sigkill_run(bootstrap, tmp_path, unique, 1200, kills=1)
 
 
 @pytest.mark.heavy
