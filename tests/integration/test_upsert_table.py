@@ -203,3 +203,21 @@ topics:
         records = memory_records(MEMORY_LOGS[unique], "t-table", 1)
     assert records == [(b'["x","2"]', b'{"a": "x", "b": 2, "v": 1}'), (b'["x","2"]', None)]
     assert json.loads(records[0][0]) == ["x", "2"]
+
+
+def test_a_pattern_topics_upsert_topic_keeps_its_topics_apart(tmp_path: Path, unique: str) -> None:
+    topology = parse_yaml(
+        """
+topics:
+  - {name: ORDERS, pattern: "^orders\\\\.", key: /id, partitions: 2, upsert: true}
+""",
+        "test.yaml",
+    )
+    with running_sow(MEMORY, topology, tmp_path, unique) as (_, client):
+        us = client.publish("orders.us", b'{"id":1,"v":"us"}', ack="processed")
+        eu = client.publish("orders.eu", b'{"id":1,"v":"eu"}', ack="processed")
+        client.delete("orders.us", [us.sow_key])
+        records = memory_records(MEMORY_LOGS[unique], "ORDERS.sow-upsert", 2)
+    assert us.sow_key != eu.sow_key
+    assert reduced(records) == {eu.sow_key.encode(): b'{"id":1,"v":"eu"}'}
+    assert histories(records)[us.sow_key.encode()] == [b'{"id":1,"v":"us"}', None]
