@@ -334,6 +334,8 @@ class ViewSpec:
     #: topic with the most; "": the name's default Kafka topic).
     partitions: int = 0
     kafka_topic: str = ""
+    #: The view topic's upsert topic (YAML; docs/upsert-tables.md), keyed by SowKey.
+    upsert: UpsertSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

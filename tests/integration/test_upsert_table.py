@@ -25,7 +25,7 @@ import pytest
 from processor.client.sow_client import SowClient
 from processor.topology.yaml_loader import parse_yaml
 from tests.conftest import MEMORY
-from tests.integration.harness import MEMORY_LOGS, difference, running_sow
+from tests.integration.harness import MEMORY_LOGS, difference, running_sow, waited_for
 from tests.integration.serve_helpers import Serve
 from tests.integration.upsert_helpers import (
     Model,
@@ -221,3 +221,40 @@ topics:
     assert us.sow_key != eu.sow_key
     assert reduced(records) == {eu.sow_key.encode(): b'{"id":1,"v":"eu"}'}
     assert histories(records)[us.sow_key.encode()] == [b'{"id":1,"v":"us"}', None]
+
+
+def test_a_views_upsert_topic_is_the_view(tmp_path: Path, unique: str) -> None:
+    topology = parse_yaml(
+        """
+topics:
+  - {name: ORDERS, key: /id, partitions: 2}
+views:
+  - name: BY_REGION
+    message_type: json
+    underlying: ORDERS
+    projection: ["/region AS /region", "SUM(/qty) AS /qty"]
+    grouping: [/region]
+    upsert: true
+""",
+        "test.yaml",
+    )
+    with running_sow(MEMORY, topology, tmp_path, unique) as (_, client):
+        for ident, region, qty in [(1, "eu", 5), (2, "eu", 7), (3, "us", 1), (1, "eu", 6)]:
+            body = json.dumps({"id": ident, "region": region, "qty": qty}).encode()
+            client.publish("ORDERS", body, ack="processed")
+        client.delete("ORDERS", filter="/region = 'us'")
+
+        def view() -> dict[bytes, bytes]:
+            records, _, _ = client.query("BY_REGION")
+            return {r.sow_key.encode(): bytes(r.data) for r in records}
+
+        def table() -> dict[bytes, bytes]:
+            return reduced(memory_records(MEMORY_LOGS[unique], "BY_REGION.sow-upsert", 2))
+
+        eu = [{"region": "eu", "qty": 13}]
+        waited_for(lambda: [json.loads(v) for v in view().values()] == eu, 10, "the view")
+        expected = view()
+        got = _settled(table, expected, within_s=10)
+    assert got == expected, difference(got, expected)
+    history = histories(memory_records(MEMORY_LOGS[unique], "BY_REGION.sow-upsert", 2))
+    assert [None] in [h[-1:] for h in history.values()]  # the us group's tombstone

@@ -83,3 +83,23 @@ def test_the_topic_is_compacted_with_the_sow_topics_partitions_and_the_processor
         "topic": "ORDERS.sow-upsert",
         "key": "sow_key",
     }
+
+
+_VIEW = """
+topics:
+  - {name: ORDERS, key: /id, partitions: 2}
+views:
+  - {name: V, message_type: json, underlying: ORDERS, projection: ["/r AS /r"], grouping: [/r],
+     %s}
+"""
+
+
+def test_a_view_has_an_upsert_topic_keyed_by_sow_key() -> None:
+    view = parse_yaml(_VIEW % "upsert: {topic: v-table}", "t.yaml").topics["V"]
+    assert (view.upsert_topic, view.partitions) == ("v-table", 2)
+    specs = {spec.name: spec for spec in topic_specs(parse_yaml(_VIEW % "upsert: true", "t"), "d")}
+    assert specs["V.sow-upsert"].partitions == 2
+    with pytest.raises(TopologyError, match=r"views\[V\]\.upsert: a view's upsert topic is keyed"):
+        parse_yaml(_VIEW % "upsert: {key: fields}", "t.yaml")
+    with pytest.raises(TopologyError, match=r"views\[V\]\.upsert: .*not a legal Kafka topic"):
+        parse_yaml(_VIEW % "upsert: {topic: 'a b'}", "t.yaml")
