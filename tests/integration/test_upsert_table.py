@@ -140,7 +140,7 @@ def _sigkill_run(bootstrap: str, tmp_path: Path, unique: str, count: int, kills:
 
         def killer() -> None:
             for _ in range(kills):
-                if done.wait(rng.uniform(2.0, 5.0) * count / 2000):
+                if done.wait(rng.uniform(2.0, 5.0) * max(1.0, count / 3000)):
                     return
                 os.kill(serve.processor(), signal.SIGKILL)
                 killed.append(time.monotonic() - began)
