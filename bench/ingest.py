@@ -65,6 +65,8 @@ class Engine:
     keying: str = "natural"
     # Arguments of a set-up run of the script, made once before the rounds (a build).
     setup_args: tuple[str, ...] = ()
+    # Environment variables of the engine's runs (kafka_sow_upsert: its upsert topic).
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def engines() -> dict[str, Engine]:
@@ -84,6 +86,17 @@ def engines() -> dict[str, Engine]:
             python=Path(sys.executable),
             fallback_to_at_least_once=False,
             setup_hint="pip install -e . (the project's own environment)",
+        ),
+        # The SOW topic with its upsert-table view on (docs/upsert-tables.md): the cost of
+        # the upsert topic is this engine's rate against kafka_sow's, in the same run.
+        "kafka_sow_upsert": Engine(
+            name="kafka_sow_upsert",
+            script=ENGINES_DIR / "kafka_sow.py",
+            python=Path(sys.executable),
+            fallback_to_at_least_once=False,
+            setup_hint="pip install -e . (the project's own environment)",
+            keying="sowkey",
+            env=(("BENCH_UPSERT_TOPIC", "1"),),
         ),
         "quixstreams": Engine(
             name="quixstreams",
@@ -230,7 +243,7 @@ def run_attempt(
         f"{engine.name}: running ({guarantee}, timeout {timeout_s:.0f}s, "
         f"log {attempt.log_path}) ..."
     )
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **dict(engine.env)}
     started = time.monotonic()
     try:
         with open(attempt.log_path, "wb") as log:

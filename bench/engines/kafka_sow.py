@@ -6,12 +6,15 @@ directly; input keyed otherwise is re-keyed through the repartition topic first,
 message counts as processed only once it is applied to state. Every record goes through
 the real path: decode (orjson), SowKey generation, Avro changelog envelope, changelog
 produce, Kafka transaction with the consumer offsets, RocksDB write batch. Always
-exactly-once.
+exactly-once. With ``BENCH_UPSERT_TOPIC=1`` in the environment the SOW topic has its
+upsert-table view (docs/upsert-tables.md): one more record per change, in the same
+transaction.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import tempfile
 import threading
@@ -27,6 +30,7 @@ from processor.config import Settings
 from processor.log.kafka.settings import ensure_topics
 from processor.state.rocksdb import RocksDBStore
 from processor.topology.model import SowTopic, Topology
+from processor.topology.upserts import UpsertSpec
 
 ENGINE = "kafka-sow"
 
@@ -48,7 +52,10 @@ def main() -> int:
         args.topic, timeout=10
     )
     partitions = len(metadata.topics[args.topic].partitions)
-    topic = SowTopic("BENCH", keys=("/orderId",), kafka_topic=args.topic, partitions=partitions)
+    upsert = UpsertSpec() if os.environ.get("BENCH_UPSERT_TOPIC") == "1" else None
+    topic = SowTopic(
+        "BENCH", keys=("/orderId",), kafka_topic=args.topic, partitions=partitions, upsert=upsert
+    )
     topology = Topology({"BENCH": topic})
     state_dir = Path(args.state_dir or tempfile.mkdtemp())
     settings = Settings.from_env(state_dir=state_dir, group_id=args.group, instance_id="bench")
@@ -94,6 +101,7 @@ def main() -> int:
                 "confluent-kafka + rocksdict + orjson; Avro envelope changelog; one Kafka "
                 f"transaction per batch of up to {settings.max_batch} records; "
                 f"{repartitioned} records re-keyed through the repartition topic"
+                + (f"; upsert topic {topic.upsert_topic}" if upsert else "")
             ),
             keys_in_state=keys_in_state,
             transactions=engine.transactions,

@@ -76,6 +76,8 @@ def describe(topic: Topic) -> dict[str, Any]:
     else:
         out["key"] = "publisher-provided SowKey"
     out["changelog_topic"] = topic.changelog_topic
+    if topic.upsert is not None:  # docs/upsert-tables.md
+        out["upsert_topic"] = {"topic": topic.upsert_topic, "key": topic.upsert.key.value}
     out["durability"] = topic.durability.value
     out["expiration"] = (
         "disabled"

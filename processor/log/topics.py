@@ -30,4 +30,7 @@ def topic_specs(topology: Topology, dead_letter_topic: str) -> list[TopicSpec]:
             lag_ms = int(topic.history.window_s * 1000)
             changelog_config["min.compaction.lag.ms"] = str(lag_ms)
         specs.append(TopicSpec(topic.changelog_topic, topic.partitions, changelog_config))
+        if topic.upsert_topic is not None:  # docs/upsert-tables.md: a table, keyed by record
+            compact = {"cleanup.policy": "compact"}
+            specs.append(TopicSpec(topic.upsert_topic, topic.partitions, compact))
     return specs

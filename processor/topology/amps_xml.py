@@ -12,7 +12,8 @@ declared message types and modules).
   ``Topic`` is the pre-5.0 synonym of ``Name`` and ``Duration`` of ``Durability``.
 * Element names are case sensitive (as in AMPS); enumerated values (message types,
   persistent/transient, epoch/now, enabled/disabled) are not.
-* Kafka extensions inside a Topic: ``KafkaTopic`` and ``Partitions``.
+* Kafka extensions inside a Topic: ``KafkaTopic`` and ``Partitions``; ``UpsertTopic`` and
+  ``UpsertKey`` (its upsert-table view, docs/upsert-tables.md).
 * Topic options that do not apply to kafka-sow (:data:`NOT_APPLICABLE`: ``FileName`` and
   the growth and sizing options) are validated, logged once with the reason, and kept in
   :attr:`SowTopic.unused_options`.
@@ -74,6 +75,7 @@ from processor.topology.quantities import (
     parse_size,
     unknown_name,
 )
+from processor.topology.upserts import UpsertKey, UpsertSpec, parse_upsert_key, parse_upsert_topic
 
 _log = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ ENTRY_ELEMENTS = VIEW_ELEMENTS + CONFLATED_ELEMENTS + QUEUE_ELEMENTS
 IMPLEMENTED = (
     "Name", "Topic", "MessageType", "Key", "KeyDomain", "KeyGenerator", "Durability",
     "Duration", "RecoveryPoint", "Expiration", "HashIndex", "Index", "KafkaTopic", "Partitions",
-    "History", "Preprocessing", "Enrichment", "Pattern",
+    "History", "Preprocessing", "Enrichment", "Pattern", "UpsertTopic", "UpsertKey",
 )
 # fmt: on
 _ROCKSDB = "kafka-sow stores records in RocksDB, which allocates and grows its files by itself"
@@ -138,6 +140,7 @@ _XML_NAME = {
     "expiration_s": "Expiration",
     "preprocessing": "Preprocessing",
     "pattern": "Pattern",
+    "upsert": "UpsertTopic",
     "enrichment": "Enrichment",
 }
 
@@ -199,6 +202,14 @@ class _Reader(AmpsReader):
             )
         if "History" in groups:
             fields["history"] = self.history(*groups["History"][0])
+        if "UpsertTopic" in groups:
+            key = UpsertKey.SOW_KEY
+            if "UpsertKey" in groups:
+                key = self.value(*groups["UpsertKey"][0], parse_upsert_key)
+            topic_name = self.value(*groups["UpsertTopic"][0], parse_upsert_topic)
+            fields["upsert"] = UpsertSpec(topic_name, key)
+        elif "UpsertKey" in groups:
+            self.fail("<UpsertKey> needs <UpsertTopic> beside it", groups["UpsertKey"][0][1])
         for tag in ("Preprocessing", "Enrichment"):
             if tag in groups:
                 fields[tag.lower()] = self.fields(*groups[tag][0])

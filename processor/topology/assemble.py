@@ -34,6 +34,7 @@ from processor.topology.model import (
     default_kafka_topic,
 )
 from processor.topology.queue_topics import queue_topic
+from processor.topology.upserts import UpsertKey
 from processor.topology.view_topics import conflated_topic, view_topic
 
 #: Longest ``kafka_topic``: Kafka allows 249 characters, and ``.sow-repartition`` is added.
@@ -337,9 +338,38 @@ def _check_sow(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str
                 f"a {pattern} topic keys each topic's records with that topic's name; "
                 f"{name_of('key_domain')} cannot be set"
             )
+    broken = _check_upsert(topic, name_of)
+    if broken is not None:
+        return broken
     if topic.history is not None and topic.expiration_s is not None:
         return "expiration_s", (
             f"{name_of('expiration_s')} must be disabled when {name_of('history')} is set "
             "(as in AMPS): history keeps every version of a record for its Window"
+        )
+    return None
+
+
+def _check_upsert(topic: SowTopic, name_of: Callable[[str], str]) -> tuple[str, str] | None:
+    """The first rule of the topic's upsert topic (docs/upsert-tables.md) it breaks."""
+    name = topic.upsert_topic
+    if topic.upsert is None or name is None:
+        return None
+    upsert = name_of("upsert")
+    if topic.upsert.key is UpsertKey.FIELDS and not topic.keys:
+        return "upsert", (
+            f"{upsert} key 'fields' keys the upsert topic by the {name_of('keys')} fields, "
+            f"and this topic has none; use key sow_key or add {name_of('keys')} fields"
+        )
+    if topic.upsert.key is UpsertKey.FIELDS and topic.pattern is not None:
+        return "upsert", (
+            f"a {name_of('pattern')} topic's records of different topics may have the same "
+            f"{name_of('keys')} values; key its {upsert} topic by sow_key"
+        )
+    own = (topic.kafka_topic, topic.changelog_topic, topic.repartition_topic)
+    if not KAFKA_TOPIC_NAME.match(name) or name in (".", "..") or name in own:
+        return "upsert", (
+            f"upsert topic {name!r} is not a legal Kafka topic name of its own; allowed: "
+            "letters, digits, '.', '_' and '-', and not the topic's input, changelog or "
+            f"repartition topic; set the {upsert} topic to another name"
         )
     return None

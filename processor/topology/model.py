@@ -20,6 +20,7 @@ from typing import Any, Literal
 from processor.errors import ValueFormatError
 from processor.topology.actions import ActionSpec
 from processor.topology.security_spec import SecuritySpec
+from processor.topology.upserts import UpsertSpec
 
 #: Kafka topic names: legal characters and length (Kafka's own rule).
 KAFKA_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -218,6 +219,16 @@ class SowTopic(Topic):
     #: What its changelog and repartition topics are named after (default
     #: ``kafka_topic``; a queue's own name, since queues may read the same topic).
     state_topic: str = ""
+    #: Its upsert-table view (None: none): a compacted topic keyed by record, holding the
+    #: stored message, with a tombstone for each removal (:mod:`processor.upserts`).
+    upsert: UpsertSpec | None = None
+
+    @property
+    def upsert_topic(self) -> str | None:
+        """The Kafka topic of its upsert-table view, or None."""
+        if self.upsert is None:
+            return None
+        return self.upsert.topic or f"{self.state_topic or self.kafka_topic}.sow-upsert"
 
     @property
     def derived(self) -> bool:
@@ -323,6 +334,8 @@ class ViewSpec:
     #: topic with the most; "": the name's default Kafka topic).
     partitions: int = 0
     kafka_topic: str = ""
+    #: The view topic's upsert topic (YAML; docs/upsert-tables.md), keyed by SowKey.
+    upsert: UpsertSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ def view_topic(view: ViewSpec, topics: Mapping[str, Topic]) -> SowTopic:
         key_domain=view.key_domain,
         hash_indexes=(*view.hash_indexes, *automatic),
         view=view,
+        upsert=view.upsert,
     )
 
 

@@ -62,6 +62,7 @@ from processor.topology.model import (
     ViewConflation,
     ViewSpec,
 )
+from processor.topology.upserts import UpsertKey, UpsertSpec
 from processor.topology.view_rules import ViewItems, view
 from processor.topology.yaml_fields import describe, named, parse_field, parse_text, schema_path
 from processor.topology.yaml_queues import QUEUE_ELEMENTS, read_queue
@@ -70,7 +71,7 @@ from processor.topology.yaml_queues import QUEUE_ELEMENTS, read_queue
 VIEW_FIELDS = (
     "name", "message_type", "schema", "underlying", "joins", "projection", "grouping", "filter",
     "key_domain", "conflation", "hash_indexes", "join_null_equivalency", "partitions",
-    "kafka_topic",
+    "kafka_topic", "upsert",
 )
 CONFLATED_FIELDS = (
     "name", "underlying", "message_type", "interval", "filter", "hash_indexes", "topic_format",
@@ -394,7 +395,29 @@ def _options(d: _Dialect, raw: dict[Any, Any], name: str, where: str) -> dict[st
     problem = check_topic(Topic(name=name, kafka_topic=options.get("kafka_topic", "")), str)
     if problem is not None:
         d.fail(problem[1], f"{where}.kafka_topic" if "kafka_topic" in raw else f"{where}.name")
+    upsert = _parsed(d, raw, "upsert", where)
+    if upsert is not None and upsert[0] is not None:
+        _view_upsert(d, name, options, upsert)
     return options
+
+
+def _view_upsert(
+    d: _Dialect, name: str, options: dict[str, Any], upsert: tuple[UpsertSpec, str]
+) -> None:
+    """A view's upsert topic (docs/upsert-tables.md): keyed by SowKey (a view has no Key
+    fields), with a legal Kafka name of its own."""
+    spec, where = upsert
+    if spec.key is not UpsertKey.SOW_KEY:
+        d.fail(
+            "a view's upsert topic is keyed by sow_key: a view has no Key fields (its "
+            "records' SowKeys come from its Grouping); remove 'key' or set it to sow_key",
+            where,
+        )
+    probe = SowTopic(name=name, kafka_topic=options.get("kafka_topic", ""), upsert=spec)
+    problem = check_topic(probe, lambda attribute: attribute)
+    if problem is not None:
+        d.fail(problem[1], where)
+    options["upsert"] = spec
 
 
 def _conflated(d: _Dialect, catalog: Catalog, entry: tuple[object, str, int]) -> ConflatedTopicSpec:

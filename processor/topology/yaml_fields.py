@@ -20,6 +20,7 @@ from processor.errors import TopologyError, ValueFormatError
 from processor.topology import model, quantities
 from processor.topology.message_types import TRAITS, parse_message_type, proto_schema
 from processor.topology.message_types import traits as message_traits
+from processor.topology.upserts import UPSERT_FIELDS, UpsertSpec, parse_upsert_key
 
 KEY_GENERATOR_FIELDS = ("factory", "options")
 
@@ -155,6 +156,23 @@ def _key_generator(value: object) -> model.KeyGeneratorSpec:
     return model.KeyGeneratorSpec(factory, MappingProxyType(dict(options)))
 
 
+def _upsert(value: object) -> UpsertSpec | None:
+    """``true`` (the defaults), ``false`` (none), or a mapping of :data:`UPSERT_FIELDS`."""
+    if isinstance(value, bool):
+        return UpsertSpec() if value else None
+    if not isinstance(value, dict):
+        raise ValueFormatError(
+            "upsert is true, false or a mapping with 'topic' (a Kafka topic name) and 'key' "
+            f"(sow_key or fields), got {describe(value)}"
+        )
+    for key in value:
+        if key not in UPSERT_FIELDS:
+            raise ValueFormatError(quantities.unknown_name("field", str(key), UPSERT_FIELDS))
+    topic = parse_name(value["topic"]) if "topic" in value else ""
+    key = value.get("key", "sow_key")
+    return UpsertSpec(topic, parse_upsert_key(parse_text(key, "sow_key or fields")))
+
+
 #: Field parsers; each raises ValueError with a message that says what is allowed.
 PARSERS: dict[str, Callable[[object], Any]] = {
     "name": parse_name,
@@ -172,6 +190,7 @@ PARSERS: dict[str, Callable[[object], Any]] = {
     "history": _history,
     "preprocessing": _fields,
     "enrichment": _fields,
+    "upsert": _upsert,
     "pattern": lambda value: quantities.check_topic_pattern(
         parse_text(value, "a regular expression")
     ),

@@ -71,6 +71,7 @@ TOPIC_FIELDS = (
     "preprocessing",
     "enrichment",
     "pattern",
+    "upsert",
     "sow",
 )
 #: The fields of a plain topic (``sow: false``).

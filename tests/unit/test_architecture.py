@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"log", "state"},
     {"publish"},
     {"engine"},
-    {"views", "queues", "actions"},
+    {"views", "queues", "actions", "upserts"},
     {"replica", "wiring"},
     {"query", "spark", "faust"},
     {"subscriptions"},

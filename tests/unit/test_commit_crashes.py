@@ -19,15 +19,25 @@ from processor.keys import FieldKeyGenerator, partition_for
 from processor.log.memory.broker import MemoryLog
 from processor.testing import MemoryBackend, start_memory
 from processor.topology.model import SowTopic, Topology
+from processor.topology.upserts import UpsertSpec
 from tests.integration.harness import store_contents
 from tests.integration.test_crash_recovery import changelog_sow
 
-ORDERS = SowTopic("ORDERS", keys=("/orderId",), partitions=2)
+#: With its upsert topic (docs/upsert-tables.md), written in the same transactions.
+ORDERS = SowTopic("ORDERS", keys=("/orderId",), partitions=2, upsert=UpsertSpec())
 TOPOLOGY = Topology({"ORDERS": ORDERS})
 
 
-def _publish(log: MemoryLog, updates: int, keys: int, seed: int = 7) -> dict[bytes, bytes]:
-    """Publish updates keyed by SowKey (2% deletes); return the SOW they leave."""
+def _publish(
+    log: MemoryLog,
+    updates: int,
+    keys: int,
+    seed: int = 7,
+    history: dict[bytes, list[bytes | None]] | None = None,
+) -> dict[bytes, bytes]:
+    """Publish updates keyed by SowKey (2% deletes); return the SOW they leave, and note
+    each record's changes in ``history``."""
+    changes: dict[bytes, list[bytes | None]] = {} if history is None else history
     rng = random.Random(seed)
     generator = FieldKeyGenerator(ORDERS.domain, ORDERS.keys)
     model: dict[bytes, bytes] = {}
@@ -37,11 +47,13 @@ def _publish(log: MemoryLog, updates: int, keys: int, seed: int = 7) -> dict[byt
         partition = partition_for(sow_key, ORDERS.partitions)
         if rng.random() < 0.02:
             log.append(ORDERS.kafka_topic, partition, sow_key, None)
-            model.pop(sow_key, None)
+            if model.pop(sow_key, None) is not None:
+                changes.setdefault(sow_key, []).append(None)
         else:
             value = orjson.dumps({"orderId": order, "seq": i})
             log.append(ORDERS.kafka_topic, partition, sow_key, value)
             model[sow_key] = value
+            changes.setdefault(sow_key, []).append(value)
     return model
 
 
@@ -82,7 +94,8 @@ def test_a_crash_between_commit_steps_loses_and_repeats_nothing(
         group_id="g",
         max_batch=500,
     )
-    model = _publish(log, 3_000, 400)
+    history: dict[bytes, list[bytes | None]] = {}
+    model = _publish(log, 3_000, 400, history=history)
     deadline = time.monotonic() + 20
     while crashing.failure() is None:
         assert time.monotonic() < deadline, "the processor never reached the crash step"
@@ -99,6 +112,19 @@ def test_a_crash_between_commit_steps_loses_and_repeats_nothing(
         survivor.stop()
     assert store_contents(state_dir, ORDERS) == model
     assert _changelog_exactly_once(log) == model
+    assert _upsert_records(log) == history  # each change once, in order: none lost or repeated
+
+
+def _upsert_records(log: MemoryLog) -> dict[bytes, list[bytes | None]]:
+    """Each key's committed records in the upsert topic, in order."""
+    topic = ORDERS.upsert_topic
+    assert topic is not None
+    records: dict[bytes, list[bytes | None]] = {}
+    for p in range(ORDERS.partitions):
+        end = log.stable_end(topic, p)
+        for record in log.read(topic, p, 0, end, end + 1):
+            records.setdefault(record.key(), []).append(record.value())
+    return records
 
 
 def test_a_store_rebuilt_from_the_changelog_holds_the_sow(tmp_path: Path) -> None:

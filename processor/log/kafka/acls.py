@@ -134,6 +134,8 @@ def _processor(acls: _Acls, topology: Topology, context: AclContext) -> None:
         acls.add(TOPIC, topic.changelog_topic, WRITE, "the SOW's changes, in transactions")
         if topic.queue is not None:
             acls.add(TOPIC, topic.deliveries_topic, WRITE, "the queue's leases")
+        if topic.upsert_topic is not None:
+            acls.add(TOPIC, topic.upsert_topic, WRITE, "the upsert table, in transactions")
     acls.add(TOPIC, context.dead_letter_topic, WRITE, "records that cannot be applied")
     targets = {**topology.plain_topics, **topology.topics}
     for action in topology.actions:  # docs/actions.md
