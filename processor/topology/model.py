@@ -119,6 +119,17 @@ class UnusedOption:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaRegistry:
+    """Where a topic in the Schema Registry wire format finds its schemas: the registry's
+    ``url`` (several, comma-separated, are tried in turn) and the ``subject`` whose latest
+    version encodes the messages kafka-sow builds from fields; "": the Kafka topic's
+    ``<topic>-value``, Confluent's TopicNameStrategy (docs/schema-registry.md)."""
+
+    url: str
+    subject: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class MessagePart:
     """One part of a composite message type: a message type and what it is configured
     with (the fields of the same names of :class:`Topic`)."""
@@ -149,6 +160,8 @@ class Topic:
     proto_type: str | None = None
     #: A composite type's parts, in the order they are in each message.
     parts: tuple[MessagePart, ...] = ()
+    #: The Schema Registry of a type in its wire format (``traits(...).registry``).
+    schema_registry: SchemaRegistry | None = None
 
     def __post_init__(self) -> None:
         if not self.kafka_topic:
@@ -164,6 +177,7 @@ def message_format(topic: Topic | MessagePart) -> dict[str, Any]:
         "field_separator": topic.field_separator,
         "proto_type": topic.proto_type,
         "parts": topic.parts if isinstance(topic, Topic) else (),
+        "schema_registry": topic.schema_registry if isinstance(topic, Topic) else None,
     }
 
 

@@ -1,0 +1,241 @@
+"""The Schema Registry wire format: ``avro-sr``, ``protobuf-sr`` and ``json-sr``
+(docs/schema-registry.md).
+
+A payload is the magic byte 0, the writer schema's id (4 bytes, big-endian), for
+protobuf the message indexes (zigzag varints: their count, then the path of the message
+type in the .proto file; a lone 0 is the first message), then the body: Avro binary, a
+protobuf message, JSON text. The schema of an id comes from the topic's registry
+(:mod:`processor.messages.registry`, cached); the body is read by the native type's
+codec built from it (:class:`~processor.messages.avro.AvroCodec`,
+:class:`~processor.messages.protobuf.ProtobufCodec`, json checked against its JSON
+Schema), so the fields, the limits and the errors are the native type's.
+
+A message kafka-sow builds from fields (JSON text published, enrichment, preprocessing)
+is written with the latest version of the topic's subject (protobuf: its first message
+type); a delta_publish merged into a stored record keeps the stored record's schema id
+(its writer schema), whatever the delta's was. A partial message (a select list, a
+delta subscription) is not a record of a schema: it travels as JSON text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from processor.errors import DecodeError
+from processor.messages.base import jsonable
+from processor.messages.json import JsonCodec, json_object
+from processor.messages.registry import Registry
+from processor.topology.message_types import TRAITS
+
+MAGIC = 0
+#: What the registry calls each type's schemas.
+_SCHEMA_TYPE = {"avro-sr": "AVRO", "protobuf-sr": "PROTOBUF", "json-sr": "JSON"}
+#: The deepest message index path read (a message type nested this deep is not real).
+_MAX_INDEXES = 64
+
+
+class RegistryCodec:
+    """One topic's messages in the wire format above; thread-safe."""
+
+    def __init__(self, name: str, registry: Registry, subject: str) -> None:
+        self.name = name
+        self.traits = TRAITS[name]
+        self.registry = registry
+        self.subject = subject
+        self._schema_type = _SCHEMA_TYPE[name]
+
+    # -- reading ---------------------------------------------------------------------
+
+    def split(self, data: bytes) -> tuple[bytes, Any, bytes]:
+        """The frame (magic byte, id, indexes), the codec of its schema, and the body."""
+        if len(data) < 5 or data[0] != MAGIC:
+            first = f"byte {data[0]}" if data else "nothing"
+            raise DecodeError(
+                f"the payload is not in the Schema Registry wire format: it starts with "
+                f"{first}, not the magic byte 0 followed by a 4-byte schema id (topic type "
+                f"{self.name}; the producer must use a Schema Registry serializer)"
+            )
+        schema_id = int.from_bytes(data[1:5], "big")
+        end = 5
+        path: tuple[int, ...] = ()
+        if self._schema_type == "PROTOBUF":
+            path, end = _indexes(data, 5)
+        inner = self.registry.built((self.name, schema_id, path), lambda: self._inner(schema_id, path))
+        return data[:end], inner, data[end:]
+
+    def decode(self, data: bytes) -> Any:
+        _, inner, body = self.split(data)
+        return inner.decode(body)
+
+    def key_decoder(self, paths: tuple[str, ...]) -> Callable[[bytes], Any]:
+        return self.decode
+
+    def to_text(self, data: bytes) -> bytes:
+        return orjson.dumps(self.decode(data), default=jsonable)
+
+    def text_of(self, value: Any) -> bytes:
+        return orjson.dumps(value, default=jsonable)
+
+    def decode_delta(self, data: bytes, text_form: bool) -> Any:
+        if text_form:
+            return json_object(data, "the delta text", f"an {self.name} delta")
+        _, inner, body = self.split(data)
+        return inner.decode_delta(body, False)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def encode_json(self, value: Any) -> bytes:
+        frame, inner = self._latest()
+        return frame + bytes(inner.encode_json(value))
+
+    def from_text(self, text: bytes) -> bytes:
+        return self.encode_json(json_object(text, "the message text", f"an {self.name} message"))
+
+    def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
+        """The stored record's schema id stays (see the module doc)."""
+        if stored is None:
+            if text_form:
+                return self.encode_json(self.decode_delta(delta, True))
+            self.decode(delta)
+            return delta
+        frame, inner, body = self.split(stored)
+        if text_form:
+            return frame + bytes(inner.merge(body, delta, True))
+        delta_frame, delta_inner, delta_body = self.split(delta)
+        if delta_frame == frame:
+            return frame + bytes(inner.merge(body, delta_body, False))
+        fields = delta_inner.decode_delta(delta_body, False)
+        return frame + bytes(inner.merge(body, orjson.dumps(fields, default=jsonable), True))
+
+    def _latest(self) -> tuple[bytes, Any]:
+        """The frame and codec of the subject's latest version (cached by the client)."""
+        registered = self.registry.call(
+            f"latest version of subject {self.subject!r}",
+            lambda: self.registry.client.get_latest_version(self.subject),
+        )
+        schema_id = registered.schema_id
+        path = (0,) if self._schema_type == "PROTOBUF" else ()
+        inner = self.registry.built((self.name, schema_id, path), lambda: self._inner(schema_id, path))
+        frame = bytes([MAGIC]) + schema_id.to_bytes(4, "big")
+        return (frame + b"\x00" if path else frame), inner
+
+    # -- the schema of an id ---------------------------------------------------------
+
+    def _inner(self, schema_id: int, path: tuple[int, ...]) -> Any:
+        fmt = "serialized" if self._schema_type == "PROTOBUF" else None
+        schema = self.registry.call(
+            f"schema id {schema_id}",
+            lambda: self.registry.client.get_schema(schema_id, fmt=fmt),
+        )
+        kind = schema.schema_type or "AVRO"
+        if kind != self._schema_type:
+            raise DecodeError(
+                f"schema id {schema_id} is a {kind} schema, but the topic's type {self.name} "
+                f"reads {self._schema_type} ones: the producer wrote another format"
+            )
+        source = f"schema id {schema_id} of {self.registry.url}"
+        if self._schema_type == "PROTOBUF":
+            from processor.messages.registry_protobuf import protobuf_codec
+
+            return protobuf_codec(self.registry, schema, path, source)
+        if schema.references:
+            raise DecodeError(
+                f"{source} refers to other schemas ({len(schema.references)}); kafka-sow "
+                f"reads {kind} schemas without references (protobuf's imports are read)"
+            )
+        text = schema.schema_str or ""
+        if self._schema_type == "AVRO":
+            return _avro(text, source)
+        return _json_schema(text, source)
+
+
+def _indexes(data: bytes, at: int) -> tuple[tuple[int, ...], int]:
+    """The message index path after the schema id and where the body starts."""
+    count, at = _zigzag(data, at)
+    if count == 0:
+        return (0,), at
+    if not 0 < count <= _MAX_INDEXES:
+        raise DecodeError(
+            f"the payload's protobuf message index count is {count}, not within 1.."
+            f"{_MAX_INDEXES}: not a Schema Registry protobuf frame"
+        )
+    path = []
+    for _ in range(count):
+        index, at = _zigzag(data, at)
+        if index < 0:
+            raise DecodeError(f"the payload's protobuf message index {index} is negative")
+        path.append(index)
+    return tuple(path), at
+
+
+def _zigzag(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise DecodeError("the payload ends inside its protobuf message indexes")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (value >> 1) ^ -(value & 1), at
+
+
+def _avro(text: str, source: str) -> Any:
+    from processor.errors import ConfigurationError
+    from processor.messages.avro import AvroCodec
+
+    try:
+        return AvroCodec(orjson.loads(text), source=source)
+    except (orjson.JSONDecodeError, ConfigurationError) as exc:
+        raise DecodeError(f"{source} is not an Avro schema kafka-sow can read: {exc}") from exc
+
+
+class JsonSchemaCodec(JsonCodec):
+    """json checked against one JSON Schema (jsonschema, the Draft the schema names)."""
+
+    def __init__(self, validator: Any, source: str) -> None:
+        self._validator = validator
+        self.source = source
+
+    def decode(self, data: bytes) -> Any:
+        value = super().decode(data)
+        self._check(value)
+        return value
+
+    def decode_delta(self, data: bytes, text_form: bool) -> Any:
+        """A delta is partial: the merged message is checked (:meth:`encode_json`)."""
+        return super().decode(data)
+
+    def encode_json(self, value: Any) -> bytes:
+        self._check(value)
+        return super().encode_json(value)
+
+    def _check(self, value: Any) -> None:
+        error = _first_error(self._validator, value)
+        if error is not None:
+            raise DecodeError(f"the message does not match JSON Schema {self.source}: {error}")
+
+
+def _first_error(validator: Any, value: Any) -> str | None:
+    error = next(iter(validator.iter_errors(value)), None)
+    if error is None:
+        return None
+    where = "/" + "/".join(str(p) for p in error.absolute_path)
+    return f"at {where}: {error.message}"
+
+
+def _json_schema(text: str, source: str) -> JsonSchemaCodec:
+    import jsonschema
+
+    try:
+        schema = orjson.loads(text)
+        kind = jsonschema.validators.validator_for(schema)
+        kind.check_schema(schema)
+    except (orjson.JSONDecodeError, jsonschema.SchemaError) as exc:
+        raise DecodeError(f"{source} is not a JSON Schema: {exc}") from exc
+    return JsonSchemaCodec(kind(schema), source)
+
