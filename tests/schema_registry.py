@@ -173,7 +173,12 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         parts = path.strip("/").split("/")
-        if method == "POST" and len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
+        if (
+            method == "POST"
+            and len(parts) == 3
+            and parts[0] == "subjects"
+            and parts[2] == "versions"
+        ):
             schema_id, version = state.register(parts[1], body)
             self._send(200, {"id": schema_id, "subject": parts[1], "version": version})
         elif method == "POST" and len(parts) == 2 and parts[0] == "subjects":
@@ -184,7 +189,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, ["AVRO", "PROTOBUF", "JSON"])
         elif method == "GET" and parts == ["subjects"]:
             self._send(200, sorted(state.subjects))
-        elif method == "GET" and len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
+        elif (
+            method == "GET"
+            and len(parts) == 3
+            and parts[0] == "subjects"
+            and parts[2] == "versions"
+        ):
             versions = state.subjects.get(parts[1])
             if not versions:
                 self._error(404, 40401, f"Subject '{parts[1]}' not found.")

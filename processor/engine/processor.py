@@ -49,13 +49,7 @@ from processor.engine.refusals import GroupRefusals
 from processor.engine.standby import Standby
 from processor.engine.transaction import ChangeListener, Listeners, retrying
 from processor.engine.watchdog import DEFAULT_STALL_AFTER_S, LoopState, Watchdog
-from processor.errors import (
-    BrokerError,
-    FencedError,
-    SchemaRegistryUnavailableError,
-    StaleGroupError,
-    StalledError,
-)
+from processor.errors import BrokerError, FencedError, StaleGroupError, StalledError
 from processor.log import (
     ChangelogTail,
     EndOffsets,
@@ -311,10 +305,7 @@ class Processor:
                 raise  # another owner, or a refusal no restart changes: stop the process
             except StalledError:
                 continue  # the watchdog said why; a new consumer starts at once
-            except (BrokerError, SchemaRegistryUnavailableError) as exc:
-                # A Schema Registry that does not answer for a schema no cache holds:
-                # the batch is read again after the backoff, until the registry answers
-                # or the record's wait is over (then it is dead-lettered).
+            except (BrokerError, errors.SchemaRegistryUnavailableError) as exc:
                 if self.transactions > committed:
                     backoff = 0.5
                 log.error(

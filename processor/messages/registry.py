@@ -114,7 +114,9 @@ class Registry:
                 if self.unreachable_since is not None:
                     gone = self._clock() - self.unreachable_since
                     self.unreachable_since = None
-                    log.warning("the Schema Registry at %s answers again (after %.0fs)", self.url, gone)
+                    log.warning(
+                        "the Schema Registry at %s answers again (after %.0fs)", self.url, gone
+                    )
 
     def _unreachable(self, what: str, exc: Exception) -> NoReturn:
         now = self._clock()
@@ -163,7 +165,5 @@ def registry_for(url: str) -> Registry:
             try:
                 found = _REGISTRIES[key] = Registry(*key)
             except (ValueError, TypeError) as exc:  # the client refuses its configuration
-                raise ConfigurationError(
-                    f"cannot use the Schema Registry at {url}: {exc}"
-                ) from exc
+                raise ConfigurationError(f"cannot use the Schema Registry at {url}: {exc}") from exc
         return found

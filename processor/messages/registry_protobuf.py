@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from typing import Any
 
 from google.protobuf import (
@@ -100,7 +101,9 @@ def _add_references(
         added.add(reference.name)
         registered = registry.call(
             f"schema {reference.subject!r} version {reference.version} (imported by {source})",
-            lambda r=reference: registry.client.get_version(r.subject, r.version, fmt="serialized"),
+            functools.partial(
+                registry.client.get_version, reference.subject, reference.version, fmt="serialized"
+            ),
         )
         imported = registered.schema
         _add_references(registry, pool, imported.references or [], added, source)
@@ -110,7 +113,9 @@ def _add_references(
         try:
             pool.Add(proto)
         except (TypeError, ValueError) as exc:
-            raise DecodeError(f"{source}: its import {reference.name} does not build: {exc}") from exc
+            raise DecodeError(
+                f"{source}: its import {reference.name} does not build: {exc}"
+            ) from exc
 
 
 def _message_name(

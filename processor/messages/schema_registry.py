@@ -63,7 +63,9 @@ class RegistryCodec:
         path: tuple[int, ...] = ()
         if self._schema_type == "PROTOBUF":
             path, end = _indexes(data, 5)
-        inner = self.registry.built((self.name, schema_id, path), lambda: self._inner(schema_id, path))
+        inner = self.registry.built(
+            (self.name, schema_id, path), lambda: self._inner(schema_id, path)
+        )
         return data[:end], inner, data[end:]
 
     def decode(self, data: bytes) -> Any:
@@ -117,8 +119,12 @@ class RegistryCodec:
             lambda: self.registry.client.get_latest_version(self.subject),
         )
         schema_id = registered.schema_id
+        if schema_id is None:
+            raise DecodeError(f"the Schema Registry gave no id for subject {self.subject!r}")
         path = (0,) if self._schema_type == "PROTOBUF" else ()
-        inner = self.registry.built((self.name, schema_id, path), lambda: self._inner(schema_id, path))
+        inner = self.registry.built(
+            (self.name, schema_id, path), lambda: self._inner(schema_id, path)
+        )
         frame = bytes([MAGIC]) + schema_id.to_bytes(4, "big")
         return (frame + b"\x00" if path else frame), inner
 
@@ -238,4 +244,3 @@ def _json_schema(text: str, source: str) -> JsonSchemaCodec:
     except (orjson.JSONDecodeError, jsonschema.SchemaError) as exc:
         raise DecodeError(f"{source} is not a JSON Schema: {exc}") from exc
     return JsonSchemaCodec(kind(schema), source)
-

@@ -344,8 +344,7 @@ def _registry(
     entry = {"url": raw} if isinstance(raw, str) else raw
     if not isinstance(entry, dict) or "url" not in entry:
         raise TopologyError(
-            f"expected the registry's URL or a mapping with url (and subject), got "
-            f"{describe(raw)}",
+            f"expected the registry's URL or a mapping with url (and subject), got {describe(raw)}",
             source=source,
             where=at,
         )
@@ -363,9 +362,11 @@ def _registry(
                 source=source,
                 where=f"{at}.url",
             )
-    subject = _text(entry.get("subject", ""), "a subject", source, at, "subject") if (
-        "subject" in entry
-    ) else ""
+    subject = (
+        _text(entry.get("subject", ""), "a subject", source, at, "subject")
+        if ("subject" in entry)
+        else ""
+    )
     return model.SchemaRegistry(url, subject)
 
 

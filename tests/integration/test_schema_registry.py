@@ -133,7 +133,9 @@ def _proto_class(tmp_path: Path) -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
 
 
-def _send(backend: str, client: SowClient, topology: Topology, items: list[tuple[str, bytes]]) -> None:
+def _send(
+    backend: str, client: SowClient, topology: Topology, items: list[tuple[str, bytes]]
+) -> None:
     """Each (topic, payload): produced straight to Kafka (a foreign producer), or on the
     memory backend published through the gateway."""
     if backend == MEMORY:
@@ -206,3 +208,107 @@ def test_foreign_avro_protobuf_and_json_schema_producers_feed_sow_topics(
 
 def _sent(items: list[tuple[str, bytes]], topic: str, index: int) -> bytes:
     return [payload for name, payload in items if name == topic][index]
+
+
+def _dead_letters(bootstrap: str, unique: str, expect: int) -> dict[str, tuple[str, str]]:
+    """The dead letters by the topic they came from: (reason, message)."""
+    dead = read_topic(bootstrap, f"{unique}.dead-letter", expect=expect, timeout_s=60)
+    out = {}
+    for message in dead:
+        headers = {k: v.decode() for k, v in message.headers()}  # type: ignore[attr-defined]
+        source = headers["sow.source.topic"].rsplit(".", 1)[1]
+        out[f"{source}@{headers['sow.source.offset']}"] = (
+            headers["sow.error.reason"],
+            headers["sow.error.message"],
+        )
+    return out
+
+
+def test_unknown_ids_garbage_and_foreign_formats_are_dead_lettered_with_the_reason(
+    bootstrap: str, tmp_path: Path, unique: str, registry: SchemaRegistryServer
+) -> None:
+    """An unknown schema id, a body its schema does not read, a payload with no frame, a
+    JSON body its JSON Schema refuses and an Avro record on the json-sr topic reach the
+    dead-letter topic at once with a precise reason; the good records after them apply."""
+    topology = _topology(tmp_path, unique, registry.url)
+    producers = Producers(registry.url, topology, tmp_path)
+    good = {name: producers.encode(name, ROWS[0]) for name in ("AV", "PB", "JS")}
+    avro_frame, json_frame = good["AV"][:5], good["JS"][:5]
+    bad = [
+        ("AV", b"\x00\x00\x00\x27\x10" + good["AV"][5:]),  # id 10000: never registered
+        ("AV", avro_frame + b"\xff\xff\xff"),  # not an Order record
+        ("PB", b'{"id": 1}'),  # no frame
+        ("JS", json_frame + b'{"id": "one"}'),  # /id is not an integer, /sym missing
+        ("JS", good["AV"]),  # an Avro schema's id on the json-sr topic
+    ]
+    with running_sow(bootstrap, topology, tmp_path / "state", unique) as (app, client):
+        _send(bootstrap, client, topology, [*bad, *good.items()])
+        reasons = _dead_letters(bootstrap, unique, expect=5)
+        assert sorted(reason for reason, _ in reasons.values()) == [
+            "undecodable",
+            "undecodable",
+            "undecodable",
+            "undecodable",
+            "unknown-schema-id",
+        ]
+        messages = " | ".join(message for _, message in reasons.values())
+        assert "has no schema id 10000" in messages
+        assert "not an Avro record of schema schema id" in messages
+        assert "not the magic byte 0" in messages
+        assert "does not match JSON Schema" in messages
+        assert "at /id" in messages
+        assert "is a AVRO schema, but the topic's type json-sr reads JSON ones" in messages
+        for name in good:
+            _until(lambda name=name: len(client.query(name)[0]) == 1)
+        assert app.processor is not None
+        assert app.processor.dead_lettered == 5
+
+
+def test_a_registry_stopped_for_30s_loses_nothing(
+    bootstrap: str, tmp_path: Path, unique: str, registry: SchemaRegistryServer
+) -> None:
+    """Records whose schemas the processor never saw arrive while the registry is down:
+    none is applied or dead-lettered during 30 s of outage (the processor retries its
+    batch, its cache cannot answer), and every one lands once the registry is back."""
+    topology = _topology(tmp_path, unique, registry.url)
+    producers = Producers(registry.url, topology, tmp_path)
+    items = [(name, producers.encode(name, row)) for name in ("AV", "PB", "JS") for row in ROWS]
+    with running_sow(bootstrap, topology, tmp_path / "state", unique) as (app, client):
+        registry.stop()
+        _send(bootstrap, client, topology, items)
+        time.sleep(30)
+        assert app.processor is not None
+        assert [len(client.query(name)[0]) for name in ("AV", "PB", "JS")] == [0, 0, 0]
+        assert app.processor.dead_lettered == 0
+        registry.start()
+        for name in ("AV", "PB", "JS"):
+            _until(lambda name=name: len(client.query(name)[0]) == 3, timeout_s=60)
+        assert app.processor.dead_lettered == 0
+
+
+def test_a_registry_down_past_the_wait_dead_letters_the_record_and_the_processor_goes_on(
+    bootstrap: str,
+    tmp_path: Path,
+    unique: str,
+    registry: SchemaRegistryServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SOW_SCHEMA_REGISTRY_WAIT_S=2: a record whose schema no cache holds waits 2 s for
+    the stopped registry, then goes to the dead-letter topic with the reason; a record of
+    a cached schema applies meanwhile, and the processor goes on."""
+    monkeypatch.setenv("SOW_SCHEMA_REGISTRY_WAIT_S", "2")
+    topology = _topology(tmp_path, unique, registry.url)
+    producers = Producers(registry.url, topology, tmp_path)
+    first, second = producers.encode("AV", ROWS[0]), producers.encode("JS", ROWS[1])
+    with running_sow(bootstrap, topology, tmp_path / "state", unique) as (app, client):
+        _send(bootstrap, client, topology, [("AV", first)])
+        _until(lambda: len(client.query("AV")[0]) == 1)
+        registry.stop()
+        cached = producers.encode("AV", ROWS[1])
+        _send(bootstrap, client, topology, [("JS", second), ("AV", cached)])
+        reasons = _dead_letters(bootstrap, unique, expect=1)
+        assert [reason for reason, _ in reasons.values()] == ["schema-registry-unreachable"]
+        assert "schema registry unreachable" in next(iter(reasons.values()))[1]
+        _until(lambda: len(client.query("AV")[0]) == 2)
+        assert app.processor is not None
+        assert app.processor.dead_lettered == 1
