@@ -153,7 +153,9 @@ def _schema_registry(fmt: MessageFormat, where: str) -> Codec:
             f"{where} is {fmt.message_type} but names no Schema Registry (schema_registry)"
         )
     subject = registry.subject or f"{getattr(fmt, 'kafka_topic', '')}-value"
-    return RegistryCodec(fmt.message_type, registry_for(registry.url), subject)
+    return RegistryCodec(
+        fmt.message_type, registry_for(registry.url), subject, registry.message, where
+    )
 
 
 def _binary(fmt: MessageFormat, where: str) -> Codec:

@@ -134,3 +134,34 @@ def _message_name(
         names.append(message.name)
         messages = message.nested_type
     return ".".join(names)
+
+
+def message_path(schema: Any, name: str, source: str) -> tuple[int, ...]:
+    """The message index path of the message type ``name`` in ``schema`` (its full name,
+    ``package.Message``; "": the first message type)."""
+    proto = _file(schema.schema_str, "schema.proto", source)
+    if not name:
+        if not proto.message_type:
+            raise DecodeError(f"{source} defines no message type")
+        return (0,)
+    prefix = f"{proto.package}." if proto.package else ""
+    found: list[str] = []
+
+    def visit(messages: Any, scope: str, path: tuple[int, ...]) -> tuple[int, ...] | None:
+        for index, message in enumerate(messages):
+            full = f"{scope}{message.name}"
+            found.append(full)
+            if full == name:
+                return (*path, index)
+            inner = visit(message.nested_type, f"{full}.", (*path, index))
+            if inner is not None:
+                return inner
+        return None
+
+    path = visit(proto.message_type, prefix, ())
+    if path is None:
+        raise DecodeError(
+            f"{source} has no message type {name!r} (schema_registry.message); it defines "
+            f"{', '.join(found) or 'none'}"
+        )
+    return path

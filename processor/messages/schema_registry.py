@@ -11,9 +11,12 @@ codec built from it (:class:`~processor.messages.avro.AvroCodec`,
 Schema), so the fields, the limits and the errors are the native type's.
 
 A message kafka-sow builds from fields (JSON text published, enrichment, preprocessing)
-is written with the latest version of the topic's subject (protobuf: its first message
-type); a delta_publish merged into a stored record keeps the stored record's schema id
-(its writer schema), whatever the delta's was. A partial message (a select list, a
+is written with the latest version of the topic's subject (protobuf: the message type
+``schema_registry.message`` names, else the file's first). A delta_publish merged into a
+stored record keeps the stored record's schema id (its writer schema) when the delta is
+JSON text or a payload of the same id; a delta payload of another id (the producer moved
+to a newer schema) is merged into the stored fields as a record of the delta's schema,
+and written with its id. A partial message (a select list, a
 delta subscription) is not a record of a schema: it travels as JSON text.
 """
 
@@ -24,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from processor.errors import DecodeError
+from processor.errors import ConfigurationError, DecodeError
 from processor.messages.base import jsonable
 from processor.messages.json import JsonCodec, json_object
 from processor.messages.registry import Registry
@@ -40,12 +43,23 @@ _MAX_INDEXES = 64
 class RegistryCodec:
     """One topic's messages in the wire format above; thread-safe."""
 
-    def __init__(self, name: str, registry: Registry, subject: str) -> None:
+    def __init__(
+        self, name: str, registry: Registry, subject: str, message: str = "", where: str = ""
+    ) -> None:
         self.name = name
         self.traits = TRAITS[name]
         self.registry = registry
         self.subject = subject
         self._schema_type = _SCHEMA_TYPE[name]
+        if message and self._schema_type != "PROTOBUF":
+            raise ConfigurationError(
+                f"{where}: schema_registry.message names a protobuf message type; "
+                f"{name} messages have one type per schema, so leave it out"
+            )
+        #: protobuf: the message type the messages it builds are ("": the file's first).
+        self.message = message
+        #: protobuf schemas are asked for as a base64 FileDescriptorProto, not .proto text.
+        self._format = "serialized" if self._schema_type == "PROTOBUF" else None
 
     # -- reading ---------------------------------------------------------------------
 
@@ -97,10 +111,12 @@ class RegistryCodec:
         return self.encode_json(json_object(text, "the message text", f"an {self.name} message"))
 
     def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
-        """The stored record's schema id stays (see the module doc)."""
+        """Written with the stored record's schema id, or a delta payload's own when it
+        is another (see the module doc)."""
         if stored is None:
             if text_form:
-                return self.encode_json(self.decode_delta(delta, True))
+                frame, inner = self._latest()
+                return frame + bytes(inner.merge(None, delta, True))
             self.decode(delta)
             return delta
         frame, inner, body = self.split(stored)
@@ -109,32 +125,45 @@ class RegistryCodec:
         delta_frame, delta_inner, delta_body = self.split(delta)
         if delta_frame == frame:
             return frame + bytes(inner.merge(body, delta_body, False))
-        fields = delta_inner.decode_delta(delta_body, False)
-        return frame + bytes(inner.merge(body, orjson.dumps(fields, default=jsonable), True))
+        # Another schema (the producer's newer one): the stored fields become a record of
+        # it, and the delta merges into that.
+        stored_text = orjson.dumps(inner.decode(body), default=jsonable)
+        rebased = delta_inner.merge(None, stored_text, True)
+        return delta_frame + bytes(delta_inner.merge(rebased, delta_body, False))
 
     def _latest(self) -> tuple[bytes, Any]:
         """The frame and codec of the subject's latest version (cached by the client)."""
         registered = self.registry.call(
             f"latest version of subject {self.subject!r}",
-            lambda: self.registry.client.get_latest_version(self.subject),
+            lambda: self.registry.client.get_latest_version(self.subject, fmt=self._format),
         )
         schema_id = registered.schema_id
         if schema_id is None:
             raise DecodeError(f"the Schema Registry gave no id for subject {self.subject!r}")
-        path = (0,) if self._schema_type == "PROTOBUF" else ()
+        frame = bytes([MAGIC]) + schema_id.to_bytes(4, "big")
+        path: tuple[int, ...] = ()
+        if self._schema_type == "PROTOBUF":
+            path = self.registry.built(
+                ("path", schema_id, self.message),
+                lambda: self._message_path(registered.schema, schema_id),
+            )
+            frame += _zigzag_indexes(path)
         inner = self.registry.built(
             (self.name, schema_id, path), lambda: self._inner(schema_id, path)
         )
-        frame = bytes([MAGIC]) + schema_id.to_bytes(4, "big")
-        return (frame + b"\x00" if path else frame), inner
+        return frame, inner
+
+    def _message_path(self, schema: Any, schema_id: int) -> tuple[int, ...]:
+        from processor.messages.registry_protobuf import message_path
+
+        return message_path(schema, self.message, f"schema id {schema_id} of {self.registry.url}")
 
     # -- the schema of an id ---------------------------------------------------------
 
     def _inner(self, schema_id: int, path: tuple[int, ...]) -> Any:
-        fmt = "serialized" if self._schema_type == "PROTOBUF" else None
         schema = self.registry.call(
             f"schema id {schema_id}",
-            lambda: self.registry.client.get_schema(schema_id, fmt=fmt),
+            lambda: self.registry.client.get_schema(schema_id, fmt=self._format),
         )
         kind = schema.schema_type or "AVRO"
         if kind != self._schema_type:
@@ -175,6 +204,20 @@ def _indexes(data: bytes, at: int) -> tuple[tuple[int, ...], int]:
             raise DecodeError(f"the payload's protobuf message index {index} is negative")
         path.append(index)
     return tuple(path), at
+
+
+def _zigzag_indexes(path: tuple[int, ...]) -> bytes:
+    """The message indexes of ``path`` as the wire format writes them ([0]: one 0)."""
+    if path == (0,):
+        return b"\x00"
+    out = bytearray()
+    for number in (len(path), *path):
+        value = number << 1  # zigzag of a number >= 0
+        while value > 0x7F:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        out.append(value)
+    return bytes(out)
 
 
 def _zigzag(data: bytes, at: int) -> tuple[int, int]:

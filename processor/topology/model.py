@@ -127,6 +127,9 @@ class SchemaRegistry:
 
     url: str
     subject: str = ""
+    #: protobuf-sr: the message type (``package.Message``) of the messages it builds;
+    #: "": the first of the subject's .proto file.
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -313,7 +313,7 @@ def message_format(
 
 
 #: The fields of a topic's ``schema_registry`` mapping.
-REGISTRY_FIELDS = ("url", "subject")
+REGISTRY_FIELDS = ("url", "subject", "message")
 
 
 def _registry(
@@ -362,12 +362,11 @@ def _registry(
                 source=source,
                 where=f"{at}.url",
             )
-    subject = (
-        _text(entry.get("subject", ""), "a subject", source, at, "subject")
-        if ("subject" in entry)
-        else ""
+    subject, message = (
+        _text(entry[field], what, source, at, field) if field in entry else ""
+        for field, what in (("subject", "a subject"), ("message", "a message name"))
     )
-    return model.SchemaRegistry(url, subject)
+    return model.SchemaRegistry(url, subject, message)
 
 
 def _text(value: object, expected: str, source: str, where: str, field: str) -> str:
