@@ -238,7 +238,7 @@ def test_unknown_ids_garbage_and_foreign_formats_are_dead_lettered_with_the_reas
         ("AV", b"\x00\x00\x00\x27\x10" + good["AV"][5:]),  # id 10000: never registered
         ("AV", avro_frame + b"\xff\xff\xff"),  # not an Order record
         ("PB", b'{"id": 1}'),  # no frame
-        ("JS", json_frame + b'{"id": "one"}'),  # /id is not an integer, /sym missing
+        ("JS", json_frame + b'{"id": "one", "sym": "X"}'),  # /id is not an integer
         ("JS", good["AV"]),  # an Avro schema's id on the json-sr topic
     ]
     with running_sow(bootstrap, topology, tmp_path / "state", unique) as (app, client):
