@@ -192,3 +192,26 @@ def test_the_topology_reads_schema_registry(tmp_path: Path) -> None:
     assert topics["P"].schema_registry == SchemaRegistry("https://r1,https://r2", "s", "p.Order")
     assert isinstance(codec_for(topics["A"]), RegistryCodec)
     assert codec_for(topics["A"]).subject == "A-value"  # type: ignore[attr-defined]
+
+
+def test_an_amps_declaration_names_the_registry(tmp_path: Path) -> None:
+    path = tmp_path / "t.xml"
+    path.write_text(
+        "<AMPSConfig><MessageTypes><MessageType><Name>orders-sr</Name><Module>protobuf-sr"
+        "</Module><SchemaRegistry>http://r:8081</SchemaRegistry><Subject>o-value</Subject>"
+        "<RegistryMessage>p.Order</RegistryMessage></MessageType></MessageTypes>"
+        "<SOW><Topic><Name>T</Name><MessageType>orders-sr</MessageType><Key>/id</Key>"
+        "</Topic></SOW></AMPSConfig>"
+    )
+    topic = load_topology(path).topics["T"]
+    assert topic.message_type == "protobuf-sr"
+    assert topic.schema_registry == SchemaRegistry("http://r:8081", "o-value", "p.Order")
+    path.write_text(path.read_text().replace("<SchemaRegistry>http://r:8081</SchemaRegistry>", ""))
+    with pytest.raises(TopologyError, match="needs <SchemaRegistry>"):
+        load_topology(path)
+    path.write_text(
+        "<AMPSConfig><SOW><Topic><Name>T</Name><MessageType>json-sr</MessageType>"
+        "<Key>/id</Key></Topic></SOW></AMPSConfig>"
+    )
+    with pytest.raises(TopologyError, match=r"json-sr needs a declaration.*<SchemaRegistry>"):
+        load_topology(path)
