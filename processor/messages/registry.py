@@ -80,6 +80,11 @@ class Registry:
         #: When the registry stopped answering (None: it answers).
         self.unreachable_since: float | None = None
 
+    def outage(self) -> str:
+        """How long the registry has not answered ("" when it answers)."""
+        since = self.unreachable_since
+        return "" if since is None else f"{self.url} for {self._clock() - since:.0f}s"
+
     def built(self, key: Any, build: Callable[[], T]) -> T:
         """The value ``build`` makes for ``key`` (a schema id and what is read from its
         schema), built once; ``build`` calls the registry through :meth:`call`."""
@@ -167,3 +172,11 @@ def registry_for(url: str) -> Registry:
             except (ValueError, TypeError) as exc:  # the client refuses its configuration
                 raise ConfigurationError(f"cannot use the Schema Registry at {url}: {exc}") from exc
         return found
+
+
+def unreachable() -> list[str]:
+    """The registries of this process that do not answer now, each with how long (for
+    readiness: a processor waiting for one cannot progress past the record that needs it)."""
+    with _REGISTRIES_LOCK:
+        registries = list(_REGISTRIES.values())
+    return [text for registry in registries if (text := registry.outage())]

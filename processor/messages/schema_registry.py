@@ -59,6 +59,8 @@ class RegistryCodec:
             )
         #: protobuf: the message type the messages it builds are ("": the file's first).
         self.message = message
+        #: The codec of each frame seen (the registry's cache, without its key).
+        self._inners: dict[bytes, Any] = {}
         #: protobuf schemas are asked for as a base64 FileDescriptorProto, not .proto text.
         self._format = "serialized" if self._schema_type == "PROTOBUF" else None
 
@@ -78,10 +80,14 @@ class RegistryCodec:
         path: tuple[int, ...] = ()
         if self._schema_type == "PROTOBUF":
             path, end = _indexes(data, 5)
-        inner = self.registry.built(
-            (self.name, schema_id, path), lambda: self._inner(schema_id, path)
-        )
-        return data[:end], inner, data[end:]
+        frame = data[:end]
+        inner = self._inners.get(frame)
+        if inner is None:
+            inner = self.registry.built(
+                (self.name, schema_id, path), lambda: self._inner(schema_id, path)
+            )
+            self._inners[frame] = inner
+        return frame, inner, data[end:]
 
     def decode(self, data: bytes) -> Any:
         _, inner, body = self.split(data)
@@ -109,7 +115,7 @@ class RegistryCodec:
 
     def decode_delta(self, data: bytes, text_form: bool) -> Any:
         if text_form:
-            return json_object(data, "the delta text", f"an {self.name} delta")
+            return json_object(data, "the delta text", f"a delta of a {self.name} topic")
         _, inner, body = self.split(data)
         return inner.decode_delta(body, False)
 
@@ -120,7 +126,9 @@ class RegistryCodec:
         return frame + bytes(inner.encode_json(value))
 
     def from_text(self, text: bytes) -> bytes:
-        return self.encode_json(json_object(text, "the message text", f"an {self.name} message"))
+        return self.encode_json(
+            json_object(text, "the message text", f"a message of a {self.name} topic")
+        )
 
     def merge(self, stored: bytes | None, delta: bytes, text_form: bool) -> bytes:
         """Written with the stored record's schema id, or a delta payload's own when it

@@ -277,6 +277,7 @@ def test_a_registry_stopped_for_30s_loses_nothing(
         registry.stop()
         _send(bootstrap, client, topology, items)
         time.sleep(30)
+        assert "the Schema Registry does not answer" in (app.readiness() or "")
         assert app.processor is not None
         assert [len(client.query(name)[0]) for name in ("AV", "PB", "JS")] == [0, 0, 0]
         assert app.processor.dead_lettered == 0
@@ -284,6 +285,7 @@ def test_a_registry_stopped_for_30s_loses_nothing(
         for name in ("AV", "PB", "JS"):
             _until(lambda name=name: len(client.query(name)[0]) == 3, timeout_s=60)
         assert app.processor.dead_lettered == 0
+        assert app.readiness() is None
 
 
 def test_a_registry_down_past_the_wait_dead_letters_the_record_and_the_processor_goes_on(
