@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 import pytest
 
+from processor.client.direct import DirectPublisher
 from processor.client.sow_client import SowClient
-from processor.errors import ServiceError
+from processor.errors import ServiceError, UnknownSchemaError
 from processor.messages import codec_for
 from processor.topology.loader import load_topology
 from processor.topology.model import Topology
@@ -262,6 +263,15 @@ def test_unknown_ids_garbage_and_foreign_formats_are_dead_lettered_with_the_reas
             _until(lambda name=name: len(client.query(name)[0]) == 1)
         assert app.processor is not None
         assert app.processor.dead_lettered == 5
+        # The direct publisher checks and keys framed payloads as the gateway does.
+        with DirectPublisher(bootstrap, topology) as direct:
+            published = direct.publish("PB", producers.encode("PB", ROWS[1]))
+            assert (
+                published.sow_key == client.publish("PB", producers.encode("PB", ROWS[1])).sow_key
+            )
+            with pytest.raises(UnknownSchemaError, match="has no schema id 10000"):
+                direct.publish("AV", bad[0][1])
+        _until(lambda: len(client.query("PB")[0]) == 2)
 
 
 def test_a_registry_stopped_for_30s_loses_nothing(
