@@ -121,14 +121,12 @@ class UnusedOption:
 @dataclass(frozen=True, slots=True)
 class SchemaRegistry:
     """Where a topic in the Schema Registry wire format finds its schemas: the registry's
-    ``url`` (several, comma-separated, are tried in turn) and the ``subject`` whose latest
-    version encodes the messages kafka-sow builds from fields; "": the Kafka topic's
-    ``<topic>-value``, Confluent's TopicNameStrategy (docs/schema-registry.md)."""
+    ``url`` (several, comma-separated, tried in turn), the ``subject`` whose latest version
+    encodes the messages kafka-sow builds ("": ``<kafka_topic>-value``), and protobuf-sr's
+    ``message`` type for them ("": the file's first) (docs/schema-registry.md)."""
 
     url: str
     subject: str = ""
-    #: protobuf-sr: the message type (``package.Message``) of the messages it builds;
-    #: "": the first of the subject's .proto file.
     message: str = ""
 
 
