@@ -215,3 +215,15 @@ def test_an_amps_declaration_names_the_registry(tmp_path: Path) -> None:
     )
     with pytest.raises(TopologyError, match=r"json-sr needs a declaration.*<SchemaRegistry>"):
         load_topology(path)
+
+
+def test_check_config_prints_the_registry_and_the_subject(tmp_path: Path) -> None:
+    from processor.cli.check import describe
+
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "topics:\n  - {name: A, key: /id, message_type: json-sr, kafka_topic: shop.a,\n"
+        "     schema_registry: 'http://r:8081'}\n"
+    )
+    described = describe(load_topology(path).topics["A"])
+    assert described["schema_registry"] == {"url": "http://r:8081", "subject": "shop.a-value"}
