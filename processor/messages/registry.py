@@ -29,9 +29,6 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
-
 from processor.config import Settings
 from processor.errors import (
     ConfigurationError,
@@ -68,6 +65,9 @@ class Registry:
         wait_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Imported when a topology has a registry type (a third of a second, httpx's).
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
         conf: dict[str, Any] = {"url": url, **_CLIENT}
         if user_info:
             conf["basic.auth.user.info"] = user_info
@@ -98,6 +98,8 @@ class Registry:
     def call(self, what: str, request: Callable[[], T]) -> T:
         """``request`` (a call of :attr:`client`) with its failures translated (see the
         module doc); ``what`` names what was asked for, in the messages."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         try:
             answer = request()
         except SchemaRegistryError as exc:
@@ -150,8 +152,9 @@ class Registry:
 
 
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, SchemaRegistryError):
-        return f"HTTP {exc.http_status_code}: {exc.error_message}"
+    status = getattr(exc, "http_status_code", None)
+    if status is not None:  # the client's SchemaRegistryError
+        return f"HTTP {status}: {getattr(exc, 'error_message', exc)}"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -180,3 +183,15 @@ def unreachable() -> list[str]:
     with _REGISTRIES_LOCK:
         registries = list(_REGISTRIES.values())
     return [text for registry in registries if (text := registry.outage())]
+
+
+def decode_waiting(decode: Callable[[bytes], T], data: bytes) -> T:
+    """``decode(data)``, waiting while a Schema Registry does not answer for a schema no
+    cache holds: until it answers, or until the record's wait is over (then the
+    DecodeError it becomes). For the read replica's apply and the subscriptions'
+    dispatch, which must not drop a change; other codecs never wait here."""
+    while True:
+        try:
+            return decode(data)
+        except SchemaRegistryUnavailableError:
+            time.sleep(0.5)
