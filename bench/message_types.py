@@ -3,7 +3,11 @@
 The same logical orders (``order(i)``: id, client, symbol, region, price, quantity, side)
 in each message type: json, avro, fix (numeric tags), nvfix, xml (under an ``<order>``
 root, so its paths are ``/order/...``), bson, bflat, msgpack, protobuf (a proto3 message
-of the same fields) and composite-local (one msgpack part, ``/0/...``). For each type,
+of the same fields) and composite-local (one msgpack part, ``/0/...``); and, named with
+``--types``, avro-sr, protobuf-sr and json-sr: the same avro, protobuf and json orders in
+the Schema Registry wire format (frame, schema id), their schemas served by the
+Schema Registry REST subset of ``tests/schema_registry.py`` on this machine and read
+through confluent-kafka's client (each id fetched once, then cached). For each type,
 in one run on one broker (the embedded Apache Kafka unless ``KAFKA_BOOTSTRAP_SERVERS``
 names one):
 
@@ -51,7 +55,7 @@ from processor.log.memory.broker import MemoryRecord
 from processor.messages import Codec, codec_for
 from processor.query.sow import QueryEngine, SowQuery
 from processor.replica.replica import Replica
-from processor.topology.model import MessagePart, SowTopic, Topology
+from processor.topology.model import MessagePart, SchemaRegistry, SowTopic, Topology
 
 TYPES = ("json", "avro", "fix", "nvfix", "xml", "bson", "bflat", "msgpack", "protobuf",
          "composite-local")  # fmt: skip
@@ -124,10 +128,47 @@ def path(message_type: str, field: str) -> str:
     return f"/{field}"
 
 
+#: The Schema Registry of the *-sr types (``start_registry``): its URL.
+REGISTRY: dict[str, str] = {}
+JSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "orderId": {"type": "integer"},
+        "clientId": {"type": "string"},
+        "symbol": {"type": "string"},
+        "region": {"type": "string"},
+        "price": {"type": "number"},
+        "qty": {"type": "integer"},
+        "side": {"type": "string"},
+    },
+    "required": ["orderId", "symbol"],
+}
+
+
+def start_registry(schema: Path) -> Any:
+    """The tests' Schema Registry on a free port, the orders' schemas registered under
+    ``bench-<type>-value``."""
+    import base64
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from processor.messages.protobuf import _descriptor_set
+    from tests.schema_registry import SchemaRegistryServer
+
+    server = SchemaRegistryServer().start()
+    proto = _descriptor_set(str(schema.with_name("order.proto"))).file[0].SerializeToString()
+    server.register("bench-avro-sr-value", json.dumps(AVRO_SCHEMA))
+    server.register("bench-protobuf-sr-value", base64.b64encode(proto).decode(), "PROTOBUF")
+    server.register("bench-json-sr-value", json.dumps(JSON_SCHEMA), "JSON")
+    REGISTRY["url"] = server.url
+    return server
+
+
 def topic_for(message_type: str, name: str, schema: Path, **fields: Any) -> SowTopic:
     """The topic of the type (``schema``: the .avsc, beside it order.proto)."""
     fmt: dict[str, Any] = {}
-    if message_type == "avro":
+    if message_type.endswith("-sr"):
+        fmt["schema_registry"] = SchemaRegistry(REGISTRY["url"], f"bench-{message_type}-value")
+    elif message_type == "avro":
         fmt["schema"] = str(schema)
     elif message_type == "protobuf":
         fmt["schema"], fmt["proto_type"] = str(schema.with_name("order.proto")), "bench.Order"
@@ -250,6 +291,7 @@ def main() -> int:
     schema = work / "order.avsc"
     schema.write_text(json.dumps(AVRO_SCHEMA))
     schema.with_name("order.proto").write_text(PROTO)
+    registry = start_registry(schema) if any(t.endswith("-sr") for t in types) else None
     progress("starting the broker")
     broker = start_broker(embedded="kafka")
     results: dict[str, Any] = {"args": vars(args) | {"json_out": str(args.json_out)}, "types": {}}
@@ -269,6 +311,8 @@ def main() -> int:
             results["types"][message_type] = row
     finally:
         broker.stop()
+        if registry is not None:
+            registry.stop()
     base = results["types"].get("json")
     print(
         "| type | decode µs | ingest msg/s | vs json | wall s | first scan rec/s | vs json "

@@ -74,6 +74,28 @@ class DecodeError(MessageError):
     reason_code = "undecodable"
 
 
+class UnknownSchemaError(DecodeError):
+    """A payload in the Schema Registry wire format names a schema id the registry does
+    not have (it answered 404): the record is dead-lettered at once."""
+
+    reason_code = "unknown-schema-id"
+
+
+class SchemaRegistryUnreachableError(DecodeError):
+    """A record needed a schema the Schema Registry was to give, and the registry stayed
+    unreachable for ``SOW_SCHEMA_REGISTRY_WAIT_S``: the record is dead-lettered."""
+
+    reason_code = "schema-registry-unreachable"
+
+
+class SchemaRegistryUnavailableError(SowError):
+    """The Schema Registry cannot be reached for a schema no cache holds, within the wait
+    a record may take (``SOW_SCHEMA_REGISTRY_WAIT_S``): the processor restarts its batch
+    from the committed offsets after a backoff (nothing is lost), a publish is refused."""
+
+    failure = "unavailable"
+
+
 class MissingKeyError(MessageError):
     """A Key field configured for the topic is absent (or NULL) in the message."""
 

@@ -30,6 +30,7 @@ from processor.expr.budget import set_budget_ms
 from processor.log import LogWriter
 from processor.log.broker import Broker
 from processor.log.topics import topic_specs
+from processor.messages.registry import unreachable as unreachable_registries
 from processor.publish.gateway import Gateway
 from processor.query.sow import QueryEngine
 from processor.replica.plain_tail import PlainTail
@@ -182,6 +183,12 @@ class Application:
         blocking = None if self.cluster is None or not runs_processor else self.cluster.blocking()
         if blocking is not None:
             return f"the Kafka cluster is blocking: {blocking}"
+        away = unreachable_registries() if runs_processor else []
+        if away:
+            return (
+                f"the Schema Registry does not answer ({', '.join(away)}): the records "
+                "whose schema is in no cache wait for it"
+            )
         ready = self.processor_ready
         if ready is not None and not ready.is_set():
             return "the processor has not joined its group and restored its stores yet"

@@ -67,6 +67,13 @@ def describe(topic: Topic) -> dict[str, Any]:
         "partitions": topic.partitions,
         "order": ORDER_ONE if topic.partitions == 1 else ORDER_PER_KEY,
     }
+    registry = topic.schema_registry
+    if registry is not None:
+        out["schema_registry"] = {
+            "url": registry.url,
+            "subject": registry.subject or f"{topic.kafka_topic}-value",
+            **({"message": registry.message} if registry.message else {}),
+        }
     if not isinstance(topic, SowTopic):
         return out
     if topic.key_generator is not None:

@@ -400,6 +400,28 @@ class Settings:
         None, Spec("SOW_ENTITLEMENTS", "the entitlements file", "none: every right", "path")
     )
 
+    # The Schema Registry of topics in its wire format (docs/schema-registry.md).
+    schema_registry_user_info: str = _setting(
+        "",
+        Spec(
+            "SOW_SCHEMA_REGISTRY_USER_INFO",
+            "the Schema Registry's basic authentication, `user:password`",
+            "none: no authentication",
+        ),
+    )
+    schema_registry_wait_s: int = _setting(
+        60,
+        Spec(
+            "SOW_SCHEMA_REGISTRY_WAIT_S",
+            "how long a record waits for an unreachable Schema Registry (its schema in "
+            "no cache) before it is dead-lettered",
+            "`60`",
+            "whole",
+            bounds=(0, 86_400),
+            unit="seconds",
+        ),
+    )
+
     #: Setting -> its environment variable (derived from the fields).
     ENVIRONMENT: ClassVar[dict[str, str]]
 

@@ -305,7 +305,7 @@ class Processor:
                 raise  # another owner, or a refusal no restart changes: stop the process
             except StalledError:
                 continue  # the watchdog said why; a new consumer starts at once
-            except BrokerError as exc:
+            except (BrokerError, errors.SchemaRegistryUnavailableError) as exc:
                 if self.transactions > committed:
                     backoff = 0.5
                 log.error(

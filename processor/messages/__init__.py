@@ -143,6 +143,21 @@ def _composite(fmt: MessageFormat, where: str) -> Codec:
     return CompositeCodec(fmt.message_type, codecs)
 
 
+def _schema_registry(fmt: MessageFormat, where: str) -> Codec:
+    from processor.messages.registry import registry_for
+    from processor.messages.schema_registry import RegistryCodec
+
+    registry = getattr(fmt, "schema_registry", None)
+    if registry is None:
+        raise ConfigurationError(
+            f"{where} is {fmt.message_type} but names no Schema Registry (schema_registry)"
+        )
+    subject = registry.subject or f"{getattr(fmt, 'kafka_topic', '')}-value"
+    return RegistryCodec(
+        fmt.message_type, registry_for(registry.url), subject, registry.message, where
+    )
+
+
 def _binary(fmt: MessageFormat, where: str) -> Codec:
     from processor.messages.binary import BinaryCodec
 
@@ -161,6 +176,9 @@ CODECS: Mapping[str, Callable[[MessageFormat, str], Codec]] = MappingProxyType(
         "bflat": _bflat,
         "msgpack": _msgpack,
         "protobuf": _protobuf,
+        "avro-sr": _schema_registry,
+        "protobuf-sr": _schema_registry,
+        "json-sr": _schema_registry,
         "composite-local": _composite,
         "composite-global": _composite,
         "binary": _binary,

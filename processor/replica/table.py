@@ -37,6 +37,7 @@ from processor.expr.values import to_number
 from processor.keys import parse_path, partition_for
 from processor.log import LogPosition
 from processor.messages import Codec
+from processor.messages.registry import decode_waiting
 from processor.topology.model import SowTopic
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class SowTable:
         envelopes.pop(sow_key, None)
         envelopes[sow_key] = envelope
         if self.memo or self.hash_indexes:
-            message = self._message(envelope)
+            message = self._message(envelope, wait=True)
             for memo in self.memo.values():
                 memo.put(sow_key, message)
             for index in self.hash_indexes:
@@ -345,9 +346,12 @@ class SowTable:
             return self.memo_index(field.steps, field.path).values
         return {k: self.context(k).value(field.name) for k in sow_keys if k in self.envelopes}
 
-    def _message(self, envelope: bytes) -> Any:
+    def _message(self, envelope: bytes, wait: bool = False) -> Any:
+        """The decoded message; ``wait``: through a Schema Registry's outage (the apply
+        path), else a query that meets one fails UNAVAILABLE."""
         try:
-            return self.codec.decode(changelog.data_of(envelope))
+            data = changelog.data_of(envelope)
+            return decode_waiting(self.codec.decode, data) if wait else self.codec.decode(data)
         except (MessageError, EnvelopeError):
             # The processor only writes messages it decoded, so this is a changelog
             # written by another release or by hand; such a record has no field values.

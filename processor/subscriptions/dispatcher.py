@@ -27,6 +27,7 @@ from processor.changelog.events import ChangeEvent
 from processor.errors import DecodeError, EnvelopeError
 from processor.expr import Expression, MessageContext
 from processor.messages import Codec
+from processor.messages.registry import decode_waiting
 from processor.subscriptions.aggregated import AggregationFeed
 from processor.subscriptions.fanout import FilterGroup, TopicIndex
 from processor.subscriptions.model import ChangeKind, Notice
@@ -329,7 +330,7 @@ class Dispatcher:
 
 def _message(codec: Codec, envelope: bytes) -> Any:
     try:
-        return codec.decode(changelog.data_of(envelope))
+        return decode_waiting(codec.decode, changelog.data_of(envelope))
     except (DecodeError, EnvelopeError):
         # The processor only writes messages it decoded; such a record has no field values.
         return None

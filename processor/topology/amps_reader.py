@@ -35,7 +35,13 @@ from processor.topology.message_types import (
     proto_schema,
 )
 from processor.topology.message_types import traits as message_traits
-from processor.topology.model import HashIndexSpec, History, KeyGeneratorSpec, MessagePart
+from processor.topology.model import (
+    HashIndexSpec,
+    History,
+    KeyGeneratorSpec,
+    MessagePart,
+    SchemaRegistry,
+)
 from processor.topology.quantities import (
     check_factory_path,
     check_key_path,
@@ -56,6 +62,8 @@ _NEEDS = {
     if t.schema is not None and not t.schema_type
     else "<ProtoPath>dir</ProtoPath><ProtoFile>file.proto</ProtoFile><Type>pkg.Message</Type>"
     if t.schema_type
+    else "<SchemaRegistry>http://registry:8081</SchemaRegistry>"
+    if t.registry
     else "<MessageType>json</MessageType><MessageType>binary</MessageType>"
     for name, t in TRAITS.items()
 }
@@ -235,6 +243,10 @@ class AmpsReader:
         self._only(element, decl_where, module, "ProtoPath", traits.schema_type)
         self._only(element, decl_where, module, "Type", traits.schema_type)
         self._only(element, decl_where, module, "MessageType", traits.composite)
+        for tag in ("SchemaRegistry", "Subject", "RegistryMessage"):
+            self._only(element, decl_where, module, tag, traits.registry)
+        if traits.registry:
+            fmt["schema_registry"] = self._registry(element, decl_where)
         if traits.schema_type:
             fmt["schema"], fmt["proto_type"] = self._proto(element, decl_where)
         elif traits.schema is not None:
@@ -253,6 +265,25 @@ class AmpsReader:
                 )
             fmt["parts"] = tuple(parts)
         return fmt
+
+    def _registry(self, element: ET.Element, where: str) -> SchemaRegistry:
+        """A Schema Registry type's registry: SchemaRegistry (its URL), Subject and
+        RegistryMessage (protobuf-sr's message type), as YAML's schema_registry."""
+        values = {
+            tag: "" if found is None else self.text(found, f"{where}/{tag}")
+            for tag in ("SchemaRegistry", "Subject", "RegistryMessage")
+            for found in [element.find(tag)]
+        }
+        url = values["SchemaRegistry"]
+        if not url:
+            self.fail("this MessageType needs <SchemaRegistry>, the registry's URL", where)
+        for one in url.split(","):
+            if not one.strip().startswith(("http://", "https://")):
+                self.fail(
+                    f"the registry's URL {one.strip()!r} is not an http:// or https:// URL",
+                    f"{where}/SchemaRegistry",
+                )
+        return SchemaRegistry(url, values["Subject"], values["RegistryMessage"])
 
     def _only(self, element: ET.Element, where: str, module: str, tag: str, allowed: bool) -> None:
         found = element.find(tag)

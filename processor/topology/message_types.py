@@ -62,6 +62,10 @@ class MessageTraits:
     #: Its schema defines several message types and the configuration names the one its
     #: messages are (protobuf's ``Type``; with the directories its imports are in).
     schema_type: bool = False
+    #: Its payloads are in the Schema Registry wire format (a magic byte, the schema id,
+    #: the body): the topic names the registry its schemas come from (``schema_registry``)
+    #: instead of a schema file (docs/schema-registry.md).
+    registry: bool = False
 
     def capabilities(self) -> list[str]:
         """What it can do, in words (``sow check-config`` lists them per topic)."""
@@ -93,6 +97,12 @@ _TABLE = (
         partial_native=False,
         view_output=False,
     ),
+    # The Schema Registry wire format of avro, protobuf and JSON (JSON Schema): a partial
+    # message (a select list, a delta) is not a framed record, so it travels as JSON text;
+    # a view writes no framed records (it has no subject to register under).
+    MessageTraits("avro-sr", registry=True, partial_native=False, view_output=False),
+    MessageTraits("protobuf-sr", registry=True, partial_native=False, view_output=False),
+    MessageTraits("json-sr", registry=True, partial_native=False, view_output=False),
     MessageTraits("composite-local", view_output=False, composite=True),
     MessageTraits("composite-global", delta=False, builds=False, view_output=False, composite=True),
     MessageTraits(
@@ -111,7 +121,9 @@ TRAITS = MappingProxyType({t.name: t for t in _TABLE})
 MESSAGE_TYPES = tuple(TRAITS)
 #: Types a configuration may name without declaring them (AMPS loads them by default):
 #: those that need no schema and no parts.
-UNDECLARED = tuple(t.name for t in _TABLE if t.schema is None and not t.composite)
+UNDECLARED = tuple(
+    t.name for t in _TABLE if t.schema is None and not t.composite and not t.registry
+)
 
 #: AMPS message types kafka-sow does not implement, and why.
 OUT_OF_SCOPE = MappingProxyType(

@@ -120,6 +120,18 @@ class UnusedOption:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaRegistry:
+    """Where a topic in the Schema Registry wire format finds its schemas: the registry's
+    ``url`` (several, comma-separated, tried in turn), the ``subject`` whose latest version
+    encodes the messages kafka-sow builds ("": ``<kafka_topic>-value``), and protobuf-sr's
+    ``message`` type for them ("": the file's first) (docs/schema-registry.md)."""
+
+    url: str
+    subject: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class MessagePart:
     """One part of a composite message type: a message type and what it is configured
     with (the fields of the same names of :class:`Topic`)."""
@@ -150,6 +162,8 @@ class Topic:
     proto_type: str | None = None
     #: A composite type's parts, in the order they are in each message.
     parts: tuple[MessagePart, ...] = ()
+    #: The Schema Registry of a type in its wire format (``traits(...).registry``).
+    schema_registry: SchemaRegistry | None = None
 
     def __post_init__(self) -> None:
         if not self.kafka_topic:
@@ -165,6 +179,7 @@ def message_format(topic: Topic | MessagePart) -> dict[str, Any]:
         "field_separator": topic.field_separator,
         "proto_type": topic.proto_type,
         "parts": topic.parts if isinstance(topic, Topic) else (),
+        "schema_registry": topic.schema_registry if isinstance(topic, Topic) else None,
     }
 
 

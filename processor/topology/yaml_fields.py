@@ -317,6 +317,9 @@ def message_format(
             for i, d in enumerate(include)
         ]
         out["schema"] = proto_schema(schema, dirs)
+    registry = _registry(raw.get("schema_registry"), message_type, source, where)
+    if registry is not None:
+        out["schema_registry"] = registry
     if "parts" in raw and not traits.composite:
         raise TopologyError(
             f"'parts' is allowed only for the composite message types; this one is {message_type}",
@@ -326,6 +329,63 @@ def message_format(
     if traits.composite:
         out["parts"] = _parts(raw.get("parts"), message_type, source, f"{where}.parts", base)
     return out
+
+
+#: The fields of a topic's ``schema_registry`` mapping.
+REGISTRY_FIELDS = ("url", "subject", "message")
+
+
+def _registry(
+    raw: object, message_type: str, source: str, where: str
+) -> model.SchemaRegistry | None:
+    """A registry type's ``schema_registry``: its URL (a string), or a mapping of ``url``
+    and ``subject`` (default: the Kafka topic's ``<topic>-value``, Confluent's
+    TopicNameStrategy); any other type must not give one."""
+    at = f"{where}.schema_registry"
+    needs = message_traits(message_type).registry
+    if raw is None:
+        if needs:
+            raise TopologyError(
+                f"message_type {message_type} needs 'schema_registry': the registry's URL "
+                "(or a mapping of url and subject)",
+                source=source,
+                where=at,
+            )
+        return None
+    if not needs:
+        takes = ", ".join(t.name for t in TRAITS.values() if t.registry)
+        raise TopologyError(
+            f"'schema_registry' is allowed only for message types {takes}; this one is "
+            f"{message_type}",
+            source=source,
+            where=at,
+        )
+    entry = {"url": raw} if isinstance(raw, str) else raw
+    if not isinstance(entry, dict) or "url" not in entry:
+        raise TopologyError(
+            f"expected the registry's URL or a mapping with url (and subject), got {describe(raw)}",
+            source=source,
+            where=at,
+        )
+    for key in entry:
+        if key not in REGISTRY_FIELDS:
+            message = quantities.unknown_name(
+                "field", str(key), REGISTRY_FIELDS, parent="schema_registry"
+            )
+            raise TopologyError(message, source=source, where=f"{at}.{key}")
+    url = _text(entry["url"], "a URL", source, at, "url")
+    for one in url.split(","):
+        if not one.strip().startswith(("http://", "https://")):
+            raise TopologyError(
+                f"the registry's URL {one.strip()!r} is not an http:// or https:// URL",
+                source=source,
+                where=f"{at}.url",
+            )
+    subject, message = (
+        _text(entry[field], what, source, at, field) if field in entry else ""
+        for field, what in (("subject", "a subject"), ("message", "a message name"))
+    )
+    return model.SchemaRegistry(url, subject, message)
 
 
 def _text(value: object, expected: str, source: str, where: str, field: str) -> str:
@@ -364,6 +424,13 @@ def _parts(
                 )
                 raise TopologyError(message, source=source, where=f"{at}.{key}")
         kind = parse_field(source, f"{at}.message_type", "message_type", entry["message_type"])
+        if message_traits(kind).registry:
+            raise TopologyError(
+                f"a part of a composite message cannot be {kind}: a part is not framed "
+                "by the Schema Registry",
+                source=source,
+                where=at,
+            )
         if message_traits(kind).composite:
             raise TopologyError(
                 f"a part of a composite message cannot be {kind} itself; give the types of "

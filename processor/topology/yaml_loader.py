@@ -64,6 +64,7 @@ TOPIC_FIELDS = (
     "proto_type",
     "proto_path",
     "parts",
+    "schema_registry",
     "expiration",
     "hash_indexes",
     "indexes",
@@ -85,6 +86,7 @@ PLAIN_FIELDS = (
     "proto_type",
     "proto_path",
     "parts",
+    "schema_registry",
 )
 DEFAULT_FIELDS = ("message_type", "durability", "recovery_point", "partitions", "expiration")
 

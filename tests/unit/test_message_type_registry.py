@@ -22,7 +22,7 @@ from processor.messages import CODECS, codec_for
 from processor.messages.composite import Unparsed, join, split
 from processor.topology.loader import load_topology
 from processor.topology.message_types import MESSAGE_TYPES, OUT_OF_SCOPE, TRAITS
-from processor.topology.model import MessagePart, SowTopic
+from processor.topology.model import MessagePart, SchemaRegistry, SowTopic
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seeds" / "seed001_message_types.txt"
 
@@ -81,6 +81,8 @@ def test_every_message_type_has_a_codec_that_carries_its_traits(proto: Path) -> 
             schema=str(proto) if TRAITS[name].schema_type else None,
             proto_type="ett.Order" if TRAITS[name].schema_type else None,
             parts=(MessagePart("json"),) if TRAITS[name].composite else (),
+            # A registry is asked for schemas only when a payload needs one.
+            schema_registry=SchemaRegistry("http://127.0.0.1:9") if TRAITS[name].registry else None,
         )
         if name == "avro":
             continue  # needs an .avsc: test_message_conformance builds it
