@@ -1,8 +1,13 @@
 """Topics in the Schema Registry wire format (avro-sr, protobuf-sr, json-sr; issue 37).
 
-The registry is the REST subset of ``tests/schema_registry.py`` (no real registry installs
-here); the client that reads it and the serializers that write every record are
-confluent-kafka's own, so the wire format and the client's calls are the real ones. On
+The registry is a real one, Apicurio Registry 2.4.2.Final (its Confluent-compatible API),
+built from Maven Central by ``tests/registry/apicurio.py`` and shared by this module's
+tests, for the three producers feeding SOW topics and for the 30 s outage (the registry
+process stopped with SIGSTOP: it answers nothing until SIGCONT). The REST subset of
+``tests/schema_registry.py`` serves the tests that need a registry to refuse
+connections or to demand basic authentication. The client that reads either and the
+serializers that write every record are confluent-kafka's own, so the wire format and
+the client's calls are the real ones. On
 the Kafka backend the records are produced straight to the topics' Kafka topics, as a
 foreign producer would; on the memory backend the same bytes are published through the
 gateway (which checks them as the processor does).
@@ -11,10 +16,12 @@ gateway (which checks them as the processor does).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import pytest
@@ -28,6 +35,7 @@ from processor.topology.model import Topology
 from tests.conftest import MEMORY
 from tests.integration.harness import read_topic, running_sow
 from tests.integration.subscription_helpers import Collector
+from tests.registry import apicurio
 from tests.schema_registry import SchemaRegistryServer
 
 AVSC = {
@@ -68,10 +76,48 @@ ROWS = [
 ]
 
 
+class Registry(Protocol):
+    """What the tests do with a registry: its address, and an outage (stop, start)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+    def start(self) -> object: ...
+
+
 @pytest.fixture
 def registry() -> Iterator[SchemaRegistryServer]:
+    """The REST subset (basic authentication required): stopped, it refuses connections."""
     with SchemaRegistryServer(user_info="sow:secret") as server:
         yield server
+
+
+class FrozenApicurio:
+    """The module's Apicurio registry; ``stop`` freezes its process (SIGSTOP), so every
+    call to it hangs until the client's timeout, and ``start`` thaws it (SIGCONT)."""
+
+    def __init__(self, running: apicurio.Registry) -> None:
+        self.running = running
+        self.url = running.url
+
+    def stop(self) -> None:
+        os.kill(self.running.process.pid, signal.SIGSTOP)
+
+    def start(self) -> None:
+        os.kill(self.running.process.pid, signal.SIGCONT)
+
+
+@pytest.fixture(scope="module")
+def real_registry() -> Iterator[FrozenApicurio]:
+    """A real registry for the module (each test registers under subjects of its own)."""
+    with apicurio.running(quiet=True) as running:
+        frozen = FrozenApicurio(running)
+        try:
+            yield frozen
+        finally:
+            frozen.start()  # a test that failed while it was frozen
 
 
 @pytest.fixture(autouse=True)
@@ -97,22 +143,24 @@ def _topology(tmp_path: Path, unique: str, url: str) -> Topology:
 
 class Producers:
     """confluent-kafka's Avro, Protobuf and JSON Schema serializers, one per topic,
-    registering their schemas under ``<kafka topic>-value`` as they do by default."""
+    registering their schemas under ``<kafka topic>-value`` as they do by default. A
+    ``salt`` makes the three schemas differ from every other test's (a registry gives the
+    same content the same id, and the processor's cache would then know it)."""
 
-    def __init__(self, url: str, topology: Topology, tmp_path: Path) -> None:
+    def __init__(self, url: str, topology: Topology, tmp_path: Path, salt: str = "") -> None:
         from confluent_kafka.schema_registry import SchemaRegistryClient
         from confluent_kafka.schema_registry.avro import AvroSerializer
         from confluent_kafka.schema_registry.json_schema import JSONSerializer
         from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
         client = SchemaRegistryClient({"url": url, "basic.auth.user.info": "sow:secret"})
-        self.order = _proto_class(tmp_path)
+        self.order = _proto_class(tmp_path, "".join(c for c in salt if c.isalnum()))
         self.topology = topology
         protobuf = ProtobufSerializer(self.order, client, {"use.deprecated.format": False})
         self._serializers: dict[str, Callable[[Any, Any], bytes]] = {
-            "AV": AvroSerializer(client, json.dumps(AVSC)),
+            "AV": AvroSerializer(client, json.dumps({**AVSC, "doc": salt})),
             "PB": lambda row, ctx: protobuf(self.order(**row), ctx),
-            "JS": JSONSerializer(json.dumps(JSON_SCHEMA), client),
+            "JS": JSONSerializer(json.dumps({**JSON_SCHEMA, "title": salt}), client),
         }
 
     def encode(self, topic: str, row: dict[str, Any]) -> bytes:
@@ -122,16 +170,17 @@ class Producers:
         return self._serializers[topic](row, SerializationContext(kafka_topic, MessageField.VALUE))
 
 
-def _proto_class(tmp_path: Path) -> Any:
+def _proto_class(tmp_path: Path, salt: str = "") -> Any:
     from google.protobuf import descriptor_pool, message_factory
 
     from processor.messages.protobuf import _descriptor_set
 
-    (tmp_path / "order.proto").write_text(PROTO)
+    package = f"shop{salt}"
+    (tmp_path / "order.proto").write_text(PROTO.replace("package shop;", f"package {package};"))
     pool = descriptor_pool.DescriptorPool()
     for file in _descriptor_set(str(tmp_path / "order.proto")).file:
         pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Order"))
 
 
 def _send(
@@ -159,11 +208,12 @@ def _until(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
 
 
 def test_foreign_avro_protobuf_and_json_schema_producers_feed_sow_topics(
-    backend: str, tmp_path: Path, unique: str, registry: SchemaRegistryServer
+    backend: str, tmp_path: Path, unique: str, real_registry: FrozenApicurio
 ) -> None:
-    """Three SOW topics fed by confluent-kafka's serializers: keys, filters, select, a
-    delta (merged with the stored record's writer schema), a view over the avro topic
-    and a subscription answer as for the native types."""
+    """Three SOW topics fed by confluent-kafka's serializers through a real registry:
+    keys, filters, select, a delta (merged with the stored record's writer schema), a
+    view over the avro topic and a subscription answer as for the native types."""
+    registry = real_registry
     topology = _topology(tmp_path, unique, registry.url)
     producers = Producers(registry.url, topology, tmp_path)
     codecs = {name: codec_for(topology.topics[name]) for name in ("AV", "PB", "JS")}
@@ -274,14 +324,20 @@ def test_unknown_ids_garbage_and_foreign_formats_are_dead_lettered_with_the_reas
         _until(lambda: len(client.query("PB")[0]) == 2)
 
 
+@pytest.mark.parametrize("outage", ["apicurio-frozen", "refusing"])
 def test_a_registry_stopped_for_30s_loses_nothing(
-    bootstrap: str, tmp_path: Path, unique: str, registry: SchemaRegistryServer
+    bootstrap: str, tmp_path: Path, unique: str, request: pytest.FixtureRequest, outage: str
 ) -> None:
     """Records whose schemas the processor never saw arrive while the registry is down:
     none is applied or dead-lettered during 30 s of outage (the processor retries its
-    batch, its cache cannot answer), and every one lands once the registry is back."""
+    batch, its cache cannot answer), and every one lands once the registry is back. The
+    real registry frozen (calls hang until the client's timeout), or the REST subset
+    stopped (connections refused; in the heavy tier)."""
+    registry: Registry = request.getfixturevalue(
+        "real_registry" if outage == "apicurio-frozen" else "registry"
+    )
     topology = _topology(tmp_path, unique, registry.url)
-    producers = Producers(registry.url, topology, tmp_path)
+    producers = Producers(registry.url, topology, tmp_path, salt=unique)
     items = [(name, producers.encode(name, row)) for name in ("AV", "PB", "JS") for row in ROWS]
     with running_sow(bootstrap, topology, tmp_path / "state", unique) as (app, client):
         registry.stop()

@@ -10,11 +10,7 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import subprocess
-import sys
-import time
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +18,7 @@ from typing import Any
 
 from processor.client.sow_client import SowClient
 from processor.log.memory.broker import MemoryLog
+from tests import maven
 from tests.integration.harness import read_topic
 
 #: Records of the ``expiring`` group live this long, and are never touched again.
@@ -173,30 +170,13 @@ def ktable_classpath() -> str:
     jar, classpath, stamp = TARGET / "upsert-ktable.jar", TARGET / "classpath.txt", TARGET / "stamp"
     digest = _digest()
     if not (stamp.exists() and stamp.read_text() == digest and jar.exists()):
-        maven = shutil.which("mvn")
-        assert maven is not None, "Maven (mvn) builds the Kafka Streams test application"
         TARGET.mkdir(parents=True, exist_ok=True)
-        print(f"building {APP_DIR} with Maven into {TARGET} (once) ...", file=sys.stderr)
-        began = shown = time.monotonic()
-        tail: deque[str] = deque(maxlen=15)
-        process = subprocess.Popen(
-            [maven, "-B", "-f", str(APP_DIR / "pom.xml"), f"-Dktable.target={TARGET}", "package"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
+        maven.run(
+            "the Kafka Streams KTable application",
+            ["-f", str(APP_DIR / "pom.xml"), f"-Dktable.target={TARGET}", "package"],
+            APP_DIR,
+            TARGET / "build.log",
         )
-        assert process.stdout is not None
-        downloads = 0
-        for line in process.stdout:
-            tail.append(line.rstrip())
-            downloads += line.startswith("Downloaded from")
-            if time.monotonic() - shown > 3:
-                shown = time.monotonic()
-                print(
-                    f"  maven: {shown - began:.0f}s, {downloads} files downloaded", file=sys.stderr
-                )
-        assert process.wait() == 0, "the Maven build failed:\n" + "\n".join(tail)
         stamp.write_text(digest)
     jars = classpath.read_text().strip()
     return os.pathsep.join([str(jar), jars])

@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests import maven
+
 SOURCE = Path(__file__).resolve().parent / "apicurio"
 DEFAULT_CACHE = Path.home() / ".cache" / "kafka-sow" / "apicurio"
 RUN_JAR = Path("app") / "target" / "quarkus-app" / "quarkus-run.jar"
@@ -71,7 +73,7 @@ def _java() -> str:
     return found
 
 
-def build(*, quiet: bool = False) -> Path:
+def build() -> Path:
     """Build the registry once (cached) and return the path of its ``quarkus-run.jar``."""
     cache = _cache_dir()
     jar = cache / RUN_JAR
@@ -79,55 +81,23 @@ def build(*, quiet: bool = False) -> Path:
     digest = _source_digest()
     if jar.exists() and stamp.exists() and stamp.read_text().strip() == digest:
         return jar
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise RegistryError("no 'mvn' on PATH: install Maven 3.8+ to build the schema registry")
-    if not quiet:
-        print(
-            f"apicurio: building the schema registry in {cache} (first time: minutes)", flush=True
-        )
     for path in _source_files():
         target = cache / path.relative_to(SOURCE)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-    log = cache / "build.log"
-    started = time.monotonic()
-    code = _maven([mvn, "-B", "package", "-DskipTests"], cache, log, quiet=quiet)
-    if code != 0 or not jar.exists():
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise RegistryError(f"building the schema registry failed (full log: {log}):\n{tail}")
-    stamp.write_text(digest + "\n")
-    if not quiet:
-        print(f"apicurio: built in {time.monotonic() - started:.0f} s", flush=True)
-    return jar
-
-
-def _maven(command: list[str], cwd: Path, log: Path, *, quiet: bool) -> int:
-    """Run Maven with its whole output in ``log``, printing every 5 s how far it got (the
-    first build downloads about 200 MB)."""
-    downloaded = 0
-    shown = started = time.monotonic()
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
+    try:
+        maven.run(
+            "the test schema registry (Apicurio)",
+            ["package", "-DskipTests"],
+            cache,
+            cache / "build.log",
         )
-        assert process.stdout is not None
-        for line in process.stdout:
-            out.write(line)
-            downloaded += "] Downloaded from " in line
-            if not quiet and time.monotonic() - shown >= 5.0:
-                shown = time.monotonic()
-                print(
-                    f"apicurio: building, {time.monotonic() - started:.0f} s, "
-                    f"{downloaded} files downloaded",
-                    flush=True,
-                )
-        return process.wait()
+    except AssertionError as exc:
+        raise RegistryError(str(exc)) from None
+    if not jar.exists():
+        raise RegistryError(f"Maven built no {jar} (log: {cache / 'build.log'})")
+    stamp.write_text(digest + "\n")
+    return jar
 
 
 def free_port() -> int:
@@ -180,7 +150,7 @@ def _answers(url: str) -> bool:
 
 def start(*, port: int | None = None, heap_mb: int = 256, quiet: bool = False) -> Registry:
     """Start the registry on 127.0.0.1 (a free port unless given); return once its API answers."""
-    jar = build(quiet=quiet)
+    jar = build()
     port = port or free_port()
     log = _cache_dir() / f"registry-{port}.log"
     command = [
