@@ -69,34 +69,27 @@ class Engine:
     env: tuple[tuple[str, str], ...] = ()
 
 
+def _kafka_sow(name: str, **options: Any) -> Engine:
+    """kafka-sow's engine script, run in the project's own environment."""
+    return Engine(
+        name=name,
+        script=ENGINES_DIR / "kafka_sow.py",
+        python=Path(sys.executable),
+        fallback_to_at_least_once=False,
+        setup_hint="pip install -e . (the project's own environment)",
+        **options,
+    )
+
+
 def engines() -> dict[str, Engine]:
     """The engines this benchmark knows, by the name ``--engines`` takes."""
     return {
-        "kafka_sow": Engine(
-            name="kafka_sow",
-            script=ENGINES_DIR / "kafka_sow.py",
-            python=Path(sys.executable),
-            fallback_to_at_least_once=False,
-            setup_hint="pip install -e . (the project's own environment)",
-            keying="sowkey",
-        ),
-        "kafka_sow_rekey": Engine(
-            name="kafka_sow_rekey",
-            script=ENGINES_DIR / "kafka_sow.py",
-            python=Path(sys.executable),
-            fallback_to_at_least_once=False,
-            setup_hint="pip install -e . (the project's own environment)",
-        ),
+        "kafka_sow": _kafka_sow("kafka_sow", keying="sowkey"),
+        "kafka_sow_rekey": _kafka_sow("kafka_sow_rekey"),
         # The SOW topic with its upsert-table view on (docs/upsert-tables.md): the cost of
         # the upsert topic is this engine's rate against kafka_sow's, in the same run.
-        "kafka_sow_upsert": Engine(
-            name="kafka_sow_upsert",
-            script=ENGINES_DIR / "kafka_sow.py",
-            python=Path(sys.executable),
-            fallback_to_at_least_once=False,
-            setup_hint="pip install -e . (the project's own environment)",
-            keying="sowkey",
-            env=(("BENCH_UPSERT_TOPIC", "1"),),
+        "kafka_sow_upsert": _kafka_sow(
+            "kafka_sow_upsert", keying="sowkey", env=(("BENCH_UPSERT_TOPIC", "1"),)
         ),
         "quixstreams": Engine(
             name="quixstreams",

@@ -25,6 +25,7 @@ from processor.log.broker import (
     TansuBroker,
     start_broker,
 )
+from tests import maven
 
 _counter = itertools.count()
 
@@ -190,6 +191,11 @@ HEAVY_VARIANTS = frozenset(
         "_nothing[refusing]",
     }
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests' Maven builds show their progress on the terminal (tests/maven.py)."""
+    maven.PYTEST_CONFIG[:] = [config]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -10,22 +10,29 @@ looks hung.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import time
-from collections import deque
 from pathlib import Path
+from typing import Any
+
+from processor.log.broker.maven import run_maven
 
 #: Seconds between two progress lines.
 PROGRESS_EVERY_S = 5.0
 
 
+#: The pytest session's config (tests/conftest.py's pytest_configure), whose capture
+#: manager lets a line through to the terminal; empty outside pytest.
+PYTEST_CONFIG: list[Any] = []
+
+
 def _say(line: str) -> None:
-    # pytest captures the test's file descriptors; the terminal it started on is stderr's
-    # original, kept by the capture plugin as sys.__stderr__.
-    stream = sys.__stderr__ or sys.stderr
-    stream.write(line + "\n")
-    stream.flush()
+    if not PYTEST_CONFIG:
+        print(line, file=sys.stderr, flush=True)
+        return
+    capture = PYTEST_CONFIG[0].pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(line, file=sys.stderr, flush=True)
 
 
 def run(label: str, args: list[str], cwd: Path, log: Path) -> None:
@@ -35,28 +42,13 @@ def run(label: str, args: list[str], cwd: Path, log: Path) -> None:
     if maven is None:
         raise AssertionError(f"Maven (mvn) builds {label}: install Maven 3.8+")
     _say(f"{label}: building with Maven in {cwd} (once; the first time downloads its jars)")
-    began = shown = time.monotonic()
-    downloaded = 0
-    tail: deque[str] = deque(maxlen=15)
+    began = time.monotonic()
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [maven, "-B", *args],
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )
-        assert process.stdout is not None
-        for line in process.stdout:
-            out.write(line)
-            tail.append(line.rstrip())
-            downloaded += "Downloaded from " in line
-            if time.monotonic() - shown >= PROGRESS_EVERY_S:
-                shown = time.monotonic()
-                _say(f"{label}: {shown - began:.0f} s, {downloaded} files downloaded")
-        code = process.wait()
+
+    def shown(seconds: float, downloaded: int) -> None:
+        _say(f"{label}: {seconds:.0f} s, {downloaded} files downloaded")
+
+    code, tail = run_maven([maven, "-B", *args], log, shown, cwd=cwd, every_s=PROGRESS_EVERY_S)
     if code != 0:
         raise AssertionError(
             f"building {label} failed (exit {code}; whole log: {log}):\n" + "\n".join(tail)

@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -94,41 +93,24 @@ def build() -> str:
     digest = sources_digest()
     transcript = TARGET / "maven-build.log"
     contract.log(ENGINE, f"building {APP_DIR} with Maven (once; log {transcript}) ...")
+    from processor.log.broker.maven import run_maven
+
     started = time.monotonic()
-    shown = started
-    downloaded = 0
-    last_lines: deque[str] = deque(maxlen=10)
-    with open(transcript, "w") as out:
-        process = subprocess.Popen(
-            [maven, "-B", "-f", str(APP_DIR / "pom.xml"), "package"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )
-        assert process.stdout is not None
-        for line in process.stdout:
-            out.write(line)
-            last_lines.append(line.rstrip())
-            if line.startswith("Downloaded from"):
-                downloaded += 1
-            now = time.monotonic()
-            if now - shown >= PROGRESS_EVERY_S:
-                shown = now
-                contract.log(
-                    ENGINE,
-                    f"  building: {now - started:.0f}s, {downloaded} files downloaded",
-                )
-        code = process.wait()
+
+    def shown(seconds: float, downloaded: int) -> None:
+        contract.log(ENGINE, f"  building: {seconds:.0f}s, {downloaded} files downloaded")
+
+    command = [maven, "-B", "-f", str(APP_DIR / "pom.xml"), "package"]
+    code, last_lines = run_maven(command, transcript, shown, every_s=PROGRESS_EVERY_S)
     if code == 0:
         STAMP.write_text(digest + "\n")
     ready = built_classpath() if code == 0 else None
     if ready is None:
-        tail = " | ".join(line for line in last_lines if line)
+        tail = " | ".join(last_lines[-10:])
         raise RuntimeError(f"the Maven build failed (exit {code}; see {transcript}): {tail}")
     contract.log(
         ENGINE,
-        f"built {JAR.name} in {time.monotonic() - started:.1f}s ({downloaded} files downloaded)",
+        f"built {JAR.name} in {time.monotonic() - started:.1f}s",
     )
     return ready
 

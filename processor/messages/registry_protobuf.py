@@ -9,22 +9,10 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import importlib
 from typing import Any
 
-from google.protobuf import (
-    any_pb2,
-    api_pb2,
-    descriptor_pb2,
-    descriptor_pool,
-    duration_pb2,
-    empty_pb2,
-    field_mask_pb2,
-    source_context_pb2,
-    struct_pb2,
-    timestamp_pb2,
-    type_pb2,
-    wrappers_pb2,
-)
+from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message import DecodeError as ProtoDecodeError
 
 from processor.errors import DecodeError
@@ -32,20 +20,13 @@ from processor.messages.protobuf import ProtobufCodec
 from processor.messages.registry import Registry
 
 #: Google's well-known types: a schema imports them without a reference.
+_WELL_KNOWN_TYPES = (
+    "any api descriptor duration empty field_mask source_context struct timestamp type wrappers"
+)
 _WELL_KNOWN = {
     module.DESCRIPTOR.name: module.DESCRIPTOR.serialized_pb
     for module in (
-        any_pb2,
-        api_pb2,
-        descriptor_pb2,
-        duration_pb2,
-        empty_pb2,
-        field_mask_pb2,
-        source_context_pb2,
-        struct_pb2,
-        timestamp_pb2,
-        type_pb2,
-        wrappers_pb2,
+        importlib.import_module(f"google.protobuf.{name}_pb2") for name in _WELL_KNOWN_TYPES.split()
     )
 }
 

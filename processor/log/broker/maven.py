@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
@@ -139,15 +140,24 @@ def classpath(version: str | None = None) -> str:
     return text
 
 
-def _run_maven(command: list[str], transcript: Path) -> None:
-    """Run Maven, logging how many files it has downloaded about once a second; its whole
-    output goes to ``transcript``. BrokerError with the last lines when it fails."""
-    tail: deque[str] = deque(maxlen=8)
+def run_maven(
+    command: list[str],
+    transcript: Path,
+    progress_of: Callable[[float, int], None],
+    *,
+    cwd: Path | None = None,
+    every_s: float = 1.0,
+) -> tuple[int, list[str]]:
+    """Run Maven with its whole output in ``transcript``, calling ``progress_of(seconds,
+    files downloaded)`` about every ``every_s`` while it runs (a first build downloads for
+    minutes: it must not look hung). Its exit code and its last lines."""
+    tail: deque[str] = deque(maxlen=15)
     downloaded = 0
-    shown = time.monotonic()
+    started = shown = time.monotonic()
     with open(transcript, "w") as out:
         process = subprocess.Popen(
             command,
+            cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -157,18 +167,27 @@ def _run_maven(command: list[str], transcript: Path) -> None:
         for line in process.stdout:
             out.write(line)
             tail.append(line.rstrip())
-            if "] Downloaded from " in line:
-                downloaded += 1
-                if time.monotonic() - shown >= 1.0:
-                    shown = time.monotonic()
-                    log.info(
-                        "fetching Apache Kafka's jars: %d files downloaded",
-                        downloaded,
-                        extra=progress(downloaded),
-                    )
-        code = process.wait()
+            downloaded += "Downloaded from " in line
+            if time.monotonic() - shown >= every_s:
+                shown = time.monotonic()
+                progress_of(shown - started, downloaded)
+        return process.wait(), [line for line in tail if line]
+
+
+def _run_maven(command: list[str], transcript: Path) -> None:
+    """Run Maven, logging how many files it has downloaded about once a second; its whole
+    output goes to ``transcript``. BrokerError with the last lines when it fails."""
+
+    def shown(_seconds: float, downloaded: int) -> None:
+        log.info(
+            "fetching Apache Kafka's jars: %d files downloaded",
+            downloaded,
+            extra=progress(downloaded),
+        )
+
+    code, tail = run_maven(command, transcript, shown)
     if code != 0:
-        last = " | ".join(line for line in tail if line)
+        last = " | ".join(tail[-8:])
         raise BrokerError(
             f"Maven could not fetch Apache Kafka's jars (exit {code}): {last}; the whole "
             f"output is in {transcript}. Check that Maven Central is reachable, or pass "
