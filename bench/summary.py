@@ -367,6 +367,48 @@ def aggregated_subscriptions(results: Results, rel: str) -> list[Row]:
     ]
 
 
+def upsert_topic(results: Results, rel: str) -> list[Row]:
+    """The processor with a SOW topic's upsert topic on, beside it off (bench/ingest.py
+    --engines kafka_sow,kafka_sow_upsert)."""
+    data = need(results, rel)
+    engines = {r["bench_engine"]: r for r in data["results"] if r.get("ok")}
+    ours, peer = engines["kafka_sow_upsert"], engines["kafka_sow"]
+    messages = data["workload"]["messages"]
+    return [
+        Row(
+            f"ingest, exactly-once, {messages:,} messages (msgs/s, median round)",
+            "upsert topic on",
+            ours["msgs_per_s"],
+            "upsert topic off",
+            peer["msgs_per_s"],
+            rel,
+            run_of(results, rel),
+            short="ingest with the upsert topic",
+        )
+    ]
+
+
+def registry_formats(results: Results, rel: str) -> list[Row]:
+    """Ingest of each Schema Registry wire format beside its native type, same run
+    (bench/message_types.py --types ...,avro-sr,protobuf-sr,json-sr)."""
+    data = need(results, rel)
+    types = data["types"]
+    messages = data["args"]["messages"]
+    return [
+        Row(
+            f"ingest of {messages:,} {native} messages, exactly-once (msgs/s, median round)",
+            f"{native}-sr (Schema Registry wire format)",
+            types[f"{native}-sr"]["applied_per_s"],
+            f"{native} (native)",
+            types[native]["applied_per_s"],
+            rel,
+            run_of(results, rel),
+            short=f"ingest {native}-sr vs {native}",
+        )
+        for native in ("avro", "protobuf", "json")
+    ]
+
+
 SOURCES: tuple[tuple[Callable[[Results, str], list[Row]], str], ...] = (
     (ingest, "kafka/ingest.json"),
     (ingest, "kafka/ingest_1m.json"),
@@ -384,6 +426,8 @@ SOURCES: tuple[tuple[Callable[[Results, str], list[Row]], str], ...] = (
     (security, "security.json"),
     (http_api, "http_api.json"),
     (aggregated_subscriptions, "aggregated_subscribe.json"),
+    (upsert_topic, "kafka/ingest_upsert.json"),
+    (registry_formats, "kafka/message_types_issue37.json"),
 )
 
 #: What a result of an unexpected shape raises while its rows are read.

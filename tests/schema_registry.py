@@ -26,8 +26,10 @@ import contextlib
 import json
 import re
 import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -63,10 +65,14 @@ class _State:
 class SchemaRegistryServer:
     """The REST subset above on ``127.0.0.1:port`` (0: a free port, kept across restarts)."""
 
-    def __init__(self, port: int = 0, user_info: str | None = None) -> None:
+    def __init__(
+        self, port: int = 0, user_info: str | None = None, tls: tuple[Path, Path] | None = None
+    ) -> None:
         self.state = _State()
         self.port = port
         self.user_info = user_info
+        #: Served over TLS with this certificate and key (PEM files) when given.
+        self.tls = tls
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         #: Open connections: :meth:`stop` closes them (a client's keep-alive connection
@@ -75,12 +81,16 @@ class SchemaRegistryServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> SchemaRegistryServer:
         handler = type("Handler", (_Handler,), {"registry": self})
         server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         server.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(self.tls[0]), str(self.tls[1]))
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -409,6 +409,17 @@ class Settings:
             "none: no authentication",
         ),
     )
+    schema_registry_properties: str = _setting(
+        "",
+        Spec(
+            "SOW_SCHEMA_REGISTRY_PROPERTIES",
+            "`key=value;key=value` properties of confluent-kafka's Schema Registry client: "
+            "TLS (`ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`), "
+            "bearer tokens (`bearer.auth.*`)",
+            "none",
+            "properties",
+        ),
+    )
     schema_registry_wait_s: int = _setting(
         60,
         Spec(
@@ -437,6 +448,15 @@ class Settings:
     def group_instance_id(self) -> str | None:
         """The consumer's ``group.instance.id`` under static membership (None: dynamic)."""
         return f"{self.group_id}-{self.instance_id}" if self.membership == "static" else None
+
+    @property
+    def registry_properties(self) -> dict[str, str]:
+        """``schema_registry_properties`` as the registry client's property map."""
+        return parse_kafka_properties(
+            self.schema_registry_properties,
+            "schema_registry_properties (SOW_SCHEMA_REGISTRY_PROPERTIES)",
+            "Schema Registry client",
+        )
 
     @property
     def client_properties(self) -> dict[str, str]:

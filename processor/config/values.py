@@ -10,10 +10,12 @@ from typing import Any
 from processor.errors import ConfigurationError
 
 
-def parse_kafka_properties(text: str) -> dict[str, str]:
+def parse_kafka_properties(
+    text: str, setting: str = "kafka_properties (SOW_KAFKA_PROPERTIES)", client: str = "librdkafka"
+) -> dict[str, str]:
     """``key=value;key=value`` (blank entries ignored) as a map, or a ConfigurationError
-    naming the entry that is not ``key=value``. Values may contain ``=``; keys are
-    librdkafka property names (letters, digits, ``.`` and ``_``)."""
+    naming the entry that is not ``key=value`` (in ``setting``). Values may contain ``=``;
+    keys are property names of ``client`` (letters, digits, ``.`` and ``_``)."""
     properties: dict[str, str] = {}
     for position, entry in enumerate(text.split(";"), start=1):
         if not entry.strip():
@@ -22,9 +24,9 @@ def parse_kafka_properties(text: str) -> dict[str, str]:
         key = key.strip()
         if not equals or not key or not all(c.isalnum() or c in "._" for c in key):
             raise ConfigurationError(
-                f"kafka_properties (SOW_KAFKA_PROPERTIES) entry {position} {entry.strip()!r} "
-                "is not key=value; write librdkafka properties as "
-                "'key=value;key=value', e.g. 'security.protocol=SASL_SSL;sasl.mechanism=PLAIN'"
+                f"{setting} entry {position} {entry.strip()!r} is not key=value; write "
+                f"{client} properties as 'key=value;key=value', e.g. "
+                "'security.protocol=SASL_SSL;sasl.mechanism=PLAIN'"
             )
         properties[key] = value.strip()
     return properties
@@ -69,7 +71,7 @@ def _methods(name: str, spec: Any, value: Any) -> str:
 
 
 def _properties(name: str, spec: Any, value: Any) -> str:
-    parse_kafka_properties(str(value))  # refuse a malformed value now
+    parse_kafka_properties(str(value), f"{name} ({spec.env})")  # refuse a malformed value now
     return str(value)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 
 from processor.config import Settings
@@ -64,11 +64,12 @@ class Registry:
         user_info: str = "",
         wait_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         # Imported when a topology has a registry type (a third of a second, httpx's).
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        conf: dict[str, Any] = {"url": url, **_CLIENT}
+        conf: dict[str, Any] = {"url": url, **_CLIENT, **(properties or {})}
         if user_info:
             conf["basic.auth.user.info"] = user_info
         self.url = url
@@ -158,20 +159,24 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-_REGISTRIES: dict[tuple[str, str, float], Registry] = {}
+_REGISTRIES: dict[tuple[str, str, float, str], Registry] = {}
 _REGISTRIES_LOCK = threading.Lock()
 
 
 def registry_for(url: str) -> Registry:
-    """The process's :class:`Registry` for ``url``, with the authentication and the wait
-    of the settings (``SOW_SCHEMA_REGISTRY_USER_INFO``, ``SOW_SCHEMA_REGISTRY_WAIT_S``)."""
+    """The process's :class:`Registry` for ``url``, with the authentication, client
+    properties and wait of the settings (``SOW_SCHEMA_REGISTRY_USER_INFO``,
+    ``SOW_SCHEMA_REGISTRY_PROPERTIES``, ``SOW_SCHEMA_REGISTRY_WAIT_S``)."""
     settings = Settings.from_env()
-    key = (url, settings.schema_registry_user_info, float(settings.schema_registry_wait_s))
+    user_info, wait_s = settings.schema_registry_user_info, float(settings.schema_registry_wait_s)
+    key = (url, user_info, wait_s, settings.schema_registry_properties)
     with _REGISTRIES_LOCK:
         found = _REGISTRIES.get(key)
         if found is None:
             try:
-                found = _REGISTRIES[key] = Registry(*key)
+                found = _REGISTRIES[key] = Registry(
+                    url, user_info, wait_s, properties=settings.registry_properties
+                )
             except (ValueError, TypeError) as exc:  # the client refuses its configuration
                 raise ConfigurationError(f"cannot use the Schema Registry at {url}: {exc}") from exc
         return found

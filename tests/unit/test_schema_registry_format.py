@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from processor.errors import (
     ConfigurationError,
@@ -24,10 +27,11 @@ from processor.errors import (
     UnknownSchemaError,
 )
 from processor.messages import codec_for
-from processor.messages.registry import Registry
+from processor.messages.registry import Registry, registry_for
 from processor.messages.schema_registry import RegistryCodec
 from processor.topology.loader import load_topology
 from processor.topology.model import SchemaRegistry, SowTopic
+from tests.pki import issue, make_ca
 from tests.schema_registry import SchemaRegistryServer
 
 AVSC = {
@@ -227,3 +231,27 @@ def test_check_config_prints_the_registry_and_the_subject(tmp_path: Path) -> Non
     )
     described = describe(load_topology(path).topics["A"])
     assert described["schema_registry"] == {"url": "http://r:8081", "subject": "shop.a-value"}
+
+
+def test_a_registry_over_tls_is_read_with_the_client_properties_of_the_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SOW_SCHEMA_REGISTRY_PROPERTIES reaches confluent-kafka's client: an https
+    registry whose CA the client is given answers; a bad entry is a precise error."""
+    ca = make_ca("registry-ca", tmp_path)
+    server = issue(ca, "registry", server=True, ips=["127.0.0.1"], dns=["localhost"])
+    with SchemaRegistryServer(tls=(server.cert, server.key)) as registry:
+        writer = SchemaRegistryClient({"url": registry.url, "ssl.ca.location": str(ca.cert)})
+        serializer = AvroSerializer(writer, json.dumps(AVSC))
+        payload = serializer({"id": 7, "sym": "TLS"}, SerializationContext("o", MessageField.VALUE))
+        monkeypatch.setenv("SOW_SCHEMA_REGISTRY_PROPERTIES", f"ssl.ca.location={ca.cert}")
+        codec = RegistryCodec("avro-sr", registry_for(registry.url), "o-value")
+        assert codec.decode(bytes(payload)) == {"id": 7, "sym": "TLS"}
+        # Without the CA the registry's certificate is not trusted: it does not answer.
+        monkeypatch.setenv("SOW_SCHEMA_REGISTRY_PROPERTIES", "")
+        untrusted = RegistryCodec("avro-sr", registry_for(registry.url), "o-value")
+        with pytest.raises(SchemaRegistryUnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
+            untrusted.decode(bytes(payload))
+    monkeypatch.setenv("SOW_SCHEMA_REGISTRY_PROPERTIES", "ssl.ca.location")
+    with pytest.raises(ConfigurationError, match=r"SOW_SCHEMA_REGISTRY_PROPERTIES\) entry 1"):
+        registry_for("https://127.0.0.1:1")
