@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.queues.ledger import Change, Ledger, QueueMessage, QueueRules
-from processor.topology.model import FairnessModel
+from processor.topology.queue_spec import FairnessModel
 
 STARTED = time.perf_counter()
 

@@ -183,7 +183,7 @@ class Application:
         blocking = None if self.cluster is None or not runs_processor else self.cluster.blocking()
         if blocking is not None:
             return f"the Kafka cluster is blocking: {blocking}"
-        away = unreachable_registries() if runs_processor else []
+        away = unreachable_registries(self.topology) if runs_processor else []
         if away:
             return (
                 f"the Schema Registry does not answer ({', '.join(away)}): the records "

@@ -33,8 +33,6 @@ from processor.topology.model import (
     Entry,
     HashIndexSpec,
     JoinSpec,
-    QueueRecoveryPoint,
-    QueueSpec,
     RecoveryKind,
     SowTopic,
     Topic,
@@ -44,6 +42,7 @@ from processor.topology.model import (
     ViewSpec,
 )
 from processor.topology.quantities import format_interval
+from processor.topology.queue_spec import QueueRecoveryPoint, QueueSpec
 from processor.topology.unserved import kind_of, refusal, unserved
 
 #: The delivery order a subscriber gets (docs/subscriptions.md, "Ordering"): AMPS delivers

@@ -13,11 +13,11 @@ What the settings that need more than their table line do is told in docs/operat
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from processor.config.values import READ, parse_kafka_properties
+from processor.config.values import READ, Spec, parse_kafka_properties, setting
 from processor.errors import ConfigurationError
 
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:50051"
@@ -49,35 +49,14 @@ def static_transactional_id(group_id: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Spec:
-    """How one setting is given: its environment variable, what it means (for the docs
-    table), its default as the docs say it, how its text is read (``kind``: text, path,
-    whole, flag, choice or properties; ``choices`` and whole-number ``bounds`` and
-    ``unit``), and the Helm value that sets it ("": the chart does not)."""
-
-    env: str
-    meaning: str
-    default_text: str
-    kind: str = "text"
-    choices: tuple[str, ...] = ()
-    bounds: tuple[int, int | None] = (1, None)
-    unit: str = ""
-    helm: str = ""
-
-
-def _setting(default: Any, spec: Spec) -> Any:
-    return field(default=default, metadata={"spec": spec})
-
-
-@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything a kafka-sow process needs to know; immutable once built."""
 
-    bootstrap_servers: str | None = _setting(
+    bootstrap_servers: str | None = setting(
         None,
         Spec("KAFKA_BOOTSTRAP_SERVERS", "the Kafka brokers", "none: start the embedded broker"),
     )
-    embedded_broker: str = _setting(
+    embedded_broker: str = setting(
         "auto",
         Spec(
             "SOW_EMBEDDED_BROKER",
@@ -87,7 +66,7 @@ class Settings:
             EMBEDDED_BROKERS,
         ),
     )
-    embedded_brokers: int = _setting(
+    embedded_brokers: int = setting(
         1,
         Spec(
             "SOW_EMBEDDED_BROKERS",
@@ -99,7 +78,7 @@ class Settings:
         ),
     )
     #: None: the cluster's size up to 3 (``processor.log.Replication``).
-    replication_factor: int | None = _setting(
+    replication_factor: int | None = setting(
         None,
         Spec(
             "SOW_REPLICATION_FACTOR",
@@ -112,7 +91,7 @@ class Settings:
         ),
     )
     #: None: 2 with 3 copies or more, else 1 (``processor.log.Replication``).
-    min_insync_replicas: int | None = _setting(
+    min_insync_replicas: int | None = setting(
         None,
         Spec(
             "SOW_MIN_INSYNC_REPLICAS",
@@ -124,21 +103,21 @@ class Settings:
             helm="kafka.minInsyncReplicas",
         ),
     )
-    topology: Path = _setting(
+    topology: Path = setting(
         Path("topologies"),
         Spec("SOW_TOPOLOGY", "a topology file or a directory of them", "`topologies`", "path"),
     )
-    state_dir: Path = _setting(
+    state_dir: Path = setting(
         Path("sow-state"),
         Spec(
             "SOW_STATE_DIR", "stores, replica snapshots, the served address", "`sow-state`", "path"
         ),
     )
-    grpc_address: str = _setting(
+    grpc_address: str = setting(
         DEFAULT_GRPC_ADDRESS,
         Spec("SOW_GRPC_ADDRESS", "where the query service listens", f"`{DEFAULT_GRPC_ADDRESS}`"),
     )
-    group_id: str = _setting(
+    group_id: str = setting(
         "sow-processor",
         Spec(
             "SOW_GROUP_ID",
@@ -147,11 +126,11 @@ class Settings:
             helm="groupId",
         ),
     )
-    instance_id: str = _setting(
+    instance_id: str = setting(
         "0",
         Spec("SOW_INSTANCE_ID", "part of the transactional id; unique per replica", "`0`"),
     )
-    dead_letter_topic: str = _setting(
+    dead_letter_topic: str = setting(
         "sow.dead-letter",
         Spec(
             "SOW_DEAD_LETTER_TOPIC",
@@ -160,7 +139,7 @@ class Settings:
             helm="deadLetterTopic",
         ),
     )
-    max_batch: int = _setting(
+    max_batch: int = setting(
         50000,
         Spec(
             "SOW_MAX_BATCH",
@@ -171,7 +150,7 @@ class Settings:
             helm="processor.maxBatch",
         ),
     )
-    pipelined_commits: bool = _setting(
+    pipelined_commits: bool = setting(
         True,
         Spec(
             "SOW_PIPELINED_COMMITS",
@@ -181,7 +160,7 @@ class Settings:
             "flag",
         ),
     )
-    processor_restarts: int = _setting(
+    processor_restarts: int = setting(
         5,
         Spec(
             "SOW_PROCESSOR_RESTARTS",
@@ -192,7 +171,7 @@ class Settings:
             bounds=(0, 1_000_000),
         ),
     )
-    live_delivery: bool = _setting(
+    live_delivery: bool = setting(
         False,
         Spec(
             "SOW_LIVE_DELIVERY",
@@ -202,7 +181,7 @@ class Settings:
             "flag",
         ),
     )
-    queue_handover: bool = _setting(
+    queue_handover: bool = setting(
         True,
         Spec(
             "SOW_QUEUE_HANDOVER",
@@ -213,7 +192,7 @@ class Settings:
         ),
     )
     #: None means the broker's default (``Broker.assignment``).
-    assignment: str | None = _setting(
+    assignment: str | None = setting(
         None,
         Spec(
             "SOW_ASSIGNMENT",
@@ -226,7 +205,7 @@ class Settings:
         ),
     )
     #: None means the broker's default (``Broker.fetch_wait_ms``).
-    fetch_wait_ms: int | None = _setting(
+    fetch_wait_ms: int | None = setting(
         None,
         Spec(
             "SOW_FETCH_WAIT_MS",
@@ -237,11 +216,11 @@ class Settings:
             unit="milliseconds",
         ),
     )
-    metrics_address: str = _setting(
+    metrics_address: str = setting(
         "",
         Spec("SOW_METRICS_ADDRESS", "HTTP `host:port` for /metrics, /healthz, /readyz", "none"),
     )
-    console: str = _setting(
+    console: str = setting(
         "loopback",
         Spec(
             "SOW_CONSOLE",
@@ -252,7 +231,7 @@ class Settings:
             CONSOLES,
         ),
     )
-    event_topics: bool = _setting(
+    event_topics: bool = setting(
         True,
         Spec(
             "SOW_EVENT_TOPICS",
@@ -261,7 +240,7 @@ class Settings:
             "flag",
         ),
     )
-    event_topic_prefix: str = _setting(
+    event_topic_prefix: str = setting(
         "sow-events",
         Spec(
             "SOW_EVENT_TOPIC_PREFIX",
@@ -269,7 +248,7 @@ class Settings:
             "`sow-events`",
         ),
     )
-    sow_stats_interval_s: int = _setting(
+    sow_stats_interval_s: int = setting(
         5,
         Spec(
             "SOW_STATS_INTERVAL",
@@ -280,7 +259,7 @@ class Settings:
             unit="seconds",
         ),
     )
-    regex_match_budget_ms: int = _setting(
+    regex_match_budget_ms: int = setting(
         100,
         Spec(
             "SOW_REGEX_MATCH_BUDGET_MS",
@@ -292,7 +271,7 @@ class Settings:
             unit="milliseconds",
         ),
     )
-    ephemeral_log: bool = _setting(
+    ephemeral_log: bool = setting(
         False,
         Spec(
             "SOW_EPHEMERAL_LOG",
@@ -301,7 +280,7 @@ class Settings:
             "flag",
         ),
     )
-    kafka_properties: str = _setting(
+    kafka_properties: str = setting(
         "",
         Spec(
             "SOW_KAFKA_PROPERTIES",
@@ -310,7 +289,7 @@ class Settings:
             "properties",
         ),
     )
-    standby: str = _setting(
+    standby: str = setting(
         "off",
         Spec(
             "SOW_STANDBY",
@@ -321,7 +300,7 @@ class Settings:
             helm="processor.standby",
         ),
     )
-    membership: str = _setting(
+    membership: str = setting(
         "dynamic",
         Spec(
             "SOW_MEMBERSHIP",
@@ -333,7 +312,7 @@ class Settings:
         ),
     )
     #: None means the broker's default (``Broker.group_protocol``).
-    group_protocol: str | None = _setting(
+    group_protocol: str | None = setting(
         None,
         Spec(
             "SOW_GROUP_PROTOCOL",
@@ -345,16 +324,16 @@ class Settings:
         ),
     )
     # gRPC TLS and logon (docs/security.md): all off by default.
-    grpc_tls_cert: Path | None = _setting(
+    grpc_tls_cert: Path | None = setting(
         None, Spec("SOW_GRPC_TLS_CERT", "gRPC TLS: the server's certificate chain", "none", "path")
     )
-    grpc_tls_key: Path | None = _setting(
+    grpc_tls_key: Path | None = setting(
         None, Spec("SOW_GRPC_TLS_KEY", "gRPC TLS: the server's private key", "none", "path")
     )
-    grpc_tls_client_ca: Path | None = _setting(
+    grpc_tls_client_ca: Path | None = setting(
         None, Spec("SOW_GRPC_TLS_CLIENT_CA", "the CAs of client certificates", "none", "path")
     )
-    grpc_client_certs: str = _setting(
+    grpc_client_certs: str = setting(
         "none",
         Spec(
             "SOW_GRPC_CLIENT_CERTS",
@@ -365,7 +344,7 @@ class Settings:
             helm="grpc.tls.clientCerts",
         ),
     )
-    auth: str = _setting(
+    auth: str = setting(
         "",
         Spec(
             "SOW_AUTH",
@@ -376,32 +355,32 @@ class Settings:
             helm="grpc.auth.methods",
         ),
     )
-    users_file: Path | None = _setting(
+    users_file: Path | None = setting(
         None, Spec("SOW_USERS_FILE", "users, password hashes, roles", "none", "path")
     )
-    jwt_key: Path | None = _setting(
+    jwt_key: Path | None = setting(
         None,
         Spec("SOW_JWT_KEY", "the token issuer's public key, or an HS256 secret", "none", "path"),
     )
-    jwks_file: Path | None = _setting(
+    jwks_file: Path | None = setting(
         None, Spec("SOW_JWKS_FILE", "the token issuer's keys (JWKS)", "none", "path")
     )
-    jwt_audience: str = _setting(
+    jwt_audience: str = setting(
         "", Spec("SOW_JWT_AUDIENCE", "the `aud` of tokens", "none", helm="grpc.auth.audience")
     )
-    jwt_issuer: str = _setting(
+    jwt_issuer: str = setting(
         "", Spec("SOW_JWT_ISSUER", "the `iss` of tokens", "none: any", helm="grpc.auth.issuer")
     )
-    jwt_roles_claim: str = _setting(
+    jwt_roles_claim: str = setting(
         "roles",
         Spec("SOW_JWT_ROLES_CLAIM", "the roles claim", "`roles`", helm="grpc.auth.rolesClaim"),
     )
-    entitlements: Path | None = _setting(
+    entitlements: Path | None = setting(
         None, Spec("SOW_ENTITLEMENTS", "the entitlements file", "none: every right", "path")
     )
 
     # The Schema Registry of topics in its wire format (docs/schema-registry.md).
-    schema_registry_user_info: str = _setting(
+    schema_registry_user_info: str = setting(
         "",
         Spec(
             "SOW_SCHEMA_REGISTRY_USER_INFO",
@@ -409,7 +388,7 @@ class Settings:
             "none: no authentication",
         ),
     )
-    schema_registry_properties: str = _setting(
+    schema_registry_properties: str = setting(
         "",
         Spec(
             "SOW_SCHEMA_REGISTRY_PROPERTIES",
@@ -420,7 +399,7 @@ class Settings:
             "properties",
         ),
     )
-    schema_registry_wait_s: int = _setting(
+    schema_registry_wait_s: int = setting(
         60,
         Spec(
             "SOW_SCHEMA_REGISTRY_WAIT_S",

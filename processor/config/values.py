@@ -1,9 +1,10 @@
-"""How each kind of setting reads its value from text (``READ``; ``spec`` is the
-setting's :class:`~processor.config.Spec`), and the Kafka properties' form."""
+"""How a setting is given (:class:`Spec`), how each kind of setting reads its value from
+text (``READ``), and the Kafka properties' form."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,25 @@ READ: dict[str, Callable[[str, Any, Any], Any]] = {
     "properties": _properties,
     "methods": _methods,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """How one setting is given: its environment variable, what it means (for the docs
+    table), its default as the docs say it, how its text is read (``kind``: text, path,
+    whole, flag, choice or properties; ``choices`` and whole-number ``bounds`` and
+    ``unit``), and the Helm value that sets it ("": the chart does not)."""
+
+    env: str
+    meaning: str
+    default_text: str
+    kind: str = "text"
+    choices: tuple[str, ...] = ()
+    bounds: tuple[int, int | None] = (1, None)
+    unit: str = ""
+    helm: str = ""
+
+
+def setting(default: Any, spec: Spec) -> Any:
+    """A Settings field: its default, and its :class:`Spec` in the field's metadata."""
+    return field(default=default, metadata={"spec": spec})

@@ -36,6 +36,7 @@ from processor.errors import (
     SchemaRegistryUnreachableError,
     UnknownSchemaError,
 )
+from processor.topology.model import Topology
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,10 @@ _CLIENT = {
     # this long, so a new version is taken up without a restart.
     "cache.latest.ttl.sec": 60,
 }
+
+
+#: A registry whose last failed call is older than this has nothing waiting for it.
+_WAITING_S = 15.0
 
 
 class Registry:
@@ -78,13 +83,22 @@ class Registry:
         self._clock = clock
         self._lock = threading.Lock()
         self._built: dict[Any, Any] = {}
-        #: When the registry stopped answering (None: it answers).
+        #: When the registry stopped answering (None: it answers), and its last failed call.
         self.unreachable_since: float | None = None
+        self.failed_at: float | None = None
 
     def outage(self) -> str:
-        """How long the registry has not answered ("" when it answers)."""
-        since = self.unreachable_since
-        return "" if since is None else f"{self.url} for {self._clock() - since:.0f}s"
+        """How long the registry has not answered, while records wait for it: its calls
+        fail now (the processor's retries come every 10 s at most) and the wait is not
+        over ("" otherwise: it answers, or nothing asks it, or what asked was
+        dead-lettered and the processor went on)."""
+        since, failed = self.unreachable_since, self.failed_at
+        if since is None or failed is None:
+            return ""
+        now = self._clock()
+        if now - failed > _WAITING_S or failed - since >= self.wait_s:
+            return ""
+        return f"{self.url} for {now - since:.0f}s"
 
     def built(self, key: Any, build: Callable[[], T]) -> T:
         """The value ``build`` makes for ``key`` (a schema id and what is read from its
@@ -129,6 +143,7 @@ class Registry:
     def _unreachable(self, what: str, exc: Exception) -> NoReturn:
         now = self._clock()
         with self._lock:
+            self.failed_at = now
             if self.unreachable_since is None:
                 self.unreachable_since = now
                 log.warning(
@@ -182,11 +197,17 @@ def registry_for(url: str) -> Registry:
         return found
 
 
-def unreachable() -> list[str]:
-    """The registries of this process that do not answer now, each with how long (for
-    readiness: a processor waiting for one cannot progress past the record that needs it)."""
+def unreachable(topology: Topology) -> list[str]:
+    """The registries of ``topology``'s topics that records wait for now, each with how
+    long (for readiness: a processor waiting for one cannot progress past the record that
+    needs it)."""
+    urls = {
+        found.url
+        for topic in topology.topics.values()
+        if (found := getattr(topic, "schema_registry", None)) is not None
+    }
     with _REGISTRIES_LOCK:
-        registries = list(_REGISTRIES.values())
+        registries = [r for r in _REGISTRIES.values() if r.url in urls]
     return [text for registry in registries if (text := registry.outage())]
 
 

@@ -23,7 +23,8 @@ from processor.expr.budget import count_overrun
 from processor.log import Headers
 from processor.messages import Codec, codec_for
 from processor.queues.ledger import QueueRules, priority_of
-from processor.topology.model import ExpirationModel, SowTopic, Topic
+from processor.topology.model import SowTopic, Topic
+from processor.topology.queue_spec import ExpirationModel
 from processor.topology.queue_topics import plain_sources, queue_sources
 
 

@@ -62,7 +62,7 @@ from processor.queues.model import (
     Subscription,
     priority_of,
 )
-from processor.topology.model import FairnessModel, Leasing, QueueSemantics
+from processor.topology.queue_spec import FairnessModel, Leasing, QueueSemantics
 
 #: Stale heap entries allowed beyond twice the live ones before a heap is rebuilt.
 _SLACK = 1024

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from processor.topology.model import FairnessModel, Leasing, QueueSemantics
+from processor.topology.queue_spec import FairnessModel, Leasing, QueueSemantics
 
 #: A message's id: its underlying topic, partition and offset, encoded (its bookmark).
 Bookmark = bytes

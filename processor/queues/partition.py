@@ -75,7 +75,7 @@ from processor.queues.ledger import Change, Ledger, Outcome, QueueMessage
 from processor.queues.services import SERVICE_TIMEOUT_MS, Services
 from processor.queues.state import STATES, MessageState
 from processor.queues.state_batches import StateBatches
-from processor.topology.model import QueueSemantics
+from processor.topology.queue_spec import QueueSemantics
 
 log = logging.getLogger(__name__)
 

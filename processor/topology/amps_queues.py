@@ -19,9 +19,9 @@ import xml.etree.ElementTree as ET
 from processor.topology.amps_entries import entry_groups, entry_type
 from processor.topology.amps_reader import AmpsReader
 from processor.topology.entry_rules import Catalog
-from processor.topology.model import QueueKind, QueueSpec
 from processor.topology.queue_rules import ELEMENTS as VALUE_ELEMENTS
 from processor.topology.queue_rules import QueueItems, queue
+from processor.topology.queue_spec import QueueKind, QueueSpec
 
 #: The elements that declare a queue.
 QUEUE_ELEMENTS = ("Queue", "QueueDefinition", "LocalQueue", "GroupLocalQueue")

@@ -26,13 +26,13 @@ from processor.topology.model import (
     ConflatedTopicSpec,
     Entry,
     PlainTopic,
-    QueueSpec,
     SowTopic,
     Topic,
     Topology,
     ViewSpec,
     default_kafka_topic,
 )
+from processor.topology.queue_spec import QueueSpec
 from processor.topology.queue_topics import queue_topic
 from processor.topology.upserts import UpsertKey
 from processor.topology.view_topics import conflated_topic, view_topic

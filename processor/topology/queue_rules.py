@@ -41,7 +41,14 @@ from processor.topology.entry_rules import (
     expression,
     refuse_binary,
 )
-from processor.topology.model import (
+from processor.topology.quantities import (
+    format_interval,
+    parse_choice,
+    parse_interval,
+    parse_positive_int,
+    parse_timestamp,
+)
+from processor.topology.queue_spec import (
     ExpirationModel,
     FairnessModel,
     Leasing,
@@ -49,13 +56,6 @@ from processor.topology.model import (
     QueueRecoveryPoint,
     QueueSemantics,
     QueueSpec,
-)
-from processor.topology.quantities import (
-    format_interval,
-    parse_choice,
-    parse_interval,
-    parse_positive_int,
-    parse_timestamp,
 )
 from processor.topology.topics import is_pattern
 

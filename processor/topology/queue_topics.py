@@ -37,13 +37,13 @@ from types import MappingProxyType
 
 from processor.topology.model import (
     PlainTopic,
-    QueueSpec,
     SowTopic,
     Topic,
     Topology,
     default_kafka_topic,
     message_format,
 )
+from processor.topology.queue_spec import QueueSpec
 
 
 def readable(topology: Topology) -> dict[str, Topic]:

@@ -13,14 +13,8 @@ them would answer NOT_FOUND for every query on them.
 from __future__ import annotations
 
 from processor.errors import TopologyError, UnservedEntryError
-from processor.topology.model import (
-    ConflatedTopicSpec,
-    Entry,
-    PlainTopic,
-    QueueSpec,
-    Topology,
-    ViewSpec,
-)
+from processor.topology.model import ConflatedTopicSpec, Entry, PlainTopic, Topology, ViewSpec
+from processor.topology.queue_spec import QueueSpec
 from processor.topology.queue_topics import plain_sources, queue_sources, readable
 from processor.topology.view_topics import underlying_topics
 

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from processor.topology.entry_rules import Catalog, Dialect, Item
-from processor.topology.model import QueueKind, QueueSpec
 from processor.topology.quantities import parse_choice
 from processor.topology.queue_rules import QueueItems, queue
+from processor.topology.queue_spec import QueueKind, QueueSpec
 from processor.topology.yaml_fields import describe, named, parse_field, parse_text, schema_path
 
 #: A queue's YAML fields that hold one value: the AMPS element of each, and what it holds.

@@ -12,18 +12,14 @@ from processor.errors import TopologyError, UnservedEntryError
 from processor.topology import refuse_unserved
 from processor.topology.amps_xml import parse_amps_config
 from processor.topology.loader import load_topology
-from processor.topology.model import (
+from processor.topology.model import HashIndexSpec, JoinSpec, TopicRef, Topology, ViewConflation
+from processor.topology.queue_spec import (
     ExpirationModel,
     FairnessModel,
-    HashIndexSpec,
-    JoinSpec,
     Leasing,
     QueueKind,
     QueueRecoveryPoint,
     QueueSemantics,
-    TopicRef,
-    Topology,
-    ViewConflation,
 )
 
 #: Seed 002, "Example 9.2: View Example", as printed but for one change: the nvfix view of

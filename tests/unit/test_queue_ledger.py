@@ -18,7 +18,7 @@ from processor.queues.ledger import (
     QueueRules,
     priority_of,
 )
-from processor.topology.model import FairnessModel, Leasing, QueueSemantics
+from processor.topology.queue_spec import FairnessModel, Leasing, QueueSemantics
 
 
 def msg(n: int, **fields: Any) -> QueueMessage:

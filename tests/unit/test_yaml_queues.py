@@ -15,7 +15,8 @@ import pytest
 from processor.cli.check import cmd_check_config
 from processor.errors import TopologyError, UnservedEntryError
 from processor.topology import amps_queues, queue_rules
-from processor.topology.model import (
+from processor.topology.model import Topology
+from processor.topology.queue_spec import (
     ExpirationModel,
     FairnessModel,
     Leasing,
@@ -23,7 +24,6 @@ from processor.topology.model import (
     QueueRecoveryPoint,
     QueueSemantics,
     QueueSpec,
-    Topology,
 )
 from processor.topology.unserved import refuse_unserved
 from processor.topology.yaml_queues import QUEUE_ELEMENTS
