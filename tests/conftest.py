@@ -199,6 +199,21 @@ HEAVY_VARIANTS = frozenset(
         # readiness under a frozen broker (CI keeps test_broker_freeze, the fault smoke);
         "tests/integration/test_stuck_processor.py::test_a_frozen_broker_turns_readiness_false"
         "_and_loses_nothing",
+        # an abandoned transaction timing out (CI keeps a successor aborting one);
+        "tests/integration/test_kafka_semantics.py::test_an_abandoned_transaction_times_out"
+        "_and_readers_go_on",
+        # a broker left by a killed parent (CI keeps the processor child ending with it);
+        "tests/integration/test_broker_choice.py::test_a_broker_left_running_by_a_killed_parent"
+        "_is_stopped_by_the_next_start",
+        # a consumer that lost its partitions (CI keeps a fenced processor rejoining);
+        "tests/integration/test_stuck_processor.py::test_a_consumer_that_silently_lost_its"
+        "_partitions_is_noticed_and_replaced",
+        # a queue consumer's service taken for dead (CI keeps a dead service's leases);
+        "tests/integration/test_queues.py::test_a_live_service_taken_for_dead_subscribes_again"
+        "[kafka]",
+        # clients outliving their broker (CI keeps sow serve's start and stop without noise);
+        "tests/integration/test_client_noise.py::test_clients_that_outlive_their_broker_print"
+        "_nothing",
         # a registry outage of 30 s, in CI with the real registry frozen; here
         # with the REST subset refusing connections.
         "tests/integration/test_schema_registry.py::test_a_registry_stopped_for_30s_loses"

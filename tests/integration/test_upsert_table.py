@@ -139,9 +139,13 @@ def _sigkill_run(bootstrap: str, tmp_path: Path, unique: str, count: int, kills:
         rng = random.Random(count)
 
         def killer() -> None:
-            for _ in range(kills):
-                if done.wait(rng.uniform(2.0, 5.0) * max(1.0, count / 3000)):
-                    return
+            # Each kill once a random share of its stretch of the stream has been sent
+            # (by operations, not by time: a fast machine must not finish first).
+            for stretch in range(kills):
+                due = count * (stretch + rng.uniform(0.2, 0.8)) / kills
+                while sum(model.counts.values()) < due:
+                    if done.wait(0.01):
+                        return
                 os.kill(serve.processor(), signal.SIGKILL)
                 killed.append(time.monotonic() - began)
 
